@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+type diffOptions struct {
+	stat, patch bool
+}
+
+func newDiffCmd(g *globals) *cobra.Command {
+	var o diffOptions
+	c := &cobra.Command{
+		Use:   "diff [ID]",
+		Short: "Show what changed in the tree since a snapshot (default: the one undo would revert)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ref := ""
+			if len(args) == 1 {
+				ref = args[0]
+			}
+			return runDiff(g, ref, o)
+		},
+	}
+	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file")
+	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "unified diffs of text files")
+	return c
+}
+
+// textLimit: larger files are summarized, not diffed line by line.
+const textLimit = 4 << 20
+
+type diffChangeJSON struct {
+	jsonPath
+	Op      string `json:"op"`
+	Type    string `json:"type"`
+	Added   *int   `json:"added,omitempty"`
+	Removed *int   `json:"removed,omitempty"`
+}
+
+func runDiff(g *globals, ref string, o diffOptions) error {
+	repo, _, err := g.open(false, "diff")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	var m *snapshot.Meta
+	if ref == "" {
+		m, err = repo.DefaultDiffBase()
+	} else {
+		m, err = repo.Resolve(ref)
+	}
+	if err != nil {
+		return err
+	}
+	changes, err := repo.Diff(m)
+	if err != nil {
+		return err
+	}
+	d := &differ{repo: repo}
+	if g.json {
+		out := struct {
+			Snapshot string           `json:"snapshot"`
+			Changes  []diffChangeJSON `json:"changes"`
+		}{Snapshot: m.ID, Changes: []diffChangeJSON{}}
+		for _, c := range changes {
+			j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
+			if o.stat {
+				if a, r, ok := d.lineCounts(c); ok {
+					j.Added, j.Removed = &a, &r
+				}
+			}
+			out.Changes = append(out.Changes, j)
+		}
+		return g.printJSON(out)
+	}
+	switch {
+	case o.patch:
+		for _, c := range changes {
+			fmt.Fprint(g.stdout, d.patch(c))
+		}
+	case o.stat:
+		var files, adds, dels int
+		for _, c := range changes {
+			files++
+			if a, r, ok := d.lineCounts(c); ok {
+				adds += a
+				dels += r
+				fmt.Fprintf(g.stdout, " %s %s | +%d -%d\n", c.Op, displayPath(c), a, r)
+			} else {
+				fmt.Fprintf(g.stdout, " %s %s | %s\n", c.Op, displayPath(c), entryType(c))
+			}
+		}
+		fmt.Fprintf(g.stdout, " %d paths changed, %d insertions(+), %d deletions(-)\n", files, adds, dels)
+	default:
+		for _, c := range changes {
+			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
+		}
+	}
+	return nil
+}
+
+func entryType(c snapshot.Change) string {
+	if c.New != nil {
+		return c.New.Type.String()
+	}
+	return c.Old.Type.String()
+}
+
+func displayPath(c snapshot.Change) string {
+	p := quote(c.Path)
+	if entryType(c) == "dir" {
+		p += "/"
+	}
+	return p
+}
+
+type differ struct{ repo *snapshot.Repo }
+
+// text returns a side's content when it is a text file small enough to
+// diff; ok is false for binary or large files.
+func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
+	if e == nil {
+		return "", true
+	}
+	if e.Type != snapshot.File || e.Size > textLimit {
+		return "", false
+	}
+	var b []byte
+	var err error
+	if old {
+		b, err = d.repo.ReadObjectPrefix(e.Object, textLimit+1)
+	} else {
+		b, err = d.repo.ReadTreeFile(path, textLimit+1)
+	}
+	if err != nil || len(b) > textLimit || bytes.IndexByte(b, 0) >= 0 {
+		return "", false
+	}
+	return string(b), true
+}
+
+func (d *differ) sides(c snapshot.Change) (a, b string, ok bool) {
+	a, okA := d.text(c.Old, true, c.Path)
+	b, okB := d.text(c.New, false, c.Path)
+	return a, b, okA && okB
+}
+
+func (d *differ) lineCounts(c snapshot.Change) (added, removed int, ok bool) {
+	a, b, ok := d.sides(c)
+	if !ok {
+		return 0, 0, false
+	}
+	sm := difflib.NewMatcher(splitLines(a), splitLines(b))
+	for _, op := range sm.GetOpCodes() {
+		switch op.Tag {
+		case 'r':
+			removed += op.I2 - op.I1
+			added += op.J2 - op.J1
+		case 'd':
+			removed += op.I2 - op.I1
+		case 'i':
+			added += op.J2 - op.J1
+		}
+	}
+	return added, removed, true
+}
+
+func (d *differ) patch(c snapshot.Change) string {
+	var sb strings.Builder
+	from, to := "a/"+c.Path, "b/"+c.Path
+	if c.Old == nil {
+		from = "/dev/null"
+	}
+	if c.New == nil {
+		to = "/dev/null"
+	}
+	fmt.Fprintf(&sb, "diff --snapback %s\n", quote(c.Path))
+	if c.Old != nil && c.New != nil && c.Old.Mode != c.New.Mode && c.Old.Type == c.New.Type {
+		fmt.Fprintf(&sb, "old mode %o\nnew mode %o\n", c.Old.Mode, c.New.Mode)
+	}
+	if (c.Old == nil || c.Old.Type != snapshot.File) && (c.New == nil || c.New.Type != snapshot.File) {
+		fmt.Fprintf(&sb, "%s %s\n", c.Op, entryType(c))
+		if c.New != nil && c.New.Type == snapshot.Symlink {
+			fmt.Fprintf(&sb, "-> %s\n", quote(c.New.Target))
+		}
+		return sb.String()
+	}
+	a, b, ok := d.sides(c)
+	if !ok {
+		fmt.Fprintf(&sb, "Binary files %s and %s differ\n", quote(from), quote(to))
+		return sb.String()
+	}
+	if a == b {
+		return sb.String()
+	}
+	ud := difflib.UnifiedDiff{A: splitLines(a), B: splitLines(b), FromFile: quote(from), ToFile: quote(to), Context: 3}
+	text, err := difflib.GetUnifiedDiffString(ud)
+	if err != nil {
+		fmt.Fprintf(&sb, "(diff failed: %v)\n", err)
+		return sb.String()
+	}
+	sb.WriteString(text)
+	if !strings.HasSuffix(text, "\n") {
+		sb.WriteString("\n\\ No newline at end of file\n")
+	}
+	return sb.String()
+}
+
+// splitLines splits text into lines that keep their newline; unlike
+// difflib.SplitLines it adds no empty line after a final newline.
+func splitLines(s string) []string {
+	lines := strings.SplitAfter(s, "\n")
+	if n := len(lines); n > 0 && lines[n-1] == "" {
+		lines = lines[:n-1]
+	}
+	return lines
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+func newListCmd(g *globals) *cobra.Command {
+	var all bool
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List snapshots, newest first",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runList(g, all) },
+	}
+	c.Flags().BoolVarP(&all, "all", "a", false, "include pre-undo and pre-redo records")
+	return c
+}
+
+type snapshotJSON struct {
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"`
+	Message    string    `json:"message"`
+	CreatedAt  time.Time `json:"created_at"`
+	Scope      string    `json:"scope"`
+	Undone     bool      `json:"undone"`
+	Command    []string  `json:"command,omitempty"`
+	ExitStatus *int      `json:"exit_status,omitempty"`
+	State      string    `json:"state,omitempty"`
+	Files      int       `json:"files"`
+	Bytes      int64     `json:"bytes"`
+	Undoes     string    `json:"undoes,omitempty"`
+	Redoes     string    `json:"redoes,omitempty"`
+}
+
+func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
+	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
+		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
+		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, Redoes: m.Redoes}
+}
+
+func runList(g *globals, all bool) error {
+	repo, _, err := g.open(false, "list")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	h, err := repo.History()
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Snapshots []snapshotJSON `json:"snapshots"`
+	}{Snapshots: []snapshotJSON{}}
+	for i := len(h.All) - 1; i >= 0; i-- {
+		m := h.All[i]
+		if !all && !g.json && !m.Kind.Undoable() {
+			continue
+		}
+		out.Snapshots = append(out.Snapshots, snapJSON(m, h.Undone[m.ID]))
+	}
+	if g.json {
+		return g.printJSON(out)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tCREATED\tSCOPE\tFILES\tSTATE\tMESSAGE")
+	for _, s := range out.Snapshots {
+		state := ""
+		if s.Undone {
+			state = "undone"
+		} else if s.State == "running" {
+			state = "running"
+		}
+		msg := s.Message
+		if msg == "" && len(s.Command) > 0 {
+			msg = "$ " + strings.Join(s.Command, " ")
+			if s.ExitStatus != nil {
+				msg += fmt.Sprintf("  (exit %d)", *s.ExitStatus)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, s.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+			s.Scope, s.Files, state, oneLine(msg))
+	}
+	return tw.Flush()
+}

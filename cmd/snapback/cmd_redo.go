@@ -1,0 +1,32 @@
+package main
+
+import "github.com/spf13/cobra"
+
+func newRedoCmd(g *globals) *cobra.Command {
+	var o undoOptions
+	c := &cobra.Command{
+		Use:   "redo",
+		Short: "Reapply the most recent undo",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runRedo(g, o) },
+	}
+	c.Flags().BoolVar(&o.force, "force", false, "overwrite paths changed since (they are saved first)")
+	return c
+}
+
+func runRedo(g *globals, o undoOptions) error {
+	repo, _, err := g.open(false, "redo")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	p, saved, err := repo.Redo(o.force)
+	if err != nil {
+		return err
+	}
+	s, err := repo.ReadMeta(p.Undoes)
+	if err != nil {
+		s = p // the undone snapshot was collected; name the record instead
+	}
+	return reportRevert(g, "redid", s, saved)
+}

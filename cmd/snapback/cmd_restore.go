@@ -1,0 +1,23 @@
+package main
+
+import "github.com/spf13/cobra"
+
+func newRestoreCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "restore ID",
+		Short: "Put the tree back as it was at snapshot ID (the current state is saved first)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			repo, _, err := g.open(false, "restore")
+			if err != nil {
+				return err
+			}
+			defer repo.Close()
+			s, saved, err := repo.Restore(args[0])
+			if err != nil {
+				return err
+			}
+			return reportRevert(g, "restored", s, saved)
+		},
+	}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+type snapOptions struct{ message string }
+
+func newSnapCmd(g *globals) *cobra.Command {
+	var o snapOptions
+	c := &cobra.Command{
+		Use:   "snap [-m MSG]",
+		Short: "Record a snapshot of the whole tree",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runSnap(g, o) },
+	}
+	c.Flags().StringVarP(&o.message, "message", "m", "", "a note on why")
+	return c
+}
+
+func runSnap(g *globals, o snapOptions) error {
+	repo, _, err := g.open(true, "snap")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	m, err := repo.Snap(snapshot.KindSnap, o.message)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return g.printJSON(snapJSON(m, false))
+	}
+	fmt.Fprintf(g.stdout, "snapshot %s (%d files, %s)\n", m.ID, m.Files, humanBytes(m.Bytes))
+	return nil
+}

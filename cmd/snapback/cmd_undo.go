@@ -1,0 +1,53 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+type undoOptions struct{ force bool }
+
+func newUndoCmd(g *globals) *cobra.Command {
+	var o undoOptions
+	c := &cobra.Command{
+		Use:   "undo [ID]",
+		Short: "Revert the newest snapshot not yet undone (or ID); redo puts it back",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ref := ""
+			if len(args) == 1 {
+				ref = args[0]
+			}
+			return runUndo(g, ref, o)
+		},
+	}
+	c.Flags().BoolVar(&o.force, "force", false, "overwrite paths changed since (they are saved first)")
+	return c
+}
+
+func runUndo(g *globals, ref string, o undoOptions) error {
+	repo, _, err := g.open(false, "undo")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	s, saved, err := repo.Undo(ref, o.force)
+	if err != nil {
+		return err
+	}
+	return reportRevert(g, "undid", s, saved)
+}
+
+func reportRevert(g *globals, verb string, s, saved *snapshot.Meta) error {
+	if g.json {
+		return g.printJSON(map[string]any{"snapshot": snapJSON(s, verb == "undid"), "saved": snapJSON(saved, false)})
+	}
+	what := s.Message
+	if what == "" && len(s.Command) > 0 {
+		what = fmt.Sprint(s.Command)
+	}
+	fmt.Fprintf(g.stdout, "%s %s %s %s (previous state saved as %s)\n", verb, s.Kind, s.ID, oneLine(what), saved.ID)
+	return nil
+}

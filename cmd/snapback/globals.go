@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// globals are the flags every verb shares, and its output streams.
+type globals struct {
+	dir    string
+	json   bool
+	stdout io.Writer
+	stderr io.Writer
+	// runStarted: failures from here on are snapback's own (status 125).
+	runStarted bool
+}
+
+// lockWait is how long a verb waits for another snapback to finish.
+func lockWait() time.Duration {
+	if s := os.Getenv("SNAPBACK_LOCK_WAIT"); s != "" {
+		if d, err := time.ParseDuration(s); err == nil {
+			return d
+		}
+	}
+	return 5 * time.Second
+}
+
+// rootDir finds the project root.
+func (g *globals) rootDir() (string, error) {
+	if g.dir != "" {
+		abs, err := filepath.Abs(g.dir)
+		if err != nil {
+			return "", err
+		}
+		st, err := os.Stat(abs)
+		if err != nil || !st.IsDir() {
+			return "", usageErr("-C %s: not a directory", g.dir)
+		}
+		return abs, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		for _, n := range []string{config.FileName, snapshot.StoreDir} {
+			if _, err := os.Lstat(filepath.Join(d, n)); err == nil {
+				return d, nil
+			}
+		}
+		if filepath.Dir(d) == d {
+			return wd, nil
+		}
+	}
+}
+
+// open loads the config and the store, takes the lock and finishes any
+// interrupted operation. The caller must Close the repo.
+func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config, error) {
+	root, err := g.rootDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.Load(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !create {
+		if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("%s: %w", root, snapshot.ErrNoStore)
+		}
+	}
+	repo, err := snapshot.OpenRepo(root, cfg, create)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := repo.Lock(lockWait(), what); err != nil {
+		repo.Close()
+		return nil, nil, err
+	}
+	if did, err := repo.Recover(); err != nil {
+		repo.Close()
+		return nil, nil, err
+	} else if did {
+		fmt.Fprintln(g.stderr, "snapback: finished an interrupted operation (recover)")
+	}
+	return repo, cfg, nil
+}
+
+func (g *globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// quote shows a path on one line: as is when it is plain, else Go-quoted
+// (so names with newlines or invalid UTF-8 stay unambiguous).
+func quote(p string) string {
+	if !utf8.ValidString(p) || strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '"' }) ||
+		strings.TrimSpace(p) != p {
+		return strconv.Quote(p)
+	}
+	return p
+}
+
+// jsonPath is a path for JSON output: the string, plus its bytes in base64
+// when they are not valid UTF-8 (JSON strings cannot hold them exactly).
+type jsonPath struct {
+	Path      string `json:"path"`
+	PathBytes []byte `json:"path_bytes,omitempty"`
+}
+
+func mkJSONPath(p string) jsonPath {
+	jp := jsonPath{Path: p}
+	if !utf8.ValidString(p) {
+		jp.PathBytes = []byte(p)
+	}
+	return jp
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

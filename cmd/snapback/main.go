@@ -1,0 +1,125 @@
+// Command snapback makes a command's changes to a project reversible.
+// See README.md; each verb lives in cmd_<verb>.go.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/runner"
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+var version = "0.1.0-dev"
+
+func main() { os.Exit(Main()) }
+
+// Main runs the CLI with os.Args and returns the exit status.
+func Main() int {
+	return run(os.Args[1:], os.Stdout, os.Stderr)
+}
+
+// exitError carries an exit status chosen by a verb (1 for a refusal).
+type exitError struct {
+	code int
+	kind string // the stable error code of --json
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// statusError makes `run` end with the command's own status.
+type statusError struct{ status int }
+
+func (e *statusError) Error() string { return fmt.Sprintf("exit status %d", e.status) }
+
+func usageErr(format string, a ...any) error {
+	return &exitError{code: 2, kind: "usage", err: fmt.Errorf(format, a...)}
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := newRootCmd(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.status
+	}
+	code, kind := classify(err)
+	if g.runStarted {
+		code = runner.StatusFailed
+	}
+	var re *runner.Error
+	if errors.As(err, &re) {
+		code = re.Status
+	}
+	if g.json {
+		b, _ := json.Marshal(map[string]string{"error": kind, "message": err.Error()}) // strings always marshal
+		fmt.Fprintln(stderr, string(b))
+	} else {
+		fmt.Fprintf(stderr, "snapback: %s\n", oneLine(err.Error()))
+	}
+	return code
+}
+
+// classify maps an error to an exit status and a stable code.
+func classify(err error) (int, string) {
+	var ee *exitError
+	var ce *snapshot.ConflictError
+	var cfg *config.Error
+	switch {
+	case errors.As(err, &ee):
+		return ee.code, ee.kind
+	case errors.As(err, &ce):
+		return 1, "conflict"
+	case errors.Is(err, snapshot.ErrNothingToUndo), errors.Is(err, snapshot.ErrNothingToRedo):
+		return 1, "nothing_to_do"
+	case errors.As(err, &cfg):
+		return 2, "config"
+	case errors.Is(err, snapshot.ErrNotFound):
+		return 2, "not_found"
+	case errors.Is(err, snapshot.ErrNoStore):
+		return 2, "no_store"
+	case errors.Is(err, snapshot.ErrLocked):
+		return 2, "locked"
+	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
+		return 2, "corrupt"
+	}
+	return 2, "error"
+}
+
+// oneLine keeps an error message on one line (paths may hold newlines).
+func oneLine(s string) string {
+	return strings.ReplaceAll(s, "\n", `\n`)
+}
+
+func newRootCmd(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "snapback",
+		Short:         "Undo for your machine: make a command's changes to a project reversible",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+	}
+	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "project root (default: nearest ancestor with snapback.toml or .snapback, else the working directory)")
+	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%s: %v", c.CommandPath(), err) })
+	root.AddCommand(
+		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
+		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
+	)
+	return root
+}

@@ -1,0 +1,237 @@
+// Package config reads snapback.toml, the project's settings:
+//
+//	[snapshot]
+//	ignore = ["node_modules", "*.log"]   # gitignore syntax
+//	mode = "auto"
+//
+//	[[target]]
+//	backend = "sqlite"
+//	path = "app.db"
+//
+//	[archive]
+//	destination = "/srv/snapback-archives"
+//	keep = 10
+//
+// Every error names snapback.toml and the line: a TOML syntax error, an
+// unknown key, a value of the wrong type or a value out of range.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
+)
+
+// FileName is the config file's name in the project root.
+const FileName = "snapback.toml"
+
+// Modes are the isolation modes `run` knows, in the order auto tries them.
+var Modes = []string{"auto", "overlayfs", "fuse", "btrfs", "apfs", "zfs", "copy"}
+
+// Config is a parsed snapback.toml.
+type Config struct {
+	Snapshot Snapshot `toml:"snapshot"`
+	Targets  []Target `toml:"target"`
+	Archive  Archive  `toml:"archive"`
+
+	path    string
+	matcher gitignore.Matcher
+}
+
+// Snapshot is the [snapshot] table.
+type Snapshot struct {
+	Ignore []string `toml:"ignore"`
+	Mode   string   `toml:"mode"`
+}
+
+// Target is one [[target]]: state outside the tree.
+type Target struct {
+	Name           string `toml:"name"`
+	Backend        string `toml:"backend"`
+	Path           string `toml:"path"`
+	DSN            string `toml:"dsn"`
+	Volume         string `toml:"volume"`
+	Dataset        string `toml:"dataset"`
+	StopContainers bool   `toml:"stop_containers"`
+}
+
+// Archive is the [archive] table.
+type Archive struct {
+	Destination string `toml:"destination"`
+	Keep        int    `toml:"keep"`
+}
+
+// Error is a problem in the config file, with its line when known.
+type Error struct {
+	Path string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.Path, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.Path, e.Msg)
+}
+
+// Load reads root/snapback.toml; a missing file is the default config.
+func Load(root string) (*Config, error) {
+	p := filepath.Join(root, FileName)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		c := &Config{path: p}
+		c.Snapshot.Mode = "auto"
+		return c, c.compile()
+	}
+	if err != nil {
+		return nil, &Error{Path: p, Msg: err.Error()}
+	}
+	return Parse(p, b)
+}
+
+// Parse parses the content of a config file named path.
+func Parse(path string, b []byte) (*Config, error) {
+	c := &Config{path: path}
+	dec := toml.NewDecoder(bytes.NewReader(b)).DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		var de *toml.DecodeError
+		var sm *toml.StrictMissingError
+		switch {
+		case errors.As(err, &sm) && len(sm.Errors) > 0:
+			e := sm.Errors[0]
+			row, _ := e.Position()
+			return nil, &Error{Path: path, Line: row, Msg: fmt.Sprintf("unknown key %q", strings.Join(e.Key(), "."))}
+		case errors.As(err, &de):
+			row, _ := de.Position()
+			msg := de.Error()
+			if k := de.Key(); len(k) > 0 {
+				msg = fmt.Sprintf("%s: %s", strings.Join(k, "."), msg)
+			}
+			return nil, &Error{Path: path, Line: row, Msg: msg}
+		}
+		return nil, &Error{Path: path, Msg: err.Error()}
+	}
+	if c.Snapshot.Mode == "" {
+		c.Snapshot.Mode = "auto"
+	}
+	if err := c.validate(b); err != nil {
+		return nil, err
+	}
+	return c, c.compile()
+}
+
+// Backends lists the target backend names snapback.toml may use.
+var Backends = []string{"sqlite", "postgres", "mysql", "docker-volume", "btrfs", "zfs", "apfs"}
+
+func (c *Config) validate(src []byte) error {
+	bad := func(table string, index int, key, format string, a ...any) error {
+		return &Error{Path: c.path, Line: keyLine(src, table, index, key), Msg: fmt.Sprintf(format, a...)}
+	}
+	if !contains(Modes, c.Snapshot.Mode) {
+		return bad("snapshot", -1, "mode", "snapshot.mode: unknown mode %q (one of %s)", c.Snapshot.Mode, strings.Join(Modes, ", "))
+	}
+	for i, p := range c.Snapshot.Ignore {
+		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\x00\n") {
+			return bad("snapshot", -1, "ignore", "snapshot.ignore[%d]: invalid pattern %q", i, p)
+		}
+	}
+	for i, t := range c.Targets {
+		if t.Backend == "" {
+			return bad("target", i, "", "target %d: no backend", i+1)
+		}
+		if !contains(Backends, t.Backend) {
+			return bad("target", i, "backend", "target %d: unknown backend %q (one of %s)", i+1, t.Backend, strings.Join(Backends, ", "))
+		}
+	}
+	if c.Archive.Keep < 0 {
+		return bad("archive", -1, "keep", "archive.keep: must be 0 or more, not %d", c.Archive.Keep)
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// keyLine finds the line of key in table (the index-th [[table]] when
+// index >= 0; the table header itself when key is empty), or 0.
+func keyLine(src []byte, table string, index int, key string) int {
+	var p unstable.Parser
+	p.Reset(src)
+	cur, n := "", -1
+	for p.NextExpression() {
+		e := p.Expression()
+		switch e.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			cur = joinKey(e.Key())
+			if e.Kind == unstable.ArrayTable && cur == table {
+				n++
+			}
+			if key == "" && cur == table && n == index {
+				return line(&p, e)
+			}
+		case unstable.KeyValue:
+			k := joinKey(e.Key())
+			if cur == table && k == key && (index < 0 || n == index) {
+				return line(&p, e)
+			}
+			if cur == "" && k == table+"."+key {
+				return line(&p, e)
+			}
+		}
+	}
+	return 0
+}
+
+func line(p *unstable.Parser, e *unstable.Node) int {
+	it := e.Key()
+	if it.Next() {
+		if r := it.Node().Raw; r.Length > 0 {
+			return p.Shape(r).Start.Line
+		}
+	}
+	if v := e.Value(); v != nil && v.Raw.Length > 0 {
+		return p.Shape(v.Raw).Start.Line
+	}
+	return 0
+}
+
+func joinKey(it unstable.Iterator) string {
+	var parts []string
+	for it.Next() {
+		parts = append(parts, string(it.Node().Data))
+	}
+	return strings.Join(parts, ".")
+}
+
+func (c *Config) compile() error {
+	var ps []gitignore.Pattern
+	for _, p := range c.Snapshot.Ignore {
+		ps = append(ps, gitignore.ParsePattern(p, nil))
+	}
+	c.matcher = gitignore.NewMatcher(ps)
+	return nil
+}
+
+// Ignored reports whether a relative, slash-separated path matches the
+// ignore patterns (gitignore semantics, matched from the root).
+func (c *Config) Ignored(path string, isDir bool) bool {
+	if len(c.Snapshot.Ignore) == 0 {
+		return false
+	}
+	return c.matcher.Match(strings.Split(path, "/"), isDir)
+}

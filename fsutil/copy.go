@@ -1,0 +1,162 @@
+package fsutil
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+const copyBuf = 1 << 20
+
+var zeros = make([]byte, copyBuf)
+
+// CopyHash copies all of src into dst (an empty file) and returns the
+// SHA-256 of the bytes dst now holds and their count. It clones (FICLONE)
+// where the filesystem allows it and otherwise copies data regions only, so
+// a sparse file stays sparse. The hash is of what was written, so a source
+// changing during the copy can never make the hash lie about dst.
+func CopyHash(dst, src *os.File) (sum [32]byte, size int64, err error) {
+	if cloneFile(dst, src) == nil {
+		return HashFile(dst)
+	}
+	h := sha256.New()
+	size, err = sparseCopy(dst, src, h)
+	if err != nil {
+		return sum, 0, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, size, nil
+}
+
+// HashFile returns the SHA-256 and length of f's content, reading only its
+// data regions (holes hash as the zeros they read as).
+func HashFile(f *os.File) (sum [32]byte, size int64, err error) {
+	h := sha256.New()
+	size, err = sparseCopy(nil, f, h)
+	if err != nil {
+		return sum, 0, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, size, nil
+}
+
+// sparseCopy walks src's data regions with SEEK_DATA/SEEK_HOLE, writing them
+// to dst (when not nil) at the same offsets and feeding h every byte,
+// zeros for holes. It reads until EOF rather than trusting a stat size.
+func sparseCopy(dst, src *os.File, h hash.Hash) (int64, error) {
+	buf := make([]byte, copyBuf)
+	fd := int(src.Fd())
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", src.Name(), err)
+	}
+	end := st.Size
+	var off int64
+	for {
+		data := off
+		if off < end {
+			d, err := unix.Seek(fd, off, unix.SEEK_DATA)
+			switch {
+			case err == nil:
+				data = d
+			case errors.Is(err, unix.ENXIO): // no data after off: the rest is a hole
+				data = end
+			default: // filesystem without SEEK_DATA: treat everything as data
+				data = off
+			}
+		}
+		if data > off { // a hole
+			if err := hashZeros(h, data-off); err != nil {
+				return 0, err
+			}
+			off = data
+		}
+		// Copy until EOF or the next hole.
+		hole := int64(-1)
+		if off < end {
+			if hs, err := unix.Seek(fd, off, unix.SEEK_HOLE); err == nil {
+				hole = hs
+			}
+		}
+		n, err := copyRange(dst, src, h, buf, off, hole)
+		off += n
+		if err != nil {
+			return 0, err
+		}
+		if hole < 0 || off < hole {
+			break // EOF (the file may have grown or shrunk since the stat)
+		}
+	}
+	if dst != nil {
+		if err := dst.Truncate(off); err != nil {
+			return 0, fmt.Errorf("truncate %s: %w", dst.Name(), err)
+		}
+	}
+	return off, nil
+}
+
+// copyRange copies [off, limit) (limit < 0: to EOF) and returns the bytes
+// copied; it stops early at EOF.
+func copyRange(dst, src *os.File, h hash.Hash, buf []byte, off, limit int64) (int64, error) {
+	var n int64
+	for limit < 0 || off+n < limit {
+		want := int64(len(buf))
+		if limit >= 0 && limit-(off+n) < want {
+			want = limit - (off + n)
+		}
+		r, err := src.ReadAt(buf[:want], off+n)
+		if r > 0 {
+			h.Write(buf[:r])
+			if dst != nil {
+				if _, werr := dst.WriteAt(buf[:r], off+n); werr != nil {
+					return n, fmt.Errorf("write %s: %w", dst.Name(), werr)
+				}
+			}
+			n += int64(r)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("read %s: %w", src.Name(), err)
+		}
+	}
+	return n, nil
+}
+
+func hashZeros(h hash.Hash, n int64) error {
+	for n > 0 {
+		c := int64(len(zeros))
+		if n < c {
+			c = n
+		}
+		h.Write(zeros[:c])
+		n -= c
+	}
+	return nil
+}
+
+// CopyFile copies src to dst like CopyHash, for callers that do not need
+// the hash (restores from the store, whose objects are already verified
+// by name).
+func CopyFile(dst, src *os.File) error {
+	if cloneFile(dst, src) == nil {
+		return nil
+	}
+	_, err := sparseCopy(dst, src, discardHash{})
+	return err
+}
+
+// discardHash is a hash.Hash that does nothing: the cheap path of CopyFile.
+type discardHash struct{}
+
+func (discardHash) Write(p []byte) (int, error) { return len(p), nil }
+func (discardHash) Sum(b []byte) []byte         { return b }
+func (discardHash) Reset()                      {}
+func (discardHash) Size() int                   { return 0 }
+func (discardHash) BlockSize() int              { return 1 }

@@ -1,0 +1,10 @@
+package fsutil
+
+import "golang.org/x/sys/unix"
+
+// macOS has no mkfifoat in x/sys/unix: create it by path. The directory's
+// path was resolved without symlinks when it was opened; a rename racing
+// this call is the one gap, and mkfifo never follows a final symlink.
+func mkfifoat(d *Dir, name string, perm uint32) error {
+	return unix.Mkfifo(d.join(name), perm)
+}

@@ -1,0 +1,12 @@
+// Package fsutil holds the few filesystem primitives every part of snapback
+// relies on for safety:
+//
+//   - [WriteFileAtomic]: temp file in the target's directory, write, fsync,
+//     rename, fsync the directory; nothing half-written is ever visible.
+//   - [Dir]: a directory held open by file descriptor. Every path below it is
+//     resolved one component at a time with O_NOFOLLOW, so no operation ever
+//     follows a symlink or leaves the root, whatever a concurrent process does
+//     to the tree.
+//   - [CopyFile]: a copy that clones (FICLONE) where the filesystem can, keeps
+//     holes of sparse files, and hashes what it copies in the same pass.
+package fsutil

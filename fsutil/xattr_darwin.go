@@ -1,0 +1,3 @@
+package fsutil
+
+func (d *Dir) xattrPath(name string) string { return d.join(name) }

@@ -1,0 +1,130 @@
+// Package runner executes the user's command the way a shell would, so
+// that snapback is invisible to it: same stdin, stdout, stderr and
+// terminal, same environment and working directory, signals forwarded, and
+// an exit status that tells the caller exactly what happened (the code, or
+// 128+N for a signal N; 126 and 127 as a shell reports them).
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit statuses with a fixed meaning.
+const (
+	StatusFailed     = 125 // snapback itself failed before or after the command
+	StatusNotExec    = 126 // found but not executable
+	StatusNotFound   = 127 // no such command
+	statusSignalBase = 128
+)
+
+// Error is a failure to start the command, with the shell's status for it.
+type Error struct {
+	Status int
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// forwarded are the signals passed on to the command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// Command describes what to run.
+type Command struct {
+	Args []string // Args[0] is looked up in PATH as a shell would
+	Dir  string   // working directory; "" for the current one
+	Env  []string // nil for the current environment
+	// Prepare, when set, adjusts the exec.Cmd before it starts (the
+	// overlay modes set namespaces and credentials here).
+	Prepare func(*exec.Cmd) error
+}
+
+// Run runs the command to completion and returns its exit status. An error
+// means it could not be started; its *Error carries the status to use.
+func Run(c Command) (int, error) {
+	if len(c.Args) == 0 {
+		return StatusFailed, &Error{StatusFailed, errors.New("no command given")}
+	}
+	path, err := exec.LookPath(c.Args[0])
+	if err != nil {
+		st := StatusNotFound
+		if errors.Is(err, fs.ErrPermission) {
+			st = StatusNotExec
+		}
+		return st, &Error{st, fmt.Errorf("%s: %w", c.Args[0], err)}
+	}
+	cmd := &exec.Cmd{Path: path, Args: c.Args, Dir: c.Dir, Env: c.Env,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	if c.Prepare != nil {
+		if err := c.Prepare(cmd); err != nil {
+			return StatusFailed, &Error{StatusFailed, err}
+		}
+	}
+	// Catch signals before the start, so none is lost in between.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		st := StatusNotExec
+		if errors.Is(err, fs.ErrNotExist) {
+			st = StatusNotFound
+		}
+		return st, &Error{st, fmt.Errorf("%s: %w", c.Args[0], err)}
+	}
+	tty := foregroundOfTerminal()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				// A terminal sends ^C and ^\ to its whole foreground process
+				// group, the command included: sending them again would
+				// deliver them twice.
+				if tty && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
+					continue
+				}
+				// The command may have just exited; nothing to deliver then.
+				_ = cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(done)
+	if cmd.ProcessState == nil {
+		return StatusFailed, &Error{StatusFailed, err}
+	}
+	return StatusOf(cmd.ProcessState), nil
+}
+
+// StatusOf turns a process's end into a shell-style status.
+func StatusOf(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return statusSignalBase + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// foregroundOfTerminal reports whether this process is in the foreground
+// process group of its controlling terminal.
+func foregroundOfTerminal() bool {
+	f, err := os.Open("/dev/tty")
+	if err != nil {
+		return false
+	}
+	defer f.Close() // read-only
+	pgrp, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	if err != nil {
+		return false
+	}
+	return pgrp == unix.Getpgrp()
+}

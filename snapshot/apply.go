@@ -1,0 +1,345 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// applier makes the tree match a target manifest: for ScopeTree every path
+// of the tree, for ScopePaths the manifest's paths and what lies below
+// those that stop being directories. Every step only looks at the tree as
+// it is now and moves it towards the target, so running it again after a
+// crash finishes the job (it is idempotent). Each path is replaced by a
+// rename from a temp file in its own directory, so no path is ever torn;
+// no operation follows a symlink (see [fsutil.Dir]).
+type applier struct {
+	s      *Store
+	root   *fsutil.Dir
+	opID   string
+	target Manifest
+	scope  Scope
+	dirs   map[string]*fsutil.Dir
+	tmpN   int
+	isRoot bool
+	// touched collects the directories whose entries changed, to fsync.
+	touched map[string]bool
+}
+
+func (a *applier) close() {
+	for _, d := range a.dirs {
+		d.Close()
+	}
+	a.dirs = nil
+}
+
+func (a *applier) dir(p string) (*fsutil.Dir, error) {
+	if d, ok := a.dirs[p]; ok {
+		return d, nil
+	}
+	d, err := a.root.OpenDir(p)
+	if err != nil {
+		return nil, err
+	}
+	a.dirs[p] = d
+	return d, nil
+}
+
+// forget drops cached handles at or below p (it was removed or replaced).
+func (a *applier) forget(p string) {
+	for k, d := range a.dirs {
+		if Under(k, p) && k != "" {
+			d.Close()
+			delete(a.dirs, k)
+		}
+	}
+}
+
+func (a *applier) tmpName() string {
+	a.tmpN++
+	return TempPrefix + a.opID + "." + strconv.Itoa(a.tmpN)
+}
+
+// covered reports whether the tree's path p is governed by the target.
+func (a *applier) covered(p string) bool {
+	if a.scope == ScopeTree {
+		return true
+	}
+	if a.target.Find(p) != nil {
+		return true
+	}
+	for q := Parent(p); ; q = Parent(q) {
+		if t := a.target.Find(q); t != nil && t.Type != Dir {
+			return true
+		}
+		if q == "" {
+			return false
+		}
+	}
+}
+
+// run applies the target given cur, the tree's current state of the
+// covered paths (from a scan with hashes).
+func (a *applier) run(cur Manifest) error {
+	a.dirs = map[string]*fsutil.Dir{}
+	a.touched = map[string]bool{}
+	a.isRoot = os.Geteuid() == 0
+	defer a.close()
+
+	// 1. Remove what must go, deepest first.
+	removed := map[string]bool{}
+	for i := len(cur) - 1; i >= 0; i-- {
+		c := &cur[i]
+		if c.Type == Absent || !a.covered(c.Path) {
+			continue
+		}
+		t := a.target.Find(c.Path)
+		if t != nil && t.Type == c.Type && t.Type != Absent {
+			continue
+		}
+		if err := a.remove(c); err != nil {
+			return err
+		}
+		removed[c.Path] = true
+	}
+	// 2. Create and update, parents first.
+	for i := range a.target {
+		t := &a.target[i]
+		if t.Type == Absent {
+			continue
+		}
+		c := cur.Find(t.Path)
+		if c != nil && (removed[c.Path] || c.Type == Absent) {
+			c = nil
+		}
+		if err := a.put(t, c); err != nil {
+			return err
+		}
+	}
+	// 3. Directory metadata last, deepest first, so that nothing we do
+	// afterwards moves a directory's mtime.
+	for i := len(a.target) - 1; i >= 0; i-- {
+		t := &a.target[i]
+		if t.Type != Dir {
+			continue
+		}
+		c := cur.Find(t.Path)
+		if c != nil && !removed[c.Path] && c.Type == Dir && c.SameMeta(t) && !a.touched[t.Path] {
+			continue
+		}
+		if err := a.setMeta(t, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *applier) remove(c *Entry) error {
+	d, err := a.dir(Parent(c.Path))
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // its parent is gone already
+		}
+		return fmt.Errorf("remove %s: %w", c.Path, err)
+	}
+	name := Base(c.Path)
+	if c.Type == Dir {
+		a.forget(c.Path)
+		err = d.Rmdir(name)
+		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+			// What is left is ignored or excluded content, which no
+			// restore may touch: keep the directory around it.
+			if t := a.target.Find(c.Path); t == nil || t.Type == Absent {
+				return nil
+			}
+			return fmt.Errorf("remove %s: it holds ignored files; move them away and run `snapback recover`", c.Path)
+		}
+	} else {
+		err = d.Unlink(name)
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("remove %s: %w", c.Path, err)
+	}
+	a.touched[Parent(c.Path)] = true
+	return nil
+}
+
+// put makes path t.Path hold t, given its current (surviving) entry c.
+func (a *applier) put(t, c *Entry) error {
+	d, err := a.dir(Parent(t.Path))
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", t.Path, err)
+	}
+	name := Base(t.Path)
+	if c != nil && c.SameContent(t) {
+		if t.Type == Dir || c.SameMeta(t) {
+			return nil // directory metadata comes in the last pass
+		}
+		return a.setMeta(t, c)
+	}
+	if t.Type == Dir {
+		if err := d.Mkdir(name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("restore %s: %w", t.Path, err)
+		}
+		a.touched[Parent(t.Path)] = true
+		a.touched[t.Path] = true
+		return nil
+	}
+	tmp := a.tmpName()
+	if err := a.create(d, tmp, t); err != nil {
+		d.Unlink(tmp) // best effort; recover also sweeps temps of this op
+		return fmt.Errorf("restore %s: %w", t.Path, err)
+	}
+	if err := d.Rename(tmp, d, name); err != nil {
+		d.Unlink(tmp)
+		return fmt.Errorf("restore %s: %w", t.Path, err)
+	}
+	a.touched[Parent(t.Path)] = true
+	return nil
+}
+
+// create makes tmp in d a complete copy of t, metadata included.
+func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
+	switch t.Type {
+	case File:
+		if t.Link != "" {
+			pd, err := a.dir(Parent(t.Link))
+			if err != nil {
+				return err
+			}
+			if err := pd.Link(Base(t.Link), d, tmp); err != nil {
+				return err
+			}
+			return nil // the inode's metadata came with its first name
+		}
+		src, err := a.s.OpenObject(t.Object)
+		if err != nil {
+			return err
+		}
+		defer src.Close() // read-only
+		f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		err = fsutil.CopyFile(f, src)
+		if err == nil {
+			err = a.fileMeta(f, t)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case Symlink:
+		if err := d.Symlink(t.Target, tmp); err != nil {
+			return err
+		}
+		if a.isRoot {
+			if err := d.Lchown(tmp, int(t.UID), int(t.GID)); err != nil {
+				return err
+			}
+		}
+	case Fifo:
+		if err := d.Mkfifo(tmp, 0o600); err != nil {
+			return err
+		}
+		f, err := d.Open(tmp, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		err = a.fileMeta(f, t)
+		f.Close() // read-only
+		if err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("cannot restore a %s", t.Type)
+	}
+	return d.SetTimes(tmp, time.Unix(0, t.Mtime))
+}
+
+// fileMeta sets owner, mode and xattrs on an open file (not the mtime:
+// callers set it last, after everything that could move it).
+func (a *applier) fileMeta(f *os.File, t *Entry) error {
+	fd := int(f.Fd())
+	if a.isRoot {
+		if err := unix.Fchown(fd, int(t.UID), int(t.GID)); err != nil {
+			return fmt.Errorf("chown %s: %w", t.Path, err)
+		}
+	}
+	if err := fsutil.SetXattrs(fd, t.Path, t.Xattrs); err != nil {
+		return err
+	}
+	// chmod after chown: chown clears setuid/setgid bits.
+	if err := unix.Fchmod(fd, t.Mode); err != nil {
+		return fmt.Errorf("chmod %s: %w", t.Path, err)
+	}
+	return nil
+}
+
+// setMeta fixes the metadata of an existing entry with the right content.
+func (a *applier) setMeta(t, c *Entry) error {
+	d, err := a.dir(Parent(t.Path))
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", t.Path, err)
+	}
+	name := Base(t.Path)
+	if t.Type != Symlink {
+		f, err := d.Open(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err == nil {
+			err = a.fileMeta(f, t)
+			f.Close() // read-only
+		} else if errors.Is(err, unix.EACCES) && (c == nil || c.UID == t.UID && c.GID == t.GID && len(t.Xattrs) == 0) {
+			err = d.Chmod(name, t.Mode) // unreadable to us: the mode is all we can set
+		}
+		if err != nil {
+			return fmt.Errorf("restore %s: %w", t.Path, err)
+		}
+	} else if a.isRoot {
+		if err := d.Lchown(name, int(t.UID), int(t.GID)); err != nil {
+			return fmt.Errorf("restore %s: %w", t.Path, err)
+		}
+	}
+	if err := d.SetTimes(name, time.Unix(0, t.Mtime)); err != nil {
+		return fmt.Errorf("restore %s: %w", t.Path, err)
+	}
+	return nil
+}
+
+// sweepTemps removes temp files an interrupted operation opID left in the
+// directories the target touches.
+func (s *Store) sweepTemps(root *fsutil.Dir, target Manifest, opID string) {
+	prefix := TempPrefix + opID + "."
+	dirs := map[string]bool{"": true}
+	for i := range target {
+		dirs[Parent(target[i].Path)] = true
+		if target[i].Type == Dir {
+			dirs[target[i].Path] = true
+		}
+	}
+	keys := make([]string, 0, len(dirs))
+	for k := range dirs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, p := range keys {
+		d, err := root.OpenDir(p)
+		if err != nil {
+			continue // not there (yet): nothing to sweep
+		}
+		names, _ := d.ReadDirNames() // best effort: a sweep that misses leaves a hidden temp
+		for _, n := range names {
+			if len(n) > len(prefix) && n[:len(prefix)] == prefix {
+				d.Unlink(n) // best effort, as above
+			}
+		}
+		d.Close()
+	}
+}

@@ -1,0 +1,218 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/snapback/snapback/fsutil"
+)
+
+// The manifest encoding: a magic line, then a uvarint count and the
+// entries, each a sequence of length-prefixed byte strings and varints.
+// Paths are bytes, so every name the OS allows round-trips exactly. The
+// store addresses a manifest by its SHA-256, which guards its integrity;
+// the decoder still checks every length against the input so that a
+// damaged or hostile file yields an error, never a panic or a huge
+// allocation.
+const manifestMagic = "snapback-manifest-1\n"
+
+// ErrCorrupt is returned for a manifest, meta or index that does not decode.
+var ErrCorrupt = errors.New("corrupt data")
+
+// EncodeManifest serializes m (which must be sorted).
+func EncodeManifest(m Manifest) []byte {
+	b := make([]byte, 0, 64+len(m)*96)
+	b = append(b, manifestMagic...)
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for i := range m {
+		e := &m[i]
+		b = appendString(b, e.Path)
+		b = append(b, byte(e.Type))
+		b = binary.AppendUvarint(b, uint64(e.Mode))
+		b = binary.AppendUvarint(b, uint64(e.UID))
+		b = binary.AppendUvarint(b, uint64(e.GID))
+		b = binary.AppendVarint(b, e.Mtime)
+		b = binary.AppendVarint(b, e.Size)
+		if e.Type == File {
+			b = append(b, e.Object[:]...)
+		}
+		b = appendString(b, e.Target)
+		b = appendString(b, e.Link)
+		b = binary.AppendUvarint(b, uint64(len(e.Xattrs)))
+		for _, x := range e.Xattrs {
+			b = appendString(b, x.Name)
+			b = appendString(b, string(x.Value))
+		}
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: manifest: bad %s", ErrCorrupt, what)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) u32(what string) uint32 {
+	v := d.uvarint(what)
+	if v > 1<<32-1 {
+		d.fail(what)
+	}
+	return uint32(v)
+}
+
+func (d *decoder) bytes(n uint64, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(what)
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str(what string) string {
+	return string(d.bytes(d.uvarint(what), what))
+}
+
+// DecodeManifest parses what EncodeManifest wrote and checks it: paths are
+// valid relative paths, sorted and unique; every link names an earlier
+// file; field values are in range.
+func DecodeManifest(b []byte) (Manifest, error) {
+	if len(b) < len(manifestMagic) || string(b[:len(manifestMagic)]) != manifestMagic {
+		return nil, fmt.Errorf("%w: manifest: bad magic", ErrCorrupt)
+	}
+	d := &decoder{b: b[len(manifestMagic):]}
+	n := d.uvarint("count")
+	// Every entry takes at least 10 bytes: a bound that keeps a hostile
+	// count from allocating more than the input justifies.
+	if n > uint64(len(d.b))/10+1 {
+		return nil, fmt.Errorf("%w: manifest: count %d too large for %d bytes", ErrCorrupt, n, len(b))
+	}
+	m := make(Manifest, 0, n)
+	files := map[string]bool{}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var e Entry
+		e.Path = d.str("path")
+		if d.err == nil && !ValidPath(e.Path) {
+			return nil, fmt.Errorf("%w: manifest: invalid path %q", ErrCorrupt, e.Path)
+		}
+		if len(m) > 0 && d.err == nil && m[len(m)-1].Path >= e.Path {
+			return nil, fmt.Errorf("%w: manifest: paths not sorted at %q", ErrCorrupt, e.Path)
+		}
+		t := d.bytes(1, "type")
+		if d.err == nil {
+			e.Type = Type(t[0])
+			if e.Type >= numTypes {
+				d.fail("type")
+			}
+		}
+		e.Mode = d.u32("mode")
+		if e.Mode > 07777 {
+			d.fail("mode")
+		}
+		e.UID = d.u32("uid")
+		e.GID = d.u32("gid")
+		e.Mtime = d.varint("mtime")
+		e.Size = d.varint("size")
+		if e.Size < 0 {
+			d.fail("size")
+		}
+		if e.Type == File {
+			copy(e.Object[:], d.bytes(32, "object"))
+		}
+		e.Target = d.str("target")
+		e.Link = d.str("link")
+		if d.err == nil && e.Link != "" && (e.Type != File || !files[e.Link]) {
+			return nil, fmt.Errorf("%w: manifest: %q links to %q, not an earlier file", ErrCorrupt, e.Path, e.Link)
+		}
+		if d.err == nil && e.Target != "" && e.Type != Symlink {
+			d.fail("target")
+		}
+		nx := d.uvarint("xattr count")
+		if nx > uint64(len(d.b))/2 {
+			d.fail("xattr count")
+		}
+		for j := uint64(0); j < nx && d.err == nil; j++ {
+			x := fsutil.Xattr{Name: d.str("xattr name")}
+			x.Value = []byte(d.str("xattr value"))
+			e.Xattrs = append(e.Xattrs, x)
+		}
+		if d.err == nil && !sort.SliceIsSorted(e.Xattrs, func(a, b int) bool { return e.Xattrs[a].Name < e.Xattrs[b].Name }) {
+			d.fail("xattr order")
+		}
+		if e.Type == File && e.Link == "" {
+			files[e.Path] = true
+		}
+		m = append(m, e)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: manifest: %d trailing bytes", ErrCorrupt, len(d.b))
+	}
+	return m, nil
+}
+
+// ValidPath reports whether p is a clean relative path: no empty, "." or
+// ".." component, no leading or trailing slash, no NUL.
+func ValidPath(p string) bool {
+	if p == "" {
+		return false
+	}
+	start := 0
+	for i := 0; i <= len(p); i++ {
+		if i == len(p) || p[i] == '/' {
+			c := p[start:i]
+			if c == "" || c == "." || c == ".." {
+				return false
+			}
+			start = i + 1
+		} else if p[i] == 0 {
+			return false
+		}
+	}
+	return true
+}

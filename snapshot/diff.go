@@ -1,0 +1,115 @@
+package snapshot
+
+import (
+	"fmt"
+	"io"
+
+	"golang.org/x/sys/unix"
+)
+
+// Change is one path that differs between a snapshot and the tree.
+// Op is A (added since), D (deleted since), T (type changed) or M
+// (content, mode or xattrs changed).
+type Change struct {
+	Path string
+	Op   string
+	Old  *Entry // nil when added
+	New  *Entry // nil when deleted
+}
+
+// DiffManifests compares two states of the same scope.
+func DiffManifests(old, cur Manifest) []Change {
+	var out []Change
+	i, j := 0, 0
+	for i < len(old) || j < len(cur) {
+		var o, c *Entry
+		switch {
+		case j >= len(cur) || i < len(old) && old[i].Path < cur[j].Path:
+			o = &old[i]
+			i++
+		case i >= len(old) || cur[j].Path < old[i].Path:
+			c = &cur[j]
+			j++
+		default:
+			o, c = &old[i], &cur[j]
+			i++
+			j++
+		}
+		if o != nil && o.Type == Absent {
+			o = nil
+		}
+		if c != nil && c.Type == Absent {
+			c = nil
+		}
+		switch {
+		case o == nil && c == nil:
+		case o == nil:
+			out = append(out, Change{Path: c.Path, Op: "A", New: c})
+		case c == nil:
+			out = append(out, Change{Path: o.Path, Op: "D", Old: o})
+		case o.Type != c.Type:
+			out = append(out, Change{Path: o.Path, Op: "T", Old: o, New: c})
+		case o.Changed(c):
+			out = append(out, Change{Path: o.Path, Op: "M", Old: o, New: c})
+		}
+	}
+	return out
+}
+
+// DefaultDiffBase is the snapshot `diff` compares with by default: the one
+// `undo` would revert, else the newest.
+func (r *Repo) DefaultDiffBase() (*Meta, error) {
+	h, err := r.History()
+	if err != nil {
+		return nil, err
+	}
+	for i := len(h.All) - 1; i >= 0; i-- {
+		if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] {
+			return m, nil
+		}
+	}
+	if len(h.All) == 0 {
+		return nil, fmt.Errorf("no snapshots yet: %w", ErrNotFound)
+	}
+	return h.All[len(h.All)-1], nil
+}
+
+// Diff compares snapshot m with the tree as it is now (reading, never
+// storing, changed contents).
+func (r *Repo) Diff(m *Meta) ([]Change, error) {
+	old, err := r.LoadManifest(m.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := r.current(old, m.Scope, false)
+	if err != nil {
+		return nil, fmt.Errorf("diff: %w", err)
+	}
+	return DiffManifests(old, cur), nil
+}
+
+// ReadTreeFile reads up to limit bytes of the tree's file at path, never
+// following a symlink.
+func (r *Repo) ReadTreeFile(path string, limit int64) ([]byte, error) {
+	d, err := r.root.OpenDir(Parent(path))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	f, err := d.Open(Base(path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // read-only
+	return io.ReadAll(io.LimitReader(f, limit))
+}
+
+// ReadObjectPrefix reads up to limit bytes of a stored object.
+func (r *Repo) ReadObjectPrefix(id ObjectID, limit int64) ([]byte, error) {
+	f, err := r.OpenObject(id)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // read-only
+	return io.ReadAll(io.LimitReader(f, limit))
+}

@@ -1,0 +1,283 @@
+package snapshot
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// History is the snapshot list with undo state derived from it: which
+// snapshots are undone, and which undos redo would reapply (newest last).
+// It is derived, never stored, so it cannot disagree with the records.
+type History struct {
+	All    []*Meta // oldest first
+	Undone map[string]bool
+	Redo   []*Meta // pre-undo records, the one redo takes is last
+}
+
+// History reads the records and derives undo state: a pre-undo undoes its
+// target, a pre-redo reapplies the latest undo, and any new snap or run
+// ends what redo can reach (as in an editor).
+func (r *Repo) History() (*History, error) {
+	all, err := r.List()
+	if err != nil {
+		return nil, err
+	}
+	h := &History{All: all, Undone: map[string]bool{}}
+	byID := map[string]*Meta{}
+	for _, m := range all {
+		byID[m.ID] = m
+		switch m.Kind {
+		case KindPreUndo:
+			h.Undone[m.Undoes] = true
+			h.Redo = append(h.Redo, m)
+		case KindPreRedo:
+			if p := byID[m.Redoes]; p != nil {
+				delete(h.Undone, p.Undoes)
+			}
+			if n := len(h.Redo); n > 0 && h.Redo[n-1].ID == m.Redoes {
+				h.Redo = h.Redo[:n-1]
+			}
+		default:
+			h.Redo = nil
+		}
+	}
+	return h, nil
+}
+
+// Undo reverts the newest undoable snapshot not yet undone, or ref. It
+// returns the reverted snapshot and the pre-undo record that saved what
+// the undo replaced.
+func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
+	h, err := r.History()
+	if err != nil {
+		return nil, nil, err
+	}
+	var s *Meta
+	if ref != "" {
+		if s, err = r.Resolve(ref); err != nil {
+			return nil, nil, err
+		}
+		if !s.Kind.Undoable() {
+			return nil, nil, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore (use `restore %s` to go back to it)", s.ID, s.Kind, s.ID)
+		}
+	} else {
+		for i := len(h.All) - 1; i >= 0; i-- {
+			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != "running" {
+				s = m
+				break
+			}
+		}
+		if s == nil {
+			return nil, nil, ErrNothingToUndo
+		}
+	}
+	rec, err := r.newMeta(KindPreUndo, s.Scope)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec.Undoes = s.ID
+	if err := r.revert("undo", s.Manifest, s.After, s.Scope, rec, force); err != nil {
+		return nil, nil, err
+	}
+	return s, rec, nil
+}
+
+// Redo reapplies the most recent undo not yet redone.
+func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
+	h, err := r.History()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(h.Redo) == 0 {
+		return nil, nil, ErrNothingToRedo
+	}
+	p := h.Redo[len(h.Redo)-1]
+	rec, err := r.newMeta(KindPreRedo, p.Scope)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec.Redoes = p.ID
+	if err := r.revert("redo", p.Manifest, p.After, p.Scope, rec, force); err != nil {
+		return nil, nil, err
+	}
+	return p, rec, nil
+}
+
+// Restore puts back the state recorded by ref (all of the tree for a tree
+// snapshot, its paths for a paths one), saving the current state first in
+// a pre-restore snapshot that `undo` reverts.
+func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
+	s, err := r.Resolve(ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec, err := r.newMeta(KindPreRestore, s.Scope)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.revert("restore", s.Manifest, "", s.Scope, rec, true); err != nil {
+		return nil, nil, err
+	}
+	return s, rec, nil
+}
+
+// revert moves the tree to the manifest `to`, first saving the present
+// state of what it governs in rec. afterID, when set, is the state those
+// paths should be in now; a path that differs was edited by someone else
+// and is a conflict unless force is set.
+func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool) error {
+	target, err := r.LoadManifest(to)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	cur, err := r.current(target, scope, true)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if afterID != "" && scope == ScopePaths && !force {
+		after, err := r.LoadManifest(afterID)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if c := Conflicts(after, cur); len(c) > 0 {
+			return &ConflictError{Op: op, Paths: c}
+		}
+	}
+	rec.Files, rec.Bytes = counts(cur)
+	if rec.Manifest, err = r.record(cur); err != nil {
+		return err
+	}
+	rec.After = to
+	return r.transition(op, target, scope, rec)
+}
+
+// Conflicts lists the paths of cur that differ in type or content from
+// after (a path missing from after is expected to be absent).
+func Conflicts(after, cur Manifest) []string {
+	var out []string
+	for i := range cur {
+		c := &cur[i]
+		a := after.Find(c.Path)
+		if a == nil {
+			a = &Entry{Path: c.Path, Type: Absent}
+		}
+		if a.Type != c.Type || a.Type == File && a.Object != c.Object || a.Type == Symlink && a.Target != c.Target {
+			out = append(out, c.Path)
+		}
+	}
+	return out
+}
+
+// GCStats says what gc removed.
+type GCStats struct {
+	Snapshots int
+	Objects   int
+	Bytes     int64
+}
+
+// GC keeps the keep newest snapshots, plus the records undo and redo still
+// need, and deletes every object no kept manifest references.
+func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
+	var st GCStats
+	if r.HasJournal() {
+		return st, fmt.Errorf("gc: an interrupted operation awaits `snapback recover`")
+	}
+	h, err := r.History()
+	if err != nil {
+		return st, err
+	}
+	kept := map[string]bool{}
+	for _, id := range protect {
+		kept[id] = true
+	}
+	for i := len(h.All) - 1; i >= 0 && len(h.All)-i <= keep; i-- {
+		kept[h.All[i].ID] = true
+	}
+	for _, p := range h.Redo {
+		kept[p.ID] = true
+	}
+	for _, m := range h.All {
+		if m.State == "running" {
+			kept[m.ID] = true // a run in progress (or one that died: recover it)
+		}
+	}
+	// A kept undone snapshot needs the record that undid it, or it would
+	// look not undone; a kept pre-undo needs the pre-redo that reverted it.
+	for changed := true; changed; {
+		changed = false
+		for _, m := range h.All {
+			if kept[m.ID] {
+				continue
+			}
+			if m.Kind == KindPreUndo && kept[m.Undoes] && h.Undone[m.Undoes] || m.Kind == KindPreRedo && kept[m.Redoes] {
+				kept[m.ID] = true
+				changed = true
+			}
+		}
+	}
+	live := map[ObjectID]bool{}
+	for _, m := range h.All {
+		if !kept[m.ID] {
+			continue
+		}
+		for _, id := range []string{m.Manifest, m.After} {
+			if id == "" {
+				continue
+			}
+			oid, _ := ParseObjectID(id)
+			live[oid] = true
+			mf, err := r.LoadManifest(id)
+			if err != nil {
+				return st, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
+			}
+			mf.Objects(func(o ObjectID) { live[o] = true })
+		}
+	}
+	for _, m := range h.All {
+		if !kept[m.ID] {
+			if err := r.deleteMeta(m.ID); err != nil {
+				return st, fmt.Errorf("gc: %w", err)
+			}
+			st.Snapshots++
+		}
+	}
+	objDir := r.path("objects")
+	subs, err := os.ReadDir(objDir)
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	for _, sub := range subs {
+		if len(sub.Name()) != 2 || !sub.IsDir() {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(objDir, sub.Name()))
+		if err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		for _, e := range ents {
+			oid, ok := ParseObjectID(sub.Name() + e.Name())
+			if !ok || live[oid] {
+				continue
+			}
+			if info, err := e.Info(); err == nil {
+				st.Bytes += info.Size()
+			}
+			if err := os.Remove(filepath.Join(objDir, sub.Name(), e.Name())); err != nil {
+				return st, fmt.Errorf("gc: %w", err)
+			}
+			st.Objects++
+		}
+	}
+	// The stat cache must not vouch for objects that are gone.
+	c := r.loadCache()
+	for p, e := range c.m {
+		if !live[e.Object] {
+			c.drop(p)
+		}
+	}
+	if err := r.saveCache(c); err != nil {
+		return st, err
+	}
+	return st, nil
+}

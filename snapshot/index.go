@@ -1,0 +1,121 @@
+package snapshot
+
+import (
+	"encoding/binary"
+	"os"
+	"sync"
+
+	"github.com/snapback/snapback/fsutil"
+)
+
+// The stat cache (the store's "index", as git calls its own): for each file
+// seen, the stat fields that change when its content can have changed, and
+// the object that holds that content. A file whose stat still matches is
+// not read again. As in git, an entry is trusted only if the file's
+// ctime was safely older than the moment it was hashed; otherwise a write
+// in the same clock tick as the hash could go unnoticed.
+const indexMagic = "snapback-index-1\n"
+
+type statKey struct {
+	Size, Mtime, Ctime int64
+	Ino, Dev           uint64
+	Mode               uint32
+}
+
+type cacheEntry struct {
+	statKey
+	Object   ObjectID
+	HashedAt int64
+}
+
+type statCache struct {
+	mu      sync.Mutex
+	m       map[string]cacheEntry
+	changed bool
+}
+
+// racyMargin is how much older than the hash a ctime must be to trust the
+// entry: generous on filesystems whose timestamps have whole seconds.
+func racyMargin(k statKey) int64 {
+	if k.Mtime%1e9 == 0 && k.Ctime%1e9 == 0 {
+		return 2e9
+	}
+	return 50e6
+}
+
+func (c *statCache) lookup(path string, k statKey) (ObjectID, bool) {
+	c.mu.Lock()
+	e, ok := c.m[path]
+	c.mu.Unlock()
+	if !ok || e.statKey != k || k.Ctime >= e.HashedAt-racyMargin(k) || k.Mtime >= e.HashedAt-racyMargin(k) {
+		return ObjectID{}, false
+	}
+	return e.Object, true
+}
+
+func (c *statCache) put(path string, k statKey, obj ObjectID, hashedAt int64) {
+	c.mu.Lock()
+	c.m[path] = cacheEntry{statKey: k, Object: obj, HashedAt: hashedAt}
+	c.changed = true
+	c.mu.Unlock()
+}
+
+func (c *statCache) drop(path string) {
+	c.mu.Lock()
+	if _, ok := c.m[path]; ok {
+		delete(c.m, path)
+		c.changed = true
+	}
+	c.mu.Unlock()
+}
+
+func (s *Store) loadCache() *statCache {
+	c := &statCache{m: map[string]cacheEntry{}}
+	b, err := os.ReadFile(s.path("index"))
+	if err != nil || len(b) < len(indexMagic) || string(b[:len(indexMagic)]) != indexMagic {
+		return c // no cache or an old one: it is only an optimization
+	}
+	d := &decoder{b: b[len(indexMagic):]}
+	for len(d.b) > 0 && d.err == nil {
+		p := d.str("path")
+		var e cacheEntry
+		e.Size = d.varint("size")
+		e.Mtime = d.varint("mtime")
+		e.Ctime = d.varint("ctime")
+		e.Ino = d.uvarint("ino")
+		e.Dev = d.uvarint("dev")
+		e.Mode = d.u32("mode")
+		copy(e.Object[:], d.bytes(32, "object"))
+		e.HashedAt = d.varint("hashed")
+		if d.err == nil {
+			c.m[p] = e
+		}
+	}
+	if d.err != nil {
+		return &statCache{m: map[string]cacheEntry{}}
+	}
+	return c
+}
+
+func (s *Store) saveCache(c *statCache) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.changed {
+		return nil
+	}
+	b := make([]byte, 0, len(indexMagic)+len(c.m)*100)
+	b = append(b, indexMagic...)
+	for p, e := range c.m {
+		b = appendString(b, p)
+		b = binary.AppendVarint(b, e.Size)
+		b = binary.AppendVarint(b, e.Mtime)
+		b = binary.AppendVarint(b, e.Ctime)
+		b = binary.AppendUvarint(b, e.Ino)
+		b = binary.AppendUvarint(b, e.Dev)
+		b = binary.AppendUvarint(b, uint64(e.Mode))
+		b = append(b, e.Object[:]...)
+		b = binary.AppendVarint(b, e.HashedAt)
+	}
+	c.changed = false
+	return fsutil.WriteFileAtomic(s.path("index"), b, 0o600)
+}

@@ -1,0 +1,137 @@
+package snapshot
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Kind says why a snapshot was taken.
+type Kind string
+
+// Snapshot kinds. Only snap, run and pre-restore are what `undo` reverts;
+// pre-undo and pre-redo are the bookkeeping that makes undo and redo exact.
+const (
+	KindSnap       Kind = "snap"
+	KindRun        Kind = "run"
+	KindPreUndo    Kind = "pre-undo"
+	KindPreRedo    Kind = "pre-redo"
+	KindPreRestore Kind = "pre-restore"
+)
+
+// Undoable reports whether `undo` may revert a snapshot of this kind.
+func (k Kind) Undoable() bool { return k == KindSnap || k == KindRun || k == KindPreRestore }
+
+// Scope says which paths a snapshot covers.
+type Scope string
+
+const (
+	// ScopeTree covers every path of the tree but ignored ones: restoring
+	// it also removes paths it does not hold.
+	ScopeTree Scope = "tree"
+	// ScopePaths covers only the paths in its manifest.
+	ScopePaths Scope = "paths"
+)
+
+// Meta is a snapshot's record, stored as JSON in the store's snapshots/
+// directory. The manifest itself is an object, addressed by hash.
+type Meta struct {
+	ID         string    `json:"id"`
+	Kind       Kind      `json:"kind"`
+	Message    string    `json:"message,omitempty"`
+	Command    []string  `json:"command,omitempty"`
+	ExitStatus *int      `json:"exit_status,omitempty"`
+	Mode       string    `json:"mode,omitempty"`  // run: the isolation mode
+	State      string    `json:"state,omitempty"` // run: running, done
+	CreatedAt  time.Time `json:"created_at"`
+	Scope      Scope     `json:"scope"`
+	// Manifest is the state this snapshot returns to.
+	Manifest string `json:"manifest"`
+	// After, for a paths snapshot, is the state its paths had right after
+	// the change it guards (the run's result, or what an undo wrote): a
+	// path that no longer matches it was edited by someone else since, and
+	// reverting it is a conflict.
+	After  string `json:"after,omitempty"`
+	Undoes string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
+	Redoes string `json:"redoes,omitempty"` // pre-redo: the pre-undo it reapplied
+	Files  int    `json:"files"`
+	Bytes  int64  `json:"bytes"`
+}
+
+var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
+
+// ValidID reports whether s has the form of a snapshot id.
+func ValidID(s string) bool { return idPattern.MatchString(s) }
+
+// NewID makes an id that sorts by time to the second and is unique by a
+// random suffix; CreatedAt orders snapshots within one second.
+func NewID(t time.Time) string {
+	var r [3]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux or macOS
+	}
+	return t.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(r[:])
+}
+
+// EncodeMeta serializes m.
+func EncodeMeta(m *Meta) ([]byte, error) {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode meta %s: %w", m.ID, err)
+	}
+	return append(b, '\n'), nil
+}
+
+// DecodeMeta parses and checks a snapshot record.
+func DecodeMeta(b []byte) (*Meta, error) {
+	var m Meta
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%w: meta: %v", ErrCorrupt, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: meta: trailing data", ErrCorrupt)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("%w: meta %q: %v", ErrCorrupt, m.ID, err)
+	}
+	return &m, nil
+}
+
+func (m *Meta) validate() error {
+	if !ValidID(m.ID) {
+		return fmt.Errorf("bad id")
+	}
+	switch m.Kind {
+	case KindSnap, KindRun, KindPreUndo, KindPreRedo, KindPreRestore:
+	default:
+		return fmt.Errorf("unknown kind %q", m.Kind)
+	}
+	if m.Scope != ScopeTree && m.Scope != ScopePaths {
+		return fmt.Errorf("unknown scope %q", m.Scope)
+	}
+	if _, ok := ParseObjectID(m.Manifest); !ok {
+		return fmt.Errorf("bad manifest id %q", m.Manifest)
+	}
+	if _, ok := ParseObjectID(m.After); m.After != "" && !ok {
+		return fmt.Errorf("bad after id %q", m.After)
+	}
+	if m.Undoes != "" && !ValidID(m.Undoes) || m.Redoes != "" && !ValidID(m.Redoes) {
+		return fmt.Errorf("bad undo/redo reference")
+	}
+	if (m.Kind == KindPreUndo) != (m.Undoes != "") || (m.Kind == KindPreRedo) != (m.Redoes != "") {
+		return fmt.Errorf("kind %s with undoes=%q redoes=%q", m.Kind, m.Undoes, m.Redoes)
+	}
+	if m.Files < 0 || m.Bytes < 0 {
+		return fmt.Errorf("negative counts")
+	}
+	if m.CreatedAt.IsZero() {
+		return fmt.Errorf("no created_at")
+	}
+	return nil
+}

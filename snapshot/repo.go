@@ -1,0 +1,275 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/snapback/snapback/fsutil"
+)
+
+// Errors for operations that are refused with nothing changed.
+var (
+	ErrNothingToUndo = errors.New("nothing to undo")
+	ErrNothingToRedo = errors.New("nothing to redo")
+)
+
+// ConflictError lists paths changed by someone else since the change that
+// an undo, redo or commit would revert.
+type ConflictError struct {
+	Op    string
+	Paths []string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%s refused: %d path(s) changed since: %q (use --force to overwrite; what is overwritten is saved)", e.Op, len(e.Paths), e.Paths)
+}
+
+// Repo is a project root with its store and ignore rules: the object the
+// CLI drives. Operations that change anything expect the store lock held.
+type Repo struct {
+	*Store
+	root *fsutil.Dir
+	ign  Ignorer
+}
+
+// OpenRepo opens the project at root. With create, the store is made if
+// it is missing.
+func OpenRepo(root string, ign Ignorer, create bool) (*Repo, error) {
+	s, err := Open(root, create)
+	if err != nil {
+		return nil, err
+	}
+	d, err := fsutil.OpenRoot(s.Root)
+	if err != nil {
+		return nil, err
+	}
+	return &Repo{Store: s, root: d, ign: ign}, nil
+}
+
+// Close releases the root and the lock.
+func (r *Repo) Close() {
+	r.Unlock()
+	r.root.Close()
+}
+
+// RootDir is the open project root.
+func (r *Repo) RootDir() *fsutil.Dir { return r.root }
+
+// ScanTree reads the whole tree; with store set, contents not yet in the
+// store are added to it.
+func (r *Repo) ScanTree(store bool) (Manifest, error) {
+	sc := r.newScanner(r.root, r.ign, store)
+	m, err := sc.scanTree()
+	if err != nil {
+		return nil, err
+	}
+	if store {
+		if err := r.saveCache(sc.cache); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ScanPaths reads the listed paths; below each path for which deep says
+// so, everything is read too.
+func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error) {
+	sc := r.newScanner(r.root, r.ign, store)
+	m, err := sc.scanPaths(paths, deep)
+	if err != nil {
+		return nil, err
+	}
+	if store {
+		if err := r.saveCache(sc.cache); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// record stores a manifest and returns its id as a string.
+func (r *Repo) record(m Manifest) (string, error) {
+	id, err := r.PutManifest(m)
+	if err != nil {
+		return "", err
+	}
+	return id.String(), nil
+}
+
+func counts(m Manifest) (files int, bytes int64) {
+	for i := range m {
+		if m[i].Type == File {
+			files++
+			if m[i].Link == "" {
+				bytes += m[i].Size
+			}
+		}
+	}
+	return
+}
+
+// Snap records a tree snapshot of the current state.
+func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
+	m, err := r.ScanTree(true)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	meta, err := r.newMeta(kind, ScopeTree)
+	if err != nil {
+		return nil, err
+	}
+	meta.Message = message
+	meta.Files, meta.Bytes = counts(m)
+	if meta.Manifest, err = r.record(m); err != nil {
+		return nil, err
+	}
+	if err := r.Flush(); err != nil {
+		return nil, err
+	}
+	if err := r.WriteMeta(meta); err != nil {
+		return nil, err
+	}
+	return meta, nil
+}
+
+// SaveMeta rewrites a snapshot record (a run's exit status, say).
+func (r *Repo) SaveMeta(m *Meta) error { return r.WriteMeta(m) }
+
+// NewMeta starts a snapshot record (not yet written).
+func (r *Repo) NewMeta(kind Kind, scope Scope) (*Meta, error) { return r.newMeta(kind, scope) }
+
+// journal is the plan of a tree-changing operation, written (and synced)
+// before the first change: recover finishes it by applying Target again
+// and then writing Record, the snapshot that saved what it replaced.
+type journal struct {
+	Op     string `json:"op"`
+	OpID   string `json:"op_id"`
+	Target string `json:"target"` // manifest object id
+	Scope  Scope  `json:"scope"`
+	Record *Meta  `json:"record"`
+}
+
+func (r *Repo) journalPath() string { return r.path("journal.json") }
+
+// HasJournal reports whether an interrupted operation awaits recovery.
+func (r *Repo) HasJournal() bool {
+	_, err := os.Lstat(r.journalPath())
+	return err == nil
+}
+
+// transition changes the tree to target (scope) as one crash-safe step:
+// cur is the current state, already saved by record's manifest. It writes
+// the journal, applies, writes the record, and drops the journal.
+func (r *Repo) transition(op string, target Manifest, scope Scope, record *Meta) error {
+	tid, err := r.record(target)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	target.Objects(func(o ObjectID) {
+		if !r.HasObject(o) && len(missing) < 5 {
+			missing = append(missing, o.String())
+		}
+	})
+	if len(missing) > 0 {
+		return fmt.Errorf("%s: %w: %v", op, ErrMissingObject, missing)
+	}
+	if err := r.Flush(); err != nil {
+		return err
+	}
+	j := journal{Op: op, OpID: record.ID, Target: tid, Scope: scope, Record: record}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
+		return err
+	}
+	crashPoint("journal-written")
+	return r.finish(&j, target)
+}
+
+// finish applies a journal's target and completes it. Idempotent.
+func (r *Repo) finish(j *journal, target Manifest) error {
+	cur, err := r.current(target, j.Scope, false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", j.Op, err)
+	}
+	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope}
+	if err := a.run(cur); err != nil {
+		return fmt.Errorf("%s: %w", j.Op, err)
+	}
+	r.sweepTemps(r.root, target, j.OpID)
+	if err := r.Flush(); err != nil {
+		return err
+	}
+	if err := r.WriteMeta(j.Record); err != nil {
+		return err
+	}
+	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: drop journal: %w", j.Op, err)
+	}
+	return fsutil.SyncDir(r.Dir)
+}
+
+// current reads the tree's present state of what target governs.
+func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, error) {
+	if scope == ScopeTree {
+		return r.ScanTree(store)
+	}
+	deep := map[string]bool{}
+	for i := range target {
+		if target[i].Type != Dir {
+			deep[target[i].Path] = true
+		}
+	}
+	sc := r.newScanner(r.root, r.ign, store)
+	m, err := sc.scanPathsDeep(target.Paths(), func(p string) bool { return deep[p] })
+	if err != nil {
+		return nil, err
+	}
+	if store {
+		if err := r.saveCache(sc.cache); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Recover finishes an interrupted operation, if there is one, and clears
+// leftovers. It reports whether there was anything to do.
+func (r *Repo) Recover() (bool, error) {
+	tmp := r.path("tmp")
+	if ents, err := os.ReadDir(tmp); err == nil {
+		for _, e := range ents {
+			os.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+		}
+	}
+	b, err := os.ReadFile(r.journalPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil || j.Record == nil || j.Record.validate() != nil {
+		return false, fmt.Errorf("recover: %w: journal %s", ErrCorrupt, r.journalPath())
+	}
+	target, err := r.LoadManifest(j.Target)
+	if err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	// After a crash, trust no stat cache entry: compare real contents.
+	if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	if err := r.finish(&j, target); err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	return true, nil
+}

@@ -1,0 +1,397 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// TempPrefix starts the names of the temp files a restore creates next to
+// their destination; scans skip them and recover removes them.
+const TempPrefix = ".snapback-tmp."
+
+// Ignorer says which paths a snapshot leaves out (and restores never touch).
+type Ignorer interface {
+	Ignored(path string, isDir bool) bool
+}
+
+type statInfo struct {
+	Mode     uint32 // type and permission bits
+	UID, GID uint32
+	Size     int64
+	Mtime    int64
+	Ctime    int64
+	Ino, Dev uint64
+	Nlink    uint64
+}
+
+func (si statInfo) key() statKey {
+	return statKey{Size: si.Size, Mtime: si.Mtime, Ctime: si.Ctime, Ino: si.Ino, Dev: si.Dev, Mode: si.Mode}
+}
+
+// excluded reports paths no snapshot ever holds: the store and restore temps.
+func excluded(path string) bool {
+	return path == StoreDir || strings.HasPrefix(Base(path), TempPrefix)
+}
+
+// scanner reads the tree into manifests, storing (or only hashing) the
+// contents of files whose stat the cache does not vouch for.
+type scanner struct {
+	s       *Store
+	root    *fsutil.Dir
+	ign     Ignorer
+	cache   *statCache
+	store   bool // store contents as objects; else only hash them
+	noCache bool // hash everything (recover: trust nothing)
+
+	mu       sync.Mutex
+	entries  []*scanned
+	firstErr error
+
+	jobs chan job
+	wg   sync.WaitGroup
+}
+
+type scanned struct {
+	Entry
+	st statInfo
+}
+
+type job struct {
+	dir *dirRef
+	e   *scanned
+}
+
+// dirRef shares an open directory between the walk and the hashing
+// workers; the last user closes it.
+type dirRef struct {
+	d *fsutil.Dir
+	n atomic.Int32
+}
+
+func (r *dirRef) release() {
+	if r.n.Add(-1) == 0 {
+		r.d.Close()
+	}
+}
+
+func (s *Store) newScanner(root *fsutil.Dir, ign Ignorer, store bool) *scanner {
+	sc := &scanner{s: s, root: root, ign: ign, cache: s.loadCache(), store: store}
+	return sc
+}
+
+func (sc *scanner) fail(err error) {
+	sc.mu.Lock()
+	if sc.firstErr == nil {
+		sc.firstErr = err
+	}
+	sc.mu.Unlock()
+}
+
+func (sc *scanner) start() {
+	sc.jobs = make(chan job, 256)
+	n := runtime.GOMAXPROCS(0)
+	if n < 2 {
+		n = 2
+	}
+	for i := 0; i < n; i++ {
+		sc.wg.Add(1)
+		go func() {
+			defer sc.wg.Done()
+			for j := range sc.jobs {
+				if err := sc.hash(j.dir.d, j.e); err != nil {
+					sc.fail(err)
+				}
+				j.dir.release()
+			}
+		}()
+	}
+}
+
+// finish waits for the workers and returns the sorted manifest, with hard
+// links grouped.
+func (sc *scanner) finish() (Manifest, error) {
+	close(sc.jobs)
+	sc.wg.Wait()
+	if sc.firstErr != nil {
+		return nil, sc.firstErr
+	}
+	sort.Slice(sc.entries, func(i, j int) bool { return sc.entries[i].Path < sc.entries[j].Path })
+	m := make(Manifest, len(sc.entries))
+	first := map[[2]uint64]string{}
+	for i, e := range sc.entries {
+		if e.Type == File && e.st.Nlink > 1 {
+			k := [2]uint64{e.st.Dev, e.st.Ino}
+			if p, ok := first[k]; ok {
+				e.Link = p
+			} else {
+				first[k] = e.Path
+			}
+		}
+		m[i] = e.Entry
+	}
+	return m, nil
+}
+
+// entryOf builds the entry for name in d (at path) from its stat; ok is
+// false for what snapshots do not hold (sockets, devices).
+func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*scanned, bool, error) {
+	si := statOf(st)
+	e := &scanned{st: si}
+	e.Path = path
+	e.Mode = si.Mode & 0o7777
+	e.UID, e.GID = si.UID, si.GID
+	e.Mtime = si.Mtime
+	switch si.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type = File
+		e.Size = si.Size
+	case unix.S_IFDIR:
+		e.Type = Dir
+	case unix.S_IFLNK:
+		e.Type = Symlink
+		t, err := d.Readlink(name)
+		if err != nil {
+			return nil, false, err
+		}
+		e.Target = t
+		e.Mode = 0o777
+	case unix.S_IFIFO:
+		e.Type = Fifo
+	default:
+		return nil, false, nil
+	}
+	if e.Type != Symlink {
+		xs, err := d.Xattrs(name)
+		if err != nil {
+			return nil, false, err
+		}
+		e.Xattrs = xs
+	}
+	return e, true, nil
+}
+
+// add records an entry and queues its content for hashing if needed.
+func (sc *scanner) add(ref *dirRef, name string, e *scanned) {
+	sc.mu.Lock()
+	sc.entries = append(sc.entries, e)
+	sc.mu.Unlock()
+	if e.Type != File {
+		return
+	}
+	if !sc.noCache {
+		if obj, ok := sc.cache.lookup(e.Path, e.st.key()); ok {
+			e.Object = obj
+			return
+		}
+	}
+	ref.n.Add(1)
+	sc.jobs <- job{dir: ref, e: e}
+	_ = name
+}
+
+// hash reads (and, when storing, stores) one file's content.
+func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
+	name := Base(e.Path)
+	f, err := d.Open(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", e.Path, err)
+	}
+	defer f.Close() // read-only
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("read %s: %w", e.Path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fmt.Errorf("read %s: replaced by something else during the snapshot", e.Path)
+	}
+	hashedAt := time.Now().UnixNano()
+	var obj ObjectID
+	var size int64
+	if sc.store {
+		obj, size, err = sc.s.PutFile(f)
+	} else {
+		var sum [32]byte
+		sum, size, err = fsutil.HashFile(f)
+		obj = sum
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", e.Path, err)
+	}
+	e.Object, e.Size = obj, size
+	if sc.store {
+		// Cache what the file's stat is now: if it changed while we read,
+		// the key will not match next time and the file is read again.
+		after := statOf(&st)
+		if after.key() == e.st.key() && size == e.st.Size {
+			sc.cache.put(e.Path, after.key(), obj, hashedAt)
+		}
+	}
+	return nil
+}
+
+// walk scans the directory at path (open as ref) recursively.
+func (sc *scanner) walk(ref *dirRef, path string) error {
+	names, err := ref.d.ReadDirNames()
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := name
+		if path != "" {
+			p = path + "/" + name
+		}
+		if excluded(p) {
+			continue
+		}
+		st, err := ref.d.Lstat(name)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed while we looked: not part of this snapshot
+			}
+			return err
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if sc.ign != nil && sc.ign.Ignored(p, isDir) {
+			continue
+		}
+		e, ok, err := sc.entryOf(ref.d, name, p, &st)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		sc.add(ref, name, e)
+		if isDir {
+			sub, err := ref.d.OpenDir(name)
+			if err != nil {
+				return err
+			}
+			r := &dirRef{d: sub}
+			r.n.Store(1)
+			err = sc.walk(r, p)
+			r.release()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scanTree reads every path of the tree (but ignored and excluded ones).
+func (sc *scanner) scanTree() (Manifest, error) {
+	sc.start()
+	top, err := sc.root.OpenDir("")
+	if err != nil {
+		sc.finish()
+		return nil, err
+	}
+	r := &dirRef{d: top}
+	r.n.Store(1)
+	err = sc.walk(r, "")
+	r.release()
+	m, ferr := sc.finish()
+	if err != nil {
+		return nil, err
+	}
+	return m, ferr
+}
+
+// scanPaths reads the listed paths (absent ones as Absent entries), and
+// everything below those that are directories when deep is set.
+func (sc *scanner) scanPaths(paths []string, deep bool) (Manifest, error) {
+	return sc.scanPathsDeep(paths, func(string) bool { return deep })
+}
+
+func (sc *scanner) scanPathsDeep(paths []string, deep func(string) bool) (Manifest, error) {
+	sc.start()
+	var err error
+	seen := map[string]bool{}
+	for _, p := range paths {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if err = sc.scanOne(p, deep(p)); err != nil {
+			break
+		}
+	}
+	m, ferr := sc.finish()
+	if err != nil {
+		return nil, err
+	}
+	if ferr != nil {
+		return nil, ferr
+	}
+	// A deep scan can reach a path twice (listed and below a listed dir).
+	out := m[:0]
+	for i := range m {
+		if len(out) > 0 && out[len(out)-1].Path == m[i].Path {
+			continue
+		}
+		out = append(out, m[i])
+	}
+	return out, nil
+}
+
+func (sc *scanner) scanOne(p string, deep bool) error {
+	absent := func() {
+		sc.mu.Lock()
+		sc.entries = append(sc.entries, &scanned{Entry: Entry{Path: p, Type: Absent}})
+		sc.mu.Unlock()
+	}
+	d, err := sc.root.OpenDir(Parent(p))
+	if err != nil {
+		// A parent that is missing, a file, or a symlink: the path does not
+		// exist as a path of this tree.
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, fsutil.ErrEscape) {
+			absent()
+			return nil
+		}
+		return err
+	}
+	ref := &dirRef{d: d}
+	ref.n.Store(1)
+	defer ref.release()
+	name := Base(p)
+	st, err := d.Lstat(name)
+	if errors.Is(err, unix.ENOENT) {
+		absent()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e, ok, err := sc.entryOf(d, name, p, &st)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		absent() // a socket or device: not something snapshots hold
+		return nil
+	}
+	sc.add(ref, name, e)
+	if deep && e.Type == Dir {
+		sub, err := d.OpenDir(name)
+		if err != nil {
+			return err
+		}
+		r := &dirRef{d: sub}
+		r.n.Store(1)
+		err = sc.walk(r, p)
+		r.release()
+		return err
+	}
+	return nil
+}

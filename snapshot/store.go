@@ -1,0 +1,311 @@
+package snapshot
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/snapback/snapback/fsutil"
+)
+
+// StoreDir is the store's directory name inside the root.
+const StoreDir = ".snapback"
+
+// Errors callers classify.
+var (
+	// ErrNoStore: the root has no .snapback directory yet.
+	ErrNoStore = errors.New("no snapback store here (run `snapback snap` first)")
+	// ErrNotFound: no snapshot has that id.
+	ErrNotFound = errors.New("no such snapshot")
+	// ErrMissingObject: the store lacks content a manifest needs.
+	ErrMissingObject = errors.New("object missing from the store")
+)
+
+// Store is a project's .snapback directory: content-addressed objects,
+// snapshot records, the stat cache, the journal and the lock.
+//
+// A Store's methods that change it must be called with the lock held
+// ([Store.Lock]); reading is safe without it.
+type Store struct {
+	Root string // the project root, absolute
+	Dir  string // Root/.snapback
+
+	lock *os.File
+}
+
+// Open opens the store of root, creating it (mode 0700) when create is set.
+func Open(root string, create bool) (*Store, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Store{Root: abs, Dir: filepath.Join(abs, StoreDir)}
+	st, err := os.Lstat(s.Dir)
+	switch {
+	case err == nil && !st.IsDir():
+		return nil, fmt.Errorf("open store: %s is not a directory", s.Dir)
+	case errors.Is(err, fs.ErrNotExist) && !create:
+		return nil, fmt.Errorf("%s: %w", abs, ErrNoStore)
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	for _, d := range []string{"", "objects", "snapshots", "tmp"} {
+		p := filepath.Join(s.Dir, d)
+		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
+	// The store holds copies of every file: keep it private even if a
+	// umask or a user made it wider.
+	if err := os.Chmod(s.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) path(parts ...string) string {
+	return filepath.Join(append([]string{s.Dir}, parts...)...)
+}
+
+func (s *Store) objectPath(id ObjectID) string {
+	h := id.String()
+	return s.path("objects", h[:2], h[2:])
+}
+
+// HasObject reports whether the object is stored.
+func (s *Store) HasObject(id ObjectID) bool {
+	_, err := os.Lstat(s.objectPath(id))
+	return err == nil
+}
+
+// OpenObject opens a stored object for reading.
+func (s *Store) OpenObject(id ObjectID) (*os.File, error) {
+	f, err := os.Open(s.objectPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
+	}
+	return f, err
+}
+
+// ReadObject reads a whole object and checks it against its name.
+func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
+	b, err := os.ReadFile(s.objectPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sha256.Sum256(b) != id {
+		return nil, fmt.Errorf("%w: object %s does not match its hash", ErrCorrupt, id)
+	}
+	return b, nil
+}
+
+// PutFile stores the content of src and returns its id and size. The
+// object is complete under its final name or absent; it becomes durable at
+// the next [Store.Flush].
+func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
+	tmp, err := os.CreateTemp(s.path("tmp"), "obj-*")
+	if err != nil {
+		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+	}
+	sum, size, err := fsutil.CopyHash(tmp, src)
+	if cerr := tmp.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name()) // best effort: tmp/ is emptied by recover anyway
+		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+	}
+	id := ObjectID(sum)
+	if err := s.adopt(tmp.Name(), id); err != nil {
+		return ObjectID{}, 0, err
+	}
+	return id, size, nil
+}
+
+// PutBytes stores b (a manifest, say) and syncs it at once.
+func (s *Store) PutBytes(b []byte) (ObjectID, error) {
+	id := ObjectID(sha256.Sum256(b))
+	if s.HasObject(id) {
+		return id, nil
+	}
+	tmp, err := os.CreateTemp(s.path("tmp"), "obj-*")
+	if err != nil {
+		return id, fmt.Errorf("store object: %w", err)
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name()) // best effort
+		return id, fmt.Errorf("store object: %w", err)
+	}
+	return id, s.adopt(tmp.Name(), id)
+}
+
+// adopt renames a finished temp file to its object name (or drops it when
+// the object exists: contents are deduplicated by hash).
+func (s *Store) adopt(tmp string, id ObjectID) error {
+	dst := s.objectPath(id)
+	if _, err := os.Lstat(dst); err == nil {
+		os.Remove(tmp) // a duplicate: the stored copy is identical
+		return nil
+	}
+	if err := os.Chmod(tmp, 0o400); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store object %s: %w", id, err)
+	}
+	if err := os.Mkdir(filepath.Dir(dst), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		os.Remove(tmp)
+		return fmt.Errorf("store object %s: %w", id, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("store object %s: %w", id, err)
+	}
+	return nil
+}
+
+// Flush makes every object written so far durable (one syncfs rather than
+// an fsync per object).
+func (s *Store) Flush() error {
+	if err := syncFS(s.Dir); err != nil {
+		return fmt.Errorf("flush store: %w", err)
+	}
+	return nil
+}
+
+// PutManifest stores an encoded manifest.
+func (s *Store) PutManifest(m Manifest) (ObjectID, error) {
+	return s.PutBytes(EncodeManifest(m))
+}
+
+// LoadManifest reads and decodes a stored manifest.
+func (s *Store) LoadManifest(id string) (Manifest, error) {
+	oid, ok := ParseObjectID(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: manifest id %q", ErrCorrupt, id)
+	}
+	b, err := s.ReadObject(oid)
+	if err != nil {
+		return nil, fmt.Errorf("load manifest: %w", err)
+	}
+	return DecodeManifest(b)
+}
+
+// WriteMeta writes a snapshot record atomically and durably.
+func (s *Store) WriteMeta(m *Meta) error {
+	b, err := EncodeMeta(m)
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(s.path("snapshots", m.ID+".json"), b, 0o600)
+}
+
+// ReadMeta reads the record of one snapshot.
+func (s *Store) ReadMeta(id string) (*Meta, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+	}
+	b, err := os.ReadFile(s.path("snapshots", id+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot %s: %w", id, err)
+	}
+	m, err := DecodeMeta(b)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot %s: %w", id, err)
+	}
+	if m.ID != id {
+		return nil, fmt.Errorf("read snapshot %s: %w: it says it is %s", id, ErrCorrupt, m.ID)
+	}
+	return m, nil
+}
+
+// deleteMeta removes a snapshot record.
+func (s *Store) deleteMeta(id string) error {
+	err := os.Remove(s.path("snapshots", id+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// List returns every snapshot record, oldest first.
+func (s *Store) List() ([]*Meta, error) {
+	ents, err := os.ReadDir(s.path("snapshots"))
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []*Meta
+	for _, e := range ents {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !ValidID(id) {
+			continue // a temp file of an interrupted write, or not ours
+		}
+		m, err := s.ReadMeta(id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// Resolve finds a snapshot by id or unique id prefix.
+func (s *Store) Resolve(ref string) (*Meta, error) {
+	if ValidID(ref) {
+		return s.ReadMeta(ref)
+	}
+	all, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	var found []*Meta
+	for _, m := range all {
+		if ref != "" && strings.HasPrefix(m.ID, ref) {
+			found = append(found, m)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("snapshot %q: %w", ref, ErrNotFound)
+	case 1:
+		return found[0], nil
+	}
+	return nil, fmt.Errorf("snapshot %q is ambiguous: %d snapshots start with it", ref, len(found))
+}
+
+// newMeta starts a record with an id and a creation time later than every
+// existing snapshot's, so that creation order is total.
+func (s *Store) newMeta(kind Kind, scope Scope) (*Meta, error) {
+	all, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	if n := len(all); n > 0 && !now.After(all[n-1].CreatedAt) {
+		now = all[n-1].CreatedAt.Add(time.Microsecond)
+	}
+	return &Meta{ID: NewID(now), Kind: kind, Scope: scope, CreatedAt: now}, nil
+}
