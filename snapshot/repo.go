@@ -34,6 +34,9 @@ type Repo struct {
 	*Store
 	root *fsutil.Dir
 	ign  Ignorer
+
+	// LastScan says what the most recent scan of the tree had to read.
+	LastScan ScanStats
 }
 
 // OpenRepo opens the project at root. With create, the store is made if
@@ -67,6 +70,7 @@ func (r *Repo) ScanTree(store bool) (Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.LastScan = sc.stats
 	if store {
 		if err := r.saveCache(sc.cache); err != nil {
 			return nil, err
@@ -83,6 +87,7 @@ func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error
 	if err != nil {
 		return nil, err
 	}
+	r.LastScan = sc.stats
 	if store {
 		if err := r.saveCache(sc.cache); err != nil {
 			return nil, err
@@ -232,6 +237,7 @@ func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, erro
 	if err != nil {
 		return nil, err
 	}
+	r.LastScan = sc.stats
 	if store {
 		if err := r.saveCache(sc.cache); err != nil {
 			return nil, err

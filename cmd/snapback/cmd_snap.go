@@ -31,9 +31,10 @@ func runSnap(g *globals, o snapOptions) error {
 	if err != nil {
 		return err
 	}
+	st := repo.LastScan
 	if g.json {
-		return g.printJSON(snapJSON(m, false))
+		return g.printJSON(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead})
 	}
-	fmt.Fprintf(g.stdout, "snapshot %s (%d files, %s)\n", m.ID, m.Files, humanBytes(m.Bytes))
+	fmt.Fprintf(g.stdout, "snapshot %s (%d files, %s; read %d files, %s)\n", m.ID, m.Files, humanBytes(m.Bytes), st.FilesRead, humanBytes(st.BytesRead))
 	return nil
 }
