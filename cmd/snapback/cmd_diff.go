@@ -184,6 +184,15 @@ func (d *differ) patch(c snapshot.Change) string {
 	if c.Old != nil && c.New != nil && c.Old.Mode != c.New.Mode && c.Old.Type == c.New.Type {
 		fmt.Fprintf(&sb, "old mode %o\nnew mode %o\n", c.Old.Mode, c.New.Mode)
 	}
+	if c.Old != nil && c.New != nil && c.Old.Type != c.New.Type {
+		// A type change is not a content diff: a file that became a
+		// directory is not a "binary file".
+		fmt.Fprintf(&sb, "T %s -> %s\n", c.Old.Type, c.New.Type)
+		if c.New.Type == snapshot.Symlink {
+			fmt.Fprintf(&sb, "-> %s\n", quote(c.New.Target))
+		}
+		return sb.String()
+	}
 	if (c.Old == nil || c.Old.Type != snapshot.File) && (c.New == nil || c.New.Type != snapshot.File) {
 		fmt.Fprintf(&sb, "%s %s\n", c.Op, entryType(c))
 		if c.New != nil && c.New.Type == snapshot.Symlink {

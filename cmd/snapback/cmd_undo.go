@@ -48,6 +48,9 @@ func reportRevert(g *globals, verb string, s, saved *snapshot.Meta) error {
 	if what == "" && len(s.Command) > 0 {
 		what = fmt.Sprint(s.Command)
 	}
-	fmt.Fprintf(g.stdout, "%s %s %s %s (previous state saved as %s)\n", verb, s.Kind, s.ID, oneLine(what), saved.ID)
+	if what != "" {
+		what = " " + oneLine(what)
+	}
+	fmt.Fprintf(g.stdout, "%s %s %s%s (previous state saved as %s)\n", verb, s.Kind, s.ID, what, saved.ID)
 	return nil
 }

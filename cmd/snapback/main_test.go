@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestMain lets the test binary act as the snapback command inside the
+// scripts ("exec snapback ..." runs Main in a child process).
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"snapback": func() { os.Exit(Main()) },
+	})
+}
+
+// TestScript runs the CLI cases in testdata/script. Besides the standard
+// testscript commands they may use:
+//
+//	exits STATUS PROG [ARGS...]  run PROG, require that exact exit status
+//	capture VAR REGEXP           set $VAR to REGEXP's first group in the last stdout
+//	sleep DURATION               wait (so that the stat cache trusts what it hashed)
+func TestScript(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("SNAPBACK_LOCK_WAIT", "2s")
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exits":   cmdExits,
+			"capture": cmdCapture,
+			"sleep":   cmdSleep,
+		},
+	})
+}
+
+// cmdExits runs a program like exec, and checks its exact exit status:
+// `! exec` only says "not zero", and the CLI's statuses carry meaning.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! exits")
+	}
+	if len(args) < 2 {
+		ts.Fatalf("usage: exits STATUS PROG [ARGS...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: bad status %q", args[0])
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exits: %s: %v", args[1], err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with status %d, want %d", args[1], got, want)
+	}
+}
+
+// cmdCapture saves part of the last command's stdout (a snapshot id, say)
+// in an environment variable for the lines that follow.
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: capture VAR REGEXP")
+	}
+	re, err := regexp.Compile(`(?m)` + args[1])
+	ts.Check(err)
+	if re.NumSubexp() < 1 {
+		ts.Fatalf("capture: %#q has no group", args[1])
+	}
+	m := re.FindStringSubmatch(ts.ReadFile("stdout"))
+	if m == nil {
+		ts.Fatalf("capture: no match for %#q in stdout", args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
+func cmdSleep(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sleep DURATION")
+	}
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	time.Sleep(d)
+}
