@@ -28,8 +28,13 @@ type applier struct {
 	dirs   map[string]*fsutil.Dir
 	tmpN   int
 	isRoot bool
-	// touched collects the directories whose entries changed, to fsync.
+	// touched collects the directories whose entries changed.
 	touched map[string]bool
+	// written lists the files (and fifos, symlinks) put in place, to sync.
+	written []string
+	// cache, when set, learns the stat of every file written from an
+	// object, so the next scan need not read it back.
+	cache *statCache
 }
 
 func (a *applier) close() {
@@ -107,6 +112,7 @@ func (a *applier) run(cur Manifest) error {
 			return err
 		}
 		removed[c.Path] = true
+		crashPoint("apply")
 	}
 	// 2. Create and update, parents first.
 	for i := range a.target {
@@ -121,6 +127,7 @@ func (a *applier) run(cur Manifest) error {
 		if err := a.put(t, c); err != nil {
 			return err
 		}
+		crashPoint("apply")
 	}
 	// 3. Directory metadata last, deepest first, so that nothing we do
 	// afterwards moves a directory's mtime.
@@ -137,7 +144,7 @@ func (a *applier) run(cur Manifest) error {
 			return err
 		}
 	}
-	return nil
+	return a.sync()
 }
 
 func (a *applier) remove(c *Entry) error {
@@ -201,6 +208,17 @@ func (a *applier) put(t, c *Entry) error {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
 	a.touched[Parent(t.Path)] = true
+	a.written = append(a.written, t.Path)
+	if a.cache != nil && t.Type == File {
+		if st, err := d.Lstat(name); err == nil {
+			// We wrote these bytes ourselves a moment ago, so the entry is
+			// trusted at once (no racy-timestamp wait). The window in which
+			// another writer could change the file unseen is the few
+			// microseconds between the rename and this stat.
+			k := statOf(&st).key()
+			a.cache.put(t.Path, k, t.Object, max(k.Ctime, k.Mtime)+racyMargin(k)+1)
+		}
+	}
 	return nil
 }
 
@@ -309,6 +327,45 @@ func (a *applier) setMeta(t, c *Entry) error {
 	}
 	if err := d.SetTimes(name, time.Unix(0, t.Mtime)); err != nil {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
+	}
+	return nil
+}
+
+// sync makes everything the apply changed durable: each file and
+// directory for a small change, one syncfs for a large one.
+func (a *applier) sync() error {
+	if len(a.written)+len(a.touched) > syncEachLimit {
+		if err := syncFS(a.s.Root); err != nil {
+			return fmt.Errorf("sync tree: %w", err)
+		}
+		return nil
+	}
+	for _, p := range a.written {
+		d, err := a.dir(Parent(p))
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+		f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EACCES) {
+				continue // a symlink (its rename is synced with the directory) or unreadable
+			}
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+		err = f.Sync()
+		f.Close() // read-only
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", p, err)
+		}
+	}
+	for p := range a.touched {
+		d, err := a.dir(p)
+		if err != nil {
+			continue // removed again since: nothing there to sync
+		}
+		if err := d.Sync(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

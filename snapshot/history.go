@@ -149,7 +149,7 @@ func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool
 		return err
 	}
 	rec.After = to
-	return r.transition(op, target, scope, rec)
+	return r.transition(op, target, cur, scope, rec)
 }
 
 // Conflicts lists the paths of cur that differ in type or content from

@@ -169,7 +169,7 @@ func (r *Repo) HasJournal() bool {
 // transition changes the tree to target (scope) as one crash-safe step:
 // cur is the current state, already saved by record's manifest. It writes
 // the journal, applies, writes the record, and drops the journal.
-func (r *Repo) transition(op string, target Manifest, scope Scope, record *Meta) error {
+func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *Meta) error {
 	tid, err := r.record(target)
 	if err != nil {
 		return err
@@ -191,30 +191,40 @@ func (r *Repo) transition(op string, target Manifest, scope Scope, record *Meta)
 	if err != nil {
 		return err
 	}
+	crashPoint("before-journal")
 	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
 		return err
 	}
 	crashPoint("journal-written")
-	return r.finish(&j, target)
+	return r.finish(&j, target, cur)
 }
 
-// finish applies a journal's target and completes it. Idempotent.
-func (r *Repo) finish(j *journal, target Manifest) error {
-	cur, err := r.current(target, j.Scope, false)
-	if err != nil {
-		return fmt.Errorf("%s: %w", j.Op, err)
+// finish applies a journal's target and completes it. Idempotent. cur is
+// the tree's state as just scanned, or nil to scan it (recover).
+func (r *Repo) finish(j *journal, target, cur Manifest) error {
+	if cur == nil {
+		var err error
+		if cur, err = r.current(target, j.Scope, false); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
 	}
-	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope}
+	// Temps of an interrupted attempt go first: they must not collide
+	// with this attempt's names, and removing them moves their
+	// directories' mtimes, which the apply then sets right.
+	r.sweepTemps(r.root, target, j.OpID)
+	cache := r.loadCache()
+	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache}
 	if err := a.run(cur); err != nil {
 		return fmt.Errorf("%s: %w", j.Op, err)
 	}
-	r.sweepTemps(r.root, target, j.OpID)
-	if err := r.Flush(); err != nil {
+	if err := r.saveCache(cache); err != nil {
 		return err
 	}
+	crashPoint("applied")
 	if err := r.WriteMeta(j.Record); err != nil {
 		return err
 	}
+	crashPoint("recorded")
 	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: drop journal: %w", j.Op, err)
 	}
@@ -274,7 +284,7 @@ func (r *Repo) Recover() (bool, error) {
 	if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("recover: %w", err)
 	}
-	if err := r.finish(&j, target); err != nil {
+	if err := r.finish(&j, target, nil); err != nil {
 		return false, fmt.Errorf("recover: %w", err)
 	}
 	return true, nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -37,7 +38,16 @@ type Store struct {
 	Dir  string // Root/.snapback
 
 	lock *os.File
+
+	mu      sync.Mutex
+	pending []string // objects written since the last Flush
 }
+
+// syncEachLimit: up to this many new files, Flush fsyncs each one; beyond
+// it, one syncfs is cheaper. syncfs also waits for every other dirty file
+// on the filesystem, which on a busy machine (a build writing gigabytes)
+// can take seconds: small operations must not pay that.
+const syncEachLimit = 64
 
 // Open opens the store of root, creating it (mode 0700) when create is set.
 func Open(root string, create bool) (*Store, error) {
@@ -175,16 +185,47 @@ func (s *Store) adopt(tmp string, id ObjectID) error {
 		os.Remove(tmp)
 		return fmt.Errorf("store object %s: %w", id, err)
 	}
+	s.mu.Lock()
+	s.pending = append(s.pending, dst)
+	s.mu.Unlock()
 	return nil
 }
 
 // Flush makes every object written so far durable (one syncfs rather than
 // an fsync per object).
 func (s *Store) Flush() error {
-	if err := syncFS(s.Dir); err != nil {
-		return fmt.Errorf("flush store: %w", err)
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	if len(pending) > syncEachLimit {
+		if err := syncFS(s.Dir); err != nil {
+			return fmt.Errorf("flush store: %w", err)
+		}
+		return nil
+	}
+	dirs := map[string]bool{}
+	for _, p := range pending {
+		if err := syncFile(p); err != nil {
+			return fmt.Errorf("flush store: %w", err)
+		}
+		dirs[filepath.Dir(p)] = true
+	}
+	for d := range dirs {
+		if err := fsutil.SyncDir(d); err != nil {
+			return fmt.Errorf("flush store: %w", err)
+		}
 	}
 	return nil
+}
+
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // read-only; the sync result is what counts
+	return f.Sync()
 }
 
 // PutManifest stores an encoded manifest.

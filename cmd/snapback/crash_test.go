@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// snapbackBinary builds the real binary once: the crash tests kill a real
+// process, not a goroutine.
+func snapbackBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "snapback-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "snapback")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func sb(t *testing.T, bin, root string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"-C", root}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("snapback %v: %v\n%s", args, err, out.String())
+	}
+	return out.String()
+}
+
+// bigChange builds a tree, snapshots it, and changes it widely: the undo
+// of that change touches thousands of paths.
+func bigChange(t *testing.T, bin, root string) (before, after treetest.State) {
+	t.Helper()
+	treetest.Tricky(t, root, 0)
+	for d := 0; d < 30; d++ {
+		for f := 0; f < 20; f++ {
+			treetest.Write(t, root, fmt.Sprintf("tree/d%02d/f%03d.txt", d, f), fmt.Sprintf("%d-%d %s\n", d, f, bytes.Repeat([]byte("x"), 1000+f*20)), 0o644)
+		}
+	}
+	sb(t, bin, root, "snap", "-m", "before")
+	before = treetest.Capture(t, root, snapshot.StoreDir)
+	for d := 0; d < 30; d++ {
+		for f := 0; f < 20; f++ {
+			p := fmt.Sprintf("tree/d%02d/f%03d.txt", d, f)
+			switch {
+			case f%5 == 0:
+				treetest.Must(t, os.Remove(filepath.Join(root, p)))
+			case f%5 == 1:
+				treetest.Must(t, os.Chmod(filepath.Join(root, p), 0o600))
+			default:
+				treetest.Write(t, root, p, fmt.Sprintf("changed %d-%d\n", d, f), 0o644)
+			}
+		}
+		treetest.Write(t, root, fmt.Sprintf("tree/new%02d/g.txt", d), "new", 0o644)
+	}
+	treetest.Must(t, os.RemoveAll(filepath.Join(root, "deep")))
+	treetest.Must(t, os.Remove(filepath.Join(root, "plain.txt")))
+	treetest.Must(t, os.Mkdir(filepath.Join(root, "plain.txt"), 0o755))
+	after = treetest.Capture(t, root, snapshot.StoreDir)
+	return before, after
+}
+
+func same(a, b treetest.State) bool { return len(treetest.Diff(a, b)) == 0 }
+
+// TestCrashDuringUndo kills `snapback undo` of a large change at named
+// steps and at random moments, then checks that `snapback recover` leaves
+// the tree exactly before or exactly after the undo, never a mix, and that
+// undo and redo still work from there.
+func TestCrashDuringUndo(t *testing.T) {
+	bin := snapbackBinary(t)
+	// Measure an uninterrupted undo to aim the random kills.
+	root := t.TempDir()
+	bigChange(t, bin, root)
+	start := time.Now()
+	sb(t, bin, root, "undo")
+	full := time.Since(start)
+	t.Logf("uninterrupted undo: %v", full)
+
+	type tc struct {
+		name  string
+		env   string        // SNAPBACK_CRASH_AT
+		delay time.Duration // kill after this long (when env is empty)
+		want  string        // "before", "after" or "" (either)
+	}
+	cases := []tc{
+		{name: "before-journal", env: "before-journal", want: "after"}, // tree untouched: still the changed state
+		{name: "journal-written", env: "journal-written", want: "before"},
+		{name: "apply-first", env: "apply:1", want: "before"},
+		{name: "apply-early", env: "apply:100", want: "before"},
+		{name: "apply-middle", env: "apply:300", want: "before"},
+		{name: "apply-late", env: "apply:600", want: "before"},
+		{name: "applied", env: "applied", want: "before"},
+		{name: "recorded", env: "recorded", want: "before"},
+	}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for i := 0; i < 8; i++ {
+		d := time.Duration(rng.Int63n(int64(full) + 1))
+		cases = append(cases, tc{name: fmt.Sprintf("random-%d-%v", i, d.Round(time.Millisecond)), delay: d})
+	}
+	mid := 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			before, after := bigChange(t, bin, root)
+			cmd := exec.Command(bin, "-C", root, "undo")
+			if c.env != "" {
+				cmd.Env = append(os.Environ(), "SNAPBACK_CRASH_AT="+c.env)
+			}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			treetest.Must(t, cmd.Start())
+			if c.env == "" {
+				time.Sleep(c.delay)
+				_ = cmd.Process.Signal(syscall.SIGKILL) // it may have finished already
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled()
+			if c.env != "" && !killed {
+				t.Fatalf("crash point %s was never reached: %v\n%s", c.env, err, out.String())
+			}
+			interrupted := treetest.Capture(t, root, snapshot.StoreDir)
+			if killed && !same(interrupted, before) && !same(interrupted, after) {
+				mid++
+			}
+			sb(t, bin, root, "recover")
+			got := treetest.Capture(t, root, snapshot.StoreDir)
+			switch {
+			case same(got, before):
+				if c.want == "after" {
+					t.Fatal("recover finished an undo that never wrote its journal")
+				}
+				// The undo counts as done: redo brings the change back, undo reverts it.
+				sb(t, bin, root, "redo")
+				treetest.Equal(t, "redo after recover", after, treetest.Capture(t, root, snapshot.StoreDir))
+				sb(t, bin, root, "undo")
+				treetest.Equal(t, "undo after redo", before, treetest.Capture(t, root, snapshot.StoreDir))
+			case same(got, after):
+				if c.want == "before" {
+					treetest.Equal(t, "recover should have finished the undo", before, got)
+				}
+				sb(t, bin, root, "undo")
+				treetest.Equal(t, "undo after recover", before, treetest.Capture(t, root, snapshot.StoreDir))
+			default:
+				treetest.Equal(t, "after recover the tree is neither before nor after the undo", before, got)
+			}
+		})
+	}
+	if mid == 0 {
+		t.Errorf("no kill landed in the middle of the undo: the test did not exercise recovery")
+	}
+	t.Logf("%d kills left a half-changed tree that recover completed", mid)
+}
+
+// TestCrashDuringSnap kills a first snapshot at random moments: the tree
+// must be untouched, and the store usable, with no half snapshot listed.
+func TestCrashDuringSnap(t *testing.T) {
+	bin := snapbackBinary(t)
+	for i, delay := range []time.Duration{5 * time.Millisecond, 20 * time.Millisecond, 60 * time.Millisecond} {
+		root := t.TempDir()
+		for f := 0; f < 2000; f++ {
+			treetest.Write(t, root, fmt.Sprintf("d%02d/f%04d", f%40, f), fmt.Sprintf("%d %s", f, bytes.Repeat([]byte("y"), 4000)), 0o644)
+		}
+		before := treetest.Capture(t, root, snapshot.StoreDir)
+		cmd := exec.Command(bin, "-C", root, "snap")
+		treetest.Must(t, cmd.Start())
+		time.Sleep(delay)
+		_ = cmd.Process.Signal(syscall.SIGKILL) // may have finished
+		_ = cmd.Wait()
+		treetest.Equal(t, fmt.Sprintf("kill %d: tree after a killed snap", i), before, treetest.Capture(t, root, snapshot.StoreDir))
+		if _, err := os.Stat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+			sb(t, bin, root, "recover")
+			if tmp, _ := os.ReadDir(filepath.Join(root, snapshot.StoreDir, "tmp")); len(tmp) != 0 {
+				t.Fatalf("recover left %d temp files", len(tmp))
+			}
+		}
+		sb(t, bin, root, "snap")
+		treetest.Write(t, root, "d00/f0000", "changed", 0o644)
+		sb(t, bin, root, "undo")
+		treetest.Equal(t, "undo after a killed snap", before, treetest.Capture(t, root, snapshot.StoreDir))
+	}
+}

@@ -1,0 +1,260 @@
+// Package treetest captures a directory tree exactly (types, contents,
+// modes, owners, times, xattrs, hard-link groups, sparseness) so tests can
+// assert that an undo, redo or recovery left it in precisely a known
+// state, and builds trees full of the odd cases restores must get right.
+package treetest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// State maps each relative path to a one-line description of everything a
+// restore must reproduce.
+type State map[string]string
+
+// Capture describes every path below root except the names in skip
+// (relative paths whose subtrees are left out, such as ".snapback").
+func Capture(t testing.TB, root string, skip ...string) State {
+	t.Helper()
+	s, err := CaptureErr(root, skip...)
+	if err != nil {
+		t.Fatalf("capture %s: %v", root, err)
+	}
+	return s
+}
+
+// CaptureErr is Capture for callers without a testing.TB.
+func CaptureErr(root string, skip ...string) (State, error) {
+	st := State{}
+	inodes := map[uint64][]string{}
+	skipped := map[string]bool{}
+	for _, s := range skip {
+		skipped[s] = true
+	}
+	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		rel = filepath.ToSlash(rel)
+		if skipped[rel] {
+			if info.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		var s unix.Stat_t
+		if err := unix.Lstat(p, &s); err != nil {
+			return err
+		}
+		desc := fmt.Sprintf("mode=%o uid=%d gid=%d", s.Mode&0o7777, s.Uid, s.Gid)
+		switch s.Mode & unix.S_IFMT {
+		case unix.S_IFREG:
+			sum, err := hashFile(p)
+			if err != nil {
+				return err
+			}
+			desc = fmt.Sprintf("file %s size=%d sha=%s mtime=%d", desc, s.Size, sum, s.Mtim.Nano())
+			if s.Nlink > 1 {
+				inodes[s.Ino] = append(inodes[s.Ino], rel)
+			}
+		case unix.S_IFDIR:
+			desc = fmt.Sprintf("dir %s mtime=%d", desc, s.Mtim.Nano())
+		case unix.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc = fmt.Sprintf("symlink ->%q uid=%d gid=%d mtime=%d", target, s.Uid, s.Gid, s.Mtim.Nano())
+		case unix.S_IFIFO:
+			desc = fmt.Sprintf("fifo %s mtime=%d", desc, s.Mtim.Nano())
+		default:
+			desc = fmt.Sprintf("other %o", s.Mode&unix.S_IFMT)
+		}
+		if s.Mode&unix.S_IFMT != unix.S_IFLNK {
+			desc += xattrs(p)
+		}
+		st[rel] = desc
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, paths := range inodes {
+		sort.Strings(paths)
+		for _, p := range paths {
+			st[p] += " links=" + strings.Join(paths, ",")
+		}
+	}
+	return st, nil
+}
+
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sum, _, err := fsutil.HashFile(f) // skips reading holes: a sparse GiB costs little
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%x", sum[:8]), nil
+}
+
+func xattrs(p string) string {
+	sz, err := unix.Llistxattr(p, nil)
+	if err != nil || sz == 0 {
+		return ""
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Llistxattr(p, buf)
+	if err != nil {
+		return ""
+	}
+	var names []string
+	for _, n := range strings.Split(string(buf[:sz]), "\x00") {
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	var sb strings.Builder
+	for _, n := range names {
+		v := make([]byte, 4096)
+		vs, err := unix.Lgetxattr(p, n, v)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&sb, " xattr:%s=%q", n, v[:vs])
+	}
+	return sb.String()
+}
+
+// Diff lists the differences between two states, one line each.
+func Diff(want, got State) []string {
+	var out []string
+	for p, w := range want {
+		g, ok := got[p]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("missing %q: want %s", p, w))
+		case g != w:
+			out = append(out, fmt.Sprintf("differs %q:\n  want %s\n  got  %s", p, w, g))
+		}
+	}
+	for p, g := range got {
+		if _, ok := want[p]; !ok {
+			out = append(out, fmt.Sprintf("extra %q: %s", p, g))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Equal fails the test with the differences when the states differ.
+func Equal(t testing.TB, what string, want, got State) {
+	t.Helper()
+	if d := Diff(want, got); len(d) > 0 {
+		if len(d) > 20 {
+			d = append(d[:20], fmt.Sprintf("... and %d more", len(d)-20))
+		}
+		t.Fatalf("%s: tree differs:\n%s", what, strings.Join(d, "\n"))
+	}
+}
+
+// Write creates a file with content and mode, making parents.
+func Write(t testing.TB, root, rel, content string, mode os.FileMode) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Must fails the test on err.
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// XattrsSupported reports whether user xattrs can be set below dir.
+func XattrsSupported(dir string) bool {
+	p := filepath.Join(dir, ".xattr-probe")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		return false
+	}
+	defer os.Remove(p)
+	return unix.Setxattr(p, "user.probe", []byte("1"), 0) == nil
+}
+
+// Tricky fills root with the cases restores get wrong: names with spaces,
+// newlines and invalid UTF-8; symlinks pointing out of the tree, dangling
+// and relative; a fifo; hard links; an empty directory; odd modes; a
+// sticky directory; xattrs (when the filesystem has them); and a sparse
+// file of sparseSize bytes (0: none).
+func Tricky(t testing.TB, root string, sparseSize int64) {
+	t.Helper()
+	Write(t, root, "plain.txt", "hello\n", 0o644)
+	Write(t, root, "with space/and more.txt", "spaces\n", 0o600)
+	Write(t, root, "new\nline", "newline in name\n", 0o644)
+	Write(t, root, "bad-\xff\xfe-utf8", "invalid utf-8 name\n", 0o644)
+	Write(t, root, "exec.sh", "#!/bin/sh\necho hi\n", 0o755)
+	Write(t, root, "locked", "no permissions\n", 0o000)
+	Write(t, root, "deep/a/b/c/d.txt", "deep\n", 0o644)
+	Write(t, root, "hard/one", "linked content\n", 0o640)
+	Must(t, os.Link(filepath.Join(root, "hard/one"), filepath.Join(root, "hard/two")))
+	Must(t, os.Link(filepath.Join(root, "hard/one"), filepath.Join(root, "three")))
+	Must(t, os.Symlink("/etc/passwd", filepath.Join(root, "abs-out")))
+	Must(t, os.Symlink("../../../../outside", filepath.Join(root, "rel-out")))
+	Must(t, os.Symlink("plain.txt", filepath.Join(root, "rel-in")))
+	Must(t, os.Symlink("does/not/exist", filepath.Join(root, "dangling")))
+	Must(t, os.Symlink("/", filepath.Join(root, "deep/to-root")))
+	Must(t, unix.Mkfifo(filepath.Join(root, "pipe"), 0o640))
+	Must(t, os.MkdirAll(filepath.Join(root, "empty/dir"), 0o755))
+	Must(t, os.Mkdir(filepath.Join(root, "sticky"), 0o755))
+	Must(t, os.Chmod(filepath.Join(root, "sticky"), 0o1777))
+	Write(t, root, "setgid-dir/f", "x", 0o644)
+	Must(t, os.Chmod(filepath.Join(root, "setgid-dir"), 0o2775))
+	if XattrsSupported(root) {
+		Must(t, unix.Setxattr(filepath.Join(root, "plain.txt"), "user.note", []byte("xattr value"), 0))
+		Must(t, unix.Setxattr(filepath.Join(root, "deep"), "user.dir", []byte{0, 1, 2}, 0))
+	}
+	if sparseSize > 0 {
+		f, err := os.Create(filepath.Join(root, "sparse.img"))
+		Must(t, err)
+		_, err = f.WriteAt([]byte("head"), 0)
+		Must(t, err)
+		_, err = f.WriteAt([]byte("middle"), sparseSize/2)
+		Must(t, err)
+		Must(t, f.Truncate(sparseSize))
+		Must(t, f.Close())
+	}
+}
+
+// Allocated returns the bytes a file occupies on disk.
+func Allocated(t testing.TB, p string) int64 {
+	t.Helper()
+	var s unix.Stat_t
+	Must(t, unix.Lstat(p, &s))
+	return s.Blocks * 512
+}
