@@ -30,8 +30,10 @@ type applier struct {
 	isRoot bool
 	// touched collects the directories whose entries changed.
 	touched map[string]bool
-	// written lists the files (and fifos, symlinks) put in place, to sync.
+	// written lists the regular files put in place, to sync; others
+	// counts the other entries (synced with their directories).
 	written []string
+	others  int
 	// cache, when set, learns the stat of every file written from an
 	// object, so the next scan need not read it back.
 	cache *statCache
@@ -209,6 +211,10 @@ func (a *applier) put(t, c *Entry) error {
 	}
 	a.touched[Parent(t.Path)] = true
 	a.written = append(a.written, t.Path)
+	if t.Type != File {
+		a.written = a.written[:len(a.written)-1] // its rename is synced with its directory
+		a.others++
+	}
 	if a.cache != nil && t.Type == File {
 		if st, err := d.Lstat(name); err == nil {
 			// We wrote these bytes ourselves a moment ago, so the entry is
@@ -334,12 +340,13 @@ func (a *applier) setMeta(t, c *Entry) error {
 // sync makes everything the apply changed durable: each file and
 // directory for a small change, one syncfs for a large one.
 func (a *applier) sync() error {
-	if len(a.written)+len(a.touched) > syncEachLimit {
+	if len(a.written)+a.others+len(a.touched) > syncEachLimit {
 		if err := syncFS(a.s.Root); err != nil {
 			return fmt.Errorf("sync tree: %w", err)
 		}
 		return nil
 	}
+	needFS := false
 	for _, p := range a.written {
 		d, err := a.dir(Parent(p))
 		if err != nil {
@@ -347,8 +354,9 @@ func (a *applier) sync() error {
 		}
 		f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
-			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EACCES) {
-				continue // a symlink (its rename is synced with the directory) or unreadable
+			if errors.Is(err, unix.EACCES) {
+				needFS = true // unreadable to us (mode 0000): syncfs covers it
+				continue
 			}
 			return fmt.Errorf("sync %s: %w", p, err)
 		}
@@ -365,6 +373,11 @@ func (a *applier) sync() error {
 		}
 		if err := d.Sync(); err != nil {
 			return err
+		}
+	}
+	if needFS {
+		if err := syncFS(a.s.Root); err != nil {
+			return fmt.Errorf("sync tree: %w", err)
 		}
 	}
 	return nil

@@ -70,7 +70,7 @@ func (d *decoder) uvarint(what string) uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && d.b[n-1] == 0 { // overflow, or not the minimal encoding
 		d.fail(what)
 		return 0
 	}
@@ -83,7 +83,7 @@ func (d *decoder) varint(what string) int64 {
 		return 0
 	}
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && d.b[n-1] == 0 { // every value has one encoding
 		d.fail(what)
 		return 0
 	}

@@ -191,8 +191,13 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 	for _, id := range protect {
 		kept[id] = true
 	}
-	for i := len(h.All) - 1; i >= 0 && len(h.All)-i <= keep; i-- {
-		kept[h.All[i].ID] = true
+	// keep counts what `list` shows (snaps, runs, pre-restores), not the
+	// bookkeeping records; those are kept below as far as undo needs them.
+	for i, n := len(h.All)-1, 0; i >= 0 && n < keep; i-- {
+		if h.All[i].Kind.Undoable() {
+			kept[h.All[i].ID] = true
+			n++
+		}
 	}
 	for _, p := range h.Redo {
 		kept[p.ID] = true

@@ -265,9 +265,13 @@ func (r *Repo) Recover() (bool, error) {
 			os.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
 		}
 	}
+	dead, err := r.finishDeadRuns()
+	if err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
 	b, err := os.ReadFile(r.journalPath())
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return dead > 0, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("recover: %w", err)

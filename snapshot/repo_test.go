@@ -157,11 +157,12 @@ func TestContentStoredOnce(t *testing.T) {
 // runChange simulates a copy-mode run: fn is the command.
 func runChange(t *testing.T, r *snapshot.Repo, fn func()) *snapshot.Meta {
 	t.Helper()
-	m, err := r.BeginRun([]string{"cmd"}, "copy")
+	run, err := r.BeginRun([]string{"cmd"}, "copy")
 	treetest.Must(t, err)
 	fn()
-	treetest.Must(t, r.FinishRun(m, 0))
-	return m
+	status := 0
+	treetest.Must(t, r.FinishRun(run, &status))
+	return run.Meta
 }
 
 func TestRunUndoKeepsOtherEdits(t *testing.T) {

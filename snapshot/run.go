@@ -1,28 +1,106 @@
 package snapshot
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrRunning is returned for a run whose command is still executing.
+var ErrRunning = errors.New("its command is still running")
+
+// Run is a copy-mode run in progress: its snapshot and the lock that tells
+// other snapback processes the command is still alive.
+type Run struct {
+	Meta *Meta
+	lock *os.File
+}
+
+func (r *Repo) runLockPath(id string) string { return r.path("runs", id+".lock") }
 
 // BeginRun records the state of the tree before a command runs in copy
-// mode: a tree snapshot of kind run, state running. If snapback dies while
-// the command runs, this snapshot is what `undo` or `restore` goes back to.
-func (r *Repo) BeginRun(command []string, mode string) (*Meta, error) {
-	m, err := r.Snap(KindRun, "")
+// mode: a tree snapshot of kind run, state running. While the command
+// runs, this process holds the run's lock; if it dies, the next snapback
+// finds the lock free and finishes the run (see [Repo.Recover]).
+func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
+	if err := os.Mkdir(r.path("runs"), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("begin run: %w", err)
+	}
+	m, err := r.newMeta(KindRun, ScopeTree)
 	if err != nil {
 		return nil, err
 	}
-	m.Command, m.Mode, m.State = command, mode, "running"
-	if err := r.WriteMeta(m); err != nil {
+	f, err := os.OpenFile(r.runLockPath(m.ID), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("begin run: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("begin run: lock: %w", err)
+	}
+	fmt.Fprintf(f, "pid %d\n", os.Getpid()) // informational
+	run := &Run{Meta: m, lock: f}
+	snap, err := r.Snap(KindRun, "")
+	if err != nil {
+		run.release(r)
 		return nil, err
 	}
-	return m, nil
+	// The snapshot got its own id and time from Snap; the run takes them.
+	os.Rename(r.runLockPath(m.ID), r.runLockPath(snap.ID)) // same lock, the final name
+	snap.Command, snap.Mode, snap.State = command, mode, "running"
+	run.Meta = snap
+	if err := r.WriteMeta(snap); err != nil {
+		run.release(r)
+		return nil, err
+	}
+	return run, nil
+}
+
+func (run *Run) release(r *Repo) {
+	if run.lock == nil {
+		return
+	}
+	os.Remove(r.runLockPath(run.Meta.ID)) // remove before unlocking: no one sees a free stale lock
+	run.lock.Close()
+	run.lock = nil
+}
+
+// alive reports whether the process running snapshot id still holds its lock.
+func (r *Repo) alive(id string) bool {
+	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR, 0)
+	if err != nil {
+		return false // no lock file: its process is gone
+	}
+	defer f.Close()
+	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
 }
 
 // FinishRun narrows a finished run's snapshot to the paths the command
 // changed: the before state of those paths, and (as After) the state the
 // command left them in. `undo` then reverts exactly those paths, keeps
 // later edits to other files, and sees later edits to the same paths as
-// conflicts.
-func (r *Repo) FinishRun(m *Meta, exitStatus int) error {
+// conflicts. exitStatus is nil when the command's end was not seen.
+func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
+	m := run.Meta
+	if err := r.narrowRun(m); err != nil {
+		return err
+	}
+	m.ExitStatus = exitStatus
+	m.State = "done"
+	if exitStatus == nil {
+		m.State = "interrupted"
+	}
+	if err := r.WriteMeta(m); err != nil {
+		return err
+	}
+	run.release(r)
+	return nil
+}
+
+func (r *Repo) narrowRun(m *Meta) error {
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
@@ -60,10 +138,29 @@ func (r *Repo) FinishRun(m *Meta, exitStatus int) error {
 		return err
 	}
 	m.Scope = ScopePaths
-	m.ExitStatus = &exitStatus
-	m.State = "done"
 	m.Files, m.Bytes = counts(a)
-	return r.WriteMeta(m)
+	return nil
+}
+
+// finishDeadRuns finishes runs whose snapback process died while their
+// command ran: the changes made up to then become an undoable run.
+func (r *Repo) finishDeadRuns() (int, error) {
+	all, err := r.List()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range all {
+		if m.State != "running" || r.alive(m.ID) {
+			continue
+		}
+		if err := r.FinishRun(&Run{Meta: m}, nil); err != nil {
+			return n, err
+		}
+		os.Remove(r.runLockPath(m.ID)) // a stale lock file of the dead process
+		n++
+	}
+	return n, nil
 }
 
 // Subset cuts two states of the tree down to the same set of paths (those

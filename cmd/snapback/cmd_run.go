@@ -50,6 +50,9 @@ func pickMode(flag, configured string) (string, error) {
 }
 
 func runRun(g *globals, o runOptions, argv []string) error {
+	// Any failure of snapback's own exits 125, so that a script can tell it
+	// from the command's statuses (as env(1) and timeout(1) do).
+	g.runStarted = true
 	repo, cfg, err := g.open(true, "run")
 	if err != nil {
 		return err
@@ -63,8 +66,7 @@ func runRun(g *globals, o runOptions, argv []string) error {
 		repo.Close()
 		return &exitError{code: 2, kind: "config", err: fmt.Errorf("%s: [[target]] entries are not supported by this build yet", cfg.Targets[0].Backend)}
 	}
-	g.runStarted = true // from here, snapback's own failures exit 125
-	meta, err := repo.BeginRun(argv, mode)
+	run, err := repo.BeginRun(argv, mode)
 	repo.Unlock() // the command may run for hours: do not hold others off
 	if err != nil {
 		repo.Close()
@@ -80,7 +82,7 @@ func runRun(g *globals, o runOptions, argv []string) error {
 		return err
 	}
 	defer repo.Close()
-	if err := repo.FinishRun(meta, status); err != nil {
+	if err := repo.FinishRun(run, &status); err != nil {
 		return err
 	}
 	if status != 0 {

@@ -209,3 +209,30 @@ func TestCrashDuringSnap(t *testing.T) {
 		treetest.Equal(t, "undo after a killed snap", before, treetest.Capture(t, root, snapshot.StoreDir))
 	}
 }
+
+// TestCrashDuringRun kills snapback while its command runs: the next
+// snapback call finishes the run as interrupted, and undo reverts what the
+// command had changed by then.
+func TestCrashDuringRun(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "a", "before\n", 0o644)
+	treetest.Write(t, root, "b", "untouched\n", 0o644)
+	sb(t, bin, root, "snap", "-m", "base")
+	before := treetest.Capture(t, root, snapshot.StoreDir)
+	// The command is snapback's child: it kills its parent, then goes on.
+	cmd := exec.Command(bin, "-C", root, "run", "--", "sh", "-c", `echo during > a; echo new > c; kill -9 $PPID; sleep 0.2; echo late > d`)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+		t.Fatalf("snapback was not killed: %v\n%s", err, out)
+	}
+	time.Sleep(400 * time.Millisecond) // let the orphaned command finish
+	list := sb(t, bin, root, "list")
+	if !bytes.Contains([]byte(list), []byte("$ sh -c")) {
+		t.Fatalf("the interrupted run is not listed:\n%s", list)
+	}
+	sb(t, bin, root, "undo")
+	treetest.Equal(t, "undo of an interrupted run", before, treetest.Capture(t, root, snapshot.StoreDir))
+}
