@@ -235,7 +235,7 @@ func Tricky(t testing.TB, root string, sparseSize int64) {
 	Must(t, os.Chmod(filepath.Join(root, "sticky"), 0o1777))
 	Write(t, root, "setgid-dir/f", "x", 0o644)
 	Must(t, os.Chmod(filepath.Join(root, "setgid-dir"), 0o2775))
-	if XattrsSupported(root) {
+	if Require(t, "xattr", XattrsSupported(root), "user xattrs are not supported on "+root) {
 		Must(t, unix.Setxattr(filepath.Join(root, "plain.txt"), "user.note", []byte("xattr value"), 0))
 		Must(t, unix.Setxattr(filepath.Join(root, "deep"), "user.dir", []byte{0, 1, 2}, 0))
 	}
@@ -257,4 +257,22 @@ func Allocated(t testing.TB, p string) int64 {
 	var s unix.Stat_t
 	Must(t, unix.Lstat(p, &s))
 	return s.Blocks * 512
+}
+
+// Require reports whether a capability the test wants is here. When it is
+// not, the test fails if SNAPBACK_REQUIRE (a comma-separated list, set by
+// scripts/test.sh) names the capability, and otherwise goes on without it
+// after logging why: the caller decides what to leave out.
+func Require(t testing.TB, capability string, ok bool, why string) bool {
+	t.Helper()
+	if ok {
+		return true
+	}
+	for _, c := range strings.Split(os.Getenv("SNAPBACK_REQUIRE"), ",") {
+		if strings.TrimSpace(c) == capability {
+			t.Fatalf("SNAPBACK_REQUIRE names %s, but %s", capability, why)
+		}
+	}
+	t.Logf("without %s: %s", capability, why)
+	return false
 }
