@@ -168,33 +168,87 @@ func contains(list []string, s string) bool {
 }
 
 // keyLine finds the line of key in table (the index-th [[table]] when
-// index >= 0; the table header itself when key is empty), or 0.
+// index >= 0; the table header itself when key is empty), or 0. A table
+// may also be written inline: snapshot = {mode = "x"}, or
+// target = [{backend = "x"}] for an array of tables.
 func keyLine(src []byte, table string, index int, key string) int {
 	var p unstable.Parser
 	p.Reset(src)
-	cur, n := "", -1
+	f := &lineFinder{p: &p, table: table, index: index, key: key, n: -1}
+	cur := ""
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
 			cur = joinKey(e.Key())
 			if e.Kind == unstable.ArrayTable && cur == table {
-				n++
+				f.n++
 			}
-			if key == "" && cur == table && n == index {
+			if key == "" && cur == table && f.n == index {
 				return line(&p, e)
 			}
 		case unstable.KeyValue:
-			k := joinKey(e.Key())
-			if cur == table && k == key && (index < 0 || n == index) {
-				return line(&p, e)
-			}
-			if cur == "" && k == table+"."+key {
-				return line(&p, e)
+			if l := f.keyValue(cur, e); l > 0 {
+				return l
 			}
 		}
 	}
 	return 0
+}
+
+// lineFinder is keyLine's search state: n counts the instances of an
+// array of tables seen so far.
+type lineFinder struct {
+	p          *unstable.Parser
+	table, key string
+	index, n   int
+}
+
+// keyValue searches the key-value e, found in table cur.
+func (f *lineFinder) keyValue(cur string, e *unstable.Node) int {
+	k := joinKey(e.Key())
+	if cur != "" {
+		k = cur + "." + k
+	}
+	if k == f.table+"."+f.key && (f.index < 0 || cur == f.table && f.n == f.index) {
+		return line(f.p, e)
+	}
+	if k != f.table {
+		return 0
+	}
+	v := e.Value()
+	switch {
+	case f.index < 0 && v.Kind == unstable.InlineTable:
+		return f.inline(v, e)
+	case f.index >= 0 && v.Kind == unstable.Array:
+		for it := v.Children(); it.Next(); {
+			if t := it.Node(); t.Kind == unstable.InlineTable {
+				if f.n++; f.n == f.index {
+					return f.inline(t, e)
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// inline searches the inline table t, the value of the key-value e. The
+// table itself (key "") is at its first key; a key not in t is reported at
+// e's line, the nearest there is.
+func (f *lineFinder) inline(t, e *unstable.Node) int {
+	for it := t.Children(); it.Next(); {
+		kv := it.Node()
+		if kv.Kind != unstable.KeyValue {
+			continue
+		}
+		if f.key == "" {
+			return line(f.p, kv)
+		}
+		if l := f.keyValue(f.table, kv); l > 0 {
+			return l
+		}
+	}
+	return line(f.p, e)
 }
 
 func line(p *unstable.Parser, e *unstable.Node) int {

@@ -1,0 +1,164 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const testFile = "/proj/snapback.toml"
+
+// parseErr parses src, requires it to fail with a *Error, and returns it.
+func parseErr(t *testing.T, src string) *Error {
+	t.Helper()
+	c, err := Parse(testFile, []byte(src))
+	if err == nil {
+		t.Fatalf("Parse(%q) = %+v, want an error", src, c)
+	}
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("Parse(%q) error %T %v, want *config.Error", src, err, err)
+	}
+	if ce.Path != testFile || !strings.HasPrefix(err.Error(), testFile+":") {
+		t.Errorf("error %q does not name %s (Path %q)", err, testFile, ce.Path)
+	}
+	return ce
+}
+
+func TestParseGood(t *testing.T) {
+	src := `# a project
+[snapshot]
+ignore = ["node_modules", "*.log", "trace.jsonl"]   # gitignore syntax
+mode = "fuse"
+
+[[target]]
+backend = "sqlite"
+path = "app.db"
+
+[[target]]
+name = "main db"
+backend = "postgres"
+dsn = "postgres://localhost/app"
+
+[[target]]
+backend = "docker-volume"
+volume = "pgdata"
+stop_containers = true
+
+[archive]
+destination = "/srv/snapback-archives"
+keep = 10
+`
+	c, err := Parse(testFile, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"node_modules", "*.log", "trace.jsonl"}; !slices.Equal(c.Snapshot.Ignore, want) {
+		t.Errorf("ignore = %q, want %q", c.Snapshot.Ignore, want)
+	}
+	if c.Snapshot.Mode != "fuse" {
+		t.Errorf("mode = %q, want fuse", c.Snapshot.Mode)
+	}
+	want := []Target{
+		{Backend: "sqlite", Path: "app.db"},
+		{Name: "main db", Backend: "postgres", DSN: "postgres://localhost/app"},
+		{Backend: "docker-volume", Volume: "pgdata", StopContainers: true},
+	}
+	if !slices.Equal(c.Targets, want) {
+		t.Errorf("targets = %+v, want %+v", c.Targets, want)
+	}
+	if c.Archive != (Archive{Destination: "/srv/snapback-archives", Keep: 10}) {
+		t.Errorf("archive = %+v", c.Archive)
+	}
+}
+
+func TestParseEmptyIsDefault(t *testing.T) {
+	c, err := Parse(testFile, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Snapshot.Mode != "auto" || len(c.Targets) != 0 || c.Ignored("anything", false) {
+		t.Errorf("empty config = %+v, want mode auto, no targets, nothing ignored", c)
+	}
+}
+
+func TestParseErrorLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		line      int
+		msg       string // a substring of the message
+	}{
+		{"unknown key", "[snapshot]\nmode = \"auto\"\n\nbogus = 1\n", 4, `unknown key "snapshot.bogus"`},
+		{"unknown top-level key", "# c\nexclude = []\n", 2, `unknown key "exclude"`},
+		{"unknown key in second target", "[[target]]\nbackend = \"sqlite\"\n[[target]]\nbackend = \"sqlite\"\npaht = \"x\"\n", 5, `unknown key "target.paht"`},
+		{"bad mode", "[snapshot]\nignore = []\n\nmode = \"docker\"\n", 4, `unknown mode "docker"`},
+		{"syntax error", "[snapshot]\nmode = \"auto\"\nignore = [\"a\",\n", 3, "incomplete"},
+		{"unterminated string", "[archive]\n\ndestination = \"/srv\n", 3, ""},
+		{"bad type", "[snapshot]\nmode = \"auto\"\n\nignore = 3\n", 4, "snapshot.ignore"},
+		{"bad type in list", "[snapshot]\nignore = [\"a\", 3]\n", 2, "snapshot.ignore"},
+		{"empty pattern", "[snapshot]\nmode = \"auto\"\nignore = [\"a\", \" \"]\n", 3, "snapshot.ignore[1]"},
+		{"unknown backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\n\n[[target]]\npath = \"b.db\"\nbackend = \"oracle\"\n", 7, `target 2: unknown backend "oracle"`},
+		{"no backend", "[[target]]\nbackend = \"sqlite\"\n\n[[target]]\npath = \"b.db\"\n", 4, "target 2: no backend"},
+		{"negative keep", "[archive]\ndestination = \"/a\"\nkeep = -1\n", 3, "archive.keep"},
+		{"dotted key", "snapshot.mode = \"nope\"\n", 1, `unknown mode "nope"`},
+		{"inline table", "\nsnapshot = { mode = \"nope\" }\n", 2, `unknown mode "nope"`},
+		{"inline array of tables", "target = [\n  { backend = \"sqlite\" },\n  { backend = \"oracle\" },\n]\n", 3, `target 2: unknown backend "oracle"`},
+		{"inline target without backend", "target = [\n  { backend = \"sqlite\" },\n  { path = \"x\" },\n]\n", 3, "target 2: no backend"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := parseErr(t, tc.src)
+			if e.Line != tc.line {
+				t.Errorf("line %d, want %d (%v)", e.Line, tc.line, e)
+			}
+			if !strings.Contains(e.Msg, tc.msg) {
+				t.Errorf("message %q does not contain %q", e.Msg, tc.msg)
+			}
+		})
+	}
+}
+
+func TestIgnored(t *testing.T) {
+	c, err := Parse(testFile, []byte(`[snapshot]
+ignore = ["node_modules", "*.log", "/build", "docs/**/*.tmp", "!keep.log"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path  string
+		isDir bool
+		want  bool
+	}{
+		// A bare name matches at any depth, and everything below it.
+		{"node_modules", true, true},
+		{"web/node_modules", true, true},
+		{"web/node_modules/left-pad/index.js", false, true},
+		{"node_modules_old", true, false},
+		{"src/node_modules.go", false, false},
+		// A glob without a slash matches the name at any depth.
+		{"debug.log", false, true},
+		{"a/b/c.log", false, true},
+		{"log", false, false},
+		{"a.log.txt", false, false},
+		// Negation re-includes what an earlier pattern excluded.
+		{"keep.log", false, false},
+		{"sub/keep.log", false, false},
+		// A leading slash anchors at the root.
+		{"build", true, true},
+		{"build/out.o", false, true},
+		{"src/build", true, false},
+		{"src/build/out.o", false, false},
+		// ** spans zero or more directories; a middle slash anchors.
+		{"docs/a.tmp", false, true},
+		{"docs/x/y/a.tmp", false, true},
+		{"docs/a.txt", false, false},
+		{"src/docs/a.tmp", false, false},
+		{"a.tmp", false, false},
+		{"main.go", false, false},
+	} {
+		if got := c.Ignored(tc.path, tc.isDir); got != tc.want {
+			t.Errorf("Ignored(%q, %v) = %v, want %v", tc.path, tc.isDir, got, tc.want)
+		}
+	}
+}
