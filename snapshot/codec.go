@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/snapback/snapback/fsutil"
 )
@@ -179,8 +178,10 @@ func DecodeManifest(b []byte) (Manifest, error) {
 			x.Value = []byte(d.str("xattr value"))
 			e.Xattrs = append(e.Xattrs, x)
 		}
-		if d.err == nil && !sort.SliceIsSorted(e.Xattrs, func(a, b int) bool { return e.Xattrs[a].Name < e.Xattrs[b].Name }) {
-			d.fail("xattr order")
+		for k := range e.Xattrs {
+			if e.Xattrs[k].Name == "" || k > 0 && e.Xattrs[k-1].Name >= e.Xattrs[k].Name {
+				d.fail("xattr order (names must be non-empty, sorted, unique)")
+			}
 		}
 		if e.Type == File && e.Link == "" {
 			files[e.Path] = true
