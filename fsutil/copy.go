@@ -7,13 +7,19 @@ import (
 	"hash"
 	"io"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
 const copyBuf = 1 << 20
 
-var zeros = make([]byte, copyBuf)
+var (
+	zeros = make([]byte, copyBuf)
+	// bufs recycles copy buffers: a fresh MiB per file would cost more
+	// (zeroing it) than copying a small file.
+	bufs = sync.Pool{New: func() any { b := make([]byte, copyBuf); return &b }}
+)
 
 // CopyHash copies all of src into dst (an empty file) and returns the
 // SHA-256 of the bytes dst now holds and their count. It clones (FICLONE)
@@ -49,7 +55,9 @@ func HashFile(f *os.File) (sum [32]byte, size int64, err error) {
 // to dst (when not nil) at the same offsets and feeding h every byte,
 // zeros for holes. It reads until EOF rather than trusting a stat size.
 func sparseCopy(dst, src *os.File, h hash.Hash) (int64, error) {
-	buf := make([]byte, copyBuf)
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	buf := *bp
 	fd := int(src.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {

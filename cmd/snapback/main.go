@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/snapback/snapback/config"
@@ -22,6 +23,14 @@ func main() { os.Exit(Main()) }
 
 // Main runs the CLI with os.Args and returns the exit status.
 func Main() int {
+	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance reports.
+	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" {
+		if f, err := os.Create(p); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	return run(os.Args[1:], os.Stdout, os.Stderr)
 }
 
