@@ -27,7 +27,9 @@ need_pkg() {
 }
 need_pkg fuse3 # the fuse isolation mode
 need_pkg attr  # setfattr/getfattr: xattr fixtures
-# Later issues add: docker.io postgresql mariadb-server btrfs-progs.
+need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs backend)
+need_pkg strace      # handy when a test of a real process misbehaves
+# Later issues add: docker.io postgresql mariadb-server.
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
@@ -63,7 +65,7 @@ trap stop_services EXIT
 # then its absence fails them. Later issues extend the list (fuse,
 # overlayfs, docker, postgres, mysql, btrfs) as tests for them land; list
 # nothing that no test uses yet.
-export SNAPBACK_REQUIRE=xattr
+export SNAPBACK_REQUIRE=xattr,btrfs
 
 # --- checks ------------------------------------------------------------
 failed=()

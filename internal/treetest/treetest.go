@@ -7,6 +7,7 @@ package treetest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -275,4 +276,43 @@ func Require(t testing.TB, capability string, ok bool, why string) bool {
 	}
 	t.Logf("without %s: %s", capability, why)
 	return false
+}
+
+// Btrfs mounts a fresh btrfs filesystem of sizeMB on a loop device and
+// returns its mount point; it is unmounted when the test ends. It fails
+// or skips (per SNAPBACK_REQUIRE) where mkfs.btrfs, loop devices or root
+// are missing.
+func Btrfs(t testing.TB, sizeMB int) string {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "mounting a loop btrfs needs root"
+	} else if _, err := exec.LookPath("mkfs.btrfs"); err != nil {
+		why = "mkfs.btrfs is not installed (Debian: btrfs-progs)"
+	} else if _, err := os.Stat("/dev/loop-control"); err != nil {
+		why = "no loop devices (/dev/loop-control)"
+	}
+	if !Require(t, "btrfs", why == "", why) {
+		t.Skipf("SNAPBACK_REQUIRE does not name btrfs: %s", why)
+	}
+	dir := t.TempDir()
+	img := filepath.Join(dir, "btrfs.img")
+	mnt := filepath.Join(dir, "mnt")
+	Must(t, os.Mkdir(mnt, 0o755))
+	f, err := os.Create(img)
+	Must(t, err)
+	Must(t, f.Truncate(int64(sizeMB)<<20))
+	Must(t, f.Close())
+	if out, err := exec.Command("mkfs.btrfs", "-q", "-f", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.btrfs: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount btrfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", mnt, err, out)
+		}
+	})
+	return mnt
 }
