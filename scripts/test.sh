@@ -28,7 +28,6 @@ need_pkg() {
 need_pkg fuse3 # the fuse isolation mode
 need_pkg attr  # setfattr/getfattr: xattr fixtures
 need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs backend)
-need_pkg strace      # handy when a test of a real process misbehaves
 # Later issues add: docker.io postgresql mariadb-server.
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
