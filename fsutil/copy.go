@@ -149,6 +149,10 @@ func hashZeros(h hash.Hash, n int64) error {
 	return nil
 }
 
+// Clone makes dst (empty) share src's blocks, where the filesystem can
+// (btrfs, xfs, APFS); elsewhere it fails and the caller copies.
+func Clone(dst, src *os.File) error { return cloneFile(dst, src) }
+
 // CopyFile copies src to dst like CopyHash, for callers that do not need
 // the hash (restores from the store, whose objects are already verified
 // by name).

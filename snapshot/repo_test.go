@@ -382,3 +382,44 @@ func TestStoreIsPrivate(t *testing.T) {
 		t.Fatalf("store mode %o, want 0700", fi.Mode().Perm())
 	}
 }
+
+// TestFullDisk: a snapshot or an undo that runs out of space fails with
+// ENOSPC and leaves the tree exactly as it was, with nothing recorded.
+func TestFullDisk(t *testing.T) {
+	root := treetest.SmallFS(t, 2048)
+	big := strings.Repeat("z", 700<<10)
+	treetest.Write(t, root, "a", big, 0o644)
+	treetest.Write(t, root, "b", "small", 0o644)
+	r := openRepo(t, root)
+	s, err := r.Snap(snapshot.KindSnap, "fits")
+	treetest.Must(t, err)
+	// A second large file does not fit twice (tree and store).
+	treetest.Write(t, root, "c", strings.Repeat("y", 600<<10), 0o644)
+	before := capture(t, root)
+	if _, err := r.Snap(snapshot.KindSnap, "too big"); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("snap on a full disk: %v, want ENOSPC", err)
+	}
+	treetest.Equal(t, "tree after a failed snap", before, capture(t, root))
+	h, err := r.History()
+	treetest.Must(t, err)
+	if len(h.All) != 1 {
+		t.Fatalf("a failed snap left %d records", len(h.All))
+	}
+	// Undo must first save c, which does not fit: refused before any change.
+	if _, _, err := r.Undo("", false); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("undo on a full disk: %v, want ENOSPC", err)
+	}
+	treetest.Equal(t, "tree after a failed undo", before, capture(t, root))
+	did, err := r.Recover()
+	treetest.Must(t, err)
+	if did {
+		t.Fatal("a failed undo left a journal behind")
+	}
+	// Make room: now it works, and the recorded state comes back.
+	treetest.Must(t, os.Remove(filepath.Join(root, "c")))
+	_, _, err = r.Undo(s.ID, false)
+	treetest.Must(t, err)
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != big {
+		t.Fatal("a not restored")
+	}
+}

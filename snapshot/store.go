@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -40,7 +41,8 @@ type Store struct {
 	lock *os.File
 
 	mu      sync.Mutex
-	pending []string // objects written since the last Flush
+	pending []string    // objects written since the last Flush
+	noClone atomic.Bool // the store's filesystem refused a clone: copy
 }
 
 // syncEachLimit: up to this many new files, Flush fsyncs each one; beyond
@@ -120,18 +122,58 @@ func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
 
 // PutFile stores the content of src and returns its id and size. The
 // object is complete under its final name or absent; it becomes durable at
-// the next [Store.Flush].
+// the next [Store.Flush]. Where the filesystem clones, the content is
+// cloned and the clone hashed; elsewhere it is hashed first, so content
+// the store already holds is never written again, and copied only when new
+// (the copy's own hash names it, so a source changing meanwhile cannot
+// make an object lie about its content).
 func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
+	if !s.noClone.Load() {
+		id, size, err := s.putClone(src)
+		if err == nil {
+			return id, size, nil
+		}
+		if !errors.Is(err, errNoClone) {
+			return ObjectID{}, 0, err
+		}
+		s.noClone.Store(true)
+	}
+	sum, size, err := fsutil.HashFile(src)
+	if err != nil {
+		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+	}
+	if s.HasObject(sum) {
+		return sum, size, nil
+	}
+	return s.putTemp(src, func(tmp *os.File) ([32]byte, int64, error) { return fsutil.CopyHash(tmp, src) })
+}
+
+var errNoClone = errors.New("filesystem cannot clone")
+
+func (s *Store) putClone(src *os.File) (ObjectID, int64, error) {
+	return s.putTemp(src, func(tmp *os.File) ([32]byte, int64, error) {
+		if err := fsutil.Clone(tmp, src); err != nil {
+			return [32]byte{}, 0, errNoClone
+		}
+		return fsutil.HashFile(tmp)
+	})
+}
+
+// putTemp fills a temp file with fill and adopts it under its hash.
+func (s *Store) putTemp(src *os.File, fill func(*os.File) ([32]byte, int64, error)) (ObjectID, int64, error) {
 	tmp, err := os.CreateTemp(s.path("tmp"), "obj-*")
 	if err != nil {
 		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 	}
-	sum, size, err := fsutil.CopyHash(tmp, src)
+	sum, size, err := fill(tmp)
 	if cerr := tmp.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(tmp.Name()) // best effort: tmp/ is emptied by recover anyway
+		if errors.Is(err, errNoClone) {
+			return ObjectID{}, 0, err
+		}
 		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 	}
 	id := ObjectID(sum)

@@ -316,3 +316,23 @@ func Btrfs(t testing.TB, sizeMB int) string {
 	})
 	return mnt
 }
+
+// SmallFS mounts a tmpfs of sizeKB at a new directory, for tests of a full
+// disk; it is unmounted when the test ends. It needs root (CAP_SYS_ADMIN):
+// SNAPBACK_REQUIRE=root makes its absence a failure.
+func SmallFS(t testing.TB, sizeKB int) string {
+	t.Helper()
+	if !Require(t, "root", os.Geteuid() == 0, "mounting a tmpfs needs root") {
+		t.Skip("SNAPBACK_REQUIRE does not name root: not running as root")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dk", sizeKB), "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", mnt, err, out)
+		}
+	})
+	return mnt
+}
