@@ -222,7 +222,7 @@ func (a *applier) put(t, c *Entry) error {
 			// another writer could change the file unseen is the few
 			// microseconds between the rename and this stat.
 			k := statOf(&st).key()
-			a.cache.put(t.Path, k, t.Object, max(k.Ctime, k.Mtime)+racyMargin(k)+1)
+			a.cache.put(t.Path, k, t.Object, max(k.Ctime, k.Mtime)+racyMargin(k)+1, len(t.Xattrs) == 0)
 		}
 	}
 	return nil

@@ -74,6 +74,10 @@ type Entry struct {
 	Target string   // Symlink only
 	Link   string   // File only: an earlier path with the same inode
 	Xattrs []fsutil.Xattr
+
+	// Ctime is the inode change time seen by the scan that made the entry;
+	// commits use it to spot paths changed during a run. Never stored.
+	Ctime int64
 }
 
 // SameContent reports whether e and o hold the same thing at their path:

@@ -14,7 +14,7 @@ import (
 // not read again. As in git, an entry is trusted only if the file's
 // ctime was safely older than the moment it was hashed; otherwise a write
 // in the same clock tick as the hash could go unnoticed.
-const indexMagic = "snapback-index-1\n"
+const indexMagic = "snapback-index-2\n"
 
 type statKey struct {
 	Size, Mtime, Ctime int64
@@ -26,6 +26,10 @@ type cacheEntry struct {
 	statKey
 	Object   ObjectID
 	HashedAt int64
+	// NoXattrs: the file had no xattrs. Setting one changes the ctime, so
+	// while the key matches the scan need not list them (most files have
+	// none, and listing is the costliest step of an unchanged scan).
+	NoXattrs bool
 }
 
 type statCache struct {
@@ -43,19 +47,19 @@ func racyMargin(k statKey) int64 {
 	return 50e6
 }
 
-func (c *statCache) lookup(path string, k statKey) (ObjectID, bool) {
+func (c *statCache) lookup(path string, k statKey) (cacheEntry, bool) {
 	c.mu.Lock()
 	e, ok := c.m[path]
 	c.mu.Unlock()
 	if !ok || e.statKey != k || k.Ctime >= e.HashedAt-racyMargin(k) || k.Mtime >= e.HashedAt-racyMargin(k) {
-		return ObjectID{}, false
+		return cacheEntry{}, false
 	}
-	return e.Object, true
+	return e, true
 }
 
-func (c *statCache) put(path string, k statKey, obj ObjectID, hashedAt int64) {
+func (c *statCache) put(path string, k statKey, obj ObjectID, hashedAt int64, noXattrs bool) {
 	c.mu.Lock()
-	c.m[path] = cacheEntry{statKey: k, Object: obj, HashedAt: hashedAt}
+	c.m[path] = cacheEntry{statKey: k, Object: obj, HashedAt: hashedAt, NoXattrs: noXattrs}
 	c.changed = true
 	c.mu.Unlock()
 }
@@ -87,7 +91,8 @@ func (s *Store) loadCache() *statCache {
 		e.Mode = d.u32("mode")
 		copy(e.Object[:], d.bytes(32, "object"))
 		e.HashedAt = d.varint("hashed")
-		if d.err == nil {
+		if x := d.bytes(1, "flags"); d.err == nil {
+			e.NoXattrs = x[0]&1 != 0
 			c.m[p] = e
 		}
 	}
@@ -115,6 +120,11 @@ func (s *Store) saveCache(c *statCache) error {
 		b = binary.AppendUvarint(b, uint64(e.Mode))
 		b = append(b, e.Object[:]...)
 		b = binary.AppendVarint(b, e.HashedAt)
+		var flags byte
+		if e.NoXattrs {
+			flags |= 1
+		}
+		b = append(b, flags)
 	}
 	c.changed = false
 	return fsutil.WriteFileAtomic(s.path("index"), b, 0o600)

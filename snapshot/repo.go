@@ -174,14 +174,23 @@ func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *
 	if err != nil {
 		return err
 	}
+	// Every content the apply will write must be in the store. Only those
+	// are checked: an undo of 10 files must not stat 100,000 objects.
 	var missing []string
-	target.Objects(func(o ObjectID) {
-		if !r.HasObject(o) && len(missing) < 5 {
-			missing = append(missing, o.String())
+	for i := range target {
+		t := &target[i]
+		if t.Type != File || t.Link != "" {
+			continue
 		}
-	})
+		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
+			continue
+		}
+		if !r.HasObject(t.Object) && len(missing) < 5 {
+			missing = append(missing, t.Path)
+		}
+	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%s: %w: %v", op, ErrMissingObject, missing)
+		return fmt.Errorf("%s: %w: the contents of %q", op, ErrMissingObject, missing)
 	}
 	if err := r.Flush(); err != nil {
 		return err
@@ -203,15 +212,15 @@ func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *
 // the tree's state as just scanned, or nil to scan it (recover).
 func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	if cur == nil {
+		// Recovering. Temps of the interrupted attempt go first: they must
+		// not collide with this attempt's names, and removing them moves
+		// their directories' mtimes, which the apply then sets right.
+		r.sweepTemps(r.root, target, j.OpID)
 		var err error
 		if cur, err = r.current(target, j.Scope, false); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)
 		}
 	}
-	// Temps of an interrupted attempt go first: they must not collide
-	// with this attempt's names, and removing them moves their
-	// directories' mtimes, which the apply then sets right.
-	r.sweepTemps(r.root, target, j.OpID)
 	cache := r.loadCache()
 	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache}
 	if err := a.run(cur); err != nil {

@@ -51,6 +51,10 @@ type scanner struct {
 	cache   *statCache
 	store   bool // store contents as objects; else only hash them
 	noCache bool // hash everything (recover: trust nothing)
+	// upper: the root is an overlay upper layer. Whiteouts become Absent
+	// entries, opaque directories are noted, overlay xattrs are dropped.
+	upper  bool
+	opaque map[string]bool
 
 	mu       sync.Mutex
 	entries  []*scanned
@@ -74,7 +78,8 @@ type ScanStats struct {
 
 type scanned struct {
 	Entry
-	st statInfo
+	st     statInfo
+	cached bool // the stat cache vouched for the content
 }
 
 type job struct {
@@ -163,6 +168,7 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	e.Mode = si.Mode & 0o7777
 	e.UID, e.GID = si.UID, si.GID
 	e.Mtime = si.Mtime
+	e.Ctime = si.Ctime
 	switch si.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		e.Type = File
@@ -182,10 +188,21 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	default:
 		return nil, false, nil
 	}
+	if e.Type == File && !sc.noCache {
+		if ce, ok := sc.cache.lookup(path, si.key()); ok {
+			e.Object, e.cached = ce.Object, true
+			if ce.NoXattrs {
+				return e, true, nil
+			}
+		}
+	}
 	if e.Type != Symlink {
 		xs, err := d.Xattrs(name)
 		if err != nil {
 			return nil, false, err
+		}
+		if sc.upper {
+			xs = sc.overlayXattrs(path, xs)
 		}
 		e.Xattrs = xs
 	}
@@ -200,11 +217,8 @@ func (sc *scanner) add(ref *dirRef, e *scanned) {
 	if e.Type != File {
 		return
 	}
-	if !sc.noCache {
-		if obj, ok := sc.cache.lookup(e.Path, e.st.key()); ok {
-			e.Object = obj
-			return
-		}
+	if e.cached {
+		return // entryOf found the content in the stat cache
 	}
 	ref.n.Add(1)
 	sc.jobs <- job{dir: ref, e: e}
@@ -246,7 +260,7 @@ func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
 		// the key will not match next time and the file is read again.
 		after := statOf(&st)
 		if after.key() == e.st.key() && size == e.st.Size {
-			sc.cache.put(e.Path, after.key(), obj, hashedAt)
+			sc.cache.put(e.Path, after.key(), obj, hashedAt, len(e.Xattrs) == 0)
 		}
 	}
 	return nil
@@ -276,6 +290,12 @@ func (sc *scanner) walk(ref *dirRef, path string) error {
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if sc.ign != nil && sc.ign.Ignored(p, isDir) {
+			continue
+		}
+		if sc.upper && isWhiteout(&st) {
+			sc.mu.Lock()
+			sc.entries = append(sc.entries, &scanned{Entry: Entry{Path: p, Type: Absent}})
+			sc.mu.Unlock()
 			continue
 		}
 		e, ok, err := sc.entryOf(ref.d, name, p, &st)
