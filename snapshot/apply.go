@@ -34,6 +34,11 @@ type applier struct {
 	// counts the other entries (synced with their directories).
 	written []string
 	others  int
+	// src, when set, is an upper layer holding the target's contents:
+	// entries are moved from it (a rename) rather than copied from the
+	// store. What is no longer there comes from the store.
+	src     *fsutil.Dir
+	srcDirs map[string]*fsutil.Dir
 	// cache, when set, learns the stat of every file written from an
 	// object, so the next scan need not read it back.
 	cache *statCache
@@ -43,7 +48,10 @@ func (a *applier) close() {
 	for _, d := range a.dirs {
 		d.Close()
 	}
-	a.dirs = nil
+	for _, d := range a.srcDirs {
+		d.Close()
+	}
+	a.dirs, a.srcDirs = nil, nil
 }
 
 func (a *applier) dir(p string) (*fsutil.Dir, error) {
@@ -95,6 +103,7 @@ func (a *applier) covered(p string) bool {
 // covered paths (from a scan with hashes).
 func (a *applier) run(cur Manifest) error {
 	a.dirs = map[string]*fsutil.Dir{}
+	a.srcDirs = map[string]*fsutil.Dir{}
 	a.touched = map[string]bool{}
 	a.isRoot = os.Geteuid() == 0
 	defer a.close()
@@ -201,7 +210,19 @@ func (a *applier) put(t, c *Entry) error {
 		return nil
 	}
 	tmp := a.tmpName()
-	if err := a.create(d, tmp, t); err != nil {
+	moved, err := a.fromSource(d, tmp, t)
+	if err != nil {
+		d.Unlink(tmp) // best effort, as below
+		return fmt.Errorf("commit %s: %w", t.Path, err)
+	}
+	if moved {
+		// The layer's entry is the target itself; only overlay xattrs and
+		// (for a non-root caller's copy-up) nothing else needs fixing.
+		if err := a.setMeta(&Entry{Path: t.Path, Type: t.Type, Mode: t.Mode, UID: t.UID, GID: t.GID, Mtime: t.Mtime, Xattrs: t.Xattrs}, nil, tmp); err != nil {
+			d.Unlink(tmp)
+			return err
+		}
+	} else if err := a.create(d, tmp, t); err != nil {
 		d.Unlink(tmp) // best effort; recover also sweeps temps of this op
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
@@ -215,7 +236,9 @@ func (a *applier) put(t, c *Entry) error {
 		a.written = a.written[:len(a.written)-1] // its rename is synced with its directory
 		a.others++
 	}
-	if a.cache != nil && t.Type == File {
+	// Only contents copied from the store may enter the stat cache: the
+	// cache vouches that the store holds them.
+	if a.cache != nil && t.Type == File && !moved {
 		if st, err := d.Lstat(name); err == nil {
 			// We wrote these bytes ourselves a moment ago, so the entry is
 			// trusted at once (no racy-timestamp wait). The window in which
@@ -309,12 +332,15 @@ func (a *applier) fileMeta(f *os.File, t *Entry) error {
 }
 
 // setMeta fixes the metadata of an existing entry with the right content.
-func (a *applier) setMeta(t, c *Entry) error {
+func (a *applier) setMeta(t, c *Entry, as ...string) error {
 	d, err := a.dir(Parent(t.Path))
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
 	name := Base(t.Path)
+	if len(as) > 0 {
+		name = as[0] // a temp name standing for t.Path
+	}
 	if t.Type != Symlink {
 		f, err := d.Open(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err == nil {
@@ -335,6 +361,60 @@ func (a *applier) setMeta(t, c *Entry) error {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
 	return nil
+}
+
+// fromSource moves t's entry from the upper layer to tmp in d. It reports
+// false when the layer no longer has it (moved by an earlier attempt).
+func (a *applier) fromSource(d *fsutil.Dir, tmp string, t *Entry) (bool, error) {
+	if a.src == nil || t.Link != "" {
+		return false, nil
+	}
+	sd, ok := a.srcDirs[Parent(t.Path)]
+	if !ok {
+		var err error
+		if sd, err = a.src.OpenDir(Parent(t.Path)); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return false, nil
+			}
+			return false, err
+		}
+		a.srcDirs[Parent(t.Path)] = sd
+	}
+	name := Base(t.Path)
+	st, err := sd.Lstat(name)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	want := map[Type]uint32{File: unix.S_IFREG, Symlink: unix.S_IFLNK, Fifo: unix.S_IFIFO}[t.Type]
+	if uint32(st.Mode)&unix.S_IFMT != want || t.Type == File && st.Size != t.Size {
+		return false, fmt.Errorf("upper layer entry changed since the changeset was read")
+	}
+	err = sd.Rename(name, d, tmp)
+	if errors.Is(err, unix.EXDEV) && t.Type == File {
+		// The tree path is on another filesystem (a mount inside the
+		// root): copy instead.
+		src, err := sd.Open(name, unix.O_RDONLY, 0)
+		if err != nil {
+			return false, err
+		}
+		defer src.Close() // read-only
+		f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+		if err != nil {
+			return false, err
+		}
+		err = fsutil.CopyFile(f, src)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err == nil, err
+	}
+	if errors.Is(err, unix.EXDEV) {
+		return false, nil // a symlink or fifo: recreated from the entry
+	}
+	return err == nil, err
 }
 
 // sync makes everything the apply changed durable: each file and

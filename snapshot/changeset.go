@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -24,7 +25,7 @@ import (
 // apply, so a commit is one more application of the one restore path.
 
 func isWhiteout(st *unix.Stat_t) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+	return uint32(st.Mode)&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
 }
 
 // overlayXattrs drops overlayfs's own attributes (and notes opaqueness).
@@ -106,4 +107,150 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 		}
 	}
 	return out, nil
+}
+
+// WriteThrough moves what a run wrote to ignored paths out of its upper
+// layer into the tree, where it stays whatever becomes of the run (an
+// audit log must survive a discard or an undo). Whiteouts of ignored paths
+// delete them in the tree. Nothing here is recorded for undo.
+func (r *Repo) WriteThrough(p *Pending) error {
+	if r.ign == nil {
+		return nil
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return err
+	}
+	defer upper.Close()
+	if err := r.writeThrough(p, upper, "", false); err != nil {
+		return err
+	}
+	return r.SavePending(p)
+}
+
+// writeThrough walks dir of the layer; below an ignored directory (all)
+// everything writes through.
+func (r *Repo) writeThrough(pr *Pending, upper *fsutil.Dir, dir string, all bool) error {
+	ud, err := upper.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer ud.Close()
+	names, err := ud.ReadDirNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		p := name
+		if dir != "" {
+			p = dir + "/" + name
+		}
+		if excluded(p) {
+			continue
+		}
+		st, err := ud.Lstat(name)
+		if err != nil {
+			return err
+		}
+		isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
+		if !all && !r.ign.Ignored(p, isDir) {
+			if isDir {
+				if err := r.writeThrough(pr, upper, p, false); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := r.moveThrough(pr, upper, ud, dir, name, &st); err != nil {
+			return fmt.Errorf("write through %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error {
+	p := name
+	if dir != "" {
+		p = dir + "/" + name
+	}
+	if err := r.makeParents(pr, upper, dir); err != nil {
+		return err
+	}
+	td, err := r.root.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer td.Close()
+	isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
+	if isDir {
+		rs, err := td.Lstat(name)
+		opaque := false
+		if xs, _ := ud.Xattrs(name); len(xs) > 0 { // unreadable xattrs: treat as not opaque
+			for _, x := range xs {
+				opaque = opaque || strings.HasSuffix(x.Name, "overlay.opaque") && string(x.Value) == "y"
+			}
+		}
+		if err == nil && uint32(rs.Mode)&unix.S_IFMT == unix.S_IFDIR && !opaque {
+			return r.writeThrough(pr, upper, p, true) // merge into the existing directory
+		}
+	}
+	if err := td.RemoveAll(name); err != nil {
+		return err
+	}
+	if isWhiteout(st) {
+		return ud.Unlink(name)
+	}
+	if err := ud.Rename(name, td, name); err != nil {
+		return err
+	}
+	if isDir { // overlay's own marks must not follow it into the tree
+		if f, err := td.Open(name, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+			for _, x := range []string{"trusted.overlay.opaque", "user.overlay.opaque"} {
+				_ = unix.Fremovexattr(int(f.Fd()), x) // absent on most directories
+			}
+			f.Close()
+		}
+	}
+	return nil
+}
+
+// makeParents creates in the tree the directories above an ignored path
+// that only the run has made so far (with the layer's modes), and notes
+// them as the run's own, so committing the run later does not see them as
+// changed by someone else.
+func (r *Repo) makeParents(pr *Pending, upper *fsutil.Dir, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if d, err := r.root.OpenDir(dir); err == nil {
+		d.Close()
+		return nil
+	}
+	if err := r.makeParents(pr, upper, Parent(dir)); err != nil {
+		return err
+	}
+	pd, err := r.root.OpenDir(Parent(dir))
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	mode := uint32(0o755)
+	if ud, err := upper.OpenDir(Parent(dir)); err == nil {
+		if st, err := ud.Lstat(Base(dir)); err == nil {
+			mode = uint32(st.Mode) & 0o7777
+		}
+		ud.Close()
+	}
+	if err := pd.Mkdir(Base(dir), mode); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	st, err := pd.Lstat(Base(dir))
+	if err != nil {
+		return err
+	}
+	if pr.Committed == nil {
+		pr.Committed = map[string]int64{}
+	}
+	pr.Committed[dir] = statOf(&st).Ctime
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,7 +92,22 @@ func (r *Repo) Diff(m *Meta) ([]Change, error) {
 // ReadTreeFile reads up to limit bytes of the tree's file at path, never
 // following a symlink.
 func (r *Repo) ReadTreeFile(path string, limit int64) ([]byte, error) {
-	d, err := r.root.OpenDir(Parent(path))
+	return readBeneath(r.root, path, limit)
+}
+
+// ReadFileBeneath reads up to limit bytes of the file at path below the
+// directory root (an upper layer, say), never following a symlink.
+func ReadFileBeneath(root, path string, limit int64) ([]byte, error) {
+	d, err := fsutil.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return readBeneath(d, path, limit)
+}
+
+func readBeneath(root *fsutil.Dir, path string, limit int64) ([]byte, error) {
+	d, err := root.OpenDir(Parent(path))
 	if err != nil {
 		return nil, err
 	}

@@ -119,26 +119,28 @@ func counts(m Manifest) (files int, bytes int64) {
 
 // Snap records a tree snapshot of the current state.
 func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
-	m, err := r.ScanTree(true)
-	if err != nil {
-		return nil, fmt.Errorf("snapshot: %w", err)
-	}
 	meta, err := r.newMeta(kind, ScopeTree)
 	if err != nil {
 		return nil, err
 	}
 	meta.Message = message
+	return meta, r.snapInto(meta)
+}
+
+// snapInto scans the tree into m's manifest and writes m.
+func (r *Repo) snapInto(meta *Meta) error {
+	m, err := r.ScanTree(true)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
 	meta.Files, meta.Bytes = counts(m)
 	if meta.Manifest, err = r.record(m); err != nil {
-		return nil, err
+		return err
 	}
 	if err := r.Flush(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := r.WriteMeta(meta); err != nil {
-		return nil, err
-	}
-	return meta, nil
+	return r.WriteMeta(meta)
 }
 
 // SaveMeta rewrites a snapshot record (a run's exit status, say).
@@ -156,6 +158,11 @@ type journal struct {
 	Target string `json:"target"` // manifest object id
 	Scope  Scope  `json:"scope"`
 	Record *Meta  `json:"record"`
+	// Source, for a commit, is the upper layer (relative to the store)
+	// whose entries are moved into the tree.
+	Source string `json:"source,omitempty"`
+	// Done, for a commit, is the pending run the commit completes.
+	Done string `json:"done,omitempty"`
 }
 
 func (r *Repo) journalPath() string { return r.path("journal.json") }
@@ -170,6 +177,13 @@ func (r *Repo) HasJournal() bool {
 // cur is the current state, already saved by record's manifest. It writes
 // the journal, applies, writes the record, and drops the journal.
 func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *Meta) error {
+	return r.transitionFrom(&journal{Op: op, OpID: record.ID, Scope: scope, Record: record}, target, cur)
+}
+
+// transitionFrom is transition with a journal prepared by the caller (a
+// commit names its upper layer there).
+func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
+	op := j.Op
 	tid, err := r.record(target)
 	if err != nil {
 		return err
@@ -179,8 +193,8 @@ func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *
 	var missing []string
 	for i := range target {
 		t := &target[i]
-		if t.Type != File || t.Link != "" {
-			continue
+		if t.Type != File || t.Link != "" || j.Source != "" {
+			continue // (a commit's contents come from its upper layer)
 		}
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
 			continue
@@ -195,7 +209,7 @@ func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *
 	if err := r.Flush(); err != nil {
 		return err
 	}
-	j := journal{Op: op, OpID: record.ID, Target: tid, Scope: scope, Record: record}
+	j.Target = tid
 	b, err := json.Marshal(j)
 	if err != nil {
 		return err
@@ -205,7 +219,7 @@ func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *
 		return err
 	}
 	crashPoint("journal-written")
-	return r.finish(&j, target, cur)
+	return r.finish(j, target, cur)
 }
 
 // finish applies a journal's target and completes it. Idempotent. cur is
@@ -223,6 +237,14 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	}
 	cache := r.loadCache()
 	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache}
+	if j.Source != "" {
+		src, err := fsutil.OpenRoot(r.path(j.Source))
+		if err != nil {
+			return fmt.Errorf("%s: upper layer: %w", j.Op, err)
+		}
+		defer src.Close()
+		a.src = src
+	}
 	if err := a.run(cur); err != nil {
 		return fmt.Errorf("%s: %w", j.Op, err)
 	}
@@ -234,6 +256,11 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		return err
 	}
 	crashPoint("recorded")
+	if j.Done != "" {
+		if err := r.dropRun(j.Done); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	}
 	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: drop journal: %w", j.Op, err)
 	}

@@ -3,7 +3,6 @@ package snapshot
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -19,40 +18,42 @@ type Run struct {
 	lock *os.File
 }
 
-func (r *Repo) runLockPath(id string) string { return r.path("runs", id+".lock") }
+func (r *Repo) runDir(id string) string      { return r.path("runs", id) }
+func (r *Repo) runLockPath(id string) string { return r.path("runs", id, "lock") }
+
+// lockRun makes the run's directory and takes its lock.
+func (r *Repo) lockRun(id string) (*os.File, error) {
+	if err := os.MkdirAll(r.runDir(id), 0o700); err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("run %s: %w", id, ErrRunning)
+	}
+	fmt.Fprintf(f, "pid %d\n", os.Getpid()) // informational
+	return f, nil
+}
 
 // BeginRun records the state of the tree before a command runs in copy
 // mode: a tree snapshot of kind run, state running. While the command
 // runs, this process holds the run's lock; if it dies, the next snapback
 // finds the lock free and finishes the run (see [Repo.Recover]).
 func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
-	if err := os.Mkdir(r.path("runs"), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("begin run: %w", err)
-	}
 	m, err := r.newMeta(KindRun, ScopeTree)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(r.runLockPath(m.ID), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	m.Command, m.Mode, m.State = command, mode, "running"
+	f, err := r.lockRun(m.ID)
 	if err != nil {
-		return nil, fmt.Errorf("begin run: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("begin run: lock: %w", err)
-	}
-	fmt.Fprintf(f, "pid %d\n", os.Getpid()) // informational
-	run := &Run{Meta: m, lock: f}
-	snap, err := r.Snap(KindRun, "")
-	if err != nil {
-		run.release(r)
 		return nil, err
 	}
-	// The snapshot got its own id and time from Snap; the run takes them.
-	os.Rename(r.runLockPath(m.ID), r.runLockPath(snap.ID)) // same lock, the final name
-	snap.Command, snap.Mode, snap.State = command, mode, "running"
-	run.Meta = snap
-	if err := r.WriteMeta(snap); err != nil {
+	run := &Run{Meta: m, lock: f}
+	if err := r.snapInto(m); err != nil {
 		run.release(r)
 		return nil, err
 	}
@@ -63,12 +64,13 @@ func (run *Run) release(r *Repo) {
 	if run.lock == nil {
 		return
 	}
-	os.Remove(r.runLockPath(run.Meta.ID)) // remove before unlocking: no one sees a free stale lock
+	// Remove before unlocking: no one may see a free, stale lock.
+	os.RemoveAll(r.runDir(run.Meta.ID)) // a leftover is swept as a dead run's
 	run.lock.Close()
 	run.lock = nil
 }
 
-// alive reports whether the process running snapshot id still holds its lock.
+// alive reports whether the process running id still holds its lock.
 func (r *Repo) alive(id string) bool {
 	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR, 0)
 	if err != nil {
@@ -157,7 +159,7 @@ func (r *Repo) finishDeadRuns() (int, error) {
 		if err := r.FinishRun(&Run{Meta: m}, nil); err != nil {
 			return n, err
 		}
-		os.Remove(r.runLockPath(m.ID)) // a stale lock file of the dead process
+		os.RemoveAll(r.runDir(m.ID)) // the dead process's lock
 		n++
 	}
 	return n, nil

@@ -50,25 +50,38 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 		return err
 	}
 	defer repo.Close()
-	var m *snapshot.Meta
-	if ref == "" {
-		m, err = repo.DefaultDiffBase()
-	} else {
-		m, err = repo.Resolve(ref)
-	}
-	if err != nil {
-		return err
-	}
-	changes, err := repo.Diff(m)
-	if err != nil {
-		return err
-	}
+	// A pending run's changes come first: right after `run --then review`,
+	// "what did it change?" means the run.
+	var changes []snapshot.Change
+	base := ""
 	d := &differ{repo: repo}
+	if p, perr := repo.FindPending(ref); perr == nil {
+		target, cur, err := repo.PendingChanges(p)
+		if err != nil {
+			return err
+		}
+		changes, base = snapshot.DiffManifests(cur, target), p.ID
+		d.upper = repo.UpperDir(p.ID)
+	} else {
+		var m *snapshot.Meta
+		if ref == "" {
+			m, err = repo.DefaultDiffBase()
+		} else {
+			m, err = repo.Resolve(ref)
+		}
+		if err != nil {
+			return err
+		}
+		if changes, err = repo.Diff(m); err != nil {
+			return err
+		}
+		base = m.ID
+	}
 	if g.json {
 		out := struct {
 			Snapshot string           `json:"snapshot"`
 			Changes  []diffChangeJSON `json:"changes"`
-		}{Snapshot: m.ID, Changes: []diffChangeJSON{}}
+		}{Snapshot: base, Changes: []diffChangeJSON{}}
 		for _, c := range changes {
 			j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
 			if o.stat {
@@ -121,7 +134,13 @@ func displayPath(c snapshot.Change) string {
 	return p
 }
 
-type differ struct{ repo *snapshot.Repo }
+// differ reads both sides of a change: the old one from the store (or,
+// for a pending run, the tree), the new one from the tree (or the run's
+// upper layer).
+type differ struct {
+	repo  *snapshot.Repo
+	upper string // set for a pending run
+}
 
 // text returns a side's content when it is a text file small enough to
 // diff; ok is false for binary or large files.
@@ -134,9 +153,14 @@ func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
 	}
 	var b []byte
 	var err error
-	if old {
+	switch {
+	case d.upper != "" && old:
+		b, err = d.repo.ReadTreeFile(path, textLimit+1)
+	case d.upper != "":
+		b, err = snapshot.ReadFileBeneath(d.upper, path, textLimit+1)
+	case old:
 		b, err = d.repo.ReadObjectPrefix(e.Object, textLimit+1)
-	} else {
+	default:
 		b, err = d.repo.ReadTreeFile(path, textLimit+1)
 	}
 	if err != nil || len(b) > textLimit || bytes.IndexByte(b, 0) >= 0 {

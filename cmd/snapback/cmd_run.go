@@ -1,87 +1,202 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
+	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/runner"
+	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
 
 type runOptions struct {
-	mode string
+	mode      string
+	then      string
+	continue_ string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
 	var o runOptions
 	c := &cobra.Command{
-		Use:   "run [--mode MODE] -- CMD [ARGS...]",
+		Use:   "run [--mode MODE] [--then commit|review|discard] -- CMD [ARGS...]",
 		Short: "Run a command so that `undo` can revert what it changes",
 		Long: `Run a command so that ` + "`undo`" + ` can revert what it changes.
+
+In the overlay modes the command works in a copy-on-write view of the
+project; its changes are then committed into the tree (--then commit, the
+default), kept pending for review (--then review: see status, diff, commit,
+discard), or thrown away (--then discard). In the copy mode it works on
+the tree itself, after a snapshot.
 
 The command keeps snapback's stdin, stdout, stderr, terminal, environment
 and working directory; signals sent to snapback reach it; snapback exits
 with its status (128+N if signal N killed it, 125 if snapback failed).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			g.runStarted = true
 			if c.ArgsLenAtDash() != 0 {
 				return usageErr("run: put the command after --, as in: snapback run -- make test")
+			}
+			switch o.then {
+			case "commit", "review", "discard":
+			default:
+				return usageErr("run: --then %s: must be commit, review or discard", o.then)
 			}
 			return runRun(g, o, args)
 		},
 	}
-	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: auto or copy (default: snapshot.mode from snapback.toml, else auto)")
+	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: auto, overlayfs or copy (default: snapshot.mode from snapback.toml, else auto)")
+	c.Flags().StringVar(&o.then, "then", "commit", "after an overlay run: commit, review (keep pending) or discard")
+	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
 	return c
 }
 
-// pickMode resolves the isolation mode. Only the copy mode is built so far:
-// auto picks it; naming another mode is an error rather than a silent
-// fallback, so a user who asked for isolation knows they did not get it.
+// pickMode resolves the isolation mode: auto takes the first that works
+// here; a mode named explicitly that cannot work is an error, never a
+// silent fallback, so a user who asked for isolation knows.
 func pickMode(flag, configured string) (string, error) {
 	m := flag
 	if m == "" {
 		m = configured
 	}
 	switch m {
-	case "", "auto", "copy":
+	case "", "auto":
+		if ok, _ := overlay.Available(); ok {
+			return "overlayfs", nil
+		}
 		return "copy", nil
+	case "copy":
+		return "copy", nil
+	case "overlayfs":
+		if ok, why := overlay.Available(); !ok {
+			return "", usageErr("run: --mode overlayfs: %s", why)
+		}
+		return m, nil
 	}
-	return "", usageErr("run: --mode %s: not available in this build (available: auto, copy)", m)
+	if !contains(config.Modes, m) {
+		return "", usageErr("run: --mode %s: unknown mode (one of auto, overlayfs, copy)", m)
+	}
+	return "", usageErr("run: --mode %s: not available in this build (available: auto, overlayfs, copy)", m)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 func runRun(g *globals, o runOptions, argv []string) error {
-	// Any failure of snapback's own exits 125, so that a script can tell it
-	// from the command's statuses (as env(1) and timeout(1) do).
-	g.runStarted = true
 	repo, cfg, err := g.open(true, "run")
 	if err != nil {
 		return err
 	}
-	mode, err := pickMode(o.mode, cfg.Snapshot.Mode)
-	if err != nil {
-		repo.Close()
-		return err
-	}
+	defer repo.Close()
 	if len(cfg.Targets) > 0 {
-		repo.Close()
 		return &exitError{code: 2, kind: "config", err: fmt.Errorf("%s: [[target]] entries are not supported by this build yet", cfg.Targets[0].Backend)}
 	}
-	run, err := repo.BeginRun(argv, mode)
-	repo.Unlock() // the command may run for hours: do not hold others off
-	if err != nil {
-		repo.Close()
+	var p *snapshot.Pending
+	mode := ""
+	if o.continue_ != "" {
+		if p, err = repo.FindPending(o.continue_); err != nil {
+			return err
+		}
+		mode = p.Mode
+		if err := repo.Resume(p); err != nil {
+			return err
+		}
+	} else if mode, err = pickMode(o.mode, cfg.Snapshot.Mode); err != nil {
 		return err
 	}
+	if mode == "copy" {
+		return runCopy(g, repo, argv)
+	}
+	if p == nil {
+		if p, err = repo.StartPending(argv, mode); err != nil {
+			return err
+		}
+	}
+	status, err := runInOverlay(g, repo, p, argv)
+	if err != nil {
+		return err
+	}
+	switch o.then {
+	case "commit":
+		rec, err := repo.CommitPending(p, nil, false)
+		var ce *snapshot.ConflictError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("%w; the run stays pending as %s (snapback diff, commit --force, discard)", err, p.ID)
+		}
+		if err != nil {
+			return err
+		}
+		_ = rec // quiet on success, as the command would be without snapback
+	case "review":
+		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard\n", p.ID)
+	case "discard":
+		if err := repo.DiscardPending(p); err != nil {
+			return err
+		}
+	}
+	if status != 0 {
+		return &statusError{status: status}
+	}
+	return nil
+}
+
+// runInOverlay runs argv in p's view and leaves p pending, with the
+// store unlocked while the command runs.
+func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []string) (int, error) {
+	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID)}
+	wd, err := os.Getwd()
+	if err != nil {
+		return 0, err
+	}
+	spec.Dir = wd
+	repo.Unlock() // the command may run for hours: do not hold others off
+	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: overlay.Prepare(spec)})
+	if err := repo.Lock(lockWait(), "run (finishing)"); err != nil {
+		return 0, err
+	}
+	if runErr != nil {
+		var re *runner.Error
+		if errors.As(runErr, &re) && re.Status != runner.StatusFailed {
+			fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(runErr.Error()))
+		} else {
+			return 0, runErr
+		}
+	}
+	p.ExitStatus, p.State = &status, "pending"
+	repo.Release(p)
+	if err := repo.SavePending(p); err != nil {
+		return 0, err
+	}
+	if err := repo.WriteThrough(p); err != nil {
+		return 0, err
+	}
+	return status, nil
+}
+
+// runCopy: snapshot, run on the real tree, record what changed.
+func runCopy(g *globals, repo *snapshot.Repo, argv []string) error {
+	run, err := repo.BeginRun(argv, "copy")
+	if err != nil {
+		return err
+	}
+	repo.Unlock()       // the command may run for hours: do not hold others off
 	wd, _ := os.Getwd() // the command's cwd: ours, as without snapback
 	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd})
 	if runErr != nil {
 		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(runErr.Error()))
 	}
 	if err := repo.Lock(lockWait(), "run (finishing)"); err != nil {
-		repo.Close()
 		return err
 	}
-	defer repo.Close()
 	if err := repo.FinishRun(run, &status); err != nil {
 		return err
 	}

@@ -210,29 +210,49 @@ func TestCrashDuringSnap(t *testing.T) {
 	}
 }
 
-// TestCrashDuringRun kills snapback while its command runs: the next
-// snapback call finishes the run as interrupted, and undo reverts what the
-// command had changed by then.
+// TestCrashDuringRun kills snapback while its command runs. In the copy
+// mode the next snapback call finishes the run as interrupted and undo
+// reverts what the command had changed; in the overlay mode the tree is
+// untouched, the run stays pending with everything the command wrote, and
+// committing then undoing it works.
 func TestCrashDuringRun(t *testing.T) {
 	bin := snapbackBinary(t)
-	root := t.TempDir()
-	treetest.Write(t, root, "a", "before\n", 0o644)
-	treetest.Write(t, root, "b", "untouched\n", 0o644)
-	sb(t, bin, root, "snap", "-m", "base")
-	before := treetest.Capture(t, root, snapshot.StoreDir)
-	// The command is snapback's child: it kills its parent, then goes on.
-	cmd := exec.Command(bin, "-C", root, "run", "--", "sh", "-c", `echo during > a; echo new > c; kill -9 $PPID; sleep 0.2; echo late > d`)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
-		t.Fatalf("snapback was not killed: %v\n%s", err, out)
+	for _, mode := range []string{"copy", "overlayfs"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "overlayfs" && os.Geteuid() != 0 {
+				treetest.Require(t, "overlayfs", false, "overlayfs runs need root in this build")
+				t.Skip("SNAPBACK_REQUIRE does not name overlayfs: not root")
+			}
+			root := t.TempDir()
+			treetest.Write(t, root, "a", "before\n", 0o644)
+			treetest.Write(t, root, "b", "untouched\n", 0o644)
+			sb(t, bin, root, "snap", "-m", "base")
+			before := treetest.Capture(t, root, snapshot.StoreDir)
+			// The command is snapback's child: it kills its parent, then goes on.
+			cmd := exec.Command(bin, "-C", root, "run", "--mode", mode, "--", "sh", "-c", `echo during > a; echo new > c; kill -9 $PPID; sleep 0.2; echo late > d`)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+				t.Fatalf("snapback was not killed: %v\n%s", err, out)
+			}
+			time.Sleep(400 * time.Millisecond) // let the orphaned command finish
+			if mode == "overlayfs" {
+				treetest.Equal(t, "tree while the run is pending", before, treetest.Capture(t, root, snapshot.StoreDir))
+				if st := sb(t, bin, root, "status"); !bytes.Contains([]byte(st), []byte("pending")) {
+					t.Fatalf("the run is not pending:\n%s", st)
+				}
+				sb(t, bin, root, "commit")
+				for f, want := range map[string]string{"a": "during\n", "c": "new\n", "d": "late\n"} {
+					if b, _ := os.ReadFile(filepath.Join(root, f)); string(b) != want {
+						t.Fatalf("after commit %s = %q, want %q", f, b, want)
+					}
+				}
+			} else if list := sb(t, bin, root, "list"); !bytes.Contains([]byte(list), []byte("$ sh -c")) {
+				t.Fatalf("the interrupted run is not listed:\n%s", list)
+			}
+			sb(t, bin, root, "undo")
+			treetest.Equal(t, "undo of an interrupted run", before, treetest.Capture(t, root, snapshot.StoreDir))
+		})
 	}
-	time.Sleep(400 * time.Millisecond) // let the orphaned command finish
-	list := sb(t, bin, root, "list")
-	if !bytes.Contains([]byte(list), []byte("$ sh -c")) {
-		t.Fatalf("the interrupted run is not listed:\n%s", list)
-	}
-	sb(t, bin, root, "undo")
-	treetest.Equal(t, "undo of an interrupted run", before, treetest.Capture(t, root, snapshot.StoreDir))
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
@@ -23,6 +24,9 @@ func main() { os.Exit(Main()) }
 
 // Main runs the CLI with os.Args and returns the exit status.
 func Main() int {
+	if len(os.Args) > 1 && os.Args[1] == overlay.HelperVerb {
+		return overlay.Helper(os.Args[2:]) // inside a run's mount namespace
+	}
 	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance reports.
 	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" {
 		if f, err := os.Create(p); err == nil {
@@ -98,7 +102,7 @@ func classify(err error) (int, string) {
 		return 1, "nothing_to_do"
 	case errors.As(err, &cfg):
 		return 2, "config"
-	case errors.Is(err, snapshot.ErrNotFound):
+	case errors.Is(err, snapshot.ErrNotFound), errors.Is(err, snapshot.ErrNoPending):
 		return 2, "not_found"
 	case errors.Is(err, snapshot.ErrNoStore):
 		return 2, "no_store"
@@ -129,6 +133,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.AddCommand(
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
+		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+type commitOptions struct{ force bool }
+
+func newCommitCmd(g *globals) *cobra.Command {
+	var o commitOptions
+	c := &cobra.Command{
+		Use:   "commit [ID] [PATH...]",
+		Short: "Move a pending run's changes into the tree (only PATHs, when given)",
+		Long: `Move a pending run's changes (the newest, or run ID) into the tree, first
+saving what they replace so that undo reverts them. With PATHs, only the
+changes at or below those paths are committed; the rest stays pending.
+A path changed in the tree since the run started is a conflict: nothing
+is changed, the paths are listed, exit 1; --force overrides (what it
+overwrites is still saved).`,
+		RunE: func(_ *cobra.Command, args []string) error { return runCommit(g, o, args) },
+	}
+	c.Flags().BoolVar(&o.force, "force", false, "commit over paths changed since the run started")
+	return c
+}
+
+// pendingAndPaths splits [ID] [PATH...]: the first argument is an ID when
+// it names a pending run.
+func pendingAndPaths(g *globals, repo *snapshot.Repo, args []string) (*snapshot.Pending, []string, error) {
+	if len(args) > 0 {
+		if p, err := repo.FindPending(args[0]); err == nil {
+			return p, args[1:], nil
+		}
+	}
+	p, err := repo.FindPending("")
+	return p, args, err
+}
+
+// relPaths turns user paths (relative to the working directory, or
+// absolute) into root-relative ones.
+func relPaths(root string, paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, err
+		}
+		rel, err := filepath.Rel(root, abs)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			return nil, usageErr("%s: not inside the project root %s", p, root)
+		}
+		if rel == "." {
+			rel = ""
+		}
+		out = append(out, filepath.ToSlash(rel))
+	}
+	return out, nil
+}
+
+func runCommit(g *globals, o commitOptions, args []string) error {
+	repo, _, err := g.open(false, "commit")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	p, paths, err := pendingAndPaths(g, repo, args)
+	if err != nil {
+		return err
+	}
+	rel, err := relPaths(repo.Root, paths)
+	if err != nil {
+		return err
+	}
+	for _, r := range rel {
+		if r == "" {
+			rel = nil // the root itself: everything
+			break
+		}
+	}
+	rec, err := repo.CommitPending(p, rel, o.force)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0})
+	}
+	fmt.Fprintf(g.stdout, "committed %d paths of run %s as %s (undo reverts them)\n", rec.Files, p.ID, rec.ID)
+	return nil
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/snapback/snapback/overlay"
+	"github.com/spf13/cobra"
+)
+
+type modeJSON struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason"`
+}
+
+// modes reports, in the order auto tries them, which isolation modes work
+// here and why not.
+func modes() []modeJSON {
+	ok, why := overlay.Available()
+	return []modeJSON{
+		{Name: "overlayfs", Available: ok, Reason: why},
+		{Name: "fuse", Reason: "not built yet"},
+		{Name: "btrfs", Reason: "not built yet"},
+		{Name: "apfs", Reason: "not built yet"},
+		{Name: "zfs", Reason: "not built yet"},
+		{Name: "copy", Available: true},
+	}
+}
+
+func newDoctorCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "doctor",
+		Short: "Say which isolation modes work on this machine, and why not",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			ms := modes()
+			if g.json {
+				return g.printJSON(map[string]any{"modes": ms})
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
+			auto := ""
+			for _, m := range ms {
+				yes := "no"
+				if m.Available {
+					yes = "yes"
+					if auto == "" {
+						auto = m.Name
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Name, yes, m.Reason)
+			}
+			fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
+			return tw.Flush()
+		},
+	}
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func newShellCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "shell [ID]",
+		Short: "An interactive shell inside a pending run's view (the newest, or ID)",
+		Long: `An interactive shell ($SHELL, else /bin/sh) inside a pending run's view:
+look around, test, fix things up. What it changes joins the run's pending
+changes; nothing is committed when it exits.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			g.runStarted = true
+			repo, _, err := g.open(false, "shell")
+			if err != nil {
+				return err
+			}
+			defer repo.Close()
+			ref := ""
+			if len(args) == 1 {
+				ref = args[0]
+			}
+			p, err := repo.FindPending(ref)
+			if err != nil {
+				return err
+			}
+			if err := repo.Resume(p); err != nil {
+				return err
+			}
+			sh := os.Getenv("SHELL")
+			if sh == "" {
+				sh = "/bin/sh"
+			}
+			status, err := runInOverlay(g, repo, p, []string{sh})
+			if err != nil {
+				return err
+			}
+			if status != 0 {
+				return &statusError{status: status}
+			}
+			return nil
+		},
+	}
+}

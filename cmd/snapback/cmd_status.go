@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+func newStatusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "List runs whose changes are pending (not yet committed or discarded)",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runStatus(g) },
+	}
+}
+
+type runJSON struct {
+	ID         string   `json:"id"`
+	State      string   `json:"state"`
+	Command    []string `json:"command"`
+	Mode       string   `json:"mode"`
+	Changes    int      `json:"changes"`
+	ExitStatus *int     `json:"exit_status,omitempty"`
+}
+
+func runStatus(g *globals) error {
+	repo, _, err := g.open(false, "status")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	runs, err := repo.PendingRuns()
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Runs []runJSON `json:"runs"`
+	}{Runs: []runJSON{}}
+	for _, p := range runs {
+		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1}
+		if p.State != "running" {
+			target, cur, err := repo.PendingChanges(p)
+			if err != nil {
+				return err
+			}
+			j.Changes = len(snapshot.DiffManifests(cur, target))
+		}
+		out.Runs = append(out.Runs, j)
+	}
+	if g.json {
+		return g.printJSON(out)
+	}
+	if len(out.Runs) == 0 {
+		fmt.Fprintln(g.stdout, "no pending runs")
+		return nil
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tMODE\tCHANGES\tCOMMAND")
+	for _, r := range out.Runs {
+		changes := fmt.Sprint(r.Changes)
+		if r.Changes < 0 {
+			changes = "?"
+		}
+		cmd := "$ " + strings.Join(r.Command, " ")
+		if r.ExitStatus != nil {
+			cmd += fmt.Sprintf("  (exit %d)", *r.ExitStatus)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Mode, changes, oneLine(cmd))
+	}
+	return tw.Flush()
+}

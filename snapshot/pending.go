@@ -1,0 +1,335 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// Pending is an overlay run: the command's changes wait in an upper
+// layer under .snapback/runs/<id>/ until they are committed into the tree
+// or discarded. State is "running" while a command works in it, then
+// "pending".
+type Pending struct {
+	ID         string    `json:"id"`
+	Command    []string  `json:"command"`
+	Mode       string    `json:"mode"`
+	State      string    `json:"state"`
+	StartedAt  time.Time `json:"started_at"`
+	ExitStatus *int      `json:"exit_status,omitempty"`
+	// Committed lists paths already committed by a selective commit, with
+	// the ctime the commit left them at: they are not conflicts later.
+	Committed map[string]int64 `json:"committed,omitempty"`
+
+	lock *os.File
+}
+
+// ErrNoPending is returned when no pending run matches.
+var ErrNoPending = errors.New("no pending run")
+
+// UpperDir and WorkDir are the run's overlay directories.
+func (r *Repo) UpperDir(id string) string { return r.path("runs", id, "upper") }
+func (r *Repo) WorkDir(id string) string  { return r.path("runs", id, "work") }
+
+func (r *Repo) pendingPath(id string) string { return r.path("runs", id, "run.json") }
+
+// StartPending makes a new overlay run and takes its lock (held until
+// [Repo.Release] or the process ends).
+func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
+	m, err := r.newMeta(KindRun, ScopePaths)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pending{ID: m.ID, Command: command, Mode: mode, State: "running", StartedAt: time.Now()}
+	if p.lock, err = r.lockRun(p.ID); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{r.UpperDir(p.ID), r.WorkDir(p.ID)} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			r.Release(p)
+			return nil, fmt.Errorf("run %s: %w", p.ID, err)
+		}
+	}
+	// The merged view's root takes the upper directory's owner and mode:
+	// they must be the root's own.
+	if err := copyOwnerMode(r.Root, r.UpperDir(p.ID)); err != nil {
+		r.Release(p)
+		return nil, fmt.Errorf("run %s: %w", p.ID, err)
+	}
+	if err := r.SavePending(p); err != nil {
+		r.Release(p)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Resume takes the lock of a pending run for another command in it.
+func (r *Repo) Resume(p *Pending) error {
+	f, err := r.lockRun(p.ID)
+	if err != nil {
+		return err
+	}
+	p.lock = f
+	p.State = "running"
+	return r.SavePending(p)
+}
+
+// Release drops the run's lock (its state stays as saved).
+func (r *Repo) Release(p *Pending) {
+	if p.lock != nil {
+		p.lock.Close()
+		p.lock = nil
+	}
+}
+
+// SavePending writes the run's record.
+func (r *Repo) SavePending(p *Pending) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(r.pendingPath(p.ID), b, 0o600)
+}
+
+// PendingRuns lists overlay runs not yet committed or discarded, oldest
+// first. A run whose process died while "running" is reported pending.
+func (r *Repo) PendingRuns() ([]*Pending, error) {
+	ents, err := os.ReadDir(r.path("runs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	var out []*Pending
+	for _, e := range ents {
+		b, err := os.ReadFile(r.pendingPath(e.Name()))
+		if err != nil {
+			continue // a copy-mode run's lock directory, or not ours
+		}
+		var p Pending
+		if err := json.Unmarshal(b, &p); err != nil || p.ID != e.Name() || !ValidID(p.ID) {
+			return nil, fmt.Errorf("%w: run record %s", ErrCorrupt, r.pendingPath(e.Name()))
+		}
+		if p.State == "running" && !r.alive(p.ID) {
+			p.State = "pending" // its snapback died; the layer is intact
+		}
+		out = append(out, &p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// FindPending finds a pending run by id or unique prefix; "" means the
+// newest.
+func (r *Repo) FindPending(ref string) (*Pending, error) {
+	all, err := r.PendingRuns()
+	if err != nil {
+		return nil, err
+	}
+	var found []*Pending
+	for _, p := range all {
+		if ref == "" || strings.HasPrefix(p.ID, ref) {
+			found = append(found, p)
+		}
+	}
+	switch {
+	case len(found) == 0 && ref == "":
+		return nil, ErrNoPending
+	case len(found) == 0:
+		return nil, fmt.Errorf("run %q: %w", ref, ErrNoPending)
+	case len(found) > 1 && ref != "":
+		return nil, fmt.Errorf("run %q is ambiguous", ref)
+	}
+	return found[len(found)-1], nil
+}
+
+// PendingChanges reads a pending run's changeset and the tree's state of
+// the same paths.
+func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer upper.Close()
+	if target, err = r.Changeset(upper); err != nil {
+		return nil, nil, err
+	}
+	cur, err = r.current(target, ScopePaths, false)
+	return target, cur, err
+}
+
+// CommitPending moves a pending run's changes into the tree (only those
+// at or below the given paths, when any are given) as one crash-safe
+// step, first saving what they replace as a run snapshot that `undo`
+// reverts. A path changed in the tree since the run started is a conflict:
+// nothing is changed and the run stays pending, unless force is set.
+func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, error) {
+	if p.State == "running" {
+		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return nil, err
+	}
+	target, err := r.Changeset(upper)
+	upper.Close()
+	if err != nil {
+		return nil, err
+	}
+	if len(only) > 0 {
+		var sel Manifest
+		for _, o := range only {
+			n := len(sel)
+			for i := range target {
+				if Under(target[i].Path, o) {
+					sel = append(sel, target[i])
+				}
+			}
+			if len(sel) == n {
+				return nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+			}
+		}
+		sel.Sort()
+		target = sel[:0]
+		for i := range sel { // drop duplicates of overlapping paths
+			if len(target) == 0 || target[len(target)-1].Path != sel[i].Path {
+				target = append(target, sel[i])
+			}
+		}
+	}
+	cur, err := r.current(target, ScopePaths, true)
+	if err != nil {
+		return nil, err
+	}
+	if !force {
+		var conflicts []string
+		start := p.StartedAt.UnixNano()
+		for i := range cur {
+			c := &cur[i]
+			if c.Type == Absent || c.Ctime < start {
+				continue
+			}
+			if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
+				continue // changed by this run's own earlier commit
+			}
+			conflicts = append(conflicts, c.Path)
+		}
+		if len(conflicts) > 0 {
+			return nil, &ConflictError{Op: "commit", Paths: conflicts}
+		}
+	}
+	rec, err := r.newMeta(KindRun, ScopePaths)
+	if err != nil {
+		return nil, err
+	}
+	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, "done"
+	rec.Files, rec.Bytes = counts(target)
+	if rec.Manifest, err = r.record(cur); err != nil {
+		return nil, err
+	}
+	if rec.After, err = r.record(target); err != nil {
+		return nil, err
+	}
+	j := &journal{Op: "commit", OpID: rec.ID, Scope: ScopePaths, Record: rec, Source: filepath.Join("runs", p.ID, "upper")}
+	if len(only) == 0 {
+		j.Done = p.ID
+	}
+	if err := r.transitionFrom(j, target, cur); err != nil {
+		return nil, err
+	}
+	if len(only) > 0 {
+		if err := r.afterPartialCommit(p, target); err != nil {
+			return rec, err
+		}
+	}
+	return rec, nil
+}
+
+// afterPartialCommit removes what was committed from the upper layer
+// (whiteouts and emptied directories; moved entries are gone already) and
+// notes the paths, so a later commit of the rest does not see them as
+// conflicts.
+func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
+	if p.Committed == nil {
+		p.Committed = map[string]int64{}
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return err
+	}
+	defer upper.Close()
+	now, err := r.ScanPaths(done.Paths(), false, false)
+	if err != nil {
+		return err
+	}
+	for i := len(done) - 1; i >= 0; i-- {
+		e := &done[i]
+		if c := now.Find(e.Path); c != nil && c.Type != Absent {
+			p.Committed[e.Path] = c.Ctime
+		}
+		d, err := upper.OpenDir(Parent(e.Path))
+		if err != nil {
+			continue // its directory went with an earlier removal
+		}
+		if e.Type == Dir {
+			d.Rmdir(Base(e.Path)) // only if emptied: what remains is still pending
+		} else {
+			d.Unlink(Base(e.Path)) // a whiteout, or a hard link left behind
+		}
+		d.Close()
+	}
+	return r.SavePending(p)
+}
+
+// DiscardPending throws a pending run's changes away.
+func (r *Repo) DiscardPending(p *Pending) error {
+	if p.State == "running" {
+		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
+	}
+	return r.dropRun(p.ID)
+}
+
+// dropRun removes a run's directory (its upper layer included).
+func (r *Repo) dropRun(id string) error {
+	if err := os.RemoveAll(r.runDir(id)); err != nil {
+		return fmt.Errorf("remove run %s: %w", id, err)
+	}
+	return nil
+}
+
+func copyOwnerMode(from, to string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(from, &st); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(to, fs.FileMode(st.Mode&0o777)|modeBits(uint32(st.Mode)))
+}
+
+func modeBits(m uint32) fs.FileMode {
+	var out fs.FileMode
+	if m&unix.S_ISUID != 0 {
+		out |= fs.ModeSetuid
+	}
+	if m&unix.S_ISGID != 0 {
+		out |= fs.ModeSetgid
+	}
+	if m&unix.S_ISVTX != 0 {
+		out |= fs.ModeSticky
+	}
+	return out
+}
