@@ -90,7 +90,7 @@ func TestCloneOnBtrfs(t *testing.T) {
 		unix.Sync()
 		var st unix.Statfs_t
 		treetest.Must(t, unix.Statfs(mnt, &st))
-		return int64(st.Bavail) * st.Bsize
+		return int64(st.Bavail) * int64(st.Bsize)
 	}
 	before := free()
 	src, err := os.Open(filepath.Join(mnt, "src"))

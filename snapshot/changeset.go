@@ -94,9 +94,9 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 		if e.Type == t.Type && (e.Type == Absent || e.SameContent(t) && e.SameMeta(t)) && !sc.opaque[e.Path] {
 			continue // no change (a copy-up that wrote nothing; a directory passed through)
 		}
-		if e.Type == Dir && t.Type == Dir && !sc.opaque[e.Path] && !e.Changed(t) {
-			continue // only its mtime moved, because a child changed
-		}
+		// A directory whose mtime alone moved (a child changed) stays in:
+		// the commit then leaves it exactly as the run's view showed it,
+		// and undo puts its old time back. Diffs do not show it.
 		out = append(out, *e)
 	}
 	out.Sort()

@@ -216,8 +216,8 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 		start := p.StartedAt.UnixNano()
 		for i := range cur {
 			c := &cur[i]
-			if c.Type == Absent || c.Ctime < start {
-				continue
+			if c.Type == Absent || c.Type == Dir || c.Ctime < start {
+				continue // a directory's ctime moves with any child: only its type counts
 			}
 			if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
 				continue // changed by this run's own earlier commit

@@ -88,6 +88,6 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if g.json {
 		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0})
 	}
-	fmt.Fprintf(g.stdout, "committed %d paths of run %s as %s (undo reverts them)\n", rec.Files, p.ID, rec.ID)
+	fmt.Fprintf(g.stdout, "committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
 	return nil
 }

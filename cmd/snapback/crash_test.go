@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -255,4 +257,110 @@ func TestCrashDuringRun(t *testing.T) {
 			treetest.Equal(t, "undo of an interrupted run", before, treetest.Capture(t, root, snapshot.StoreDir))
 		})
 	}
+}
+
+// describe lists every path below the project (but the store) with type,
+// mode, mtime, link target and content hash, as find(1) and sha256sum see
+// it: run inside a run's view and in the tree, the two are comparable.
+// A directory's mtime is left out: a commit moves entries into it, so it
+// tells the time of the commit, not of the run.
+const describe = `find . -path ./.snapback -prune -o -type d -printf '%p d %m\n' -o -printf '%p %y %m %T@ %l\n' | LC_ALL=C sort; find . -path ./.snapback -prune -o -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum`
+
+// TestCrashDuringCommit kills `snapback commit` of a large pending run at
+// each step: after recover the tree is exactly as before the commit (the
+// run still pending) or exactly as the run's view showed it (the run
+// gone), and undo then restores the state before the run.
+func TestCrashDuringCommit(t *testing.T) {
+	bin := snapbackBinary(t)
+	if os.Geteuid() != 0 {
+		treetest.Require(t, "overlayfs", false, "overlayfs runs need root in this build")
+		t.Skip("SNAPBACK_REQUIRE does not name overlayfs: not root")
+	}
+	change := `for d in $(seq 0 19); do for f in $(seq 0 19); do case $((f % 4)) in 0) rm tree/d$d/f$f;; 1) chmod 600 tree/d$d/f$f;; *) echo changed > tree/d$d/f$f;; esac; done; mkdir -p tree/new$d; echo new > tree/new$d/g; done; rm -rf deep; rm plain.txt; mkdir plain.txt`
+	for _, point := range []string{"before-journal", "journal-written", "apply:1", "apply:150", "apply:400", "applied", "recorded"} {
+		t.Run(point, func(t *testing.T) {
+			root := t.TempDir()
+			treetest.Tricky(t, root, 0)
+			for d := 0; d < 20; d++ {
+				for f := 0; f < 20; f++ {
+					treetest.Write(t, root, fmt.Sprintf("tree/d%d/f%d", d, f), fmt.Sprintf("%d/%d\n", d, f), 0o644)
+				}
+			}
+			before := treetest.Capture(t, root, snapshot.StoreDir)
+			sb(t, bin, root, "run", "--mode", "overlayfs", "--then", "review", "--", "sh", "-c", "cd "+root+" && "+change)
+			id := regexp.MustCompile(`"id": "([^"]+)"`).FindStringSubmatch(sb(t, bin, root, "--json", "status"))[1]
+			inView := sb(t, bin, root, "run", "--continue", id, "--then", "review", "--", "sh", "-c", "cd "+root+" && "+describe)
+			inView = regexp.MustCompile(`(?m)^snapback: .*\n`).ReplaceAllString(inView, "") // run's own note on stderr
+			cmd := exec.Command(bin, "-C", root, "commit")
+			cmd.Env = append(os.Environ(), "SNAPBACK_CRASH_AT="+point)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+				t.Fatalf("crash point %s was never reached: %v\n%s", point, err, out)
+			}
+			sb(t, bin, root, "recover")
+			status := sb(t, bin, root, "status")
+			got := treetest.Capture(t, root, snapshot.StoreDir)
+			switch {
+			case same(got, before):
+				if point != "before-journal" {
+					t.Fatalf("recover rolled back a commit whose journal was written")
+				}
+				if !strings.Contains(status, id) {
+					t.Fatalf("the run is no longer pending:\n%s", status)
+				}
+				sb(t, bin, root, "commit")
+			default:
+				if point == "before-journal" {
+					t.Fatalf("recover finished a commit that never wrote its journal")
+				}
+				if strings.Contains(status, id) {
+					t.Fatalf("the committed run is still pending:\n%s", status)
+				}
+			}
+			if now := shOut(t, root, describe); now != inView {
+				t.Fatalf("after the commit the tree differs from the run's view:\n%s", lineDiff(inView, now))
+			}
+			sb(t, bin, root, "undo")
+			treetest.Equal(t, "undo of the committed run", before, treetest.Capture(t, root, snapshot.StoreDir))
+		})
+	}
+}
+
+func shOut(t *testing.T, dir, script string) string {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", script, err)
+	}
+	return string(out)
+}
+
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	in := map[string]bool{}
+	for _, l := range bl {
+		in[l] = true
+	}
+	var sb strings.Builder
+	n := 0
+	for _, l := range al {
+		if !in[l] && n < 20 {
+			fmt.Fprintf(&sb, "view only: %s\n", l)
+			n++
+		}
+	}
+	in = map[string]bool{}
+	for _, l := range al {
+		in[l] = true
+	}
+	for _, l := range bl {
+		if !in[l] && n < 40 {
+			fmt.Fprintf(&sb, "tree only: %s\n", l)
+			n++
+		}
+	}
+	return sb.String()
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +35,21 @@ func TestScript(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SNAPBACK_LOCK_WAIT", "2s")
 			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			if cond != "root" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			if os.Geteuid() == 0 {
+				return true, nil
+			}
+			// Scripts skip on [!root]; under SNAPBACK_REQUIRE=root that is a failure.
+			for _, c := range strings.Split(os.Getenv("SNAPBACK_REQUIRE"), ",") {
+				if c == "root" {
+					return false, fmt.Errorf("SNAPBACK_REQUIRE names root, but the tests do not run as root")
+				}
+			}
+			return false, nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exits":   cmdExits,
