@@ -22,4 +22,8 @@ type Spec struct {
 	Work  string `json:"work"`  // overlayfs's work directory
 	Dir   string `json:"dir"`   // the command's working directory
 	Path  string `json:"path"`  // the command's resolved executable
+	// UserNS: the helper runs in a user namespace of its own that maps only
+	// the caller's uid and gid (an ordinary user: the command keeps its
+	// identity and gets no capabilities).
+	UserNS bool `json:"userns,omitempty"`
 }

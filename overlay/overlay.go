@@ -36,8 +36,27 @@ func Prepare(spec Spec) func(*exec.Cmd) error {
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
+		if spec.UserNS {
+			userNS(cmd.SysProcAttr)
+		}
 		return nil
 	}
+}
+
+// userNS makes the helper an ordinary user's: a new user namespace that
+// maps only the caller's own uid and gid (so the command does not become
+// a fake root), with the capabilities the overlay mount needs raised as
+// ambient ones for the helper alone; it clears them before the exec.
+// CAP_SYS_ADMIN alone is not enough: overlayfs's work directory needs the
+// DAC capabilities too (OVERLAY-NOTES.md).
+func userNS(a *syscall.SysProcAttr) {
+	uid, gid := os.Getuid(), os.Getgid()
+	a.Cloneflags |= unix.CLONE_NEWUSER
+	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+	a.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+	a.GidMappingsEnableSetgroups = false
+	a.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE, unix.CAP_DAC_READ_SEARCH,
+		unix.CAP_FOWNER, unix.CAP_CHOWN, unix.CAP_MKNOD, unix.CAP_FSETID}
 }
 
 // escape quotes the characters overlayfs's option parser splits on.
@@ -67,6 +86,13 @@ func Helper(args []string) int {
 	if err := os.Chdir(spec.Dir); err != nil {
 		return fail(fmt.Errorf("enter %s in the overlay: %w", spec.Dir, err))
 	}
+	if spec.UserNS {
+		// The command runs with the caller's identity and no capabilities:
+		// without ambient ones, a non-root exec keeps none.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+			return fail(fmt.Errorf("drop capabilities: %w", err))
+		}
+	}
 	env := os.Environ()
 	err := syscall.Exec(spec.Path, argv, env)
 	return fail(fmt.Errorf("exec %s: %w", spec.Path, err))
@@ -78,6 +104,9 @@ func mount(spec Spec) error {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", escape(spec.Root), escape(spec.Upper), escape(spec.Work))
+	if spec.UserNS {
+		opts += ",userxattr" // trusted.* xattrs are root's; user.overlay.* marks instead
+	}
 	if err := unix.Mount("overlay", spec.Root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlayfs on %s: %w", spec.Root, err)
 	}
@@ -91,11 +120,9 @@ func mount(spec Spec) error {
 }
 
 // Available reports whether kernel overlayfs runs can work here, and why
-// not when they cannot.
+// not when they cannot. For an ordinary user it tries the real thing: a
+// helper in a user namespace mounts a tiny overlay and reports back.
 func Available() (bool, string) {
-	if os.Geteuid() != 0 {
-		return false, "needs root for now (the unprivileged user-namespace path is not built yet)"
-	}
 	b, err := os.ReadFile("/proc/filesystems")
 	if err != nil {
 		return false, "cannot read /proc/filesystems: " + err.Error()
@@ -103,5 +130,63 @@ func Available() (bool, string) {
 	if !strings.Contains(string(b), "\toverlay\n") {
 		return false, "the kernel has no overlay filesystem (modprobe overlay)"
 	}
+	if os.Geteuid() == 0 {
+		return true, ""
+	}
+	for _, c := range []struct{ file, bad, why string }{
+		{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "user namespaces are restricted by kernel.apparmor_restrict_unprivileged_userns=1"},
+		{"/proc/sys/kernel/unprivileged_userns_clone", "0", "user namespaces are disabled by kernel.unprivileged_userns_clone=0"},
+		{"/proc/sys/user/max_user_namespaces", "0", "user namespaces are disabled by user.max_user_namespaces=0"},
+	} {
+		if v, err := os.ReadFile(c.file); err == nil && strings.TrimSpace(string(v)) == c.bad {
+			return false, c.why
+		}
+	}
+	if err := probe(); err != nil {
+		return false, "an overlay in a user namespace failed here: " + err.Error()
+	}
 	return true, ""
+}
+
+// ProbeVerb is the hidden verb of the availability probe's helper.
+const ProbeVerb = "__overlay-probe"
+
+// probe mounts a throwaway overlay in a user namespace, as a run would.
+func probe() error {
+	dir, err := os.MkdirTemp("", "snapback-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, d := range []string{"lower", "upper", "work", "merged"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, ProbeVerb, dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
+	userNS(cmd.SysProcAttr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if msg == "" {
+			msg = err.Error()
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// Probe is the probe helper's main.
+func Probe(dir string) int {
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", escape(dir+"/lower"), escape(dir+"/upper"), escape(dir+"/work"))
+	if err := unix.Mount("overlay", dir+"/merged", "overlay", 0, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "mount overlayfs: %v\n", err)
+		return 1
+	}
+	return 0
 }

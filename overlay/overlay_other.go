@@ -24,3 +24,9 @@ func Helper([]string) int {
 
 // Available reports that overlayfs is not available.
 func Available() (bool, string) { return false, "overlayfs is Linux-only" }
+
+// ProbeVerb is the hidden verb of the availability probe's helper.
+const ProbeVerb = "__overlay-probe"
+
+// Probe fails: there is no overlayfs here.
+func Probe(string) int { return 1 }

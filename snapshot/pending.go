@@ -301,8 +301,20 @@ func (r *Repo) DiscardPending(p *Pending) error {
 
 // dropRun removes a run's directory (its upper layer included).
 func (r *Repo) dropRun(id string) error {
-	if err := os.RemoveAll(r.runDir(id)); err != nil {
-		return fmt.Errorf("remove run %s: %w", id, err)
+	dir := r.runDir(id)
+	if err := os.RemoveAll(dir); err != nil {
+		// overlayfs leaves work/work with mode 0 (and a command may leave
+		// unwritable directories in its layer): open them up, try again.
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if d != nil && d.IsDir() {
+				os.Chmod(p, 0o700) // best effort: RemoveAll below says what failed
+			}
+			return nil
+		})
+		os.Chmod(filepath.Join(dir, "work", "work"), 0o700) // not reachable by the walk while mode 0
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove run %s: %w", id, err)
+		}
 	}
 	return nil
 }

@@ -239,11 +239,15 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
-		if err != nil {
+		switch {
+		case err == nil:
+			defer src.Close()
+			a.src = src
+		case errors.Is(err, fs.ErrNotExist):
+			// Dropped after a finished apply: everything is in the tree.
+		default:
 			return fmt.Errorf("%s: upper layer: %w", j.Op, err)
 		}
-		defer src.Close()
-		a.src = src
 	}
 	if err := a.run(cur); err != nil {
 		return fmt.Errorf("%s: %w", j.Op, err)

@@ -152,7 +152,7 @@ func runRun(g *globals, o runOptions, argv []string) error {
 // runInOverlay runs argv in p's view and leaves p pending, with the
 // store unlocked while the command runs.
 func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []string) (int, error) {
-	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID)}
+	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0}
 	wd, err := os.Getwd()
 	if err != nil {
 		return 0, err

@@ -27,6 +27,9 @@ func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == overlay.HelperVerb {
 		return overlay.Helper(os.Args[2:]) // inside a run's mount namespace
 	}
+	if len(os.Args) > 2 && os.Args[1] == overlay.ProbeVerb {
+		return overlay.Probe(os.Args[2]) // doctor's probe, in a user namespace
+	}
 	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance reports.
 	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" {
 		if f, err := os.Create(p); err == nil {

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/snapback/snapback/internal/treetest"
+)
+
+// testUser is the ordinary user scripts/test.sh creates for these tests.
+const testUser = "snapback-test"
+
+// asUser runs the snapback binary as testUser in dir.
+func asUser(t *testing.T, bin, dir string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("runuser", append([]string{"-u", testUser, "--", bin, "-C", dir}, args...)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestOverlayAsOrdinaryUser: an ordinary user's overlay run mounts in a
+// user namespace that maps only the user's own ids. The command runs as
+// that user (not a fake root) with no capabilities, cannot see the store,
+// and its changes commit and undo like root's.
+func TestOverlayAsOrdinaryUser(t *testing.T) {
+	u, err := user.Lookup(testUser)
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "switching to " + testUser + " needs root"
+	case err != nil:
+		why = "no user " + testUser + " (scripts/test.sh creates it)"
+	}
+	if !treetest.Require(t, "userns", why == "", why) {
+		t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
+	}
+	bin := snapbackBinary(t)
+	// The user must reach the binary and own the project.
+	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
+	base, err := os.MkdirTemp("", "snapback-userns-")
+	treetest.Must(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	treetest.Must(t, os.Chmod(base, 0o755))
+	root := filepath.Join(base, "p")
+	treetest.Write(t, root, "a", "original\n", 0o644)
+	treetest.Write(t, root, "keep/k", "k\n", 0o644)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	filepath.Walk(root, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, gid) })
+
+	out, err := asUser(t, bin, root, "doctor", "--json")
+	if err != nil || !strings.Contains(out, `"name": "overlayfs",
+      "available": true`) {
+		t.Fatalf("doctor as %s does not offer overlayfs: %v\n%s", testUser, err, out)
+	}
+	out, err = asUser(t, bin, root, "run", "--mode", "overlayfs", "--then", "review", "--", "sh", "-c",
+		`id -u; id -g; grep ^CapEff /proc/self/status; ls -A .snapback | wc -l; echo changed > a; rm -r keep; echo new > b`)
+	if err != nil {
+		t.Fatalf("run as %s: %v\n%s", testUser, err, out)
+	}
+	lines := strings.Split(out, "\n")
+	if len(lines) < 4 || lines[0] != u.Uid || lines[1] != u.Gid {
+		t.Fatalf("the command did not run as %s (%s:%s):\n%s", testUser, u.Uid, u.Gid, out)
+	}
+	if !strings.HasSuffix(lines[2], "0000000000000000") {
+		t.Fatalf("the command kept capabilities: %s", lines[2])
+	}
+	if lines[3] != "0" {
+		t.Fatalf("the store is visible inside the run: %s entries", lines[3])
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "original\n" {
+		t.Fatalf("a pending run changed the tree: a = %q", b)
+	}
+	if out, err := asUser(t, bin, root, "commit"); err != nil {
+		t.Fatalf("commit: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "changed\n" {
+		t.Fatalf("after commit a = %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(root, "keep")); !os.IsNotExist(err) {
+		t.Fatalf("keep/ survived the commit of its removal: %v", err)
+	}
+	fi, err := os.Stat(filepath.Join(root, "b"))
+	treetest.Must(t, err)
+	if st := fi.Sys().(*syscall.Stat_t); int(st.Uid) != uid || int(st.Gid) != gid {
+		t.Fatalf("b belongs to %d:%d, want the user's %d:%d", st.Uid, st.Gid, uid, gid)
+	}
+	if out, err := asUser(t, bin, root, "undo"); err != nil {
+		t.Fatalf("undo: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "keep/k")); string(b) != "k\n" {
+		t.Fatalf("undo did not bring keep/k back: %q", b)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, ".snapback", "runs")); len(entries) != 0 {
+		t.Fatalf("the committed run's directory is left: %v", entries)
+	}
+}
