@@ -375,13 +375,68 @@ log "run -- true x$REPS"
 ts=()
 for i in $(seq "$REPS"); do
 	sync
-	run_timed bash -c 'cd "$1" && "$2" run -- true' _ "$TREE" "$SB"
+	run_timed bash -c 'cd "$1" && "$2" run --mode copy -- true' _ "$TREE" "$SB"
 	ts+=("$ELAPSED")
 done
 record "snapback run -- true (copy mode)" "${ts[@]}"
 # After the runs, the tree must be unchanged since the last snap.
 run_timed sb snap -m "after runs"
 expect "read 0 files" "snap after run -- true"
+
+# ---- overlay modes ------------------------------------------------------------------
+# Each workload natively and inside `snapback run --mode M --then discard`
+# (the in-mode time includes starting and ending the run); ratios to native.
+# BENCH_MODES overrides the list (default: the overlay modes doctor offers).
+MODES=${BENCH_MODES:-$("$SB" doctor --json | awk '/"name"/ {gsub(/[",]/, "", $2); n = $2} /"available": true/ && n != "copy" {print n}' | tr '\n' ' ')}
+declare -A W
+W[find]='find . -type f | wc -l'
+W[tar]='tar cf /dev/zero --exclude=./.snapback .'
+# 10,000 small files out of a tarball, then removed: write-heavy.
+head -n 10000 "$WORK/small.list" >"$WORK/untar.list"
+(cd "$TREE" && tar cf "$WORK/small.tar" -T "$WORK/untar.list")
+W[untar+rm]="mkdir -p w.bench && tar xf '$WORK/small.tar' -C w.bench && rm -rf w.bench"
+WORKLOADS=(find tar untar+rm)
+declare -A OV_MED
+for w in "${WORKLOADS[@]}"; do
+	ts=()
+	for i in $(seq "$REPS"); do
+		sync
+		run_timed bash -c "cd '$TREE' && ${W[$w]}"
+		ts+=("$ELAPSED")
+	done
+	record "$w (native)" "${ts[@]}"
+done
+for mode in $MODES; do
+	log "mode $mode"
+	ts=()
+	for i in $(seq "$REPS"); do
+		sync
+		run_timed bash -c 'cd "$1" && "$2" run --mode "$3" -- true' _ "$TREE" "$SB" "$mode"
+		ts+=("$ELAPSED")
+	done
+	record "snapback run -- true ($mode)" "${ts[@]}"
+	for w in "${WORKLOADS[@]}"; do
+		ts=()
+		for i in $(seq "$REPS"); do
+			sync
+			run_timed bash -c 'cd "$1" && "$2" run --mode "$3" --then discard -- bash -c "$4"' _ "$TREE" "$SB" "$mode" "${W[$w]}"
+			ts+=("$ELAPSED")
+		done
+		record "$w ($mode)" "${ts[@]}"
+	done
+	for n in 1 1000; do
+		pick "$n" >"$WORK/commit.list"
+		ts=()
+		for i in $(seq "$REPS"); do
+			run_timed bash -c 'cd "$1" && "$2" run --mode "$3" --then review -- sh -c "xargs -d \"\\n\" -I{} sh -c \"echo edited >> {}\" < \"$4\""' _ "$TREE" "$SB" "$mode" "$WORK/commit.list"
+			sync
+			run_timed sb commit
+			ts+=("$ELAPSED")
+			run_timed sb undo
+		done
+		record "commit of $n changed files ($mode)" "${ts[@]}"
+	done
+done
 
 STORE_SIZE=$(du -sh "$TREE/.snapback" | cut -f1)
 NSNAPS=$(sb list --json | grep -c '"id"' || true)
@@ -413,6 +468,35 @@ for r in "${ROWS[@]}"; do
 	hi=${T_RANGE[$r]#*–}
 	echo "| $r | $(fmt_t "$t") | $ratio | ${T_N[$r]} ($(fmt_t "$lo")–$(fmt_t "$hi")) |"
 done
+if [[ -n $MODES ]]; then
+	echo
+	echo "Inside the isolation modes (ratio to the same workload run natively):"
+	echo
+	hdr="| workload | native |"
+	sep="|---|---:|"
+	for mode in $MODES; do
+		hdr+=" $mode | ratio |"
+		sep+="---:|---:|"
+	done
+	echo "$hdr"
+	echo "$sep"
+	for w in "${WORKLOADS[@]}"; do
+		nat=${T_MED["$w (native)"]}
+		line="| $w | $(fmt_t "$nat") |"
+		for mode in $MODES; do
+			t=${T_MED["$w ($mode)"]}
+			line+=" $(fmt_t "$t") | $(awk -v t="$t" -v b="$nat" 'BEGIN {printf "%.2f×", t/b}') |"
+		done
+		echo "$line"
+	done
+	for r in "snapback run -- true" "commit of 1 changed files" "commit of 1000 changed files"; do
+		line="| $r | |"
+		for mode in $MODES; do
+			line+=" $(fmt_t "${T_MED["$r ($mode)"]}") | |"
+		done
+		echo "$line"
+	done
+fi
 echo
 if ((${#FAILS[@]})); then
 	echo "FAILED checks:"

@@ -168,7 +168,8 @@ func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
 	return target, cur, err
 }
 
-// CommitPending moves a pending run's changes into the tree (only those
+// CommitPending moves a pending run's changes into the tree (a run that
+// changed nothing is dropped and yields no snapshot: nil) (only those
 // at or below the given paths, when any are given) as one crash-safe
 // step, first saving what they replace as a run snapshot that `undo`
 // reverts. A path changed in the tree since the run started is a conflict:
@@ -206,6 +207,11 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 				target = append(target, sel[i])
 			}
 		}
+	}
+	if len(target) == 0 && len(only) == 0 {
+		// Nothing changed: no snapshot, so that `undo` still reverts the
+		// last change that did something.
+		return nil, r.dropRun(p.ID)
 	}
 	cur, err := r.current(target, ScopePaths, true)
 	if err != nil {

@@ -85,6 +85,13 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if err != nil {
 		return err
 	}
+	if rec == nil {
+		if g.json {
+			return g.printJSON(map[string]any{"run": p.ID, "snapshot": nil, "partial": false})
+		}
+		fmt.Fprintf(g.stdout, "run %s changed nothing; dropped it\n", p.ID)
+		return nil
+	}
 	if g.json {
 		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0})
 	}
