@@ -105,7 +105,14 @@ func mount(spec Spec) error {
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", escape(spec.Root), escape(spec.Upper), escape(spec.Work))
 	if spec.UserNS {
-		opts += ",userxattr" // trusted.* xattrs are root's; user.overlay.* marks instead
+		// trusted.* xattrs are root's: user.overlay.* marks instead. The
+		// kernel allows no redirect_dir then: rename(2) of a directory that
+		// existed before the run fails with EXDEV (mv copies instead).
+		opts += ",userxattr"
+	} else {
+		// Directories renamed with rename(2) stay renames (the changeset
+		// follows the redirect), instead of failing with EXDEV.
+		opts += ",redirect_dir=on"
 	}
 	if err := unix.Mount("overlay", spec.Root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlayfs on %s: %w", spec.Root, err)

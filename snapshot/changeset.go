@@ -13,10 +13,17 @@ import (
 // The upper layer of an overlay run is read in the format of Linux
 // overlayfs, which every overlay mode writes (the FUSE overlay too):
 //
-//   - a character device 0/0 is a whiteout: the path was deleted;
+//   - a character device 0/0 is a whiteout: the path was deleted; so is
+//     an empty regular file carrying the xattr user.overlay.whiteout or
+//     trusted.overlay.whiteout (overlayfs's "xwhiteout" form, which the
+//     FUSE overlay writes when it cannot make device nodes);
 //   - a directory with the xattr trusted.overlay.opaque or
 //     user.overlay.opaque set to "y" replaced the directory below it:
 //     nothing of the lower directory shows through;
+//   - a directory with the xattr trusted.overlay.redirect (or user.…) was
+//     renamed: its contents are the lower directory the redirect names
+//     (relative to the parent's own lower directory, or absolute from the
+//     root when it starts with "/"), under what the layer itself holds;
 //   - anything else is the whole new state of its path (a copied-up file
 //     holds all of its content, not a delta).
 //
@@ -24,8 +31,22 @@ import (
 // with Absent entries for deletions: the same target that undo and redo
 // apply, so a commit is one more application of the one restore path.
 
-func isWhiteout(st *unix.Stat_t) bool {
-	return uint32(st.Mode)&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+func isWhiteout(d *fsutil.Dir, name string, st *unix.Stat_t) bool {
+	switch uint32(st.Mode) & unix.S_IFMT {
+	case unix.S_IFCHR:
+		return st.Rdev == 0
+	case unix.S_IFREG:
+		if st.Size != 0 {
+			return false
+		}
+		xs, _ := d.Xattrs(name) // unreadable xattrs: an ordinary empty file
+		for _, x := range xs {
+			if x.Name == "user.overlay.whiteout" || x.Name == "trusted.overlay.whiteout" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // overlayXattrs drops overlayfs's own attributes (and notes opaqueness).
@@ -36,6 +57,11 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 			if strings.HasSuffix(x.Name, ".opaque") && bytes.Equal(x.Value, []byte("y")) {
 				sc.mu.Lock()
 				sc.opaque[path] = true
+				sc.mu.Unlock()
+			}
+			if strings.HasSuffix(x.Name, ".redirect") && len(x.Value) > 0 {
+				sc.mu.Lock()
+				sc.redirect[path] = string(x.Value)
 				sc.mu.Unlock()
 			}
 			continue
@@ -54,10 +80,15 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 // Paths the ignore rules match are left out: they write through.
 func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 	sc := r.newScanner(upper, r.ign, false)
-	sc.noCache, sc.upper, sc.opaque = true, true, map[string]bool{}
+	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
 	layer, err := sc.scanTree()
 	if err != nil {
 		return nil, fmt.Errorf("read upper layer: %w", err)
+	}
+	if len(sc.redirect) > 0 {
+		if layer, err = r.followRedirects(layer, sc); err != nil {
+			return nil, err
+		}
 	}
 	// What the layer hides of the tree: everything below a whiteout or an
 	// opaque directory, unless the layer has it again.
@@ -107,6 +138,76 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 		}
 	}
 	return out, nil
+}
+
+// followRedirects adds to the layer what renamed directories show of the
+// lower tree: every entry below a redirect's origin, at its new path,
+// unless the layer covers it (its own version, a whiteout, an opaque or
+// renamed directory, or a non-directory above it). Their contents are
+// stored, since the commit that moves them away may delete their origin.
+// A renamed directory then counts as opaque: what the tree has at its new
+// path and the view does not show goes.
+func (r *Repo) followRedirects(layer Manifest, sc *scanner) (Manifest, error) {
+	var origin func(p string) string
+	origin = func(p string) string {
+		if p == "" {
+			return ""
+		}
+		if v, ok := sc.redirect[p]; ok {
+			if strings.HasPrefix(v, "/") {
+				return strings.Trim(v, "/")
+			}
+			return joinPath(origin(Parent(p)), v)
+		}
+		return joinPath(origin(Parent(p)), Base(p))
+	}
+	covered := func(d, vp string) bool {
+		for a := vp; a != d && a != ""; a = Parent(a) {
+			e := layer.Find(a)
+			if e == nil {
+				continue
+			}
+			if a == vp || e.Type != Dir || sc.opaque[a] {
+				return true
+			}
+			if _, ok := sc.redirect[a]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	out := append(Manifest{}, layer...)
+	for d := range sc.redirect {
+		lo := origin(d)
+		if !ValidPath(lo) {
+			return nil, fmt.Errorf("read upper layer: %s: bad redirect %q", d, sc.redirect[d])
+		}
+		lower, err := r.ScanPaths([]string{lo}, true, true)
+		if err != nil {
+			return nil, err
+		}
+		for _, le := range lower {
+			if le.Path == lo || le.Type == Absent {
+				continue
+			}
+			vp := d + "/" + strings.TrimPrefix(le.Path, lo+"/")
+			if covered(d, vp) {
+				continue
+			}
+			le.Path, le.Link = vp, ""
+			out = append(out, le)
+		}
+		sc.opaque[d] = true
+	}
+	out.Sort()
+	return out, nil
+}
+
+func joinPath(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
 }
 
 // WriteThrough moves what a run wrote to ignored paths out of its upper
@@ -197,7 +298,7 @@ func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string,
 	if err := td.RemoveAll(name); err != nil {
 		return err
 	}
-	if isWhiteout(st) {
+	if isWhiteout(ud, name, st) {
 		return ud.Unlink(name)
 	}
 	if err := ud.Rename(name, td, name); err != nil {

@@ -53,8 +53,9 @@ type scanner struct {
 	noCache bool // hash everything (recover: trust nothing)
 	// upper: the root is an overlay upper layer. Whiteouts become Absent
 	// entries, opaque directories are noted, overlay xattrs are dropped.
-	upper  bool
-	opaque map[string]bool
+	upper    bool
+	opaque   map[string]bool
+	redirect map[string]string // upper dir -> its overlay.redirect value
 
 	mu       sync.Mutex
 	entries  []*scanned
@@ -292,7 +293,7 @@ func (sc *scanner) walk(ref *dirRef, path string) error {
 		if sc.ign != nil && sc.ign.Ignored(p, isDir) {
 			continue
 		}
-		if sc.upper && isWhiteout(&st) {
+		if sc.upper && isWhiteout(ref.d, name, &st) {
 			sc.mu.Lock()
 			sc.entries = append(sc.entries, &scanned{Entry: Entry{Path: p, Type: Absent}})
 			sc.mu.Unlock()
