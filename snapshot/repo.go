@@ -65,25 +65,20 @@ func (r *Repo) RootDir() *fsutil.Dir { return r.root }
 // ScanTree reads the whole tree; with store set, contents not yet in the
 // store are added to it.
 func (r *Repo) ScanTree(store bool) (Manifest, error) {
-	sc := r.newScanner(r.root, r.ign, store)
-	m, err := sc.scanTree()
-	if err != nil {
-		return nil, err
-	}
-	r.LastScan = sc.stats
-	if store {
-		if err := r.saveCache(sc.cache); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return r.scan(store, (*scanner).scanTree)
 }
 
 // ScanPaths reads the listed paths; below each path for which deep says
 // so, everything is read too.
 func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error) {
+	return r.scan(store, func(sc *scanner) (Manifest, error) { return sc.scanPaths(paths, deep) })
+}
+
+// scan runs one scan of the tree, notes what it read, and keeps what it
+// learned in the stat cache when it stored contents.
+func (r *Repo) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
 	sc := r.newScanner(r.root, r.ign, store)
-	m, err := sc.scanPaths(paths, deep)
+	m, err := fn(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -282,18 +277,9 @@ func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, erro
 			deep[target[i].Path] = true
 		}
 	}
-	sc := r.newScanner(r.root, r.ign, store)
-	m, err := sc.scanPathsDeep(target.Paths(), func(p string) bool { return deep[p] })
-	if err != nil {
-		return nil, err
-	}
-	r.LastScan = sc.stats
-	if store {
-		if err := r.saveCache(sc.cache); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return r.scan(store, func(sc *scanner) (Manifest, error) {
+		return sc.scanPathsDeep(target.Paths(), func(p string) bool { return deep[p] })
+	})
 }
 
 // Recover finishes an interrupted operation, if there is one, and clears

@@ -308,20 +308,25 @@ func (sc *scanner) walk(ref *dirRef, path string) error {
 		}
 		sc.add(ref, e)
 		if isDir {
-			sub, err := ref.d.OpenDir(name)
-			if err != nil {
-				return err
-			}
-			r := &dirRef{d: sub}
-			r.n.Store(1)
-			err = sc.walk(r, p)
-			r.release()
-			if err != nil {
+			if err := sc.walkSub(ref.d, name, p); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// walkSub walks the directory name in d, which is the tree's path p.
+func (sc *scanner) walkSub(d *fsutil.Dir, name, p string) error {
+	sub, err := d.OpenDir(name)
+	if err != nil {
+		return err
+	}
+	r := &dirRef{d: sub}
+	r.n.Store(1)
+	err = sc.walk(r, p)
+	r.release()
+	return err
 }
 
 // scanTree reads every path of the tree (but ignored and excluded ones).
@@ -418,15 +423,7 @@ func (sc *scanner) scanOne(p string, deep bool) error {
 	}
 	sc.add(ref, e)
 	if deep && e.Type == Dir {
-		sub, err := d.OpenDir(name)
-		if err != nil {
-			return err
-		}
-		r := &dirRef{d: sub}
-		r.n.Store(1)
-		err = sc.walk(r, p)
-		r.release()
-		return err
+		return sc.walkSub(d, name, p)
 	}
 	return nil
 }

@@ -12,19 +12,11 @@ func newDiscardCmd(g *globals) *cobra.Command {
 		Short: "Throw away a pending run's changes (the newest, or ID)",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			repo, _, err := g.open(false, "discard")
+			repo, p, err := g.openPending("discard", args)
 			if err != nil {
 				return err
 			}
 			defer repo.Close()
-			ref := ""
-			if len(args) == 1 {
-				ref = args[0]
-			}
-			p, err := repo.FindPending(ref)
-			if err != nil {
-				return err
-			}
 			if err := repo.DiscardPending(p); err != nil {
 				return err
 			}

@@ -16,19 +16,11 @@ changes; nothing is committed when it exits.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			g.runStarted = true
-			repo, _, err := g.open(false, "shell")
+			repo, p, err := g.openPending("shell", args)
 			if err != nil {
 				return err
 			}
 			defer repo.Close()
-			ref := ""
-			if len(args) == 1 {
-				ref = args[0]
-			}
-			p, err := repo.FindPending(ref)
-			if err != nil {
-				return err
-			}
 			if err := repo.Resume(p); err != nil {
 				return err
 			}

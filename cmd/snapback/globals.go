@@ -99,6 +99,26 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	return repo, cfg, nil
 }
 
+// openPending opens the store and finds the pending run named by the
+// optional first argument (default: the newest). The caller must Close
+// the repo.
+func (g *globals) openPending(what string, args []string) (*snapshot.Repo, *snapshot.Pending, error) {
+	repo, _, err := g.open(false, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	ref := ""
+	if len(args) > 0 {
+		ref = args[0]
+	}
+	p, err := repo.FindPending(ref)
+	if err != nil {
+		repo.Close()
+		return nil, nil, err
+	}
+	return repo, p, nil
+}
+
 func (g *globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
