@@ -28,8 +28,10 @@ type applier struct {
 	dirs   map[string]*fsutil.Dir
 	tmpN   int
 	isRoot bool
-	// touched collects the directories whose entries changed.
-	touched map[string]bool
+	// touched collects the directories whose entries changed; dirMtime
+	// holds each directory's mtime from before this apply changed it.
+	touched  map[string]bool
+	dirMtime map[string]int64
 	// written lists the regular files put in place, to sync; others
 	// counts the other entries (synced with their directories).
 	written []string
@@ -39,6 +41,8 @@ type applier struct {
 	// store. What is no longer there comes from the store.
 	src     *fsutil.Dir
 	srcDirs map[string]*fsutil.Dir
+	// staged: contents may still be in the store's staging area.
+	staged bool
 	// cache, when set, learns the stat of every file written from an
 	// object, so the next scan need not read it back.
 	cache *statCache
@@ -63,6 +67,13 @@ func (a *applier) dir(p string) (*fsutil.Dir, error) {
 		return nil, err
 	}
 	a.dirs[p] = d
+	if _, ok := a.dirMtime[p]; !ok {
+		// Opened before anything in it changes: its time as it was.
+		var st unix.Stat_t
+		if unix.Fstat(d.Fd(), &st) == nil {
+			a.dirMtime[p] = st.Mtim.Nano()
+		}
+	}
 	return d, nil
 }
 
@@ -105,6 +116,7 @@ func (a *applier) run(cur Manifest) error {
 	a.dirs = map[string]*fsutil.Dir{}
 	a.srcDirs = map[string]*fsutil.Dir{}
 	a.touched = map[string]bool{}
+	a.dirMtime = map[string]int64{}
 	a.isRoot = os.Geteuid() == 0
 	defer a.close()
 
@@ -153,6 +165,22 @@ func (a *applier) run(cur Manifest) error {
 		}
 		if err := a.setMeta(t, c); err != nil {
 			return err
+		}
+	}
+	// 4. A directory the target does not cover, whose entries changed only
+	// because a covered path in it was replaced by a rename, keeps its
+	// time: a file edited in place never moved it.
+	for p := range a.touched {
+		old, ok := a.dirMtime[p]
+		if p == "" || !ok || a.target.Find(p) != nil {
+			continue
+		}
+		d, err := a.dir(Parent(p))
+		if err == nil {
+			err = d.SetTimes(Base(p), time.Unix(0, old))
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("restore the time of %s: %w", p, err)
 		}
 	}
 	return a.sync()
@@ -266,6 +294,11 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 			return nil // the inode's metadata came with its first name
 		}
 		src, err := a.s.OpenObject(t.Object)
+		if errors.Is(err, ErrMissingObject) && a.staged {
+			if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
+				src, err = f, nil
+			}
+		}
 		if err != nil {
 			return err
 		}

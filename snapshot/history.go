@@ -131,7 +131,7 @@ func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	cur, err := r.current(target, scope, true)
+	cur, err := r.current(target, scope, false) // saved by the transition, linked where it can
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}

@@ -213,7 +213,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 		// last change that did something.
 		return nil, r.dropRun(p.ID)
 	}
-	cur, err := r.current(target, ScopePaths, true)
+	cur, err := r.current(target, ScopePaths, false) // saved by the transition, linked where it can
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
 )
 
 // Errors for operations that are refused with nothing changed.
@@ -158,6 +159,9 @@ type journal struct {
 	Source string `json:"source,omitempty"`
 	// Done, for a commit, is the pending run the commit completes.
 	Done string `json:"done,omitempty"`
+	// Staged: contents the operation saves are hard links in the store's
+	// staging area, adopted as objects once the apply has run.
+	Staged bool `json:"staged,omitempty"`
 }
 
 func (r *Repo) journalPath() string { return r.path("journal.json") }
@@ -183,6 +187,10 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	if err != nil {
 		return err
 	}
+	staged, err := r.saveCurrent(j, target, cur)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	// Every content the apply will write must be in the store. Only those
 	// are checked: an undo of 10 files must not stat 100,000 objects.
 	var missing []string
@@ -194,12 +202,15 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
 			continue
 		}
-		if !r.HasObject(t.Object) && len(missing) < 5 {
+		if !r.HasObject(t.Object) && !staged[t.Object] && len(missing) < 5 {
 			missing = append(missing, t.Path)
 		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: %w: the contents of %q", op, ErrMissingObject, missing)
+	}
+	if err := r.checkSpace(j, target, cur); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	if err := r.Flush(); err != nil {
 		return err
@@ -217,6 +228,93 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	return r.finish(j, target, cur)
 }
 
+// saveCurrent makes sure the store will hold every content of cur (the
+// state the operation replaces, which its record keeps). A file the apply
+// replaces or removes is staged as a hard link, to become an object when
+// its tree name has gone: no copy. Anything else is copied now.
+func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool, error) {
+	staged := map[ObjectID]bool{}
+	a := &applier{target: target, scope: j.Scope}
+	for i := range cur {
+		c := &cur[i]
+		if c.Type != File || c.Link != "" || staged[c.Object] || r.HasObject(c.Object) {
+			continue
+		}
+		d, err := r.root.OpenDir(Parent(c.Path))
+		if err != nil {
+			return nil, fmt.Errorf("save %s: %w", c.Path, err)
+		}
+		t := target.Find(c.Path)
+		replaced := a.covered(c.Path) && (t == nil || !t.SameContent(c))
+		ok := false
+		if replaced {
+			if ok, err = r.stageLink(j.OpID, d, c); err != nil {
+				d.Close()
+				return nil, err
+			}
+		}
+		if ok {
+			staged[c.Object] = true
+			j.Staged = true
+		} else {
+			err = r.copyIn(d, c)
+		}
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return staged, nil
+}
+
+// checkSpace refuses, before anything changes, an apply that would write
+// more bytes than the filesystem has free: the journal would finish it,
+// but only once space is freed, and the tree would wait half-changed.
+// (Clones need no space: on a filesystem that has them the estimate is
+// pessimistic.)
+func (r *Repo) checkSpace(j *journal, target, cur Manifest) error {
+	var need int64
+	for i := range target {
+		t := &target[i]
+		if t.Type != File || t.Link != "" {
+			continue
+		}
+		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
+			continue
+		}
+		need += t.Size
+	}
+	if j.Source != "" || need == 0 {
+		return nil // a commit moves its files into place
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.Root, &st); err != nil {
+		return nil // unknown: let the writes themselves tell
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); need > free {
+		return fmt.Errorf("needs %d bytes, %d free on %s: %w", need, free, r.Root, unix.ENOSPC)
+	}
+	return nil
+}
+
+// copyIn stores the content of the tree's file c (in d), checking it is
+// still what the scan saw.
+func (r *Repo) copyIn(d *fsutil.Dir, c *Entry) error {
+	f, err := d.Open(Base(c.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("save %s: %w", c.Path, err)
+	}
+	defer f.Close() // read-only
+	id, _, err := r.PutFile(f)
+	if err != nil {
+		return err
+	}
+	if id != c.Object {
+		return fmt.Errorf("save %s: it changed during the operation; nothing was changed, try again", c.Path)
+	}
+	return nil
+}
+
 // finish applies a journal's target and completes it. Idempotent. cur is
 // the tree's state as just scanned, or nil to scan it (recover).
 func (r *Repo) finish(j *journal, target, cur Manifest) error {
@@ -231,7 +329,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		}
 	}
 	cache := r.loadCache()
-	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache}
+	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {
@@ -251,6 +349,11 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		return err
 	}
 	crashPoint("applied")
+	if j.Staged {
+		if err := r.adoptStaged(j.OpID); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	}
 	if err := r.WriteMeta(j.Record); err != nil {
 		return err
 	}
@@ -285,10 +388,19 @@ func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, erro
 // Recover finishes an interrupted operation, if there is one, and clears
 // leftovers. It reports whether there was anything to do.
 func (r *Repo) Recover() (bool, error) {
+	keep := ""
+	if b, err := os.ReadFile(r.journalPath()); err == nil {
+		var j journal
+		if json.Unmarshal(b, &j) == nil && j.Staged {
+			keep = filepath.Base(r.stagingDir(j.OpID)) // what the interrupted operation saves
+		}
+	}
 	tmp := r.path("tmp")
 	if ents, err := os.ReadDir(tmp); err == nil {
 		for _, e := range ents {
-			os.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+			if e.Name() != keep {
+				os.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+			}
 		}
 	}
 	dead, err := r.finishDeadRuns()

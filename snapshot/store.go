@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
 )
 
 // StoreDir is the store's directory name inside the root.
@@ -231,6 +232,75 @@ func (s *Store) adopt(tmp string, id ObjectID) error {
 	s.pending = append(s.pending, dst)
 	s.mu.Unlock()
 	return nil
+}
+
+// stagingDir holds, during an undo, redo, restore or commit, hard links to
+// tree files whose content the operation saves: linked now, they become
+// objects once the operation has moved the tree's names away (so saving
+// what a commit replaces copies nothing).
+func (s *Store) stagingDir(opID string) string { return s.path("tmp", "stage-"+opID) }
+
+// stageLink links the file name in d (the tree's path p, seen by the scan
+// as e) into the staging area of opID. It reports false, having done
+// nothing, when a link would not do: a file with other names (an object
+// must never change), one that changed since the scan, or one on another
+// filesystem.
+func (s *Store) stageLink(opID string, d *fsutil.Dir, e *Entry) (bool, error) {
+	st, err := d.Lstat(Base(e.Path))
+	if err != nil {
+		return false, nil // gone or unreadable: the caller's copy reports it
+	}
+	si := statOf(&st)
+	if si.Mode&unix.S_IFMT != unix.S_IFREG || si.Nlink != 1 || si.Size != e.Size || si.Mtime != e.Mtime {
+		return false, nil
+	}
+	dir := s.stagingDir(opID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("stage %s: %w", e.Path, err)
+	}
+	sd, err := fsutil.OpenRoot(dir)
+	if err != nil {
+		return false, err
+	}
+	defer sd.Close()
+	err = d.Link(Base(e.Path), sd, e.Object.String())
+	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM) {
+		return false, nil // another filesystem, or links not allowed: copy
+	}
+	if errors.Is(err, unix.EEXIST) {
+		return true, nil // the same content, staged already
+	}
+	return err == nil, err
+}
+
+// openStaged opens a staged object (before adoptStaged).
+func (s *Store) openStaged(opID string, id ObjectID) (*os.File, error) {
+	return os.Open(filepath.Join(s.stagingDir(opID), id.String()))
+}
+
+// adoptStaged makes the staged links of opID objects. Idempotent.
+func (s *Store) adoptStaged(opID string) error {
+	dir := s.stagingDir(opID)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("adopt staged contents: %w", err)
+	}
+	for _, e := range ents {
+		id, ok := ParseObjectID(e.Name())
+		if !ok {
+			continue
+		}
+		if err := s.adopt(filepath.Join(dir, e.Name()), id); err != nil {
+			return err
+		}
+	}
+	if err := s.Flush(); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // Flush makes every object written so far durable (one syncfs rather than

@@ -1,0 +1,318 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// agentScript is what an AI agent does to a repository: edits, creates,
+// deletes and renames files (a whole directory too), commits with git
+// and starts a branch, then builds Go and C code.
+const agentScript = `set -e
+cat > main.go <<'EOF'
+package main
+
+import (
+	"fmt"
+
+	"example.com/agent/pkg"
+	"example.com/agent/util"
+)
+
+func main() { fmt.Println(util.Greeting(), pkg.Name) }
+EOF
+echo 'more docs' > docs/new.md
+rm docs/old.txt
+mv lib pkg
+sed -i 's/package lib/package pkg/' pkg/lib.go
+mv util/util.go util/helpers.go
+echo '// helpers' >> util/helpers.go
+chmod +x run.sh
+git add -A
+git commit -q -m x
+git checkout -q -b feature
+GOFLAGS=-mod=mod GOTOOLCHAIN=local go build -o bin/ ./...
+gcc -o c/hello c/hello.c
+./bin/agent
+./c/hello
+`
+
+// agentRepo makes a small git repository with a Go module, a C file and
+// docs, committed.
+func agentRepo(t *testing.T, root string) {
+	t.Helper()
+	w := func(rel, content string, mode os.FileMode) { treetest.Write(t, root, rel, content, mode) }
+	w("go.mod", "module example.com/agent\n\ngo 1.21\n", 0o644)
+	w("main.go", "package main\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/agent/util\"\n)\n\nfunc main() { fmt.Println(util.Greeting()) }\n", 0o644)
+	w("util/util.go", "package util\n\n// Greeting says hello.\nfunc Greeting() string { return \"hello\" }\n", 0o644)
+	w("lib/lib.go", "package lib\n\n// Name is the library's name.\nconst Name = \"lib\"\n", 0o644)
+	w("lib/data/table.txt", "1 2 3\n", 0o644)
+	w("docs/README.md", "# agent\n", 0o644)
+	w("docs/old.txt", "obsolete\n", 0o644)
+	w("c/hello.c", "#include <stdio.h>\nint main(void) { puts(\"hello from C\"); return 0; }\n", 0o644)
+	w("run.sh", "#!/bin/sh\nexec ./bin/agent\n", 0o644)
+	w(".gitignore", "/bin/\n/c/hello\n", 0o644)
+	git(t, root, "init", "-q")
+	git(t, root, "add", "-A")
+	git(t, root, "commit", "-q", "-m", "initial")
+}
+
+// gitEnv makes git independent of the machine's configuration.
+func gitEnv() []string {
+	return append(os.Environ(),
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=agent", "GIT_AUTHOR_EMAIL=agent@example.com",
+		"GIT_COMMITTER_NAME=agent", "GIT_COMMITTER_EMAIL=agent@example.com",
+		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=init.defaultBranch", "GIT_CONFIG_VALUE_0=main",
+	)
+}
+
+// git runs git in dir; --no-optional-locks keeps `status` from refreshing
+// the index, which would change .git between the states compared.
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"--no-optional-locks"}, args...)...)
+	cmd.Dir, cmd.Env = dir, gitEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// sbDir runs snapback in dir (run takes its working directory), with
+// git's environment.
+func sbDir(t *testing.T, bin, dir string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"-C", dir}, args...)...)
+	cmd.Dir, cmd.Env = dir, gitEnv()
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("snapback %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, o.String(), e.String())
+	}
+	return o.String(), e.String()
+}
+
+func diffJSON(t *testing.T, bin, root string) map[string]string {
+	t.Helper()
+	out, _ := sbDir(t, bin, root, "--json", "diff")
+	var d struct {
+		Changes []struct{ Path, Op string } `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("diff --json: %v\n%s", err, out)
+	}
+	m := map[string]string{}
+	for _, c := range d.Changes {
+		m[strings.TrimSuffix(c.Path, "/")] = c.Op
+	}
+	return m
+}
+
+// requireChanges checks that diff lists want (path → op), and some
+// change below .git.
+func requireChanges(t *testing.T, what string, got, want map[string]string) {
+	t.Helper()
+	var bad []string
+	for p, op := range want {
+		if got[p] != op {
+			bad = append(bad, p+": want "+op+", got "+got[p])
+		}
+	}
+	gitChanges := 0
+	for p := range got {
+		if strings.HasPrefix(p, ".git/") {
+			gitChanges++
+		}
+	}
+	if gitChanges == 0 {
+		bad = append(bad, "no change below .git/ listed")
+	}
+	if len(bad) > 0 {
+		var all []string
+		for p, op := range got {
+			all = append(all, op+" "+p)
+		}
+		sort.Strings(all)
+		t.Fatalf("%s: diff is not what the agent did:\n%s\nall changes:\n%s", what, strings.Join(bad, "\n"), strings.Join(all, "\n"))
+	}
+}
+
+var agentWant = map[string]string{
+	"main.go":            "M",
+	"docs/new.md":        "A",
+	"docs/old.txt":       "D",
+	"lib":                "D",
+	"lib/lib.go":         "D",
+	"lib/data/table.txt": "D",
+	"pkg":                "A",
+	"pkg/lib.go":         "A",
+	"pkg/data/table.txt": "A",
+	"util/util.go":       "D",
+	"util/helpers.go":    "A",
+	"run.sh":             "M",
+	"bin/agent":          "A",
+	"c/hello":            "A",
+	".git/HEAD":          "M",
+	".git/index":         "M",
+}
+
+// checkGit checks that git works in root and is on branch with n commits
+// and a clean work tree.
+func checkGit(t *testing.T, root, what, branch string, n int) {
+	t.Helper()
+	var store, other []string
+	for _, l := range strings.Split(strings.TrimRight(git(t, root, "status", "--porcelain"), "\n"), "\n") {
+		switch {
+		case l == "":
+		case strings.Contains(l, snapshot.StoreDir):
+			store = append(store, l)
+		default:
+			other = append(other, l)
+		}
+	}
+	if len(other) > 0 {
+		t.Errorf("%s: git status is not clean:\n%s", what, strings.Join(other, "\n"))
+	}
+	// The store is no part of the project: git must not offer it to
+	// `git add -A` (an agent's commit would carry every snapshot).
+	if len(store) > 0 {
+		t.Errorf("%s: git status lists snapback's store: %q", what, store[:min(len(store), 3)])
+	}
+	if b := strings.TrimSpace(git(t, root, "rev-parse", "--abbrev-ref", "HEAD")); b != branch {
+		t.Errorf("%s: on branch %q, want %q", what, b, branch)
+	}
+	if log := strings.Split(strings.TrimSpace(git(t, root, "log", "--format=%s")), "\n"); len(log) != n {
+		t.Errorf("%s: git log has %d commits, want %d: %q", what, len(log), n, log)
+	}
+	git(t, root, "fsck", "--no-progress", "--strict")
+	if tracked := strings.Fields(git(t, root, "ls-files", snapshot.StoreDir)); len(tracked) > 0 {
+		t.Errorf("%s: git tracks %d files of snapback's store, such as %q", what, len(tracked), tracked[:min(len(tracked), 3)])
+	}
+}
+
+// TestAgent runs an agent-like script in each mode: review what it did,
+// commit it in two parts, undo both (the repository, .git included, is
+// exactly as before), redo both (as the script left it); git works in
+// every state.
+func TestAgent(t *testing.T) {
+	bin := snapbackBinary(t)
+	for _, tool := range []string{"git", "gcc", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed: %v", tool, err)
+		}
+	}
+	for _, mode := range posixModes(t, bin) {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			root := filepath.Join(t.TempDir(), "repo")
+			agentRepo(t, root)
+			checkGit(t, root, "before", "main", 1)
+			before := treetest.Capture(t, root, snapshot.StoreDir)
+
+			if mode == "copy" {
+				// The copy mode works on the tree itself: nothing waits
+				// for review; the run is one undoable step.
+				out, _ := sbDir(t, bin, root, "run", "--mode", "copy", "--", "sh", "-c", agentScript)
+				if !strings.Contains(out, "hello from C") {
+					t.Fatalf("the agent's programs did not run:\n%s", out)
+				}
+				requireChanges(t, "diff after the run", diffJSON(t, bin, root), agentWant)
+				after := treetest.Capture(t, root, snapshot.StoreDir)
+				checkGit(t, root, "after the run", "feature", 2)
+				sbDir(t, bin, root, "undo")
+				treetest.Equal(t, "after undo", before, treetest.Capture(t, root, snapshot.StoreDir))
+				checkGit(t, root, "after undo", "main", 1)
+				sbDir(t, bin, root, "redo")
+				treetest.Equal(t, "after redo", noDirTimes(after), noDirTimes(treetest.Capture(t, root, snapshot.StoreDir)))
+				checkGit(t, root, "after redo", "feature", 2)
+				return
+			}
+
+			out, errOut := sbDir(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c", agentScript)
+			if !strings.Contains(out, "hello from C") || !strings.Contains(errOut, "is pending") {
+				t.Fatalf("the agent's run:\nstdout:\n%s\nstderr:\n%s", out, errOut)
+			}
+			treetest.Equal(t, "the tree while the run is pending", before, treetest.Capture(t, root, snapshot.StoreDir))
+			checkGit(t, root, "while pending", "main", 1)
+
+			st, _ := sbDir(t, bin, root, "--json", "status")
+			m := regexp.MustCompile(`"id": "([^"]+)"`).FindStringSubmatch(st)
+			if m == nil || !strings.Contains(st, `"state": "pending"`) {
+				t.Fatalf("status does not list the pending run:\n%s", st)
+			}
+			id := m[1]
+			changes := diffJSON(t, bin, root)
+			requireChanges(t, "diff of the pending run", changes, agentWant)
+			text, _ := sbDir(t, bin, root, "diff")
+			for _, l := range []string{"M\tmain.go", "D\tdocs/old.txt", "A\tpkg/lib.go", "D\tlib/"} {
+				if !strings.Contains(text, l+"\n") {
+					t.Errorf("diff lacks %q:\n%s", l, text)
+				}
+			}
+			// What the run's view shows, to compare with the tree after the commit.
+			view, _ := sbDir(t, bin, root, "run", "--continue", id, "--then", "review", "--", "sh", "-c", describe)
+
+			// Commit the docs only: the rest stays pending.
+			sbDir(t, bin, root, "commit", "docs")
+			if b, err := os.ReadFile(filepath.Join(root, "docs/new.md")); err != nil || string(b) != "more docs\n" {
+				t.Fatalf("docs/new.md after committing docs: %q %v", b, err)
+			}
+			if _, err := os.Stat(filepath.Join(root, "docs/old.txt")); !os.IsNotExist(err) {
+				t.Fatalf("docs/old.txt after committing docs: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(root, "pkg")); !os.IsNotExist(err) {
+				t.Fatalf("pkg/ appeared before its commit: %v", err)
+			}
+			rest := diffJSON(t, bin, root)
+			for p := range rest {
+				if strings.HasPrefix(p, "docs") {
+					t.Errorf("%s is still pending after commit docs", p)
+				}
+			}
+			delete(changes, "docs/new.md")
+			delete(changes, "docs/old.txt")
+			delete(changes, "docs")
+			for p, op := range changes {
+				if rest[p] != op {
+					t.Errorf("after commit docs, %s: %q pending, want %q", p, rest[p], op)
+				}
+			}
+			if st, _ := sbDir(t, bin, root, "status"); !strings.Contains(st, id) {
+				t.Fatalf("the run is no longer pending after a partial commit:\n%s", st)
+			}
+
+			sbDir(t, bin, root, "commit")
+			if st, _ := sbDir(t, bin, root, "status"); !strings.Contains(st, "no pending runs") {
+				t.Fatalf("a run is still pending after commit:\n%s", st)
+			}
+			if now := shOut(t, root, describe); now != view {
+				t.Errorf("after the commits the tree differs from the run's view:\n%s", lineDiff(view, now))
+			}
+			after := treetest.Capture(t, root, snapshot.StoreDir)
+			checkGit(t, root, "after commit", "feature", 2)
+			if b, err := exec.Command(filepath.Join(root, "bin/agent")).Output(); err != nil || string(b) != "hello lib\n" {
+				t.Errorf("the committed build: %q %v", b, err)
+			}
+
+			sbDir(t, bin, root, "undo")
+			sbDir(t, bin, root, "undo")
+			treetest.Equal(t, "after two undos", before, treetest.Capture(t, root, snapshot.StoreDir))
+			checkGit(t, root, "after two undos", "main", 1)
+			sbDir(t, bin, root, "redo")
+			sbDir(t, bin, root, "redo")
+			treetest.Equal(t, "after two redos", noDirTimes(after), noDirTimes(treetest.Capture(t, root, snapshot.StoreDir)))
+			checkGit(t, root, "after two redos", "feature", 2)
+		})
+	}
+}

@@ -1,0 +1,806 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/sys/unix"
+)
+
+// The POSIX behaviour table (in the style of go-fuse's posixtest): every
+// operation runs once natively on a tree and once under `snapback run` in
+// each isolation mode on an identical tree. The two trees must then be
+// equal, the operation must have seen the same things inside the view as
+// outside, `undo` must bring the tree back exactly (times included), and
+// `redo` must give the native result again.
+//
+// An operation is a shell script, or a Go function that the test binary
+// runs in a child process (itself, with posixOpEnv naming the operation):
+// the shell cannot call mmap(2), rename(2) on a directory or readdir(3)
+// while it mutates the directory.
+
+const posixOpEnv = "SNAPBACK_POSIX_OP"
+
+// posixT0 is the mtime of everything in a starting tree: a file whose
+// time the run did not touch must keep it exactly.
+var posixT0 = time.Date(2021, 3, 4, 5, 6, 7, 123456789, time.UTC)
+
+// posixExplicit is a time operations set explicitly (utimes): kept
+// exactly by the comparison, unlike the times of fresh writes.
+var posixExplicit = time.Date(2001, 9, 9, 1, 46, 40, 987654321, time.UTC)
+
+type posixOp struct {
+	name  string
+	setup func(t testing.TB, root string) // extra starting state, beyond posixBase
+	sh    string                          // a shell script, or
+	fn    func(o *opEnv)                  // Go code, run in a child process
+	// dev lists, per mode, where the mode legitimately differs from native
+	// behaviour: the op's output differs by a replacement. Never empty
+	// without a comment saying why.
+	dev map[string]posixDev
+	// post checks more of a tree after the op (native and in each mode,
+	// and again after redo).
+	post func(t *testing.T, root string)
+}
+
+type posixDev struct {
+	// out lists replacements in the op's output (native text, then this
+	// mode's text, pairwise) that make an accepted alternative: the mode
+	// may print the native output or this one.
+	out []string
+	// tree maps a path to a replacement in its (normalized) description
+	// after the op: native text, then this mode's text.
+	tree map[string][2]string
+}
+
+// posixOps is the table. Paths are relative: each op runs in its tree's
+// root (natively, or in the run's view of it).
+var posixOps = []posixOp{
+	{name: "write-new", sh: `echo hello > new.txt; mkdir -p newdir; printf 'x' > newdir/f; cat new.txt newdir/f; echo; stat -c '%n %F %a %s %h' new.txt newdir newdir/f`},
+	{name: "overwrite", sh: `echo changed > b.txt; cat b.txt; stat -c '%n %a %s' b.txt`},
+	{name: "empty-files", sh: `: > new-empty; : > a.txt; touch empty; stat -c '%n %F %s' new-empty a.txt empty; getfattr -n user.color --only-values a.txt; echo`},
+	{name: "o-append", fn: opAppend},
+	{name: "mmap-write", fn: opMmap},
+	{name: "rename-over-file", fn: opRenameOver},
+	{name: "rename-dir", fn: opRenameDir, dev: map[string]posixDev{
+		// Kernel overlayfs without redirect_dir (the kernel's default, and
+		// the only choice with userxattr in a user namespace) refuses
+		// rename(2) of a directory that exists in the lower layer with
+		// EXDEV, as across filesystems; mv(1) and every careful program
+		// fall back to copy and delete, as opRenameDir does. A directory
+		// the run created itself renames normally.
+		// For the same reason, rename(2) of a lower directory onto a
+		// non-empty one fails with EXDEV before ENOTEMPTY is considered.
+		"overlayfs": {out: []string{
+			"rename dir dir2: ok", "rename dir dir2: EXDEV (copied instead)",
+			"rename onto a non-empty dir: ENOTEMPTY", "rename onto a non-empty dir: EXDEV",
+		}},
+	}},
+	{name: "link", fn: opLink},
+	{name: "symlink", fn: opSymlink},
+	{name: "chmod", sh: `chmod 600 a.txt; chmod 4755 exec.sh; chmod 700 dir; chmod 1777 dir/sub; stat -c '%n %a' a.txt exec.sh dir dir/sub; echo x > dir/new; stat -c '%n %a' dir/new`},
+	{name: "chown", sh: `chown 1234:5678 a.txt; chown -h 42:43 link; chown 7:8 dir; chown 0:0 owned; stat -c '%n %u %g %a' a.txt link dir owned`},
+	{name: "truncate", fn: opTruncate},
+	{name: "utimes", fn: opUtimes},
+	{name: "xattrs", sh: `setfattr -n user.new -v fresh b.txt; setfattr -x user.color a.txt; setfattr -n user.color -v red dir/one; setfattr -n user.d2 -v "two words" dir; echo n > nx; setfattr -n user.on-new -v 1 nx; setfattr -n trusted.sbtest -v changed b.txt; for f in a.txt b.txt dir dir/one nx; do echo "$f"; getfattr -d -m - --absolute-names "$f" | grep -v '^#' | grep -v overlay | LC_ALL=C sort; done`},
+	{name: "readdir-while-mutating", setup: manyFiles, fn: opReaddirMutate},
+	{name: "fsync", fn: opFsync},
+	{name: "fifo", fn: opFifo, dev: map[string]posixDev{
+		// Writing to a fifo moves its mtime natively. Kernel overlayfs
+		// opens a lower fifo through its own inode and never copies the
+		// time up: after chmod (which copies the fifo up with its old
+		// time) the write's time is lost. Nothing of the data is.
+		"overlayfs": {tree: map[string][2]string{"fifo": {"mtime=recent", "mtime=1614834367123456789"}}},
+	}},
+	{name: "file-dir-file", sh: `rm a.txt; mkdir a.txt; echo inner > a.txt/inner; rm -r dir/sub; echo was-a-dir > dir/sub; rm b.txt; mkdir b.txt; rmdir b.txt; echo back > b.txt; rm -r hard; mkdir hard; rmdir hard; echo file > hard; find a.txt dir b.txt hard | LC_ALL=C sort; cat a.txt/inner dir/sub b.txt hard`},
+	{name: "dir-removed-recreated", sh: `rm -rf dir; mkdir dir; echo new-one > dir/one; mkdir dir/sub; ls -A dir dir/sub; cat dir/one`},
+	{name: "deep-new-tree", sh: `p=deep; for i in $(seq 1 25); do p=$p/l$i; done; mkdir -p $p; echo bottom > $p/f; d=deep; for i in $(seq 1 25); do d=$d/l$i; echo "$i" > $d/at; done; cp -a dir deep/l1/copy; find deep | wc -l; cat $p/f`},
+	{name: "hardlink-modify", sh: `echo more >> hard/x; cat hard/y; stat -c '%n %h' hard/x hard/y`},
+	{name: "sparse-middle", setup: sparseFile, fn: opSparse, post: sparseStaysSparse},
+	{name: "sqlite-journal-pattern", fn: opJournal},
+	{name: "sqlite3", sh: `set -e
+sqlite3 db/real.db <<'SQL'
+PRAGMA journal_mode=DELETE;
+CREATE TABLE t(a, b);
+INSERT INTO t VALUES (1, 'one'), (2, 'two');
+SQL
+sqlite3 db/wal.db <<'SQL'
+PRAGMA journal_mode=WAL;
+CREATE TABLE t(x);
+INSERT INTO t VALUES (42);
+SQL
+sqlite3 db/real.db "UPDATE t SET b = 'uno' WHERE a = 1; SELECT * FROM t;"
+sqlite3 db/wal.db 'SELECT * FROM t;'
+ls db`},
+	{name: "odd-names", sh: `echo sp > 'odd/new space'; printf 'nl\n' > 'odd/x
+y'; printf 'bad\n' > "$(printf 'odd/\377\376')"; mv 'odd/with space' 'odd/with  two  spaces'; rm "$(printf 'odd/bad-\377')"; mv "$(printf 'odd/new\nline')" odd/plain; ls -A --quoting-style=c odd`},
+	{name: "delete-all-kinds", sh: `rm -r dir; rm hard/y fifo link dangling; rm -r odd; ls -A --quoting-style=c . hard | grep -v '^"\.snapback"$'`},
+	{name: "symlink-dir-swap", sh: `rm dirlink; mkdir dirlink; echo in > dirlink/f; rm -r dir/sub; ln -s ../a.txt dir/sub; readlink dir/sub; cat dir/sub dirlink/f`},
+}
+
+// posixBase builds the starting tree all ops share: files of each kind,
+// odd modes, an owner other than root, hard links, symlinks, a fifo,
+// xattrs (user and trusted) and odd names.
+func posixBase(t testing.TB, root string) {
+	w := func(rel, content string, mode os.FileMode) { treetest.Write(t, root, rel, content, mode) }
+	w("a.txt", "alpha\n", 0o644)
+	w("b.txt", "bravo\n", 0o600)
+	w("exec.sh", "#!/bin/sh\necho hi\n", 0o755)
+	w("empty", "", 0o644)
+	w("owned", "someone else's\n", 0o640)
+	treetest.Must(t, os.Lchown(filepath.Join(root, "owned"), 1000, 1000))
+	w("dir/one", "1\n", 0o644)
+	w("dir/two", "2\n", 0o644)
+	w("dir/sub/three", "3\n", 0o644)
+	w("hard/x", "linked\n", 0o644)
+	treetest.Must(t, os.Link(filepath.Join(root, "hard/x"), filepath.Join(root, "hard/y")))
+	treetest.Must(t, os.Symlink("a.txt", filepath.Join(root, "link")))
+	treetest.Must(t, os.Symlink("nope", filepath.Join(root, "dangling")))
+	treetest.Must(t, os.Symlink("dir", filepath.Join(root, "dirlink")))
+	treetest.Must(t, unix.Mkfifo(filepath.Join(root, "fifo"), 0o640))
+	w("odd/with space", "space\n", 0o644)
+	w("odd/new\nline", "newline\n", 0o644)
+	w("odd/bad-\xff", "invalid utf-8\n", 0o644)
+	page := bytes.Repeat([]byte("P"), 4096)
+	w("db/main.db", string(bytes.Join([][]byte{page, page, page}, nil)), 0o644)
+	treetest.Must(t, unix.Setxattr(filepath.Join(root, "a.txt"), "user.color", []byte("blue"), 0))
+	treetest.Must(t, unix.Setxattr(filepath.Join(root, "dir"), "user.dir", []byte("d"), 0))
+	treetest.Must(t, unix.Setxattr(filepath.Join(root, "b.txt"), "trusted.sbtest", []byte("t"), 0))
+}
+
+func manyFiles(t testing.TB, root string) {
+	for i := 0; i < 300; i++ {
+		treetest.Write(t, root, fmt.Sprintf("many/f%03d", i), strconv.Itoa(i), 0o644)
+	}
+}
+
+const sparseSize = 256 << 20
+
+func sparseFile(t testing.TB, root string) {
+	f, err := os.Create(filepath.Join(root, "sparse.img"))
+	treetest.Must(t, err)
+	_, err = f.WriteAt([]byte("head"), 0)
+	treetest.Must(t, err)
+	treetest.Must(t, f.Truncate(sparseSize))
+	treetest.Must(t, f.Close())
+}
+
+func sparseStaysSparse(t *testing.T, root string) {
+	t.Helper()
+	if a := treetest.Allocated(t, filepath.Join(root, "sparse.img")); a > sparseSize/8 {
+		t.Errorf("sparse.img: %d bytes allocated of %d: the holes were filled", a, sparseSize)
+	}
+}
+
+// buildPosixTree makes a starting tree: posixBase, the op's own setup,
+// and every time set to posixT0.
+func buildPosixTree(t testing.TB, root string, op *posixOp) {
+	t.Helper()
+	posixBase(t, root)
+	if op.setup != nil {
+		op.setup(t, root)
+	}
+	var paths []string
+	treetest.Must(t, filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		paths = append(paths, p)
+		return err
+	}))
+	ts := []unix.Timespec{unix.NsecToTimespec(posixT0.UnixNano()), unix.NsecToTimespec(posixT0.UnixNano())}
+	for i := len(paths) - 1; i > 0; i-- { // children before their directories; the root's own time does not count
+		treetest.Must(t, unix.UtimesNanoAt(unix.AT_FDCWD, paths[i], ts, unix.AT_SYMLINK_NOFOLLOW))
+	}
+}
+
+var (
+	mtimeRE = regexp.MustCompile(` mtime=(-?\d+)`)
+	recent  = time.Now().Add(-time.Hour).UnixNano()
+)
+
+// normalize makes two trees changed at different moments comparable:
+// directory times are dropped (a commit moves entries into directories,
+// so they tell when it ran), and a time set by a write just now becomes
+// "recent"; the starting time and explicitly set times stay exact.
+func normalize(s treetest.State) treetest.State {
+	out := treetest.State{}
+	for p, d := range s {
+		if strings.HasPrefix(d, "dir ") {
+			d = mtimeRE.ReplaceAllString(d, "")
+		} else {
+			d = mtimeRE.ReplaceAllStringFunc(d, func(m string) string {
+				n, _ := strconv.ParseInt(mtimeRE.FindStringSubmatch(m)[1], 10, 64)
+				if n >= recent {
+					return " mtime=recent"
+				}
+				return m
+			})
+		}
+		out[p] = d
+	}
+	return out
+}
+
+// noDirTimes drops only directory times: what a redo must reproduce of
+// the committed state exactly.
+func noDirTimes(s treetest.State) treetest.State {
+	out := treetest.State{}
+	for p, d := range s {
+		if strings.HasPrefix(d, "dir ") {
+			d = mtimeRE.ReplaceAllString(d, "")
+		}
+		out[p] = d
+	}
+	return out
+}
+
+// posixModes lists the modes to test: copy always, overlayfs and fuse
+// as `snapback doctor` reports them. A mode reported available is always
+// tested; one reported unavailable fails the test when SNAPBACK_REQUIRE
+// names it.
+func posixModes(t *testing.T, bin string) []string {
+	t.Helper()
+	out, err := exec.Command(bin, "--json", "doctor").Output()
+	if err != nil {
+		t.Fatalf("snapback doctor --json: %v", err)
+	}
+	var doc struct {
+		Modes []struct {
+			Name      string `json:"name"`
+			Available bool   `json:"available"`
+			Reason    string `json:"reason"`
+		} `json:"modes"`
+	}
+	treetest.Must(t, json.Unmarshal(out, &doc))
+	avail := map[string]bool{}
+	why := map[string]string{}
+	for _, m := range doc.Modes {
+		avail[m.Name], why[m.Name] = m.Available, m.Reason
+	}
+	modes := []string{"copy"}
+	for _, m := range []string{"overlayfs", "fuse"} {
+		if treetest.Require(t, m, avail[m], "snapback doctor: "+m+": "+why[m]) {
+			modes = append(modes, m)
+		}
+	}
+	return modes
+}
+
+// runOp runs op in dir: natively (prefix empty), or under prefix (the
+// snapback run command line). It returns what the op printed on stdout
+// with its exit status.
+func runOp(t *testing.T, dir string, op *posixOp, prefix ...string) (string, string) {
+	t.Helper()
+	var argv []string
+	if op.fn != nil {
+		self, err := os.Executable()
+		treetest.Must(t, err)
+		argv = []string{self}
+	} else {
+		argv = []string{"sh", "-c", op.sh}
+	}
+	argv = append(prefix, argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), posixOpEnv+"="+op.name, "LC_ALL=C")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	status := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v", argv, err)
+	}
+	return fmt.Sprintf("%s[exit %d]\n", stdout.String(), status), stderr.String()
+}
+
+func TestPOSIX(t *testing.T) {
+	bin := snapbackBinary(t)
+	start := time.Now()
+	t.Cleanup(func() { t.Logf("POSIX table: %v", time.Since(start).Round(time.Millisecond)) })
+	for _, mode := range posixModes(t, bin) {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			for i := range posixOps {
+				op := &posixOps[i]
+				t.Run(op.name, func(t *testing.T) {
+					t.Parallel()
+					testPOSIXOp(t, bin, mode, op)
+				})
+			}
+		})
+	}
+}
+
+func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp) {
+	a, b := filepath.Join(t.TempDir(), "native"), filepath.Join(t.TempDir(), "in-"+mode)
+	buildPosixTree(t, a, op)
+	buildPosixTree(t, b, op)
+	before := treetest.Capture(t, b, snapshot.StoreDir)
+	treetest.Equal(t, "the two starting trees", before, treetest.Capture(t, a))
+
+	wantOut, errA := runOp(t, a, op)
+	gotOut, errB := runOp(t, b, op, bin, "-C", b, "run", "--mode", mode, "--")
+	dev := op.dev[mode]
+	if len(dev.out) > 0 && gotOut != wantOut {
+		alt := wantOut
+		for i := 0; i+1 < len(dev.out); i += 2 {
+			if !strings.Contains(alt, dev.out[i]) {
+				t.Errorf("native output lacks %q, which %s may replace", dev.out[i], mode)
+			}
+			alt = strings.Replace(alt, dev.out[i], dev.out[i+1], 1)
+		}
+		if gotOut == alt {
+			t.Logf("%s took the documented alternative (see the table)", mode)
+			wantOut = alt
+		}
+	}
+	if gotOut != wantOut {
+		t.Errorf("what the op saw differs:\n--- native\n%s--- in %s\n%s--- native stderr\n%s--- %s stderr\n%s", wantOut, mode, gotOut, errA, mode, errB)
+	}
+	native := treetest.Capture(t, a)
+	after := treetest.Capture(t, b, snapshot.StoreDir)
+	wantTree := normalize(native)
+	for p, r := range dev.tree {
+		if !strings.Contains(wantTree[p], r[0]) {
+			t.Errorf("native %q lacks %q, which %s is expected to replace", p, r[0], mode)
+		}
+		wantTree[p] = strings.Replace(wantTree[p], r[0], r[1], 1)
+	}
+	treetest.Equal(t, "after the op, the tree run in "+mode+" vs native", wantTree, normalize(after))
+	if op.post != nil {
+		op.post(t, a)
+		op.post(t, b)
+	}
+
+	sb(t, bin, b, "undo")
+	treetest.Equal(t, "after undo (exact, times included)", before, treetest.Capture(t, b, snapshot.StoreDir))
+	sb(t, bin, b, "redo")
+	redone := treetest.Capture(t, b, snapshot.StoreDir)
+	treetest.Equal(t, "after redo vs native", wantTree, normalize(redone))
+	treetest.Equal(t, "after redo vs after the run (file times exact)", noDirTimes(after), noDirTimes(redone))
+	if op.post != nil {
+		op.post(t, b)
+	}
+}
+
+// --- the Go ops, run in a child process -------------------------------
+
+// init runs an op when the test binary is started as one (natively or
+// under snapback run), before the test framework starts.
+func init() {
+	name := os.Getenv(posixOpEnv)
+	if name == "" {
+		return
+	}
+	for i := range posixOps {
+		if posixOps[i].name == name && posixOps[i].fn != nil {
+			o := &opEnv{w: bufio.NewWriter(os.Stdout)}
+			posixOps[i].fn(o)
+			o.w.Flush()
+			os.Exit(0)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "%s=%s: no such Go op\n", posixOpEnv, name)
+	os.Exit(3)
+}
+
+// opEnv prints what an op observes; errors print as errno names, so that
+// native and in-mode output compare.
+type opEnv struct{ w *bufio.Writer }
+
+func (o *opEnv) say(format string, args ...any) { fmt.Fprintf(o.w, format+"\n", args...) }
+
+func errName(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return unix.ErrnoName(errno)
+	}
+	return err.Error()
+}
+
+// res prints the outcome of a step.
+func (o *opEnv) res(what string, err error) { o.say("%s: %s", what, errName(err)) }
+
+// must prints the outcome of a step the op cannot go on without.
+func (o *opEnv) must(what string, err error) {
+	o.res(what, err)
+	if err != nil {
+		o.w.Flush()
+		os.Exit(4)
+	}
+}
+
+func (o *opEnv) stat(p string) {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		o.res("stat "+strconv.Quote(p), err)
+		return
+	}
+	o.say("stat %q: type=%o mode=%o size=%d nlink=%d uid=%d gid=%d", p, st.Mode&unix.S_IFMT, st.Mode&0o7777, st.Size, st.Nlink, st.Uid, st.Gid)
+}
+
+func (o *opEnv) cat(p string) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		o.res("read "+strconv.Quote(p), err)
+		return
+	}
+	o.say("read %q: %q", p, b)
+}
+
+func (o *opEnv) ls(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		o.res("readdir "+dir, err)
+		return
+	}
+	var names []string
+	for _, e := range ents {
+		if dir == "." && e.Name() == snapshot.StoreDir {
+			continue // only tree B has a store; it is tested elsewhere
+		}
+		names = append(names, fmt.Sprintf("%q(%v)", e.Name(), e.Type()))
+	}
+	o.say("ls %s: %s", dir, strings.Join(names, " "))
+}
+
+func opAppend(o *opEnv) {
+	f1, err := os.OpenFile("a.txt", os.O_WRONLY|os.O_APPEND, 0)
+	o.must("open a.txt O_APPEND", err)
+	f2, err := os.OpenFile("a.txt", os.O_WRONLY|os.O_APPEND, 0)
+	o.must("open a.txt O_APPEND again", err)
+	_, err = f1.Write([]byte("one\n"))
+	o.res("write 1", err)
+	_, err = f2.Write([]byte("two\n"))
+	o.res("write 2", err)
+	// pwrite on an O_APPEND descriptor appends on Linux (a documented bug).
+	_, err = unix.Pwrite(int(f1.Fd()), []byte("three\n"), 0)
+	o.res("pwrite at 0", err)
+	f1.Close()
+	f2.Close()
+	f, err := os.OpenFile("new.log", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	o.must("create new.log O_APPEND", err)
+	for i := 0; i < 3; i++ {
+		fmt.Fprintf(f, "line %d\n", i)
+	}
+	f.Close()
+	o.cat("a.txt")
+	o.cat("new.log")
+	o.stat("new.log")
+}
+
+func opMmap(o *opEnv) {
+	f, err := os.OpenFile("db/main.db", os.O_RDWR, 0)
+	o.must("open db/main.db", err)
+	m, err := unix.Mmap(int(f.Fd()), 0, 3*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	o.must("mmap", err)
+	copy(m[4096:], "written through mmap")
+	o.res("msync", unix.Msync(m, unix.MS_SYNC))
+	o.res("munmap", unix.Munmap(m))
+	// Grow the file, then write the new part through a fresh mapping.
+	o.res("ftruncate 16384", f.Truncate(4*4096))
+	m, err = unix.Mmap(int(f.Fd()), 0, 4*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	o.must("mmap grown", err)
+	copy(m[3*4096:], "tail page")
+	o.say("mapping sees: %q", m[4096:4096+20])
+	o.res("munmap", unix.Munmap(m))
+	f.Close()
+	// A file created in the run and written only through a mapping.
+	g, err := os.OpenFile("mapped.bin", os.O_RDWR|os.O_CREATE, 0o600)
+	o.must("create mapped.bin", err)
+	o.res("ftruncate", g.Truncate(100))
+	m, err = unix.Mmap(int(g.Fd()), 0, 100, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	o.must("mmap new", err)
+	copy(m[10:], "only mapped")
+	o.res("munmap", unix.Munmap(m))
+	g.Close()
+	b, _ := os.ReadFile("db/main.db")
+	o.say("main.db %d bytes, page 2 starts %q, page 4 starts %q", len(b), b[4096:4096+20], b[3*4096:3*4096+9])
+	o.cat("mapped.bin")
+}
+
+func opRenameOver(o *opEnv) {
+	o.res("rename b.txt a.txt", unix.Rename("b.txt", "a.txt"))
+	o.cat("a.txt")
+	o.stat("a.txt")
+	o.stat("b.txt")
+	// A new file over an existing one, the usual atomic save.
+	o.res("write dir/.one.tmp", os.WriteFile("dir/.one.tmp", []byte("saved\n"), 0o600))
+	o.res("rename dir/.one.tmp dir/one", unix.Rename("dir/.one.tmp", "dir/one"))
+	// A file over a symlink, a symlink over a file.
+	o.res("rename exec.sh link", unix.Rename("exec.sh", "link"))
+	o.res("symlink", unix.Symlink("dir/two", ".l"))
+	o.res("rename .l empty", unix.Rename(".l", "empty"))
+	// Over one name of a hard-link pair: the other keeps the content.
+	o.res("rename dir/two hard/x", unix.Rename("dir/two", "hard/x"))
+	o.stat("hard/y")
+	// RENAME_NOREPLACE and RENAME_EXCHANGE.
+	o.res("renameat2 NOREPLACE owned dir/one", unix.Renameat2(unix.AT_FDCWD, "owned", unix.AT_FDCWD, "dir/one", unix.RENAME_NOREPLACE))
+	o.res("renameat2 EXCHANGE owned dir/one", unix.Renameat2(unix.AT_FDCWD, "owned", unix.AT_FDCWD, "dir/one", unix.RENAME_EXCHANGE))
+	for _, p := range []string{"link", "empty", "owned", "dir/one", "hard/x"} {
+		o.cat(p)
+	}
+	o.ls(".")
+}
+
+func opRenameDir(o *opEnv) {
+	err := unix.Rename("dir", "dir2")
+	if errors.Is(err, unix.EXDEV) {
+		// What mv(1) does: copy, then delete.
+		out, cerr := exec.Command("cp", "-a", "dir", "dir2").CombinedOutput()
+		if cerr == nil {
+			cerr = os.RemoveAll("dir")
+		}
+		if cerr != nil {
+			o.say("copy: %v %s", cerr, out)
+		}
+		o.say("rename dir dir2: EXDEV (copied instead)")
+	} else {
+		o.res("rename dir dir2", err)
+	}
+	// A directory the op made itself, with content, moved into another.
+	o.res("mkdir fresh", os.MkdirAll("fresh/inner", 0o755))
+	o.res("write fresh/inner/f", os.WriteFile("fresh/inner/f", []byte("f\n"), 0o644))
+	o.res("rename fresh dir2/fresh", unix.Rename("fresh", "dir2/fresh"))
+	// rename(2) of a directory onto an empty directory replaces it.
+	o.res("mkdir empty-target", os.Mkdir("empty-target", 0o700))
+	o.res("rename dir2/fresh/inner empty-target", unix.Rename("dir2/fresh/inner", "empty-target"))
+	o.res("rename onto a non-empty dir", unix.Rename("odd", "dir2"))
+	o.ls("dir2")
+	o.ls("dir2/sub")
+	o.ls("empty-target")
+	o.stat("empty-target")
+	o.stat("dir")
+	o.cat("dirlink/one") // dangling now
+}
+
+func opLink(o *opEnv) {
+	o.res("link a.txt a-link", os.Link("a.txt", "a-link"))
+	o.res("link hard/x third", os.Link("hard/x", "dir/third"))
+	o.res("write new", os.WriteFile("new", []byte("new\n"), 0o644))
+	o.res("link new new2", os.Link("new", "new2"))
+	f, err := os.OpenFile("a-link", os.O_WRONLY|os.O_APPEND, 0)
+	o.must("open a-link", err)
+	_, err = f.Write([]byte("through the link\n"))
+	o.res("append through a-link", err)
+	f.Close()
+	o.res("link over an existing name", os.Link("b.txt", "a.txt"))
+	o.res("link a dir", os.Link("dir", "dir-link"))
+	for _, p := range []string{"a.txt", "a-link", "hard/x", "hard/y", "dir/third", "new", "new2"} {
+		o.stat(p)
+	}
+	o.cat("a.txt")
+}
+
+func opSymlink(o *opEnv) {
+	o.res("symlink to file", os.Symlink("../b.txt", "dir/to-b"))
+	o.res("symlink to dir", os.Symlink("dir/sub", "sublink"))
+	o.res("symlink absolute", os.Symlink("/etc/hostname", "abs"))
+	o.res("symlink long target", os.Symlink(strings.Repeat("x/", 1000)+"end", "long"))
+	o.res("symlink over existing", os.Symlink("b.txt", "link"))
+	o.res("write new target", os.WriteFile(".t", nil, 0o644))
+	o.res("symlink", os.Symlink("b.txt", ".newlink"))
+	o.res("rename symlink over symlink", unix.Rename(".newlink", "link"))
+	o.res("remove .t", os.Remove(".t"))
+	o.res("write through dangling", os.WriteFile("dangling", []byte("created via symlink\n"), 0o644))
+	for _, p := range []string{"dir/to-b", "sublink", "abs", "long", "link", "dangling"} {
+		l, err := os.Readlink(p)
+		o.say("readlink %s: %q %s", p, l, errName(err))
+	}
+	o.cat("link")
+	o.cat("nope")
+	o.ls("sublink")
+}
+
+func opTruncate(o *opEnv) {
+	o.res("truncate a.txt grow", os.Truncate("a.txt", 10000))
+	o.res("truncate b.txt shrink", os.Truncate("b.txt", 2))
+	o.res("truncate empty same", os.Truncate("empty", 0))
+	o.res("truncate dir/one 0", os.Truncate("dir/one", 0))
+	f, err := os.Create("new")
+	o.must("create new", err)
+	o.res("ftruncate new", f.Truncate(1<<20))
+	_, err = f.WriteAt([]byte("end"), 1<<20-3)
+	o.res("write at the end", err)
+	f.Close()
+	for _, p := range []string{"a.txt", "b.txt", "empty", "dir/one", "new"} {
+		o.stat(p)
+	}
+	o.cat("b.txt")
+	b, _ := os.ReadFile("a.txt")
+	o.say("a.txt tail zero: %v", bytes.Count(b[6:], []byte{0}) == len(b)-6)
+}
+
+func opUtimes(o *opEnv) {
+	ts := []unix.Timespec{unix.NsecToTimespec(posixExplicit.UnixNano()), unix.NsecToTimespec(posixExplicit.UnixNano())}
+	o.res("utimes a.txt", unix.UtimesNanoAt(unix.AT_FDCWD, "a.txt", ts, 0))
+	o.res("utimes dir/one", unix.UtimesNanoAt(unix.AT_FDCWD, "dir/one", ts, 0))
+	o.res("lutimes link", unix.UtimesNanoAt(unix.AT_FDCWD, "link", ts, unix.AT_SYMLINK_NOFOLLOW))
+	o.res("utimes fifo", unix.UtimesNanoAt(unix.AT_FDCWD, "fifo", ts, 0))
+	o.res("utimes hard/y", unix.UtimesNanoAt(unix.AT_FDCWD, "hard/y", ts, 0))
+	// Write, then set the time back: the content changed, the time did not.
+	o.res("write b.txt", os.WriteFile("b.txt", []byte("rewritten\n"), 0))
+	old := []unix.Timespec{unix.NsecToTimespec(posixT0.UnixNano()), unix.NsecToTimespec(posixT0.UnixNano())}
+	o.res("utimes b.txt back", unix.UtimesNanoAt(unix.AT_FDCWD, "b.txt", old, 0))
+	// Only the access time: the mtime must stay.
+	omit := []unix.Timespec{unix.NsecToTimespec(posixExplicit.UnixNano()), {Nsec: unix.UTIME_OMIT}}
+	o.res("utimes exec.sh atime only", unix.UtimesNanoAt(unix.AT_FDCWD, "exec.sh", omit, 0))
+	for _, p := range []string{"a.txt", "dir/one", "link", "fifo", "hard/x", "b.txt", "exec.sh"} {
+		var st unix.Stat_t
+		err := unix.Lstat(p, &st)
+		o.say("mtime %s: %d %s", p, st.Mtim.Nano(), errName(err))
+	}
+}
+
+// opReaddirMutate reads a directory in small batches while creating and
+// deleting entries in it. POSIX leaves open whether an entry added or
+// removed meanwhile is returned; every other entry must be returned
+// exactly once.
+func opReaddirMutate(o *opEnv) {
+	d, err := os.Open("many")
+	o.must("open many", err)
+	seen := map[string]int{}
+	removed := map[string]bool{}
+	for round := 0; ; round++ {
+		names, err := d.Readdirnames(7)
+		for _, n := range names {
+			seen[n]++
+		}
+		if err != nil || len(names) == 0 {
+			break
+		}
+		if round < 40 {
+			victim := fmt.Sprintf("f%03d", 299-round*3)
+			if e := os.Remove("many/" + victim); e == nil {
+				removed[victim] = true
+			}
+			_ = os.WriteFile(fmt.Sprintf("many/new%02d", round), []byte("n"), 0o644) // listed or not: both are allowed
+		}
+	}
+	d.Close()
+	bad := 0
+	for i := 0; i < 300; i++ {
+		n := fmt.Sprintf("f%03d", i)
+		if !removed[n] && seen[n] != 1 {
+			bad++
+			o.say("stable entry %s seen %d times", n, seen[n])
+		}
+	}
+	for n, c := range seen {
+		if c > 1 {
+			o.say("entry %s seen %d times", n, c)
+		}
+	}
+	o.say("readdir: %d removed, %d stable entries misreported", len(removed), bad)
+	after, err := os.ReadDir("many")
+	o.res("readdir again", err)
+	o.say("now %d entries", len(after))
+}
+
+func opFsync(o *opEnv) {
+	f, err := os.OpenFile("a.txt", os.O_RDWR, 0)
+	o.must("open a.txt", err)
+	_, err = f.WriteAt([]byte("ALPHA"), 0)
+	o.res("write", err)
+	o.res("fsync", f.Sync())
+	o.res("fdatasync", unix.Fdatasync(int(f.Fd())))
+	o.res("sync_file_range", unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER))
+	f.Close()
+	d, err := os.Open("dir")
+	o.must("open dir", err)
+	o.res("write dir/new", os.WriteFile("dir/new", []byte("n\n"), 0o644))
+	o.res("fsync dir", d.Sync())
+	d.Close()
+	r, err := os.Open("b.txt")
+	o.must("open b.txt read-only", err)
+	o.res("fsync read-only fd", r.Sync())
+	r.Close()
+	o.res("syncfs", func() error {
+		f, err := os.Open(".")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return unix.Syncfs(int(f.Fd()))
+	}())
+	o.cat("a.txt")
+}
+
+func opFifo(o *opEnv) {
+	o.res("mkfifo new", unix.Mkfifo("newfifo", 0o600))
+	o.res("mkfifo over existing", unix.Mkfifo("fifo", 0o600))
+	o.res("mknod fifo", unix.Mknod("dir/nodfifo", unix.S_IFIFO|0o644, 0))
+	for _, p := range []string{"newfifo", "fifo"} {
+		// O_RDWR on a fifo never blocks on Linux: write, then read back.
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		o.must("open "+p, err)
+		_, err = f.Write([]byte("through " + p))
+		o.res("write "+p, err)
+		buf := make([]byte, 64)
+		n, err := f.Read(buf)
+		o.say("read %s: %q %s", p, buf[:n], errName(err))
+		f.Close()
+	}
+	o.res("chmod fifo", os.Chmod("fifo", 0o666))
+	for _, p := range []string{"newfifo", "fifo", "dir/nodfifo"} {
+		o.stat(p)
+	}
+}
+
+func opSparse(o *opEnv) {
+	f, err := os.OpenFile("sparse.img", os.O_RDWR, 0)
+	o.must("open sparse.img", err)
+	_, err = f.WriteAt([]byte("middle"), sparseSize/2)
+	o.res("write in the middle", err)
+	buf := make([]byte, 6)
+	_, err = f.ReadAt(buf, sparseSize/2)
+	o.say("read back: %q %s", buf, errName(err))
+	_, err = f.ReadAt(buf[:4], 0)
+	o.say("head: %q %s", buf[:4], errName(err))
+	f.Close()
+	o.stat("sparse.img")
+}
+
+// opJournal does what SQLite does in rollback-journal mode, then what an
+// editor does for an atomic save: each step fsynced in order.
+func opJournal(o *opEnv) {
+	syncDir := func(d string) error {
+		f, err := os.Open(d)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	}
+	db, err := os.OpenFile("db/main.db", os.O_RDWR, 0)
+	o.must("open db", err)
+	orig := make([]byte, 4096)
+	_, err = db.ReadAt(orig, 4096)
+	o.res("read page 2", err)
+	j, err := os.OpenFile("db/main.db-journal", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	o.must("create journal", err)
+	_, err = j.Write(append([]byte("journal header\x00"), orig...))
+	o.res("write journal", err)
+	o.res("fsync journal", j.Sync())
+	o.res("fsync db/", syncDir("db"))
+	_, err = db.WriteAt(bytes.Repeat([]byte("Q"), 4096), 4096)
+	o.res("write page 2", err)
+	_, err = db.WriteAt(bytes.Repeat([]byte("R"), 4096), 3*4096)
+	o.res("append page 4", err)
+	o.res("fsync db", db.Sync())
+	j.Close()
+	o.res("unlink journal", os.Remove("db/main.db-journal"))
+	o.res("fsync db/ again", syncDir("db"))
+	db.Close()
+	// The atomic save: temp file, fsync, rename over, fsync the directory.
+	t, err := os.OpenFile("db/.config.tmp", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	o.must("create temp", err)
+	_, err = t.Write([]byte("key = value\n"))
+	o.res("write temp", err)
+	o.res("fsync temp", t.Sync())
+	t.Close()
+	o.res("rename temp over config", os.Rename("db/.config.tmp", "db/config"))
+	o.res("fsync db/ last", syncDir("db"))
+	o.ls("db")
+	b, _ := os.ReadFile("db/main.db")
+	o.say("db: %d bytes, pages %q %q %q %q", len(b), b[0], b[4096], b[8192], b[12288])
+	o.cat("db/config")
+}
