@@ -5,6 +5,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/spf13/cobra"
 )
 
@@ -18,9 +19,10 @@ type modeJSON struct {
 // here and why not.
 func modes() []modeJSON {
 	ok, why := overlay.Available()
+	fok, fwhy := fuse.Available()
 	return []modeJSON{
 		{Name: "overlayfs", Available: ok, Reason: why},
-		{Name: "fuse", Reason: "not built yet"},
+		{Name: "fuse", Available: fok, Reason: fwhy},
 		{Name: "btrfs", Reason: "not built yet"},
 		{Name: "apfs", Reason: "not built yet"},
 		{Name: "zfs", Reason: "not built yet"},

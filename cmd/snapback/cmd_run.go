@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
@@ -48,7 +49,7 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 			return runRun(g, o, args)
 		},
 	}
-	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: auto, overlayfs or copy (default: snapshot.mode from snapback.toml, else auto)")
+	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: auto, overlayfs, fuse or copy (default: snapshot.mode from snapback.toml, else auto)")
 	c.Flags().StringVar(&o.then, "then", "commit", "after an overlay run: commit, review (keep pending) or discard")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
 	return c
@@ -67,6 +68,9 @@ func pickMode(flag, configured string) (string, error) {
 		if ok, _ := overlay.Available(); ok {
 			return "overlayfs", nil
 		}
+		if ok, _ := fuse.Available(); ok {
+			return "fuse", nil
+		}
 		return "copy", nil
 	case "copy":
 		return "copy", nil
@@ -75,11 +79,16 @@ func pickMode(flag, configured string) (string, error) {
 			return "", usageErr("run: --mode overlayfs: %s", why)
 		}
 		return m, nil
+	case "fuse":
+		if ok, why := fuse.Available(); !ok {
+			return "", usageErr("run: --mode fuse: %s", why)
+		}
+		return m, nil
 	}
 	if !contains(config.Modes, m) {
-		return "", usageErr("run: --mode %s: unknown mode (one of auto, overlayfs, copy)", m)
+		return "", usageErr("run: --mode %s: unknown mode (one of auto, overlayfs, fuse, copy)", m)
 	}
-	return "", usageErr("run: --mode %s: not available in this build (available: auto, overlayfs, copy)", m)
+	return "", usageErr("run: --mode %s: not available in this build (available: auto, overlayfs, fuse, copy)", m)
 }
 
 func contains(list []string, s string) bool {
@@ -159,7 +168,15 @@ func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []s
 	}
 	spec.Dir = wd
 	repo.Unlock() // the command may run for hours: do not hold others off
-	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: overlay.Prepare(spec)})
+	prepare, finish := overlay.Prepare(spec), func() error { return nil }
+	if p.Mode == "fuse" {
+		s := fuse.NewSession(spec)
+		prepare, finish = s.Prepare, s.Finish
+	}
+	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: prepare})
+	if err := finish(); err != nil { // the upper layer is complete only once the server is gone
+		return 0, err
+	}
 	if err := repo.Lock(lockWait(), "run (finishing)"); err != nil {
 		return 0, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
@@ -26,6 +27,12 @@ func main() { os.Exit(Main()) }
 func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == overlay.HelperVerb {
 		return overlay.Helper(os.Args[2:]) // inside a run's mount namespace
+	}
+	if len(os.Args) > 1 && os.Args[1] == fuse.ExecVerb {
+		return fuse.Helper(os.Args[2:]) // inside a fuse run's mount namespace
+	}
+	if len(os.Args) > 1 && os.Args[1] == fuse.ServeVerb {
+		return fuse.Serve(os.Args[2:]) // a fuse run's server
 	}
 	if len(os.Args) > 2 && os.Args[1] == overlay.ProbeVerb {
 		return overlay.Probe(os.Args[2]) // doctor's probe, in a user namespace

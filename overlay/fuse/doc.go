@@ -1,0 +1,76 @@
+// Package fuse is the `fuse` isolation mode of `snapback run`: a
+// copy-on-write overlay filesystem served with go-fuse, mounted at the
+// project root's own path in a private mount namespace. The lower layer is
+// the real tree (never written); the upper layer is the run's upper
+// directory, written in the format of Linux overlayfs that
+// snapshot.Repo.Changeset reads, so commit, discard and diff are the same
+// for every overlay mode.
+//
+// # Upper-layer format
+//
+//   - a deleted path is a whiteout: a 0/0 character device when the server
+//     runs as root, else an empty regular file with the xattr
+//     user.overlay.whiteout (overlayfs's "xwhiteout" form);
+//   - a directory made where the lower tree had something hidden (mkdir
+//     over a whiteout, a directory renamed over a lower entry) is opaque:
+//     user.overlay.opaque = "y";
+//   - anything else is the whole new state of its path: a file is copied
+//     up whole (through a temporary file in the run's work directory,
+//     then renamed into place) the first time it is opened for writing,
+//     truncated, chmod/chown/utimes'd, given an xattr, linked or renamed.
+//
+// A directory that has lower content cannot be renamed: rename(2) fails
+// with EXDEV, as on overlayfs without redirect_dir, and tools (mv, git)
+// fall back to copying. Renaming a directory that exists only in the upper
+// layer works. Hard links that exist in the lower tree are separate files
+// in the view (like overlayfs without index): writing one copies it up
+// alone. Links made during the run are real links in the upper layer.
+// The store (.snapback at the root) is invisible (lookup ENOENT, absent
+// from listings) and nothing can be created under that name.
+//
+// # Processes
+//
+// A FUSE server must never itself enter its mount (go-fuse's deadlock
+// hazard), and the command must not have the server as its child (a
+// shell's `wait` would wait for it). So:
+//
+//  1. snapback (the runner's parent) starts the exec helper ([ExecVerb]) in
+//     a new mount namespace, handing it two pipes: "alive" (snapback holds
+//     the write end for as long as the command runs) and "done" (the
+//     server holds the write end until it exits). snapback becomes a child
+//     subreaper so it can reap the server.
+//  2. The helper makes every mount private, opens /dev/fuse and starts the
+//     server ([ServeVerb]) through an intermediate process that exits at
+//     once, in a second new mount namespace copied before the FUSE mount
+//     exists: there the root path still shows the real tree, so the
+//     server's path-based calls can never reach its own mount. The server
+//     is in its own session: Ctrl-C at the terminal does not reach it.
+//  3. The helper mounts FUSE on the root with that descriptor, waits for
+//     the server to answer the kernel's INIT and say so on a third pipe,
+//     then enters the working directory and execs the command.
+//  4. When the command ends, snapback closes "alive"; the server exits
+//     (the kernel then fails any request of a leftover background process
+//     with ENOTCONN), and snapback waits for "done" before it reads the
+//     upper layer. The mount exists only in the command's namespace: it
+//     goes with the last process in it, and nothing is ever mounted in the
+//     caller's namespace, whatever is killed when.
+//
+// Only root can do this for now; an unprivileged path through a user
+// namespace (as overlay's) is future work, as is macOS (macFUSE).
+//
+// # Caching
+//
+// The server is the upper layer's only writer, so entries, attributes and
+// negative lookups are cached by the kernel for an hour, file pages are
+// kept across opens (FOPEN_KEEP_CACHE) and directory listings are cached
+// (FOPEN_CACHE_DIR). Passthrough is never used: a passthrough file
+// registered on a lower file could take writes after a copy-up.
+package fuse
+
+// Hidden first arguments of snapback's own binary.
+const (
+	// ExecVerb makes snapback the helper that mounts and execs the command.
+	ExecVerb = "__fuse-exec"
+	// ServeVerb makes snapback the FUSE server.
+	ServeVerb = "__fuse-serve"
+)

@@ -1,0 +1,952 @@
+//go:build linux
+
+package fuse
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// storeName is the store's name at the root: never shown, never made.
+const storeName = ".snapback"
+
+// cacheTimeout is how long the kernel may trust what the server said:
+// the server is the only writer of the upper layer.
+const cacheTimeout = time.Hour
+
+// overlayFS is one merged view: lower is read, upper is written.
+type overlayFS struct {
+	lower, upper, work string
+	asRoot             bool // whiteouts as 0/0 devices; owners preserved
+
+	mu    sync.Mutex        // serializes copy-ups; guards alias
+	alias map[uint64]uint64 // upper inode number -> the view's inode number (after a copy-up)
+	seq   atomic.Uint64
+}
+
+// node is a path of the view. Its layer is decided at lookup and changes
+// only by a copy-up (lower to upper).
+type node struct {
+	fs.Inode
+	ov *overlayFS
+
+	inUpper atomic.Bool // non-directories: the entry is the upper one
+	lowerOK bool        // directories: lower children show through (never changes: merged directories are not renamed)
+}
+
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+)
+
+// newRoot makes the view's root node.
+func newRoot(lower, upper, work string) (*node, error) {
+	for _, d := range []string{lower, upper, work} {
+		if st, err := os.Stat(d); err != nil {
+			return nil, err
+		} else if !st.IsDir() {
+			return nil, fmt.Errorf("%s: not a directory", d)
+		}
+	}
+	ov := &overlayFS{lower: lower, upper: upper, work: work, asRoot: os.Geteuid() == 0, alias: map[uint64]uint64{}}
+	return &node{ov: ov, lowerOK: true}, nil
+}
+
+// options are the go-fuse options of every view.
+func options() *fs.Options {
+	t := cacheTimeout
+	return &fs.Options{
+		EntryTimeout:    &t,
+		AttrTimeout:     &t,
+		NegativeTimeout: &t,
+		MountOptions: gofuse.MountOptions{
+			FsName:       "snapback",
+			Name:         "snapback",
+			MaxWrite:     1 << 20,
+			AllowOther:   true,
+			Options:      []string{"default_permissions"},
+			MaxReadAhead: 1 << 20,
+		},
+	}
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func (ov *overlayFS) up(rel string) string  { return filepath.Join(ov.upper, rel) }
+func (ov *overlayFS) low(rel string) string { return filepath.Join(ov.lower, rel) }
+
+// orphan is the path of a node no longer in the tree (an open file
+// whose name was removed): the NUL makes every path call on it fail
+// (EINVAL) instead of reaching some other entry.
+const orphan = "\x00orphan"
+
+// rel is the node's path in the view ("" for the root).
+func (n *node) rel() string {
+	var parts []string
+	for p := &n.Inode; !p.IsRoot(); {
+		name, parent := p.Parent()
+		if parent == nil {
+			return orphan
+		}
+		parts = append(parts, name)
+		p = parent
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return strings.Join(parts, "/")
+}
+
+func (n *node) isDir() bool { return n.StableAttr().Mode == syscall.S_IFDIR }
+
+// path is where the node's current state is: upper when it has one.
+func (n *node) path() string {
+	rel := n.rel()
+	if n.isDir() {
+		if exists(n.ov.up(rel)) || !n.lowerOK {
+			return n.ov.up(rel)
+		}
+		return n.ov.low(rel)
+	}
+	if n.inUpper.Load() {
+		return n.ov.up(rel)
+	}
+	return n.ov.low(rel)
+}
+
+func exists(p string) bool {
+	var st syscall.Stat_t
+	return syscall.Lstat(p, &st) == nil
+}
+
+func isOverlayXattr(name string) bool {
+	return strings.HasPrefix(name, "user.overlay.") || strings.HasPrefix(name, "trusted.overlay.")
+}
+
+// isWhiteout reads both whiteout forms (see snapshot's changeset reader).
+func isWhiteout(p string, st *syscall.Stat_t) bool {
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFCHR:
+		return st.Rdev == 0
+	case syscall.S_IFREG:
+		if st.Size != 0 {
+			return false
+		}
+		for _, x := range []string{"user.overlay.whiteout", "trusted.overlay.whiteout"} {
+			if _, err := unix.Lgetxattr(p, x, nil); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isOpaque(p string) bool {
+	var v [1]byte
+	for _, x := range []string{"user.overlay.opaque", "trusted.overlay.opaque"} {
+		if n, err := unix.Lgetxattr(p, x, v[:]); err == nil && n == 1 && v[0] == 'y' {
+			return true
+		}
+	}
+	return false
+}
+
+// upperState says what the upper layer has at p: nothing (ENOENT), a
+// whiteout, or an entry.
+func upperState(p string) (st syscall.Stat_t, has, whiteout bool) {
+	if syscall.Lstat(p, &st) != nil {
+		return st, false, false
+	}
+	if isWhiteout(p, &st) {
+		return st, false, true
+	}
+	return st, true, false
+}
+
+// lowerHas reports whether the lower tree has rel below a directory
+// whose lower children show.
+func (n *node) lowerHas(rel string) bool {
+	return n.lowerOK && exists(n.ov.low(rel))
+}
+
+func (ov *overlayFS) tmpName() string {
+	return filepath.Join(ov.work, "fuse-"+strconv.FormatUint(ov.seq.Add(1), 10)+"-"+strconv.Itoa(os.Getpid()))
+}
+
+// makeWhiteout replaces whatever non-directory is at p with a whiteout.
+func (ov *overlayFS) makeWhiteout(p string) error {
+	tmp := ov.tmpName()
+	if ov.asRoot {
+		if err := unix.Mknod(tmp, syscall.S_IFCHR, 0); err != nil {
+			return err
+		}
+	} else {
+		if err := os.WriteFile(tmp, nil, 0); err != nil {
+			return err
+		}
+		if err := unix.Lsetxattr(tmp, "user.overlay.whiteout", []byte("y"), 0); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func setOpaque(p string) error {
+	return unix.Lsetxattr(p, "user.overlay.opaque", []byte("y"), 0)
+}
+
+// stable is the view's inode number for an upper entry.
+func (ov *overlayFS) stable(ino uint64) uint64 {
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	if s, ok := ov.alias[ino]; ok {
+		return s
+	}
+	return ino
+}
+
+// newChild registers the child found or made at st.
+func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper, lowerOK bool, out *gofuse.EntryOut) *fs.Inode {
+	ino := st.Ino
+	typ := st.Mode & syscall.S_IFMT
+	if inUpper {
+		ino = n.ov.stable(ino)
+	} else if typ != syscall.S_IFDIR && st.Nlink > 1 {
+		ino = 0 // a lower hard link is its own file in the view: a copy-up breaks the link
+	}
+	c := &node{ov: n.ov, lowerOK: lowerOK}
+	c.inUpper.Store(inUpper)
+	ch := n.NewInode(ctx, c, fs.StableAttr{Mode: typ, Ino: ino})
+	out.Attr.FromStat(st)
+	out.Attr.Ino = ch.StableAttr().Ino
+	return ch
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	prel := n.rel()
+	if prel == "" && name == storeName {
+		return nil, syscall.ENOENT
+	}
+	rel := join(prel, name)
+	st, has, wh := upperState(n.ov.up(rel))
+	if wh {
+		return nil, syscall.ENOENT
+	}
+	if has {
+		lowerOK := false
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && n.lowerOK && !isOpaque(n.ov.up(rel)) {
+			var lst syscall.Stat_t
+			lowerOK = syscall.Lstat(n.ov.low(rel), &lst) == nil && lst.Mode&syscall.S_IFMT == syscall.S_IFDIR
+		}
+		return n.newChild(ctx, &st, true, lowerOK, out), 0
+	}
+	if !n.lowerOK {
+		return nil, syscall.ENOENT
+	}
+	if err := syscall.Lstat(n.ov.low(rel), &st); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return n.newChild(ctx, &st, false, st.Mode&syscall.S_IFMT == syscall.S_IFDIR, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	var st syscall.Stat_t
+	err := syscall.Lstat(n.path(), &st)
+	if err != nil {
+		if fg, ok := f.(fs.FileGetattrer); ok { // an open file whose name is gone
+			errno := fg.Getattr(ctx, out)
+			out.Ino = n.StableAttr().Ino
+			return errno
+		}
+		return fs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	out.Ino = n.StableAttr().Ino
+	return 0
+}
+
+// list merges a directory's layers: upper entries (but whiteouts), then
+// lower ones not hidden (when lowerOK). The store is left out at the root.
+func (ov *overlayFS) list(rel string, lowerOK bool) ([]gofuse.DirEntry, syscall.Errno) {
+	var out []gofuse.DirEntry
+	seen := map[string]bool{}
+	read := func(dir string, upper bool) syscall.Errno {
+		ds, errno := fs.NewLoopbackDirStream(dir)
+		if errno != 0 {
+			return errno
+		}
+		defer ds.Close()
+		for ds.HasNext() {
+			e, errno := ds.Next()
+			if errno != 0 {
+				return errno
+			}
+			if e.Name == "." || e.Name == ".." || (rel == "" && e.Name == storeName) || seen[e.Name] {
+				continue
+			}
+			seen[e.Name] = true
+			if upper && (e.Mode == syscall.S_IFCHR || e.Mode == syscall.S_IFREG) {
+				p := filepath.Join(dir, e.Name)
+				var st syscall.Stat_t
+				if syscall.Lstat(p, &st) == nil && isWhiteout(p, &st) {
+					continue // seen: hides the lower name
+				}
+			}
+			if upper {
+				e.Ino = ov.stable(e.Ino)
+			}
+			out = append(out, e)
+		}
+		return 0
+	}
+	upperDir := exists(ov.up(rel))
+	if upperDir {
+		if errno := read(ov.up(rel), true); errno != 0 {
+			return nil, errno
+		}
+	}
+	if lowerOK {
+		if errno := read(ov.low(rel), false); errno != 0 && (errno != syscall.ENOENT || !upperDir) {
+			return nil, errno
+		}
+	}
+	return out, 0
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ents, errno := n.ov.list(n.rel(), n.lowerOK)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	return fs.NewListDirStream(ents).(fs.FileHandle), gofuse.FOPEN_CACHE_DIR | gofuse.FOPEN_KEEP_CACHE, 0
+}
+
+// copyUpDirs makes sure the upper layer has rel as a directory, copying
+// it and its parents up from the lower tree where needed. Called with
+// ov.mu held.
+func (ov *overlayFS) copyUpDirs(rel string) error {
+	if rel == "" || exists(ov.up(rel)) {
+		return nil
+	}
+	parent := filepath.Dir(rel)
+	if parent == "." {
+		parent = ""
+	}
+	if err := ov.copyUpDirs(parent); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(ov.low(rel), &st); err != nil {
+		return err
+	}
+	tmp := ov.tmpName()
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := ov.copyMeta(ov.low(rel), tmp, &st, false); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return ov.install(tmp, rel, &st)
+}
+
+// copyMeta gives tmp the owner, mode and xattrs of the lower entry src
+// (times are set by install, after the rename).
+func (ov *overlayFS) copyMeta(src, tmp string, st *syscall.Stat_t, symlink bool) error {
+	if ov.asRoot {
+		if err := os.Lchown(tmp, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	if !symlink {
+		if err := syscall.Chmod(tmp, st.Mode&0o7777); err != nil {
+			return err
+		}
+		if err := copyXattrs(src, tmp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyXattrs(src, dst string) error {
+	sz, err := unix.Llistxattr(src, nil)
+	if err != nil || sz == 0 {
+		return nil // no xattrs here (or none readable): nothing to copy
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Llistxattr(src, buf); err != nil {
+		return nil
+	}
+	for _, name := range bytes.Split(buf[:sz], []byte{0}) {
+		x := string(name)
+		if x == "" || isOverlayXattr(x) {
+			continue
+		}
+		vs, err := unix.Lgetxattr(src, x, nil)
+		if err != nil {
+			continue
+		}
+		v := make([]byte, vs)
+		if vs, err = unix.Lgetxattr(src, x, v); err != nil {
+			continue
+		}
+		if err := unix.Lsetxattr(dst, x, v[:vs], 0); err != nil && !(os.IsPermission(err) || err == unix.ENOTSUP) {
+			return fmt.Errorf("copy xattr %s: %w", x, err)
+		}
+	}
+	return nil
+}
+
+// install renames a prepared copy into the upper layer at rel, gives it
+// the lower entry's times, and keeps the parent's times as they were when
+// the copy-up was the parent's only change (a copy-up changes no
+// directory of the view).
+func (ov *overlayFS) install(tmp, rel string, st *syscall.Stat_t) error {
+	parent := filepath.Dir(ov.up(rel))
+	var pst, lpst syscall.Stat_t
+	keep := syscall.Lstat(parent, &pst) == nil && syscall.Lstat(filepath.Dir(ov.low(rel)), &lpst) == nil && pst.Mtim == lpst.Mtim
+	if err := os.Rename(tmp, ov.up(rel)); err != nil {
+		os.RemoveAll(tmp)
+		return err
+	}
+	ts := []unix.Timespec{unix.Timespec(st.Atim), unix.Timespec(st.Mtim)}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, ov.up(rel), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	var ust syscall.Stat_t
+	if err := syscall.Lstat(ov.up(rel), &ust); err == nil {
+		ov.alias[ust.Ino] = st.Ino
+	}
+	if keep {
+		pts := []unix.Timespec{unix.Timespec(pst.Atim), unix.Timespec(pst.Mtim)}
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, parent, pts, unix.AT_SYMLINK_NOFOLLOW) // cosmetic: the parent then shows as changed
+	}
+	return nil
+}
+
+// copyUp moves the node to the upper layer (a directory: makes sure the
+// upper layer has it).
+func (n *node) copyUp() syscall.Errno {
+	ov := n.ov
+	if !n.isDir() && n.inUpper.Load() {
+		return 0
+	}
+	ov.mu.Lock()
+	defer ov.mu.Unlock()
+	rel := n.rel()
+	if n.isDir() {
+		return fs.ToErrno(ov.copyUpDirs(rel))
+	}
+	if n.inUpper.Load() {
+		return 0
+	}
+	parent := filepath.Dir(rel)
+	if parent == "." {
+		parent = ""
+	}
+	if err := ov.copyUpDirs(parent); err != nil {
+		return fs.ToErrno(err)
+	}
+	src := ov.low(rel)
+	var st syscall.Stat_t
+	if err := syscall.Lstat(src, &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	tmp := ov.tmpName()
+	var err error
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		err = copyData(src, tmp)
+	case syscall.S_IFLNK:
+		var target string
+		if target, err = os.Readlink(src); err == nil {
+			err = os.Symlink(target, tmp)
+		}
+	default:
+		err = unix.Mknod(tmp, st.Mode, int(st.Rdev))
+	}
+	if err == nil {
+		err = ov.copyMeta(src, tmp, &st, st.Mode&syscall.S_IFMT == syscall.S_IFLNK)
+	}
+	if err == nil {
+		err = ov.install(tmp, rel, &st)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fs.ToErrno(err)
+	}
+	n.inUpper.Store(true)
+	return 0
+}
+
+// copyData copies a regular file's content (reflink or sparse copy).
+func copyData(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close() // read-only
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := fsutil.CopyFile(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	if fsa, ok := f.(fs.FileSetattrer); ok && n.inUpper.Load() && n.rel() == orphan {
+		return fsa.Setattr(ctx, in, out) // an open upper file without a name: its descriptor is the upper one
+	}
+	if errno := n.copyUp(); errno != 0 {
+		return errno
+	}
+	// Always by path in the upper layer: a handle may be a read-only
+	// descriptor of the lower file, which must never change.
+	p := n.ov.up(n.rel())
+	if m, ok := in.GetMode(); ok {
+		if err := syscall.Chmod(p, m); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	uid, uok := in.GetUID()
+	gid, gok := in.GetGID()
+	if uok || gok {
+		su, sg := -1, -1
+		if uok {
+			su = int(uid)
+		}
+		if gok {
+			sg = int(gid)
+		}
+		if err := unix.Fchownat(unix.AT_FDCWD, p, su, sg, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	if sz, ok := in.GetSize(); ok {
+		if err := syscall.Truncate(p, int64(sz)); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	mtime, mok := in.GetMTime()
+	atime, aok := in.GetATime()
+	if mok || aok {
+		ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+		if aok {
+			ts[0] = unix.NsecToTimespec(atime.UnixNano())
+		}
+		if mok {
+			ts[1] = unix.NsecToTimespec(mtime.UnixNano())
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return fs.ToErrno(err)
+	}
+	out.FromStat(&st)
+	out.Ino = n.StableAttr().Ino
+	return 0
+}
+
+const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&writeFlags != 0 {
+		if errno := n.copyUp(); errno != 0 {
+			return nil, 0, errno
+		}
+	}
+	// The kernel positions appends itself (it knows the size: every
+	// write passes here).
+	flags &^= syscall.O_APPEND | gofuse.FMODE_EXEC | syscall.O_CREAT
+	fd, err := syscall.Open(n.path(), int(flags)|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, 0, fs.ToErrno(err)
+	}
+	return fs.NewLoopbackFile(fd), gofuse.FOPEN_KEEP_CACHE, 0
+}
+
+// prepareNew readies the upper layer for a new entry name in n: the
+// directory copied up, a whiteout there removed (reported: the lower
+// tree had something there).
+func (n *node) prepareNew(name string) (rel string, overWhiteout bool, errno syscall.Errno) {
+	prel := n.rel()
+	if prel == "" && name == storeName {
+		return "", false, syscall.EPERM
+	}
+	if errno := n.copyUp(); errno != 0 {
+		return "", false, errno
+	}
+	rel = join(prel, name)
+	if _, _, wh := upperState(n.ov.up(rel)); wh {
+		if err := syscall.Unlink(n.ov.up(rel)); err != nil {
+			return "", false, fs.ToErrno(err)
+		}
+		overWhiteout = true
+	}
+	return rel, overWhiteout, 0
+}
+
+// own gives a new upper entry the caller's uid and gid (the server runs
+// as root), keeping a set-group-ID directory's group.
+func (n *node) own(ctx context.Context, p string) {
+	if !n.ov.asRoot {
+		return
+	}
+	caller, ok := gofuse.FromContext(ctx)
+	if !ok {
+		return
+	}
+	gid := int(caller.Gid)
+	var pst syscall.Stat_t
+	if syscall.Lstat(filepath.Dir(p), &pst) == nil && pst.Mode&syscall.S_ISGID != 0 {
+		gid = -1
+	}
+	_ = os.Lchown(p, int(caller.Uid), gid) // root can always chown
+}
+
+func (n *node) entryOut(ctx context.Context, p string, lowerOK bool, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return n.newChild(ctx, &st, true, lowerOK, out), 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *gofuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	rel, _, errno := n.prepareNew(name)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	p := n.ov.up(rel)
+	flags &^= syscall.O_APPEND | gofuse.FMODE_EXEC
+	fd, err := syscall.Open(p, int(flags)|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, mode)
+	if err != nil {
+		return nil, nil, 0, fs.ToErrno(err)
+	}
+	n.own(ctx, p)
+	ch, errno := n.entryOut(ctx, p, false, out)
+	if errno != 0 {
+		syscall.Close(fd)
+		return nil, nil, 0, errno
+	}
+	return ch, fs.NewLoopbackFile(fd), gofuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel, wh, errno := n.prepareNew(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	p := n.ov.up(rel)
+	if err := syscall.Mkdir(p, mode); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	if wh {
+		if err := setOpaque(p); err != nil {
+			return nil, fs.ToErrno(err)
+		}
+	}
+	n.own(ctx, p)
+	return n.entryOut(ctx, p, false, out)
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel, _, errno := n.prepareNew(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	p := n.ov.up(rel)
+	if err := unix.Mknod(p, mode, int(dev)); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	n.own(ctx, p)
+	return n.entryOut(ctx, p, false, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel, _, errno := n.prepareNew(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	p := n.ov.up(rel)
+	if err := os.Symlink(target, p); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	n.own(ctx, p)
+	return n.entryOut(ctx, p, false, out)
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	if errno := t.copyUp(); errno != 0 {
+		return nil, errno
+	}
+	rel, _, errno := n.prepareNew(name)
+	if errno != 0 {
+		return nil, errno
+	}
+	p := n.ov.up(rel)
+	if err := os.Link(n.ov.up(t.rel()), p); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	out.Attr.FromStat(&st)
+	out.Attr.Ino = t.StableAttr().Ino
+	return t.EmbeddedInode(), 0 // the same file: one inode in the kernel too
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	s, err := os.Readlink(n.path())
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return []byte(s), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	prel := n.rel()
+	if prel == "" && name == storeName {
+		return syscall.ENOENT
+	}
+	rel := join(prel, name)
+	_, has, _ := upperState(n.ov.up(rel))
+	if n.lowerHas(rel) {
+		if errno := n.copyUp(); errno != 0 {
+			return errno
+		}
+		return fs.ToErrno(n.ov.makeWhiteout(n.ov.up(rel)))
+	}
+	if !has {
+		return syscall.ENOENT
+	}
+	return fs.ToErrno(syscall.Unlink(n.ov.up(rel)))
+}
+
+// empty reports whether the merged directory rel shows no entry; it
+// returns the upper directory's state too.
+func (n *node) empty(rel string) (bool, syscall.Errno) {
+	lowerOK := false
+	if n.lowerHas(rel) && !(exists(n.ov.up(rel)) && isOpaque(n.ov.up(rel))) {
+		lowerOK = true
+	}
+	ents, errno := n.ov.list(rel, lowerOK)
+	return len(ents) == 0, errno
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	prel := n.rel()
+	if prel == "" && name == storeName {
+		return syscall.ENOENT
+	}
+	rel := join(prel, name)
+	if empty, errno := n.empty(rel); errno != 0 {
+		return errno
+	} else if !empty {
+		return syscall.ENOTEMPTY
+	}
+	_, has, _ := upperState(n.ov.up(rel))
+	if has {
+		if err := os.RemoveAll(n.ov.up(rel)); err != nil { // only whiteouts are left in it
+			return fs.ToErrno(err)
+		}
+	}
+	if n.lowerHas(rel) {
+		if errno := n.copyUp(); errno != 0 {
+			return errno
+		}
+		return fs.ToErrno(n.ov.makeWhiteout(n.ov.up(rel)))
+	}
+	if !has {
+		return syscall.ENOENT
+	}
+	return 0
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
+		return syscall.EINVAL // RENAME_EXCHANGE, RENAME_WHITEOUT: not in this view
+	}
+	if np.rel() == "" && newName == storeName {
+		return syscall.EPERM
+	}
+	srel, drel := join(n.rel(), name), join(np.rel(), newName)
+	ch := n.GetChild(name)
+	if ch == nil {
+		var out gofuse.EntryOut
+		var errno syscall.Errno
+		if ch, errno = n.Lookup(ctx, name, &out); errno != 0 {
+			return errno
+		}
+	}
+	src := ch.Operations().(*node)
+	dir := src.isDir()
+	if dir && src.lowerOK {
+		return syscall.EXDEV // a merged directory: see the package doc
+	}
+	dst, dstHas, dstWh := upperState(np.ov.up(drel))
+	dstLower := np.lowerHas(drel)
+	if flags&unix.RENAME_NOREPLACE != 0 && (dstHas || dstLower && !dstWh) {
+		return syscall.EEXIST
+	}
+	if dir && (dstHas && dst.Mode&syscall.S_IFMT == syscall.S_IFDIR || dstLower && !dstWh) {
+		if empty, errno := np.empty(drel); errno != 0 {
+			return errno
+		} else if !empty {
+			return syscall.ENOTEMPTY
+		}
+	}
+	if errno := src.copyUp(); errno != 0 { // files; a directory here is in the upper layer already
+		return errno
+	}
+	if errno := np.copyUp(); errno != 0 {
+		return errno
+	}
+	ov := n.ov
+	if dstWh || dir && dstHas && dst.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		if err := os.RemoveAll(ov.up(drel)); err != nil { // a whiteout, or a directory of whiteouts
+			return fs.ToErrno(err)
+		}
+	}
+	srcLower := n.lowerHas(srel)
+	if srcLower && ov.asRoot {
+		if err := unix.Renameat2(unix.AT_FDCWD, ov.up(srel), unix.AT_FDCWD, ov.up(drel), unix.RENAME_WHITEOUT); err != nil {
+			return fs.ToErrno(err)
+		}
+	} else {
+		if err := os.Rename(ov.up(srel), ov.up(drel)); err != nil {
+			return fs.ToErrno(err)
+		}
+		if srcLower {
+			if err := ov.makeWhiteout(ov.up(srel)); err != nil {
+				return fs.ToErrno(err)
+			}
+		}
+	}
+	if dir && dstLower {
+		if err := setOpaque(ov.up(drel)); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	return 0
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if isOverlayXattr(attr) {
+		return 0, syscall.ENODATA
+	}
+	sz, err := unix.Lgetxattr(n.path(), attr, dest)
+	return uint32(sz), fs.ToErrno(err)
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	p := n.path()
+	sz, err := unix.Llistxattr(p, nil)
+	if err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	buf := make([]byte, sz)
+	if sz, err = unix.Llistxattr(p, buf); err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	var out []byte
+	for _, x := range bytes.Split(buf[:sz], []byte{0}) {
+		if len(x) > 0 && !isOverlayXattr(string(x)) {
+			out = append(append(out, x...), 0)
+		}
+	}
+	if len(dest) == 0 {
+		return uint32(len(out)), 0
+	}
+	if len(dest) < len(out) {
+		return 0, syscall.ERANGE
+	}
+	return uint32(copy(dest, out)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if isOverlayXattr(attr) {
+		return syscall.EPERM
+	}
+	if errno := n.copyUp(); errno != 0 {
+		return errno
+	}
+	return fs.ToErrno(unix.Lsetxattr(n.ov.up(n.rel()), attr, data, int(flags)))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if isOverlayXattr(attr) {
+		return syscall.EPERM
+	}
+	if errno := n.copyUp(); errno != 0 {
+		return errno
+	}
+	return fs.ToErrno(unix.Lremovexattr(n.ov.up(n.rel()), attr))
+}
+
+func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(n.ov.upper, &s); err != nil {
+		return fs.ToErrno(err)
+	}
+	out.FromStatfsT(&s)
+	return 0
+}

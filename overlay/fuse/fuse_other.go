@@ -1,0 +1,38 @@
+//go:build !linux
+
+package fuse
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+
+	"github.com/snapback/snapback/overlay"
+)
+
+var errNotLinux = errors.New("fuse runs are built for Linux only so far (macOS/macFUSE is not implemented)")
+
+// Available reports that fuse runs are not available here.
+func Available() (bool, string) { return false, errNotLinux.Error() }
+
+// Session is a fuse run; here it cannot start.
+type Session struct{}
+
+// NewSession makes a session that fails to start.
+func NewSession(overlay.Spec) *Session { return &Session{} }
+
+// Prepare fails: no fuse runs here.
+func (*Session) Prepare(*exec.Cmd) error { return errNotLinux }
+
+// Finish has nothing to do.
+func (*Session) Finish() error { return nil }
+
+// Helper fails: no fuse runs here.
+func Helper([]string) int {
+	fmt.Fprintln(os.Stderr, "snapback:", errNotLinux)
+	return 125
+}
+
+// Serve fails: no fuse runs here.
+func Serve([]string) int { return Helper(nil) }

@@ -1,0 +1,338 @@
+//go:build linux
+
+package fuse
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/sys/unix"
+)
+
+// TestMain doubles as a helper for what the serving process must not do
+// itself: with FUSETEST_MMAP=path it maps the file and writes through the
+// mapping (a page fault into our own mount could deadlock the server).
+func TestMain(m *testing.M) {
+	if p := os.Getenv("FUSETEST_MMAP"); p != "" {
+		if err := mmapWrite(p); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func mmapWrite(p string) error {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	b, err := unix.Mmap(int(f.Fd()), 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	copy(b, "MMAP")
+	if err := unix.Msync(b, unix.MS_SYNC); err != nil {
+		return err
+	}
+	return unix.Munmap(b)
+}
+
+// view mounts a merged view of a fresh lower tree (filled by fill) and
+// returns the lower, upper and mount directories.
+func view(t *testing.T, fill func(lower string)) (lower, upper, mnt string, unmount func()) {
+	t.Helper()
+	ok, why := Available()
+	if !treetest.Require(t, "fuse", ok, why) {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	lower, upper, mnt = filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "mnt")
+	work := filepath.Join(dir, "work")
+	for _, d := range []string{lower, upper, mnt, work} {
+		treetest.Must(t, os.Mkdir(d, 0o755))
+	}
+	fill(lower)
+	srv, err := Mount(lower, upper, work, mnt)
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	done := false
+	unmount = func() {
+		if !done {
+			done = true
+			if err := srv.Unmount(); err != nil {
+				t.Errorf("unmount: %v", err)
+			}
+		}
+	}
+	t.Cleanup(unmount)
+	return lower, upper, mnt, unmount
+}
+
+func big(i int) byte { return byte(i * 7) }
+
+func names(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	treetest.Must(t, err)
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func read(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	treetest.Must(t, err)
+	return string(b)
+}
+
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+// TestOverlay drives every kind of change through a mounted view, checks
+// the view and the untouched lower tree, then checks that the changeset
+// read from the upper layer is exactly those changes.
+func TestOverlay(t *testing.T) {
+	lower, upper, mnt, unmount := view(t, func(l string) {
+		treetest.Write(t, l, "a.txt", "a\n", 0o644)
+		treetest.Write(t, l, "keep.txt", "keep\n", 0o644)
+		treetest.Write(t, l, "del.txt", "del\n", 0o644)
+		treetest.Write(t, l, "dir/b.txt", "b\n", 0o644)
+		treetest.Write(t, l, "dir/sub/c.txt", "c\n", 0o644)
+		treetest.Write(t, l, "deldir/x", "x\n", 0o644)
+		treetest.Write(t, l, "redo/y", "y\n", 0o644)
+		treetest.Write(t, l, "trunc.txt", "0123456789\n", 0o644)
+		treetest.Write(t, l, "app.txt", "one\n", 0o644)
+		treetest.Write(t, l, "mm.bin", strings.Repeat("m", 8192), 0o644)
+		treetest.Write(t, l, "chmod.sh", "#!/bin/sh\n", 0o644)
+		treetest.Write(t, l, "hard1", "hard\n", 0o644)
+		treetest.Must(t, os.Link(filepath.Join(l, "hard1"), filepath.Join(l, "hard2")))
+		treetest.Must(t, os.Symlink("a.txt", filepath.Join(l, "sym")))
+		treetest.Write(t, l, ".snapback/secret", "s\n", 0o600)
+		b := make([]byte, 3<<20)
+		for i := range b {
+			b[i] = big(i)
+		}
+		treetest.Must(t, os.WriteFile(filepath.Join(l, "big.bin"), b, 0o644))
+	})
+	m := func(rel string) string { return filepath.Join(mnt, rel) }
+	before := treetest.Capture(t, lower)
+
+	// Merged lookup and readdir; the store is invisible and unwritable.
+	if got, want := names(t, mnt), "a.txt app.txt big.bin chmod.sh del.txt deldir dir hard1 hard2 keep.txt mm.bin redo sym trunc.txt"; got != want {
+		t.Fatalf("root lists %q, want %q", got, want)
+	}
+	_, err := os.Stat(m(".snapback"))
+	wantErrno(t, "stat .snapback", err, syscall.ENOENT)
+	wantErrno(t, "mkdir .snapback", os.Mkdir(m(".snapback"), 0o755), syscall.EPERM)
+	wantErrno(t, "create .snapback", os.WriteFile(m(".snapback"), nil, 0o644), syscall.EPERM)
+	wantErrno(t, "rename to .snapback", os.Rename(m("keep.txt"), m(".snapback")), syscall.EPERM)
+
+	// Copy-up on write; reads of big files in ranges.
+	treetest.Must(t, os.WriteFile(m("a.txt"), []byte("A\n"), 0o644))
+	if got := read(t, m("sym")); got != "A\n" {
+		t.Errorf("symlink reads %q", got)
+	}
+	f, err := os.Open(m("big.bin"))
+	treetest.Must(t, err)
+	buf := make([]byte, 10)
+	_, err = f.ReadAt(buf, 2<<20+5)
+	treetest.Must(t, err)
+	f.Close()
+	if want := big(2<<20 + 5); buf[0] != want {
+		t.Errorf("ranged read: got %d", buf[0])
+	}
+
+	// Deletions: whiteouts; an rmdir'ed then re-made directory is opaque.
+	treetest.Must(t, os.Remove(m("del.txt")))
+	_, err = os.Lstat(m("del.txt"))
+	wantErrno(t, "stat deleted", err, syscall.ENOENT)
+	treetest.Must(t, os.RemoveAll(m("deldir")))
+	wantErrno(t, "rmdir non-empty", os.Remove(m("redo")), syscall.ENOTEMPTY)
+	treetest.Must(t, os.RemoveAll(m("redo")))
+	treetest.Must(t, os.Mkdir(m("redo"), 0o755))
+	if got := names(t, m("redo")); got != "" {
+		t.Errorf("re-made directory shows %q", got)
+	}
+	treetest.Write(t, mnt, "redo/z", "z\n", 0o644)
+
+	// Renames: a file (copy-up + whiteout), a merged directory (EXDEV), a
+	// directory of the run's own.
+	treetest.Must(t, os.Rename(m("dir/b.txt"), m("dir/b2.txt")))
+	if got := names(t, m("dir")); got != "b2.txt sub" {
+		t.Errorf("dir lists %q after rename", got)
+	}
+	wantErrno(t, "rename merged dir", os.Rename(m("dir/sub"), m("sub2")), syscall.EXDEV)
+	treetest.Write(t, mnt, "newdir/n.txt", "n\n", 0o644)
+	treetest.Must(t, os.Rename(m("newdir"), m("newdir2")))
+	if got := read(t, m("newdir2/n.txt")); got != "n\n" {
+		t.Errorf("renamed new dir: %q", got)
+	}
+	treetest.Must(t, os.Rename(m("keep.txt"), m("dir/keep.txt")))
+	treetest.Must(t, os.Rename(m("dir/keep.txt"), m("keep.txt"))) // back: a whiteout-then-create cycle
+
+	// Hard links made in the view are one file; lower links split on write.
+	treetest.Must(t, os.Link(m("a.txt"), m("a-link")))
+	treetest.Must(t, os.WriteFile(m("a-link"), []byte("via link\n"), 0o644))
+	if got := read(t, m("a.txt")); got != "via link\n" {
+		t.Errorf("hard link: a.txt reads %q", got)
+	}
+	var s1, s2 syscall.Stat_t
+	treetest.Must(t, syscall.Lstat(m("a.txt"), &s1))
+	treetest.Must(t, syscall.Lstat(m("a-link"), &s2))
+	if s1.Ino != s2.Ino || s1.Nlink != 2 {
+		t.Errorf("hard link: inodes %d %d, nlink %d", s1.Ino, s2.Ino, s1.Nlink)
+	}
+	treetest.Must(t, os.WriteFile(m("hard1"), []byte("changed\n"), 0o644))
+	if got := read(t, m("hard2")); got != "hard\n" {
+		t.Errorf("lower hard link followed a copy-up: %q", got)
+	}
+
+	// Symlinks, fifos, xattrs, chmod, truncate, O_APPEND, mmap.
+	treetest.Must(t, os.Symlink("dir/b2.txt", m("newsym")))
+	treetest.Must(t, unix.Mkfifo(m("fifo"), 0o640))
+	xattrs := treetest.XattrsSupported(upper)
+	if xattrs {
+		treetest.Must(t, unix.Setxattr(m("dir/sub/c.txt"), "user.note", []byte("hi"), 0))
+		v := make([]byte, 16)
+		n, err := unix.Getxattr(m("dir/sub/c.txt"), "user.note", v)
+		treetest.Must(t, err)
+		if string(v[:n]) != "hi" {
+			t.Errorf("xattr reads %q", v[:n])
+		}
+		wantErrno(t, "set overlay xattr", unix.Setxattr(m("keep.txt"), "user.overlay.opaque", []byte("y"), 0), syscall.EPERM)
+		lb := make([]byte, 256)
+		n, err = unix.Listxattr(m("redo"), lb)
+		treetest.Must(t, err)
+		if strings.Contains(string(lb[:n]), "overlay") {
+			t.Errorf("view lists overlay xattrs: %q", lb[:n])
+		}
+	}
+	treetest.Must(t, os.Chmod(m("chmod.sh"), 0o755))
+	treetest.Must(t, os.Truncate(m("trunc.txt"), 4))
+	af, err := os.OpenFile(m("app.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	treetest.Must(t, err)
+	_, err = af.WriteString("two\n")
+	treetest.Must(t, err)
+	treetest.Must(t, af.Sync())
+	treetest.Must(t, af.Close())
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FUSETEST_MMAP="+m("mm.bin"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mmap write: %v\n%s", err, out)
+	}
+	if got := read(t, m("mm.bin")); got != "MMAP"+strings.Repeat("m", 8188) {
+		t.Errorf("mmap write: starts %q", got[:8])
+	}
+	if got := read(t, m("trunc.txt")) + read(t, m("app.txt")); got != "0123one\ntwo\n" {
+		t.Errorf("truncate/append: %q", got)
+	}
+
+	// The lower tree never changed.
+	treetest.Equal(t, "lower tree after the run", before, treetest.Capture(t, lower))
+	unmount()
+
+	// The upper layer, read by the one changeset reader, is exactly the run's changes.
+	repo, err := snapshot.OpenRepo(lower, nil, true)
+	treetest.Must(t, err)
+	defer repo.Close()
+	ud, err := fsutil.OpenRoot(upper)
+	treetest.Must(t, err)
+	defer ud.Close()
+	cs, err := repo.Changeset(ud)
+	treetest.Must(t, err)
+	var got []string
+	for _, e := range cs {
+		if e.Type == snapshot.Dir && (e.Path == "dir" || e.Path == "dir/sub") {
+			continue // parents whose entries changed: times only
+		}
+		got = append(got, fmt.Sprintf("%s %v", e.Path, e.Type))
+	}
+	want := []string{
+		"a-link " + snapshot.File.String(),
+		"a.txt " + snapshot.File.String(),
+		"app.txt " + snapshot.File.String(),
+		"chmod.sh " + snapshot.File.String(),
+		"del.txt " + snapshot.Absent.String(),
+		"deldir " + snapshot.Absent.String(),
+		"deldir/x " + snapshot.Absent.String(),
+		"dir/b.txt " + snapshot.Absent.String(),
+		"dir/b2.txt " + snapshot.File.String(),
+		"fifo " + snapshot.Fifo.String(),
+		"hard1 " + snapshot.File.String(),
+		"mm.bin " + snapshot.File.String(),
+		"newdir2 " + snapshot.Dir.String(),
+		"newdir2/n.txt " + snapshot.File.String(),
+		"newsym " + snapshot.Symlink.String(),
+		"redo " + snapshot.Dir.String(),
+		"redo/y " + snapshot.Absent.String(),
+		"redo/z " + snapshot.File.String(),
+		"trunc.txt " + snapshot.File.String(),
+	}
+	if xattrs {
+		want = append(want, "dir/sub/c.txt "+snapshot.File.String())
+	}
+	sort.Strings(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("changeset:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, e := range cs {
+		if e.Path == "chmod.sh" && e.Mode != 0o755 {
+			t.Errorf("chmod.sh mode %o", e.Mode)
+		}
+		if e.Path == "a-link" && e.Link != "a.txt" && e.Link != "" {
+			t.Errorf("a-link links to %q", e.Link)
+		}
+	}
+}
+
+// TestXWhiteout: the changeset reader accepts the xattr whiteout form.
+func TestXWhiteout(t *testing.T) {
+	dir := t.TempDir()
+	root, upper := filepath.Join(dir, "root"), filepath.Join(dir, "upper")
+	treetest.Write(t, root, "gone", "g\n", 0o644)
+	treetest.Write(t, root, "empty", "", 0o644)
+	treetest.Must(t, os.Mkdir(upper, 0o755))
+	if !treetest.Require(t, "xattr", treetest.XattrsSupported(upper), "no user xattrs on "+upper) {
+		t.Skip("no user xattrs")
+	}
+	ov := &overlayFS{upper: upper, work: upper}
+	treetest.Must(t, ov.makeWhiteout(filepath.Join(upper, "gone")))
+	treetest.Must(t, os.WriteFile(filepath.Join(upper, "empty"), nil, 0o600)) // an empty file, not a whiteout
+	repo, err := snapshot.OpenRepo(root, nil, true)
+	treetest.Must(t, err)
+	defer repo.Close()
+	ud, err := fsutil.OpenRoot(upper)
+	treetest.Must(t, err)
+	defer ud.Close()
+	cs, err := repo.Changeset(ud)
+	treetest.Must(t, err)
+	var got []string
+	for _, e := range cs {
+		got = append(got, fmt.Sprintf("%s %v", e.Path, e.Type))
+	}
+	if want := "empty " + snapshot.File.String() + ",gone " + snapshot.Absent.String(); strings.Join(got, ",") != want {
+		t.Errorf("changeset %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,309 @@
+//go:build linux
+
+package fuse
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/snapback/snapback/overlay"
+	"golang.org/x/sys/unix"
+)
+
+// Available reports whether fuse runs can work here, and why not.
+func Available() (bool, string) {
+	st, err := os.Stat("/dev/fuse")
+	if err != nil {
+		return false, "/dev/fuse is missing (modprobe fuse; in a container: --device /dev/fuse)"
+	}
+	if st.Mode()&os.ModeCharDevice == 0 {
+		return false, "/dev/fuse is not a character device"
+	}
+	if os.Geteuid() != 0 {
+		return false, "needs root for now (the unprivileged user-namespace path is not built yet)"
+	}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return false, "cannot open /dev/fuse: " + err.Error()
+	}
+	f.Close()
+	return true, ""
+}
+
+// Mount serves the merged view of lower and upper at mnt from this
+// process (for tests and tools: the process must then never enter mnt in
+// a way that blocks the server, see the package doc). Unmount with the
+// returned server's Unmount.
+func Mount(lower, upper, work, mnt string) (*gofuse.Server, error) {
+	root, err := newRoot(lower, upper, work)
+	if err != nil {
+		return nil, err
+	}
+	opts := options()
+	opts.DirectMountStrict = true
+	return fs.Mount(mnt, root, opts)
+}
+
+// Session is one fuse run as seen from snapback's own process: Prepare
+// turns the runner's command into the exec helper, Finish (after the
+// command ended) stops the server and waits until it is gone, so the
+// upper layer is complete and still.
+type Session struct {
+	spec                 overlay.Spec
+	aliveR, aliveW       *os.File
+	doneR, doneW         *os.File
+	prepared             bool
+	finishTimeout        time.Duration
+	serverPID, serverErr string
+}
+
+// NewSession makes a session for spec (Path and Dir are filled by Prepare
+// and by the caller).
+func NewSession(spec overlay.Spec) *Session {
+	return &Session{spec: spec, finishTimeout: 30 * time.Second}
+}
+
+// helperArgs is what the exec helper and the server are told.
+type helperArgs struct {
+	overlay.Spec
+	Alive int `json:"alive"` // read end: EOF when snapback is done with the run
+	Done  int `json:"done"`  // write end: the server holds it until it exits
+}
+
+// Prepare makes cmd start the exec helper in a new mount namespace.
+func (s *Session) Prepare(cmd *exec.Cmd) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("fuse: find snapback's own binary: %w", err)
+	}
+	if s.aliveR, s.aliveW, err = os.Pipe(); err != nil {
+		return err
+	}
+	if s.doneR, s.doneW, err = os.Pipe(); err != nil {
+		return err
+	}
+	s.prepared = true
+	a := helperArgs{Spec: s.spec}
+	a.Path = cmd.Path
+	a.Alive = 3 + len(cmd.ExtraFiles)
+	a.Done = a.Alive + 1
+	cmd.ExtraFiles = append(cmd.ExtraFiles, s.aliveR, s.doneW)
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	cmd.Args = append([]string{"snapback", ExecVerb, string(b), "--"}, cmd.Args...)
+	cmd.Path = self
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
+	// The server is orphaned on purpose (the command must not be its
+	// parent): as a subreaper, snapback inherits and reaps it.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("fuse: become a subreaper: %w", err)
+	}
+	return nil
+}
+
+// Finish stops the server (if it still runs) and waits for it to exit.
+// Call it once the command has ended, before reading the upper layer.
+func (s *Session) Finish() error {
+	if !s.prepared {
+		return nil
+	}
+	s.prepared = false
+	s.aliveR.Close()
+	s.doneW.Close()
+	s.aliveW.Close() // the server's signal to stop
+	defer s.doneR.Close()
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(s.doneR) // EOF: the server has exited
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		ch <- result{pid, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.pid > 0 {
+			// Reap it (it is ours as the subreaper; ECHILD if it was not
+			// started at all). Its exit is imminent once done is closed.
+			var ws unix.WaitStatus
+			for i := 0; i < 200; i++ {
+				got, err := unix.Wait4(r.pid, &ws, unix.WNOHANG, nil)
+				if got == r.pid || err != nil {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		return r.err
+	case <-time.After(s.finishTimeout):
+		return errors.New("fuse: the server did not exit after the command ended")
+	}
+}
+
+// Helper is the exec helper's main (args follow ExecVerb). It returns
+// only on failure, with the status to exit with (125).
+func Helper(args []string) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "snapback: fuse: %v\n", err)
+		return 125
+	}
+	if len(args) < 3 || args[1] != "--" {
+		return fail(errors.New("helper: bad arguments"))
+	}
+	var a helperArgs
+	if err := json.Unmarshal([]byte(args[0]), &a); err != nil {
+		return fail(fmt.Errorf("helper: %w", err))
+	}
+	argv := args[2:]
+	if err := mountView(a); err != nil {
+		return fail(err)
+	}
+	// The command holds neither pipe: snapback's EOFs depend on it.
+	unix.CloseOnExec(a.Alive)
+	unix.CloseOnExec(a.Done)
+	if err := os.Chdir(a.Dir); err != nil {
+		return fail(fmt.Errorf("enter %s in the view: %w", a.Dir, err))
+	}
+	err := syscall.Exec(a.Path, argv, os.Environ())
+	return fail(fmt.Errorf("exec %s: %w", a.Path, err))
+}
+
+// mountView starts the server and mounts the view on the root (in the
+// helper's private namespace).
+func mountView(a helperArgs) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	dev, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	// The device is usable only once mounted: the server waits for this.
+	mountedR, mountedW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer mountedW.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(a.Spec)
+	if err != nil {
+		return err
+	}
+	// The intermediate starts the server and exits: the server is
+	// orphaned (to snapback, the subreaper), never the command's child.
+	// Its mount namespace is copied now, before the FUSE mount exists.
+	spawn := exec.Command(self, ServeVerb, "spawn", string(b))
+	spawn.ExtraFiles = []*os.File{dev, os.NewFile(uintptr(a.Alive), "alive"), os.NewFile(uintptr(a.Done), "done"), readyW, mountedR}
+	spawn.Stderr = os.Stderr
+	spawn.Dir = "/"
+	spawn.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
+	err = spawn.Run()
+	readyW.Close()
+	mountedR.Close()
+	if err != nil {
+		return fmt.Errorf("start the server: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(a.Root, &st); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("fd=%d,rootmode=%o,user_id=0,group_id=0,allow_other,default_permissions,max_read=%d", dev.Fd(), st.Mode&unix.S_IFMT, 1<<20)
+	if err := unix.Mount("snapback", a.Root, "fuse.snapback", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount the view on %s: %w", a.Root, err)
+	}
+	if _, err := mountedW.Write([]byte("mounted\n")); err != nil {
+		return fmt.Errorf("start the server: %w", err)
+	}
+	line, _ := bufio.NewReader(readyR).ReadString('\n')
+	if line != "ok\n" {
+		return errors.New("the server did not start (see above)")
+	}
+	return nil
+}
+
+// Serve is the server's main (args follow ServeVerb).
+func Serve(args []string) int {
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "snapback: fuse server: %v\n", err)
+		return 125
+	}
+	if len(args) != 2 {
+		return fail(errors.New("bad arguments"))
+	}
+	// Descriptor 3 is /dev/fuse: go-fuse uses it by number, so no *os.File
+	// may own it in the server (its finalizer would close it).
+	files := []*os.File{nil, os.NewFile(4, "alive"), os.NewFile(5, "done"), os.NewFile(6, "ready"), os.NewFile(7, "mounted")}
+	if args[0] == "spawn" {
+		files[0] = os.NewFile(3, "fuse")
+		self, err := os.Executable()
+		if err != nil {
+			return fail(err)
+		}
+		srv := exec.Command(self, ServeVerb, "serve", args[1])
+		srv.ExtraFiles = files
+		srv.Stderr = os.Stderr
+		srv.Dir = "/"
+		srv.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // no terminal signals
+		if err := srv.Start(); err != nil {
+			return fail(err)
+		}
+		return 0 // not waited for: the server must outlive its parent
+	}
+	var spec overlay.Spec
+	if err := json.Unmarshal([]byte(args[1]), &spec); err != nil {
+		return fail(err)
+	}
+	unix.CloseOnExec(3)
+	for _, f := range files[1:] {
+		unix.CloseOnExec(int(f.Fd()))
+	}
+	fmt.Fprintf(files[2], "%d\n", os.Getpid())
+	go func() {
+		io.Copy(io.Discard, files[1]) // returns at EOF: snapback is done with the run
+		os.Exit(0)
+	}()
+	root, err := newRoot(spec.Root, spec.Upper, spec.Work)
+	if err != nil {
+		return fail(err)
+	}
+	opts := options()
+	if line, _ := bufio.NewReader(files[4]).ReadString('\n'); line != "mounted\n" {
+		return fail(errors.New("the view was not mounted"))
+	}
+	files[4].Close()
+	srv, err := gofuse.NewServer(fs.NewNodeFS(root, opts), "/dev/fd/3", &opts.MountOptions) // waits for the kernel's INIT
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintln(files[3], "ok")
+	files[3].Close()
+	srv.Serve() // until the mount is gone (its namespace ended)
+	return 0
+}
