@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/snapback/snapback/overlay/fuse"
 )
 
 // TestMain lets the test binary act as the snapback command inside the
@@ -37,16 +38,23 @@ func TestScript(t *testing.T) {
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {
-			if cond != "root" {
+			ok, why := false, ""
+			switch cond {
+			case "root":
+				ok, why = os.Geteuid() == 0, "the tests do not run as root"
+			case "fuse":
+				ok, why = fuse.Available()
+			default:
 				return false, fmt.Errorf("unknown condition %q", cond)
 			}
-			if os.Geteuid() == 0 {
+			if ok {
 				return true, nil
 			}
-			// Scripts skip on [!root]; under SNAPBACK_REQUIRE=root that is a failure.
+			// Scripts skip on [!root] or [!fuse]; when SNAPBACK_REQUIRE names
+			// the condition, that is a failure.
 			for _, c := range strings.Split(os.Getenv("SNAPBACK_REQUIRE"), ",") {
-				if c == "root" {
-					return false, fmt.Errorf("SNAPBACK_REQUIRE names root, but the tests do not run as root")
+				if c == cond {
+					return false, fmt.Errorf("SNAPBACK_REQUIRE names %s, but %s", cond, why)
 				}
 			}
 			return false, nil
