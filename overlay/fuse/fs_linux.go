@@ -45,7 +45,12 @@ type node struct {
 	ov *overlayFS
 
 	inUpper atomic.Bool // non-directories: the entry is the upper one
-	lowerOK bool        // directories: lower children show through (never changes: merged directories are not renamed)
+	// lower is the entry's path in the lower tree (where its content
+	// comes from before a copy-up). It stays what it was when the node
+	// was found: a renamed directory keeps showing its lower children
+	// (the upper layer records the move with an overlay redirect).
+	lower   string
+	lowerOK bool // directories: the children of lower show through
 }
 
 var (
@@ -80,7 +85,7 @@ func newRoot(lower, upper, work string) (*node, error) {
 		}
 	}
 	ov := &overlayFS{lower: lower, upper: upper, work: work, asRoot: os.Geteuid() == 0, alias: map[uint64]uint64{}}
-	return &node{ov: ov, lowerOK: true}, nil
+	return &node{ov: ov, lowerOK: true}, nil // lower "": the root
 }
 
 // options are the go-fuse options of every view.
@@ -139,15 +144,15 @@ func (n *node) isDir() bool { return n.StableAttr().Mode == syscall.S_IFDIR }
 func (n *node) path() string {
 	rel := n.rel()
 	if n.isDir() {
-		if exists(n.ov.up(rel)) || !n.lowerOK {
+		if !n.lowerOK || exists(n.ov.up(rel)) {
 			return n.ov.up(rel)
 		}
-		return n.ov.low(rel)
+		return n.ov.low(n.lower)
 	}
 	if n.inUpper.Load() {
 		return n.ov.up(rel)
 	}
-	return n.ov.low(rel)
+	return n.ov.low(n.lower)
 }
 
 func exists(p string) bool {
@@ -199,10 +204,32 @@ func upperState(p string) (st syscall.Stat_t, has, whiteout bool) {
 	return st, true, false
 }
 
-// lowerHas reports whether the lower tree has rel below a directory
-// whose lower children show.
-func (n *node) lowerHas(rel string) bool {
-	return n.lowerOK && exists(n.ov.low(rel))
+// lowerHas reports whether the lower tree shows an entry name in n (a
+// whiteout must then hide it).
+func (n *node) lowerHas(name string) bool {
+	return n.lowerOK && exists(n.ov.low(join(n.lower, name)))
+}
+
+// redirect reads an upper directory's overlay redirect: the lower
+// directory it shows (absolute from the root when it starts with "/",
+// else relative to parentLower).
+func redirect(p, parentLower string) (string, bool) {
+	buf := make([]byte, 4096)
+	for _, x := range []string{"user.overlay.redirect", "trusted.overlay.redirect"} {
+		if n, err := unix.Lgetxattr(p, x, buf); err == nil && n > 0 {
+			v := string(buf[:n])
+			if strings.HasPrefix(v, "/") {
+				return strings.Trim(v, "/"), true
+			}
+			return join(parentLower, v), true
+		}
+	}
+	return "", false
+}
+
+func isLowerDir(p string) bool {
+	var st syscall.Stat_t
+	return syscall.Lstat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR
 }
 
 func (ov *overlayFS) tmpName() string {
@@ -247,7 +274,7 @@ func (ov *overlayFS) stable(ino uint64) uint64 {
 }
 
 // newChild registers the child found or made at st.
-func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper, lowerOK bool, out *gofuse.EntryOut) *fs.Inode {
+func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper bool, lower string, lowerOK bool, out *gofuse.EntryOut) *fs.Inode {
 	ino := st.Ino
 	typ := st.Mode & syscall.S_IFMT
 	if inUpper {
@@ -255,11 +282,14 @@ func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper, lowerO
 	} else if typ != syscall.S_IFDIR && st.Nlink > 1 {
 		ino = 0 // a lower hard link is its own file in the view: a copy-up breaks the link
 	}
-	c := &node{ov: n.ov, lowerOK: lowerOK}
+	c := &node{ov: n.ov, lower: lower, lowerOK: lowerOK}
 	c.inUpper.Store(inUpper)
 	ch := n.NewInode(ctx, c, fs.StableAttr{Mode: typ, Ino: ino})
 	out.Attr.FromStat(st)
 	out.Attr.Ino = ch.StableAttr().Ino
+	if ino == 0 {
+		out.Attr.Nlink = 1 // its own file in the view
+	}
 	return ch
 }
 
@@ -273,21 +303,25 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 	if wh {
 		return nil, syscall.ENOENT
 	}
+	lower := join(n.lower, name)
 	if has {
 		lowerOK := false
-		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && n.lowerOK && !isOpaque(n.ov.up(rel)) {
-			var lst syscall.Stat_t
-			lowerOK = syscall.Lstat(n.ov.low(rel), &lst) == nil && lst.Mode&syscall.S_IFMT == syscall.S_IFDIR
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && !isOpaque(n.ov.up(rel)) {
+			if r, ok := redirect(n.ov.up(rel), n.lower); ok {
+				lower, lowerOK = r, isLowerDir(n.ov.low(r))
+			} else {
+				lowerOK = n.lowerOK && isLowerDir(n.ov.low(lower))
+			}
 		}
-		return n.newChild(ctx, &st, true, lowerOK, out), 0
+		return n.newChild(ctx, &st, true, lower, lowerOK, out), 0
 	}
 	if !n.lowerOK {
 		return nil, syscall.ENOENT
 	}
-	if err := syscall.Lstat(n.ov.low(rel), &st); err != nil {
+	if err := syscall.Lstat(n.ov.low(lower), &st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return n.newChild(ctx, &st, false, st.Mode&syscall.S_IFMT == syscall.S_IFDIR, out), 0
+	return n.newChild(ctx, &st, false, lower, st.Mode&syscall.S_IFMT == syscall.S_IFDIR, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
@@ -303,12 +337,15 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut
 	}
 	out.FromStat(&st)
 	out.Ino = n.StableAttr().Ino
+	if n.StableAttr().Ino >= 1<<63 && !n.inUpper.Load() {
+		out.Nlink = 1 // a lower hard link: its own file in the view
+	}
 	return 0
 }
 
 // list merges a directory's layers: upper entries (but whiteouts), then
 // lower ones not hidden (when lowerOK). The store is left out at the root.
-func (ov *overlayFS) list(rel string, lowerOK bool) ([]gofuse.DirEntry, syscall.Errno) {
+func (ov *overlayFS) list(rel, lower string, lowerOK bool) ([]gofuse.DirEntry, syscall.Errno) {
 	var out []gofuse.DirEntry
 	seen := map[string]bool{}
 	read := func(dir string, upper bool) syscall.Errno {
@@ -347,7 +384,7 @@ func (ov *overlayFS) list(rel string, lowerOK bool) ([]gofuse.DirEntry, syscall.
 		}
 	}
 	if lowerOK {
-		if errno := read(ov.low(rel), false); errno != 0 && (errno != syscall.ENOENT || !upperDir) {
+		if errno := read(ov.low(lower), false); errno != 0 && (errno != syscall.ENOENT || !upperDir) {
 			return nil, errno
 		}
 	}
@@ -355,40 +392,74 @@ func (ov *overlayFS) list(rel string, lowerOK bool) ([]gofuse.DirEntry, syscall.
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	ents, errno := n.ov.list(n.rel(), n.lowerOK)
+	ents, errno := n.ov.list(n.rel(), n.lower, n.lowerOK)
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	return fs.NewListDirStream(ents).(fs.FileHandle), gofuse.FOPEN_CACHE_DIR | gofuse.FOPEN_KEEP_CACHE, 0
+	return &dirHandle{fs.NewListDirStream(ents).(fs.FileHandle), n}, gofuse.FOPEN_CACHE_DIR | gofuse.FOPEN_KEEP_CACHE, 0
 }
 
-// copyUpDirs makes sure the upper layer has rel as a directory, copying
-// it and its parents up from the lower tree where needed. Called with
-// ov.mu held.
-func (ov *overlayFS) copyUpDirs(rel string) error {
+// dirHandle is an open directory: its listing, and fsync.
+type dirHandle struct {
+	fs.FileHandle
+	n *node
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
+)
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
+	return d.FileHandle.(fs.FileReaddirenter).Readdirent(ctx)
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	return d.FileHandle.(fs.FileSeekdirer).Seekdir(ctx, off)
+}
+
+func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {}
+
+// Fsyncdir makes the upper directory durable (a lower one has nothing
+// of the run's to sync).
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	f, err := os.Open(d.n.ov.up(d.n.rel()))
+	if err != nil {
+		return 0
+	}
+	defer f.Close() // read-only
+	return fs.ToErrno(f.Sync())
+}
+
+// copyUpDir makes sure the upper layer has directory d, copying it and
+// its parents up from the lower tree where needed. Called with ov.mu held.
+func (ov *overlayFS) copyUpDir(d *node) error {
+	rel := d.rel()
 	if rel == "" || exists(ov.up(rel)) {
 		return nil
 	}
-	parent := filepath.Dir(rel)
-	if parent == "." {
-		parent = ""
+	_, parent := d.Parent()
+	if parent == nil {
+		return syscall.ENOENT
 	}
-	if err := ov.copyUpDirs(parent); err != nil {
+	pn := parent.Operations().(*node)
+	if err := ov.copyUpDir(pn); err != nil {
 		return err
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(ov.low(rel), &st); err != nil {
+	if err := syscall.Lstat(ov.low(d.lower), &st); err != nil {
 		return err
 	}
 	tmp := ov.tmpName()
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
-	if err := ov.copyMeta(ov.low(rel), tmp, &st, false); err != nil {
+	if err := ov.copyMeta(ov.low(d.lower), tmp, &st, false); err != nil {
 		os.Remove(tmp)
 		return err
 	}
-	return ov.install(tmp, rel, &st)
+	return ov.install(tmp, rel, pn.lower, &st)
 }
 
 // copyMeta gives tmp the owner, mode and xattrs of the lower entry src
@@ -443,10 +514,10 @@ func copyXattrs(src, dst string) error {
 // the lower entry's times, and keeps the parent's times as they were when
 // the copy-up was the parent's only change (a copy-up changes no
 // directory of the view).
-func (ov *overlayFS) install(tmp, rel string, st *syscall.Stat_t) error {
+func (ov *overlayFS) install(tmp, rel, parentLower string, st *syscall.Stat_t) error {
 	parent := filepath.Dir(ov.up(rel))
 	var pst, lpst syscall.Stat_t
-	keep := syscall.Lstat(parent, &pst) == nil && syscall.Lstat(filepath.Dir(ov.low(rel)), &lpst) == nil && pst.Mtim == lpst.Mtim
+	keep := syscall.Lstat(parent, &pst) == nil && syscall.Lstat(ov.low(parentLower), &lpst) == nil && pst.Mtim == lpst.Mtim
 	if err := os.Rename(tmp, ov.up(rel)); err != nil {
 		os.RemoveAll(tmp)
 		return err
@@ -475,21 +546,22 @@ func (n *node) copyUp() syscall.Errno {
 	}
 	ov.mu.Lock()
 	defer ov.mu.Unlock()
-	rel := n.rel()
 	if n.isDir() {
-		return fs.ToErrno(ov.copyUpDirs(rel))
+		return fs.ToErrno(ov.copyUpDir(n))
 	}
 	if n.inUpper.Load() {
 		return 0
 	}
-	parent := filepath.Dir(rel)
-	if parent == "." {
-		parent = ""
+	_, parent := n.Parent()
+	if parent == nil {
+		return syscall.ENOENT // removed meanwhile
 	}
-	if err := ov.copyUpDirs(parent); err != nil {
+	pn := parent.Operations().(*node)
+	if err := ov.copyUpDir(pn); err != nil {
 		return fs.ToErrno(err)
 	}
-	src := ov.low(rel)
+	rel := n.rel()
+	src := ov.low(n.lower)
 	var st syscall.Stat_t
 	if err := syscall.Lstat(src, &st); err != nil {
 		return fs.ToErrno(err)
@@ -511,7 +583,7 @@ func (n *node) copyUp() syscall.Errno {
 		err = ov.copyMeta(src, tmp, &st, st.Mode&syscall.S_IFMT == syscall.S_IFLNK)
 	}
 	if err == nil {
-		err = ov.install(tmp, rel, &st)
+		err = ov.install(tmp, rel, pn.lower, &st)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -653,12 +725,12 @@ func (n *node) own(ctx context.Context, p string) {
 	_ = os.Lchown(p, int(caller.Uid), gid) // root can always chown
 }
 
-func (n *node) entryOut(ctx context.Context, p string, lowerOK bool, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) entryOut(ctx context.Context, p string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	return n.newChild(ctx, &st, true, lowerOK, out), 0
+	return n.newChild(ctx, &st, true, "", false, out), 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *gofuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -673,7 +745,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, fs.ToErrno(err)
 	}
 	n.own(ctx, p)
-	ch, errno := n.entryOut(ctx, p, false, out)
+	ch, errno := n.entryOut(ctx, p, out)
 	if errno != 0 {
 		syscall.Close(fd)
 		return nil, nil, 0, errno
@@ -696,7 +768,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 		}
 	}
 	n.own(ctx, p)
-	return n.entryOut(ctx, p, false, out)
+	return n.entryOut(ctx, p, out)
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -709,7 +781,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *go
 		return nil, fs.ToErrno(err)
 	}
 	n.own(ctx, p)
-	return n.entryOut(ctx, p, false, out)
+	return n.entryOut(ctx, p, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -722,7 +794,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.Ent
 		return nil, fs.ToErrno(err)
 	}
 	n.own(ctx, p)
-	return n.entryOut(ctx, p, false, out)
+	return n.entryOut(ctx, p, out)
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -765,7 +837,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	rel := join(prel, name)
 	_, has, _ := upperState(n.ov.up(rel))
-	if n.lowerHas(rel) {
+	if n.lowerHas(name) {
 		if errno := n.copyUp(); errno != 0 {
 			return errno
 		}
@@ -777,14 +849,26 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	return fs.ToErrno(syscall.Unlink(n.ov.up(rel)))
 }
 
-// empty reports whether the merged directory rel shows no entry; it
-// returns the upper directory's state too.
-func (n *node) empty(rel string) (bool, syscall.Errno) {
-	lowerOK := false
-	if n.lowerHas(rel) && !(exists(n.ov.up(rel)) && isOpaque(n.ov.up(rel))) {
-		lowerOK = true
+// child finds the node of name in n.
+func (n *node) child(ctx context.Context, name string) (*node, syscall.Errno) {
+	ch := n.GetChild(name)
+	if ch == nil {
+		var out gofuse.EntryOut
+		var errno syscall.Errno
+		if ch, errno = n.Lookup(ctx, name, &out); errno != 0 {
+			return nil, errno
+		}
 	}
-	ents, errno := n.ov.list(rel, lowerOK)
+	c, ok := ch.Operations().(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	return c, 0
+}
+
+// empty reports whether directory c (at rel) shows no entry.
+func (c *node) empty(rel string) (bool, syscall.Errno) {
+	ents, errno := c.ov.list(rel, c.lower, c.lowerOK)
 	return len(ents) == 0, errno
 }
 
@@ -794,7 +878,11 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		return syscall.ENOENT
 	}
 	rel := join(prel, name)
-	if empty, errno := n.empty(rel); errno != 0 {
+	c, errno := n.child(ctx, name)
+	if errno != 0 {
+		return errno
+	}
+	if empty, errno := c.empty(rel); errno != 0 {
 		return errno
 	} else if !empty {
 		return syscall.ENOTEMPTY
@@ -805,7 +893,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 			return fs.ToErrno(err)
 		}
 	}
-	if n.lowerHas(rel) {
+	if n.lowerHas(name) {
 		if errno := n.copyUp(); errno != 0 {
 			return errno
 		}
@@ -817,56 +905,61 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	return 0
 }
 
+// Rename moves in the upper layer: a file is copied up first; a
+// directory with lower content is copied up (the directory alone) and
+// gets an overlay redirect to its lower directory, as overlayfs with
+// redirect_dir does; a whiteout takes the old name when the lower tree
+// has it.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
 	}
-	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
-		return syscall.EINVAL // RENAME_EXCHANGE, RENAME_WHITEOUT: not in this view
+	if flags&^uint32(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
+		return syscall.EINVAL // RENAME_WHITEOUT: not in this view
 	}
 	if np.rel() == "" && newName == storeName {
 		return syscall.EPERM
 	}
+	ov := n.ov
 	srel, drel := join(n.rel(), name), join(np.rel(), newName)
-	ch := n.GetChild(name)
-	if ch == nil {
-		var out gofuse.EntryOut
-		var errno syscall.Errno
-		if ch, errno = n.Lookup(ctx, name, &out); errno != 0 {
-			return errno
-		}
+	src, errno := n.child(ctx, name)
+	if errno != 0 {
+		return errno
 	}
-	src := ch.Operations().(*node)
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		return n.exchange(ctx, src, srel, np, newName, drel)
+	}
 	dir := src.isDir()
-	if dir && src.lowerOK {
-		return syscall.EXDEV // a merged directory: see the package doc
-	}
-	dst, dstHas, dstWh := upperState(np.ov.up(drel))
-	dstLower := np.lowerHas(drel)
+	dst, dstHas, dstWh := upperState(ov.up(drel))
+	dstLower := np.lowerHas(newName)
 	if flags&unix.RENAME_NOREPLACE != 0 && (dstHas || dstLower && !dstWh) {
 		return syscall.EEXIST
 	}
-	if dir && (dstHas && dst.Mode&syscall.S_IFMT == syscall.S_IFDIR || dstLower && !dstWh) {
-		if empty, errno := np.empty(drel); errno != 0 {
+	dstDir := dstHas && dst.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if dir && (dstDir || dstLower && !dstWh) {
+		d, errno := np.child(ctx, newName)
+		if errno != 0 {
+			return errno
+		}
+		if empty, errno := d.empty(drel); errno != 0 {
 			return errno
 		} else if !empty {
 			return syscall.ENOTEMPTY
 		}
 	}
-	if errno := src.copyUp(); errno != 0 { // files; a directory here is in the upper layer already
+	if errno := src.copyUp(); errno != 0 {
 		return errno
 	}
 	if errno := np.copyUp(); errno != 0 {
 		return errno
 	}
-	ov := n.ov
-	if dstWh || dir && dstHas && dst.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+	if dstWh || dir && dstDir {
 		if err := os.RemoveAll(ov.up(drel)); err != nil { // a whiteout, or a directory of whiteouts
 			return fs.ToErrno(err)
 		}
 	}
-	srcLower := n.lowerHas(srel)
+	srcLower := n.lowerHas(name)
 	if srcLower && ov.asRoot {
 		if err := unix.Renameat2(unix.AT_FDCWD, ov.up(srel), unix.AT_FDCWD, ov.up(drel), unix.RENAME_WHITEOUT); err != nil {
 			return fs.ToErrno(err)
@@ -881,13 +974,42 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			}
 		}
 	}
-	if dir && dstLower {
+	if dir && src.lowerOK {
+		// Its lower children stay where they are: the redirect names them.
+		if err := unix.Lsetxattr(ov.up(drel), "user.overlay.redirect", []byte("/"+src.lower), 0); err != nil {
+			return fs.ToErrno(err)
+		}
+	} else if dir && dstLower {
 		if err := setOpaque(ov.up(drel)); err != nil {
 			return fs.ToErrno(err)
 		}
 	}
 	return 0
 }
+
+// exchange swaps two names (renameat2 RENAME_EXCHANGE): both exist, so
+// no whiteout is needed; directories with lower content, or moving to
+// where the lower tree has something, are refused with EXDEV.
+func (n *node) exchange(ctx context.Context, src *node, srel string, np *node, newName, drel string) syscall.Errno {
+	dst, errno := np.child(ctx, newName)
+	if errno != 0 {
+		return errno
+	}
+	for _, c := range []*node{src, dst} {
+		if c.isDir() && (c.lowerOK || n.lowerHas(base(srel)) || np.lowerHas(newName)) {
+			return syscall.EXDEV
+		}
+	}
+	for _, c := range []*node{src, dst, n, np} {
+		if errno := c.copyUp(); errno != 0 {
+			return errno
+		}
+	}
+	return fs.ToErrno(unix.Renameat2(unix.AT_FDCWD, n.ov.up(srel), unix.AT_FDCWD, n.ov.up(drel), unix.RENAME_EXCHANGE))
+}
+
+// base is the last element of a view path.
+func base(rel string) string { return rel[strings.LastIndexByte(rel, '/')+1:] }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if isOverlayXattr(attr) {
