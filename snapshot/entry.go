@@ -76,8 +76,12 @@ type Entry struct {
 	Xattrs []fsutil.Xattr
 
 	// Ctime is the inode change time seen by the scan that made the entry;
-	// commits use it to spot paths changed during a run. Never stored.
+	// commits use it to spot paths changed during a run. Inode and Nlink
+	// (device and inode number, link count) let a scan of some paths find
+	// the other names of their hard links. None of them is stored.
 	Ctime int64
+	Inode [2]uint64
+	Nlink uint64
 }
 
 // SameContent reports whether e and o hold the same thing at their path:

@@ -380,9 +380,42 @@ func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, erro
 			deep[target[i].Path] = true
 		}
 	}
-	return r.scan(store, func(sc *scanner) (Manifest, error) {
-		return sc.scanPathsDeep(target.Paths(), func(p string) bool { return deep[p] })
-	})
+	paths := target.Paths()
+	scan := func() (Manifest, error) {
+		return r.scan(store, func(sc *scanner) (Manifest, error) {
+			return sc.scanPathsDeep(paths, func(p string) bool { return deep[p] })
+		})
+	}
+	m, err := scan()
+	if err != nil {
+		return nil, err
+	}
+	// A file with other names: find them (a walk of the tree, only when
+	// hard links are involved), so the manifest keeps them as links and a
+	// restore links them again instead of making separate copies.
+	linked := map[[2]uint64]bool{}
+	for i := range m {
+		if m[i].Type == File && m[i].Nlink > 1 {
+			linked[m[i].Inode] = true
+		}
+	}
+	if len(linked) == 0 {
+		return m, nil
+	}
+	all, err := r.scan(false, (*scanner).scanTree)
+	if err != nil {
+		return nil, err
+	}
+	n := len(paths)
+	for i := range all {
+		if all[i].Type == File && linked[all[i].Inode] && m.Find(all[i].Path) == nil {
+			paths = append(paths, all[i].Path)
+		}
+	}
+	if len(paths) == n {
+		return m, nil
+	}
+	return scan()
 }
 
 // Recover finishes an interrupted operation, if there is one, and clears

@@ -169,7 +169,7 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	e.Mode = si.Mode & 0o7777
 	e.UID, e.GID = si.UID, si.GID
 	e.Mtime = si.Mtime
-	e.Ctime = si.Ctime
+	e.Ctime, e.Inode, e.Nlink = si.Ctime, [2]uint64{si.Dev, si.Ino}, si.Nlink
 	switch si.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		e.Type = File
