@@ -90,11 +90,12 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 			return nil, err
 		}
 	}
-	// What the layer hides of the tree: everything below a whiteout or an
-	// opaque directory, unless the layer has it again.
+	// What the layer hides of the tree: everything below a whiteout, a
+	// non-directory or an opaque directory, unless the layer has it again.
 	var hidden []string
 	for i := range layer {
-		if layer[i].Type == Absent || sc.opaque[layer[i].Path] {
+		// (A non-directory hides what a directory of the tree held there.)
+		if layer[i].Type != Dir || sc.opaque[layer[i].Path] {
 			hidden = append(hidden, layer[i].Path)
 		}
 	}

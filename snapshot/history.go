@@ -140,7 +140,7 @@ func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool
 		if err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		if c := Conflicts(after, cur); len(c) > 0 {
+		if c := Conflicts(after, target, cur); len(c) > 0 {
 			return &ConflictError{Op: op, Paths: c}
 		}
 	}
@@ -152,15 +152,27 @@ func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool
 	return r.transition(op, target, cur, scope, rec)
 }
 
-// Conflicts lists the paths of cur that differ in type or content from
-// after (a path missing from after is expected to be absent).
-func Conflicts(after, cur Manifest) []string {
+// Conflicts lists the paths of cur (the tree now) that differ in type or
+// content from after (the state the guarded change left them in) before
+// the operation moves them to target. A path after does not list is
+// expected absent below what after removed, else as target records it;
+// a path neither lists is expected absent below what target removes, and
+// is not touched otherwise.
+func Conflicts(after, target, cur Manifest) []string {
 	var out []string
 	for i := range cur {
 		c := &cur[i]
 		a := after.Find(c.Path)
-		if a == nil {
-			a = &Entry{Path: c.Path, Type: Absent}
+		switch {
+		case a != nil:
+		case belowRemoved(after, c.Path):
+			a = &Entry{Path: c.Path, Type: Absent} // the change removed what held it
+		case target.Find(c.Path) != nil:
+			a = target.Find(c.Path) // recorded, but the change left it as it was (another name of a hard link)
+		case belowRemoved(target, c.Path):
+			a = &Entry{Path: c.Path, Type: Absent} // below what the operation removes: someone else made it
+		default:
+			continue // the operation does not touch it
 		}
 		if a.Type != c.Type || a.Type == File && a.Object != c.Object || a.Type == Symlink && a.Target != c.Target {
 			out = append(out, c.Path)
@@ -285,4 +297,17 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 		return st, err
 	}
 	return st, nil
+}
+
+// belowRemoved reports whether an ancestor of p is, in m, absent or not a
+// directory.
+func belowRemoved(m Manifest, p string) bool {
+	for q := Parent(p); ; q = Parent(q) {
+		if e := m.Find(q); e != nil && e.Type != Dir {
+			return true
+		}
+		if q == "" {
+			return false
+		}
+	}
 }
