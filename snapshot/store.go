@@ -79,6 +79,14 @@ func Open(root string, create bool) (*Store, error) {
 	if err := os.Chmod(s.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
+	// The store is no part of the project: git must not offer it to
+	// `git add -A`, which in a copy-mode run would commit every snapshot.
+	ign := filepath.Join(s.Dir, ".gitignore")
+	if _, err := os.Lstat(ign); errors.Is(err, fs.ErrNotExist) {
+		if err := fsutil.WriteFileAtomic(ign, []byte("*\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
 	return s, nil
 }
 
