@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
@@ -93,11 +94,11 @@ func git(t *testing.T, dir string, args ...string) string {
 // git's environment.
 func sbDir(t *testing.T, bin, dir string, args ...string) (stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"-C", dir}, args...)...)
+	cmd, done := boundedCommand(2*time.Minute, bin, append([]string{"-C", dir}, args...)...)
 	cmd.Dir, cmd.Env = dir, gitEnv()
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Run(); done() || err != nil {
 		t.Fatalf("snapback %v: %v\nstdout:\n%s\nstderr:\n%s", args, err, o.String(), e.String())
 	}
 	return o.String(), e.String()

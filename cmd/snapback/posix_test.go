@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,7 +297,7 @@ func runOp(t *testing.T, dir string, op *posixOp, prefix ...string) (string, str
 		argv = []string{"sh", "-c", op.sh}
 	}
 	argv = append(prefix, argv...)
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd, done := boundedCommand(posixOpTimeout, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), posixOpEnv+"="+op.name, "LC_ALL=C")
 	var stdout, stderr bytes.Buffer
@@ -303,12 +305,34 @@ func runOp(t *testing.T, dir string, op *posixOp, prefix ...string) (string, str
 	err := cmd.Run()
 	status := 0
 	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	if done() {
+		t.Fatalf("%v: still running after %v: killed\nstdout:\n%s\nstderr:\n%s", argv, posixOpTimeout, stdout.String(), stderr.String())
+	} else if errors.As(err, &ee) {
 		status = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("%v: %v", argv, err)
 	}
 	return fmt.Sprintf("%s[exit %d]\n", stdout.String(), status), stderr.String()
+}
+
+// posixOpTimeout bounds one op (natively or in a mode): a hang fails
+// the subtest instead of the whole test binary.
+const posixOpTimeout = 30 * time.Second
+
+// boundedCommand is exec.Command with a deadline: past it, the command's
+// whole process group (a mode's helper processes included) is killed.
+// Call done once the command has finished: it reports whether the
+// deadline killed it.
+func boundedCommand(d time.Duration, name string, args ...string) (cmd *exec.Cmd, done func() (timedOut bool)) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	cmd = exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second // output pipes held open by a stray child
+	return cmd, func() bool {
+		defer cancel()
+		return ctx.Err() == context.DeadlineExceeded
+	}
 }
 
 func TestPOSIX(t *testing.T) {
