@@ -5,6 +5,8 @@ package fuse
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -679,11 +681,70 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// The kernel positions appends itself (it knows the size: every
 	// write passes here).
 	flags &^= syscall.O_APPEND | gofuse.FMODE_EXEC | syscall.O_CREAT
+	lower := !n.inUpper.Load() && !n.isDir()
 	fd, err := syscall.Open(n.path(), int(flags)|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, 0, fs.ToErrno(err)
 	}
-	return fs.NewLoopbackFile(fd), gofuse.FOPEN_KEEP_CACHE, 0
+	fuseFlags := uint32(gofuse.FOPEN_KEEP_CACHE)
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		fuseFlags |= gofuse.FOPEN_NOFLUSH // nothing to flush; locks go with the descriptor at release
+	}
+	return newFile(fd, n, lower), fuseFlags, 0
+}
+
+// file is an open file of the view. It never offers go-fuse a
+// passthrough descriptor: go-fuse would register the first open's file
+// (perhaps the lower one) as the inode's backing file and reuse it for
+// later opens, so writes after a copy-up could reach the real tree. A
+// handle opened on the lower file reads the upper copy once there is one.
+type file struct {
+	*fs.LoopbackFile
+	n     *node
+	lower bool
+
+	mu sync.Mutex
+	up *os.File // the upper copy, opened read-only after a copy-up
+}
+
+var _ fs.FilePassthroughFder = (*file)(nil)
+
+func newFile(fd int, n *node, lower bool) *file {
+	return &file{LoopbackFile: fs.NewLoopbackFileFromOS(os.NewFile(uintptr(fd), "")), n: n, lower: lower}
+}
+
+// PassthroughFd declines passthrough (see file).
+func (f *file) PassthroughFd() (int, bool) { return -1, false }
+
+func (f *file) Read(ctx context.Context, buf []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	if f.lower && f.n.inUpper.Load() {
+		f.mu.Lock()
+		if f.up == nil {
+			if up, err := os.Open(f.n.ov.up(f.n.rel())); err == nil {
+				f.up = up
+			}
+		}
+		up := f.up
+		f.mu.Unlock()
+		if up != nil {
+			n, err := up.ReadAt(buf, off)
+			if err != nil && n == 0 && !errors.Is(err, io.EOF) {
+				return nil, fs.ToErrno(err)
+			}
+			return gofuse.ReadResultData(buf[:n]), 0
+		}
+	}
+	return f.LoopbackFile.Read(ctx, buf, off)
+}
+
+func (f *file) Release(ctx context.Context) syscall.Errno {
+	f.mu.Lock()
+	if f.up != nil {
+		f.up.Close() // read-only
+		f.up = nil
+	}
+	f.mu.Unlock()
+	return f.LoopbackFile.Release(ctx)
 }
 
 // prepareNew readies the upper layer for a new entry name in n: the
@@ -750,7 +811,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		syscall.Close(fd)
 		return nil, nil, 0, errno
 	}
-	return ch, fs.NewLoopbackFile(fd), gofuse.FOPEN_KEEP_CACHE, 0
+	return ch, newFile(fd, ch.Operations().(*node), false), gofuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {

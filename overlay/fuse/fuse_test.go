@@ -117,6 +117,7 @@ func TestOverlay(t *testing.T) {
 	lower, upper, mnt, unmount := view(t, func(l string) {
 		treetest.Write(t, l, "a.txt", "a\n", 0o644)
 		treetest.Write(t, l, "keep.txt", "keep\n", 0o644)
+		treetest.Write(t, l, "held.txt", "held\n", 0o644)
 		treetest.Write(t, l, "del.txt", "del\n", 0o644)
 		treetest.Write(t, l, "dir/b.txt", "b\n", 0o644)
 		treetest.Write(t, l, "dir/sub/c.txt", "c\n", 0o644)
@@ -140,7 +141,7 @@ func TestOverlay(t *testing.T) {
 	before := treetest.Capture(t, lower)
 
 	// Merged lookup and readdir; the store is invisible and unwritable.
-	if got, want := names(t, mnt), "a.txt app.txt big.bin chmod.sh del.txt deldir dir hard1 hard2 keep.txt mm.bin redo sym trunc.txt"; got != want {
+	if got, want := names(t, mnt), "a.txt app.txt big.bin chmod.sh del.txt deldir dir hard1 hard2 held.txt keep.txt mm.bin redo sym trunc.txt"; got != want {
 		t.Fatalf("root lists %q, want %q", got, want)
 	}
 	_, err := os.Stat(m(".snapback"))
@@ -162,6 +163,32 @@ func TestOverlay(t *testing.T) {
 	f.Close()
 	if want := big(2<<20 + 5); buf[0] != want {
 		t.Errorf("ranged read: got %d", buf[0])
+	}
+
+	// A file open read-only while another open copies it up: the writes
+	// go to the upper copy (never, through a passthrough backing file
+	// registered for the first open, to the lower file), and the first
+	// handle reads the new content.
+	hold, err := os.Open(m("held.txt"))
+	treetest.Must(t, err)
+	first := make([]byte, 4)
+	_, err = hold.ReadAt(first, 0)
+	treetest.Must(t, err)
+	// (No Fatal while hold is open: the unmount would fail, and closing it
+	// as the test binary exits would wait for this process's own server.)
+	werr := os.WriteFile(m("held.txt"), []byte("NEW!\n"), 0o644)
+	lowerNow := read(t, filepath.Join(lower, "held.txt"))
+	ferr := unix.Fadvise(int(hold.Fd()), 0, 0, unix.FADV_DONTNEED)
+	_, rerr := hold.ReadAt(first, 0)
+	hold.Close()
+	treetest.Must(t, werr)
+	treetest.Must(t, ferr)
+	treetest.Must(t, rerr)
+	if lowerNow != "held\n" {
+		t.Fatalf("a write reached the lower file: %q", lowerNow)
+	}
+	if string(first) != "NEW!" {
+		t.Errorf("a read-only handle from before the copy-up reads %q", first)
 	}
 
 	// Deletions: whiteouts; an rmdir'ed then re-made directory is opaque.
@@ -287,6 +314,7 @@ func TestOverlay(t *testing.T) {
 		"sub2 " + snapshot.Dir.String(),
 		"fifo " + snapshot.Fifo.String(),
 		"hard1 " + snapshot.File.String(),
+		"held.txt " + snapshot.File.String(),
 		"mm.bin " + snapshot.File.String(),
 		"newdir2 " + snapshot.Dir.String(),
 		"newdir2/n.txt " + snapshot.File.String(),
