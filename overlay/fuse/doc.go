@@ -14,17 +14,19 @@
 //   - a directory made where the lower tree had something hidden (mkdir
 //     over a whiteout, a directory renamed over a lower entry) is opaque:
 //     user.overlay.opaque = "y";
+//   - a directory with lower content that is renamed is copied up (the
+//     directory alone), moved, and given user.overlay.redirect = "/" + its
+//     lower path, as overlayfs with redirect_dir does: rename(2) works,
+//     and the changeset reader follows the redirect;
 //   - anything else is the whole new state of its path: a file is copied
 //     up whole (through a temporary file in the run's work directory,
 //     then renamed into place) the first time it is opened for writing,
 //     truncated, chmod/chown/utimes'd, given an xattr, linked or renamed.
 //
-// A directory that has lower content cannot be renamed: rename(2) fails
-// with EXDEV, as on overlayfs without redirect_dir, and tools (mv, git)
-// fall back to copying. Renaming a directory that exists only in the upper
-// layer works. Hard links that exist in the lower tree are separate files
-// in the view (like overlayfs without index): writing one copies it up
-// alone. Links made during the run are real links in the upper layer.
+// Hard links that exist in the lower tree are separate files in the view
+// (own inode numbers, nlink 1), as on overlayfs without index: writing one
+// copies it up alone, and a commit then splits the link. Links made
+// during the run are real links in the upper layer.
 // The store (.snapback at the root) is invisible (lookup ENOENT, absent
 // from listings) and nothing can be created under that name.
 //
@@ -62,9 +64,12 @@
 //
 // The server is the upper layer's only writer, so entries, attributes and
 // negative lookups are cached by the kernel for an hour, file pages are
-// kept across opens (FOPEN_KEEP_CACHE) and directory listings are cached
-// (FOPEN_CACHE_DIR). Passthrough is never used: a passthrough file
-// registered on a lower file could take writes after a copy-up.
+// kept across opens (FOPEN_KEEP_CACHE), read-only opens skip FLUSH
+// (FOPEN_NOFLUSH) and directory listings are cached (FOPEN_CACHE_DIR).
+// Passthrough is never used: go-fuse registers the first open's
+// descriptor as the inode's backing file and reuses it for later opens,
+// so a lower file held open across a copy-up would take the writes meant
+// for the upper copy (a test checks this).
 package fuse
 
 // Hidden first arguments of snapback's own binary.
