@@ -134,6 +134,9 @@ ls db`},
 	{name: "odd-names", sh: `echo sp > 'odd/new space'; printf 'nl\n' > 'odd/x
 y'; printf 'bad\n' > "$(printf 'odd/\377\376')"; mv 'odd/with space' 'odd/with  two  spaces'; rm "$(printf 'odd/bad-\377')"; mv "$(printf 'odd/new\nline')" odd/plain; ls -A --quoting-style=c odd`},
 	{name: "delete-all-kinds", sh: `rm -r dir; rm hard/y fifo link dangling; rm -r odd; ls -A --quoting-style=c . hard | grep -v '^"\.snapback"$'`},
+	{name: "open-fd-semantics", fn: opOpenFDs},
+	{name: "o-tmpfile", fn: opTmpfile},
+	{name: "copies", sh: `cp --reflink=auto a.txt a.copy; cp -a dir dir.copy; cp -a hard hard.copy; cat a.copy; stat -c '%n %a %h' a.copy dir.copy/one hard.copy/x hard.copy/y; getfattr -n user.dir --only-values dir.copy; echo`},
 	{name: "symlink-dir-swap", sh: `rm dirlink; mkdir dirlink; echo in > dirlink/f; rm -r dir/sub; ln -s ../a.txt dir/sub; readlink dir/sub; cat dir/sub dirlink/f`},
 }
 
@@ -830,4 +833,66 @@ func opJournal(o *opEnv) {
 	b, _ := os.ReadFile("db/main.db")
 	o.say("db: %d bytes, pages %q %q %q %q", len(b), b[0], b[4096], b[8192], b[12288])
 	o.cat("db/config")
+}
+
+// opOpenFDs checks what descriptors opened before a change see after it:
+// a reader opened before a writer (a copy-up in the overlay modes), a
+// writer whose file is renamed, a file unlinked while open, and locks.
+func opOpenFDs(o *opEnv) {
+	r, err := os.Open("a.txt")
+	o.must("open a.txt read-only", err)
+	w, err := os.OpenFile("a.txt", os.O_WRONLY|os.O_APPEND, 0)
+	o.must("open a.txt for append", err)
+	_, err = w.Write([]byte("appended\n"))
+	o.res("append", err)
+	buf := make([]byte, 64)
+	n, err := r.ReadAt(buf, 0)
+	o.say("the earlier reader sees %q (%s)", buf[:n], errName(err))
+	o.res("rename a.txt moved.txt", os.Rename("a.txt", "moved.txt"))
+	_, err = w.Write([]byte("after the rename\n"))
+	o.res("write after the rename", err)
+	w.Close()
+	r.Close()
+	o.cat("moved.txt")
+
+	u, err := os.OpenFile("b.txt", os.O_RDWR, 0)
+	o.must("open b.txt", err)
+	o.res("unlink b.txt while open", os.Remove("b.txt"))
+	_, err = u.WriteAt([]byte("ghost"), 0)
+	o.res("write the unlinked file", err)
+	var st unix.Stat_t
+	err = unix.Fstat(int(u.Fd()), &st)
+	o.say("fstat: nlink=%d size=%d %s", st.Nlink, st.Size, errName(err))
+	n, _ = u.ReadAt(buf, 0)
+	o.say("read back %q", buf[:n])
+	u.Close()
+	o.stat("b.txt")
+
+	l, err := os.OpenFile("moved.txt", os.O_RDWR, 0)
+	o.must("open moved.txt", err)
+	o.res("flock", unix.Flock(int(l.Fd()), unix.LOCK_EX|unix.LOCK_NB))
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 10}
+	o.res("fcntl F_SETLK", unix.FcntlFlock(l.Fd(), unix.F_SETLK, &lk))
+	lk = unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 0, Len: 10}
+	o.res("fcntl F_OFD_SETLK", unix.FcntlFlock(l.Fd(), unix.F_OFD_SETLK, &lk))
+	l.Close()
+}
+
+// opTmpfile makes a file with O_TMPFILE and links it into the tree, as
+// some editors and package managers do.
+func opTmpfile(o *opEnv) {
+	fd, err := unix.Open("dir", unix.O_TMPFILE|unix.O_WRONLY, 0o640)
+	if err != nil {
+		o.res("open O_TMPFILE", err)
+		return
+	}
+	o.res("open O_TMPFILE", nil)
+	_, err = unix.Write(fd, []byte("from a tmpfile\n"))
+	o.res("write", err)
+	o.res("fsync", unix.Fsync(fd))
+	o.res("linkat", unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, "dir/linked-tmpfile", unix.AT_SYMLINK_FOLLOW))
+	unix.Close(fd)
+	o.cat("dir/linked-tmpfile")
+	o.stat("dir/linked-tmpfile")
+	o.ls("dir")
 }
