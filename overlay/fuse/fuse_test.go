@@ -12,9 +12,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
 )
@@ -23,6 +25,12 @@ import (
 // itself: with FUSETEST_MMAP=path it maps the file and writes through the
 // mapping (a page fault into our own mount could deadlock the server).
 func TestMain(m *testing.M) {
+	switch { // the test binary is snapback's own binary for Session
+	case len(os.Args) > 1 && os.Args[1] == ExecVerb:
+		os.Exit(Helper(os.Args[2:]))
+	case len(os.Args) > 1 && os.Args[1] == ServeVerb:
+		os.Exit(Serve(os.Args[2:]))
+	}
 	if p := os.Getenv("FUSETEST_MMAP"); p != "" {
 		if err := mmapWrite(p); err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -366,5 +374,107 @@ func TestXWhiteout(t *testing.T) {
 	}
 	if want := "empty " + snapshot.File.String() + ",gone " + snapshot.Absent.String(); strings.Join(got, ",") != want {
 		t.Errorf("changeset %q, want %q", got, want)
+	}
+}
+
+// session runs script in a view of a fresh tree through the real process
+// architecture (helper, detached server, private namespace); during runs
+// it calls during with the tree's root.
+func session(t *testing.T, script string, during func(root string)) (root, upper string, waitErr, finishErr error) {
+	t.Helper()
+	ok, why := Available()
+	if !treetest.Require(t, "fuse", ok, why) {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	root, upper = filepath.Join(dir, "root"), filepath.Join(dir, "upper")
+	work := filepath.Join(dir, "work")
+	treetest.Write(t, root, "a", "a\n", 0o644)
+	treetest.Must(t, os.Mkdir(upper, 0o755))
+	treetest.Must(t, os.Mkdir(work, 0o700))
+	s := NewSession(overlay.Spec{Root: root, Upper: upper, Work: work, Dir: root})
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Dir = root
+	treetest.Must(t, s.Prepare(cmd))
+	treetest.Must(t, cmd.Start())
+	if during != nil {
+		during(root)
+	}
+	waitErr = cmd.Wait()
+	finishErr = s.Finish()
+	if mounted(t, root) {
+		t.Errorf("%s is still mounted in the caller's namespace", root)
+	}
+	if server(root) != 0 {
+		t.Errorf("the server still runs")
+	}
+	return root, upper, waitErr, finishErr
+}
+
+func mounted(t *testing.T, p string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	treetest.Must(t, err)
+	return strings.Contains(string(b), " "+p+" ")
+}
+
+// server finds the pid of the server this test started for root.
+func server(root string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 3 && args[1] == ServeVerb && args[2] == "serve" && strings.Contains(args[3], `"root":"`+root+`"`) {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestSession: the command sees the view at the root's own path; a
+// background job it waits for does not wait for the server; afterwards
+// nothing is mounted or running and the upper layer has the changes.
+func TestSession(t *testing.T) {
+	root, upper, werr, ferr := session(t, `echo b > b && sleep 0.1 & wait; grep -q snapback /proc/self/mountinfo && cat a > c && test ! -e .snapback`, nil)
+	treetest.Must(t, werr)
+	treetest.Must(t, ferr)
+	if _, err := os.Stat(filepath.Join(root, "b")); !os.IsNotExist(err) {
+		t.Errorf("b reached the tree: %v", err)
+	}
+	if got := read(t, filepath.Join(upper, "b")) + read(t, filepath.Join(upper, "c")); got != "b\na\n" {
+		t.Errorf("upper layer holds %q", got)
+	}
+}
+
+// TestKilledServer: a server killed mid-run leaves nothing mounted in the
+// caller's namespace, the tree usable, the command failing with ENOTCONN,
+// and Finish reports it.
+func TestKilledServer(t *testing.T) {
+	root, upper, werr, ferr := session(t, `echo b > b; sleep 2; cat a`, func(root string) {
+		for i := 0; i < 100 && server(root) == 0; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		pid := server(root)
+		if pid == 0 {
+			t.Fatal("no server found")
+		}
+		time.Sleep(200 * time.Millisecond)
+		treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
+	})
+	if werr == nil {
+		t.Errorf("the command succeeded without its view")
+	}
+	if !errors.Is(ferr, ErrServerDied) {
+		t.Errorf("Finish: %v, want ErrServerDied", ferr)
+	}
+	if got := read(t, filepath.Join(root, "a")); got != "a\n" {
+		t.Errorf("the tree reads %q", got)
+	}
+	if got := read(t, filepath.Join(upper, "b")); got != "b\n" {
+		t.Errorf("upper layer: %q", got)
 	}
 }

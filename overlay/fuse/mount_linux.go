@@ -146,6 +146,11 @@ func (s *Session) Finish() error {
 			var ws unix.WaitStatus
 			for i := 0; i < 200; i++ {
 				got, err := unix.Wait4(r.pid, &ws, unix.WNOHANG, nil)
+				if got == r.pid && (ws.Signaled() || ws.ExitStatus() != 0) {
+					// The command lost its view midway (ENOTCONN): what
+					// it left is not to be committed unseen.
+					return fmt.Errorf("%w (%s): the command may have seen \"Transport endpoint is not connected\"; its changes so far stay pending", ErrServerDied, describe(ws))
+				}
 				if got == r.pid || err != nil {
 					break
 				}
@@ -156,6 +161,17 @@ func (s *Session) Finish() error {
 	case <-time.After(s.finishTimeout):
 		return errors.New("fuse: the server did not exit after the command ended")
 	}
+}
+
+// ErrServerDied is returned by Finish when the server did not exit
+// normally (killed, or failed) while the command ran.
+var ErrServerDied = errors.New("fuse: the server died during the run")
+
+func describe(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
 }
 
 // Helper is the exec helper's main (args follow ExecVerb). It returns
