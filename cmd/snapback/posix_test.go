@@ -135,7 +135,11 @@ ls db`},
 y'; printf 'bad\n' > "$(printf 'odd/\377\376')"; mv 'odd/with space' 'odd/with  two  spaces'; rm "$(printf 'odd/bad-\377')"; mv "$(printf 'odd/new\nline')" odd/plain; ls -A --quoting-style=c odd`},
 	{name: "delete-all-kinds", sh: `rm -r dir; rm hard/y fifo link dangling; rm -r odd; ls -A --quoting-style=c . hard | grep -v '^"\.snapback"$'`},
 	{name: "open-fd-semantics", fn: opOpenFDs},
-	{name: "o-tmpfile", fn: opTmpfile},
+	{name: "o-tmpfile", fn: opTmpfile, dev: map[string]posixDev{
+		// go-fuse has no FUSE_TMPFILE: open(O_TMPFILE) fails with
+		// EOPNOTSUPP, which programs that use it must (and do) handle.
+		"fuse": {out: []string{"O_TMPFILE + linkat: ok", "O_TMPFILE: EOPNOTSUPP (a named temp file instead)\nrename dir/.tmp dir/linked-tmpfile: ok"}},
+	}},
 	{name: "copies", sh: `cp --reflink=auto a.txt a.copy; cp -a dir dir.copy; cp -a hard hard.copy; cat a.copy; stat -c '%n %a %h' a.copy dir.copy/one hard.copy/x hard.copy/y; getfattr -n user.dir --only-values dir.copy; echo`},
 	{name: "symlink-dir-swap", sh: `rm dirlink; mkdir dirlink; echo in > dirlink/f; rm -r dir/sub; ln -s ../a.txt dir/sub; readlink dir/sub; cat dir/sub dirlink/f`},
 }
@@ -879,19 +883,33 @@ func opOpenFDs(o *opEnv) {
 }
 
 // opTmpfile makes a file with O_TMPFILE and links it into the tree, as
-// some editors and package managers do.
+// some editors and package managers do; where O_TMPFILE is not supported
+// it falls back to a named temp file, as they do.
 func opTmpfile(o *opEnv) {
+	step, err := "open", error(nil)
 	fd, err := unix.Open("dir", unix.O_TMPFILE|unix.O_WRONLY, 0o640)
-	if err != nil {
-		o.res("open O_TMPFILE", err)
-		return
+	if err == nil {
+		if _, err = unix.Write(fd, []byte("from a tmpfile\n")); err != nil {
+			step = "write"
+		} else if err = unix.Fsync(fd); err != nil {
+			step = "fsync"
+		} else if err = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, "dir/linked-tmpfile", unix.AT_SYMLINK_FOLLOW); err != nil {
+			step = "linkat"
+		}
+		unix.Close(fd)
 	}
-	o.res("open O_TMPFILE", nil)
-	_, err = unix.Write(fd, []byte("from a tmpfile\n"))
-	o.res("write", err)
-	o.res("fsync", unix.Fsync(fd))
-	o.res("linkat", unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), unix.AT_FDCWD, "dir/linked-tmpfile", unix.AT_SYMLINK_FOLLOW))
-	unix.Close(fd)
+	switch {
+	case err == nil:
+		o.say("O_TMPFILE + linkat: ok")
+	case step == "open" && errors.Is(err, unix.EOPNOTSUPP):
+		o.say("O_TMPFILE: EOPNOTSUPP (a named temp file instead)")
+		if err := os.WriteFile("dir/.tmp", []byte("from a tmpfile\n"), 0o640); err != nil {
+			o.res("write dir/.tmp", err)
+		}
+		o.res("rename dir/.tmp dir/linked-tmpfile", os.Rename("dir/.tmp", "dir/linked-tmpfile"))
+	default:
+		o.say("O_TMPFILE + linkat: %s %s", step, errName(err))
+	}
 	o.cat("dir/linked-tmpfile")
 	o.stat("dir/linked-tmpfile")
 	o.ls("dir")
