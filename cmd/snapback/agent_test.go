@@ -317,3 +317,39 @@ func TestAgent(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyRunThen: the copy mode works on the tree itself, so it cannot
+// keep a run for review; asked to (--then review) or to throw the changes
+// away (--then discard), it must do so or refuse before running the
+// command, never apply the changes silently.
+func TestCopyRunThen(t *testing.T) {
+	bin := snapbackBinary(t)
+	for _, then := range []string{"review", "discard"} {
+		t.Run(then, func(t *testing.T) {
+			root := t.TempDir()
+			treetest.Write(t, root, "a", "before\n", 0o644)
+			before := treetest.Capture(t, root, snapshot.StoreDir)
+			cmd, done := boundedCommand(time.Minute, bin, "-C", root, "run", "--mode", "copy", "--then", then, "--", "sh", "-c", "echo changed > a")
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if done() {
+				t.Fatal("snapback run timed out")
+			}
+			status, _ := sbDir(t, bin, root, "status")
+			switch {
+			case err != nil: // refused: nothing may have run
+				treetest.Equal(t, "after a refused run", before, treetest.Capture(t, root, snapshot.StoreDir))
+			case then == "discard":
+				treetest.Equal(t, "after run --then discard", before, treetest.Capture(t, root, snapshot.StoreDir))
+			case then == "review":
+				treetest.Equal(t, "while run --then review is pending", before, treetest.Capture(t, root, snapshot.StoreDir))
+				if !strings.Contains(status, "pending") {
+					t.Errorf("run --then review left no pending run:\n%s", status)
+				}
+			}
+			if t.Failed() {
+				t.Logf("snapback run --mode copy --then %s: %v\n%s", then, err, out)
+			}
+		})
+	}
+}
