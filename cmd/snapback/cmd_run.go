@@ -123,7 +123,12 @@ func runRun(g *globals, o runOptions, argv []string) error {
 		return err
 	}
 	if mode == "copy" {
-		return runCopy(g, repo, argv)
+		// The copy mode runs on the tree itself: nothing can wait for
+		// review, and discarding means undoing at once.
+		if o.then == "review" {
+			return usageErr("run: --then review needs an overlay mode; the copy mode changes the tree itself (snapback doctor says which modes work here)")
+		}
+		return runCopy(g, repo, argv, o.then == "discard")
 	}
 	if p == nil {
 		if p, err = repo.StartPending(argv, mode); err != nil {
@@ -200,7 +205,7 @@ func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []s
 }
 
 // runCopy: snapshot, run on the real tree, record what changed.
-func runCopy(g *globals, repo *snapshot.Repo, argv []string) error {
+func runCopy(g *globals, repo *snapshot.Repo, argv []string, discard bool) error {
 	run, err := repo.BeginRun(argv, "copy")
 	if err != nil {
 		return err
@@ -216,6 +221,11 @@ func runCopy(g *globals, repo *snapshot.Repo, argv []string) error {
 	}
 	if err := repo.FinishRun(run, &status); err != nil {
 		return err
+	}
+	if discard {
+		if _, _, err := repo.Undo(run.Meta.ID, false); err != nil {
+			return fmt.Errorf("run --then discard: %w", err)
+		}
 	}
 	if status != 0 {
 		return &statusError{status: status}
