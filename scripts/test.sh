@@ -64,7 +64,7 @@ trap stop_services EXIT
 # then its absence fails them. Later issues extend the list (fuse,
 # overlayfs, docker, postgres, mysql, btrfs) as tests for them land; list
 # nothing that no test uses yet.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse
 
 # --- checks ------------------------------------------------------------
 failed=()

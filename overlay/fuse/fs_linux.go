@@ -38,6 +38,7 @@ type overlayFS struct {
 	mu    sync.Mutex        // serializes copy-ups; guards alias
 	alias map[uint64]uint64 // upper inode number -> the view's inode number (after a copy-up)
 	seq   atomic.Uint64
+	gen   atomic.Uint64 // generations that tell lower hard links apart
 }
 
 // node is a path of the view. Its layer is decided at lookup and changes
@@ -275,23 +276,25 @@ func (ov *overlayFS) stable(ino uint64) uint64 {
 	return ino
 }
 
+// setIno reports the node's inode number, kept across a copy-up.
+func (n *node) setIno(a *gofuse.Attr) { a.Ino = n.StableAttr().Ino }
+
 // newChild registers the child found or made at st.
 func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper bool, lower string, lowerOK bool, out *gofuse.EntryOut) *fs.Inode {
-	ino := st.Ino
-	typ := st.Mode & syscall.S_IFMT
+	id := fs.StableAttr{Mode: st.Mode & syscall.S_IFMT, Ino: st.Ino}
 	if inUpper {
-		ino = n.ov.stable(ino)
-	} else if typ != syscall.S_IFDIR && st.Nlink > 1 {
-		ino = 0 // a lower hard link is its own file in the view: a copy-up breaks the link
+		id.Ino = n.ov.stable(id.Ino)
+	} else if id.Mode != syscall.S_IFDIR && st.Nlink > 1 {
+		// A lower hard link is a node of its own (a copy-up splits the
+		// link), with the lower inode number: until then `cp -a` or tar
+		// see the names as one file, as on overlayfs.
+		id.Gen = n.ov.gen.Add(1)
 	}
 	c := &node{ov: n.ov, lower: lower, lowerOK: lowerOK}
 	c.inUpper.Store(inUpper)
-	ch := n.NewInode(ctx, c, fs.StableAttr{Mode: typ, Ino: ino})
+	ch := n.NewInode(ctx, c, id)
 	out.Attr.FromStat(st)
-	out.Attr.Ino = ch.StableAttr().Ino
-	if ino == 0 {
-		out.Attr.Nlink = 1 // its own file in the view
-	}
+	ch.Operations().(*node).setIno(&out.Attr)
 	return ch
 }
 
@@ -332,16 +335,13 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut
 	if err != nil {
 		if fg, ok := f.(fs.FileGetattrer); ok { // an open file whose name is gone
 			errno := fg.Getattr(ctx, out)
-			out.Ino = n.StableAttr().Ino
+			n.setIno(&out.Attr)
 			return errno
 		}
 		return fs.ToErrno(err)
 	}
 	out.FromStat(&st)
-	out.Ino = n.StableAttr().Ino
-	if n.StableAttr().Ino >= 1<<63 && !n.inUpper.Load() {
-		out.Nlink = 1 // a lower hard link: its own file in the view
-	}
+	n.setIno(&out.Attr)
 	return 0
 }
 
@@ -529,8 +529,8 @@ func (ov *overlayFS) install(tmp, rel, parentLower string, st *syscall.Stat_t) e
 		return err
 	}
 	var ust syscall.Stat_t
-	if err := syscall.Lstat(ov.up(rel), &ust); err == nil {
-		ov.alias[ust.Ino] = st.Ino
+	if err := syscall.Lstat(ov.up(rel), &ust); err == nil && (st.Nlink <= 1 || st.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
+		ov.alias[ust.Ino] = st.Ino // (a lower hard link has a node of its own: no alias)
 	}
 	if keep {
 		pts := []unix.Timespec{unix.Timespec(pst.Atim), unix.Timespec(pst.Mtim)}
@@ -666,7 +666,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 		return fs.ToErrno(err)
 	}
 	out.FromStat(&st)
-	out.Ino = n.StableAttr().Ino
+	n.setIno(&out.Attr)
 	return 0
 }
 
@@ -879,7 +879,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, fs.ToErrno(err)
 	}
 	out.Attr.FromStat(&st)
-	out.Attr.Ino = t.StableAttr().Ino
+	t.setIno(&out.Attr)
 	return t.EmbeddedInode(), 0 // the same file: one inode in the kernel too
 }
 
