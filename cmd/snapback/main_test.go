@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,10 +16,21 @@ import (
 	"github.com/snapback/snapback/overlay/fuse"
 )
 
+// cleanupM removes, after the tests, the binary snapbackBinary built.
+type cleanupM struct{ m *testing.M }
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath)) // a temp directory of our own
+	}
+	return code
+}
+
 // TestMain lets the test binary act as the snapback command inside the
 // scripts ("exec snapback ..." runs Main in a child process).
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(cleanupM{m}, map[string]func(){
 		"snapback": func() { os.Exit(Main()) },
 	})
 }
