@@ -70,6 +70,24 @@
 // descriptor as the inode's backing file and reuses it for later opens,
 // so a lower file held open across a copy-up would take the writes meant
 // for the upper copy (a test checks this).
+//
+// # Performance
+//
+// scripts/overlay-bench.sh on a git repository of Go's src/ (11.5k files,
+// 1.3k directories; 2 vCPU VM, kernel 6.18, ext4), warm, medians of 5,
+// ratio to native (native: find 21 ms, tar 94 ms, git status 30 ms):
+//
+//	mode       find   tar cf /dev/zero   git status
+//	overlayfs  1.1x   1.4x               1.4x
+//	fuse       4.1x   7.3x               4.0x
+//
+// Every entry, attribute, listing and page is cached by the kernel, so
+// what remains is one request per directory open (OPENDIR, RELEASEDIR)
+// and per file open (OPEN, RELEASE) at 25-90 us each on this VM. Going
+// further needs zero-message opens (FUSE_NO_OPEN_SUPPORT and
+// NO_OPENDIR_SUPPORT), which go-fuse's fs package does not negotiate for
+// directories, and which for files moves the copy-up to the first write
+// and must be checked against O_TRUNC (atomic_o_trunc) handling.
 package fuse
 
 // Hidden first arguments of snapback's own binary.
