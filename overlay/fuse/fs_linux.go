@@ -35,8 +35,11 @@ type overlayFS struct {
 	lower, upper, work string
 	asRoot             bool // whiteouts as 0/0 devices; owners preserved
 
-	mu    sync.Mutex        // serializes copy-ups; guards alias
-	alias map[uint64]uint64 // upper inode number -> the view's inode number (after a copy-up)
+	// mu serializes copy-ups and the operations that change names, so a
+	// copy-up never races an unlink or rename of the same path.
+	mu      sync.Mutex
+	aliasMu sync.Mutex
+	alias   map[uint64]uint64 // upper inode number -> the view's inode number (after a copy-up)
 	seq   atomic.Uint64
 	gen   atomic.Uint64 // generations that tell lower hard links apart
 }
@@ -268,8 +271,8 @@ func setOpaque(p string) error {
 
 // stable is the view's inode number for an upper entry.
 func (ov *overlayFS) stable(ino uint64) uint64 {
-	ov.mu.Lock()
-	defer ov.mu.Unlock()
+	ov.aliasMu.Lock()
+	defer ov.aliasMu.Unlock()
 	if s, ok := ov.alias[ino]; ok {
 		return s
 	}
@@ -530,7 +533,9 @@ func (ov *overlayFS) install(tmp, rel, parentLower string, st *syscall.Stat_t) e
 	}
 	var ust syscall.Stat_t
 	if err := syscall.Lstat(ov.up(rel), &ust); err == nil && (st.Nlink <= 1 || st.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
+		ov.aliasMu.Lock()
 		ov.alias[ust.Ino] = st.Ino // (a lower hard link has a node of its own: no alias)
+		ov.aliasMu.Unlock()
 	}
 	if keep {
 		pts := []unix.Timespec{unix.Timespec(pst.Atim), unix.Timespec(pst.Mtim)}
@@ -542,12 +547,17 @@ func (ov *overlayFS) install(tmp, rel, parentLower string, st *syscall.Stat_t) e
 // copyUp moves the node to the upper layer (a directory: makes sure the
 // upper layer has it).
 func (n *node) copyUp() syscall.Errno {
-	ov := n.ov
 	if !n.isDir() && n.inUpper.Load() {
 		return 0
 	}
-	ov.mu.Lock()
-	defer ov.mu.Unlock()
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
+	return n.copyUpLocked()
+}
+
+// copyUpLocked is copyUp with ov.mu held.
+func (n *node) copyUpLocked() syscall.Errno {
+	ov := n.ov
 	if n.isDir() {
 		return fs.ToErrno(ov.copyUpDir(n))
 	}
@@ -563,6 +573,9 @@ func (n *node) copyUp() syscall.Errno {
 		return fs.ToErrno(err)
 	}
 	rel := n.rel()
+	if _, _, wh := upperState(ov.up(rel)); wh {
+		return syscall.ENOENT // unlinked while this waited for the lock
+	}
 	src := ov.low(n.lower)
 	var st syscall.Stat_t
 	if err := syscall.Lstat(src, &st); err != nil {
@@ -755,7 +768,7 @@ func (n *node) prepareNew(name string) (rel string, overWhiteout bool, errno sys
 	if prel == "" && name == storeName {
 		return "", false, syscall.EPERM
 	}
-	if errno := n.copyUp(); errno != 0 {
+	if errno := n.copyUpLocked(); errno != 0 {
 		return "", false, errno
 	}
 	rel = join(prel, name)
@@ -795,6 +808,8 @@ func (n *node) entryOut(ctx context.Context, p string, out *gofuse.EntryOut) (*f
 }
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *gofuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	rel, _, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -815,6 +830,8 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	rel, wh, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, errno
@@ -833,6 +850,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	rel, _, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, errno
@@ -846,6 +865,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *go
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	rel, _, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, errno
@@ -863,7 +884,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if !ok {
 		return nil, syscall.EXDEV
 	}
-	if errno := t.copyUp(); errno != 0 {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
+	if errno := t.copyUpLocked(); errno != 0 {
 		return nil, errno
 	}
 	rel, _, errno := n.prepareNew(name)
@@ -892,6 +915,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	prel := n.rel()
 	if prel == "" && name == storeName {
 		return syscall.ENOENT
@@ -899,7 +924,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	rel := join(prel, name)
 	_, has, _ := upperState(n.ov.up(rel))
 	if n.lowerHas(name) {
-		if errno := n.copyUp(); errno != 0 {
+		if errno := n.copyUpLocked(); errno != 0 {
 			return errno
 		}
 		return fs.ToErrno(n.ov.makeWhiteout(n.ov.up(rel)))
@@ -934,6 +959,8 @@ func (c *node) empty(rel string) (bool, syscall.Errno) {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	prel := n.rel()
 	if prel == "" && name == storeName {
 		return syscall.ENOENT
@@ -955,7 +982,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		}
 	}
 	if n.lowerHas(name) {
-		if errno := n.copyUp(); errno != 0 {
+		if errno := n.copyUpLocked(); errno != 0 {
 			return errno
 		}
 		return fs.ToErrno(n.ov.makeWhiteout(n.ov.up(rel)))
@@ -972,6 +999,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // redirect_dir does; a whiteout takes the old name when the lower tree
 // has it.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	n.ov.mu.Lock()
+	defer n.ov.mu.Unlock()
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -1009,10 +1038,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return syscall.ENOTEMPTY
 		}
 	}
-	if errno := src.copyUp(); errno != 0 {
+	if errno := src.copyUpLocked(); errno != 0 {
 		return errno
 	}
-	if errno := np.copyUp(); errno != 0 {
+	if errno := np.copyUpLocked(); errno != 0 {
 		return errno
 	}
 	if dstWh || dir && dstDir {
@@ -1062,7 +1091,7 @@ func (n *node) exchange(ctx context.Context, src *node, srel string, np *node, n
 		}
 	}
 	for _, c := range []*node{src, dst, n, np} {
-		if errno := c.copyUp(); errno != 0 {
+		if errno := c.copyUpLocked(); errno != 0 {
 			return errno
 		}
 	}
