@@ -40,8 +40,8 @@ type overlayFS struct {
 	mu      sync.Mutex
 	aliasMu sync.Mutex
 	alias   map[uint64]uint64 // upper inode number -> the view's inode number (after a copy-up)
-	seq   atomic.Uint64
-	gen   atomic.Uint64 // generations that tell lower hard links apart
+	seq     atomic.Uint64
+	gen     atomic.Uint64 // generations that tell lower hard links apart
 }
 
 // node is a path of the view. Its layer is decided at lookup and changes
