@@ -28,6 +28,7 @@ need_pkg() {
 need_pkg fuse3 # the fuse isolation mode
 need_pkg attr  # setfattr/getfattr: xattr fixtures
 need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs backend)
+need_pkg sqlite3 git # the POSIX table and the agent scenario run them under snapback
 # Later issues add: docker.io postgresql mariadb-server.
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
