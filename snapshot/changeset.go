@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
@@ -284,36 +285,103 @@ func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string,
 	}
 	defer td.Close()
 	isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
+	rs, rerr := td.Lstat(name)
+	realDir := rerr == nil && uint32(rs.Mode)&unix.S_IFMT == unix.S_IFDIR
+	if isWhiteout(ud, name, st) {
+		if realDir {
+			// A directory may have been renamed away rather than deleted
+			// (its new name follows it by a redirect): never delete an
+			// ignored directory on a whiteout alone.
+			return ud.Unlink(name)
+		}
+		if err := td.RemoveAll(name); err != nil {
+			return err
+		}
+		return ud.Unlink(name)
+	}
 	if isDir {
-		rs, err := td.Lstat(name)
-		opaque := false
-		if xs, _ := ud.Xattrs(name); len(xs) > 0 { // unreadable xattrs: treat as not opaque
-			for _, x := range xs {
-				opaque = opaque || strings.HasSuffix(x.Name, "overlay.opaque") && string(x.Value) == "y"
+		var opaque bool
+		var redirect string
+		xs, _ := ud.Xattrs(name) // unreadable xattrs: treat as a plain directory
+		for _, x := range xs {
+			opaque = opaque || strings.HasSuffix(x.Name, "overlay.opaque") && string(x.Value) == "y"
+			if strings.HasSuffix(x.Name, "overlay.redirect") {
+				redirect = string(x.Value)
 			}
 		}
-		if err == nil && uint32(rs.Mode)&unix.S_IFMT == unix.S_IFDIR && !opaque {
+		if redirect != "" && rerr != nil {
+			// Renamed from elsewhere: bring what the view showed of the
+			// origin here first, then what the layer adds.
+			origin := strings.Trim(redirect, "/")
+			if !strings.HasPrefix(redirect, "/") {
+				origin = joinPath(dir, redirect)
+			}
+			if err := r.bringOver(origin, p); err != nil {
+				return err
+			}
+			return r.writeThrough(pr, upper, p, true)
+		}
+		if realDir && !opaque {
 			return r.writeThrough(pr, upper, p, true) // merge into the existing directory
 		}
 	}
 	if err := td.RemoveAll(name); err != nil {
 		return err
 	}
-	if isWhiteout(ud, name, st) {
-		return ud.Unlink(name)
-	}
 	if err := ud.Rename(name, td, name); err != nil {
 		return err
 	}
 	if isDir { // overlay's own marks must not follow it into the tree
 		if f, err := td.Open(name, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
-			for _, x := range []string{"trusted.overlay.opaque", "user.overlay.opaque"} {
-				_ = unix.Fremovexattr(int(f.Fd()), x) // absent on most directories
+			for _, x := range []string{"opaque", "redirect", "origin", "impure"} {
+				_ = unix.Fremovexattr(int(f.Fd()), "trusted.overlay."+x) // absent on most directories
+				_ = unix.Fremovexattr(int(f.Fd()), "user.overlay."+x)
 			}
 			f.Close()
 		}
 	}
 	return nil
+}
+
+// bringOver makes the tree's directory to a copy of its directory from
+// (for an ignored directory the run renamed): an ignored origin is simply
+// renamed, as everything ignored writes through; a tracked one is copied,
+// since it stays the run's to commit or discard.
+func (r *Repo) bringOver(from, to string) error {
+	if !ValidPath(from) {
+		return fmt.Errorf("bad redirect %q", from)
+	}
+	if r.ign.Ignored(from, true) {
+		fd, err := r.root.OpenDir(Parent(from))
+		if err != nil {
+			return nil // gone already: nothing to bring
+		}
+		defer fd.Close()
+		td, err := r.root.OpenDir(Parent(to))
+		if err != nil {
+			return err
+		}
+		defer td.Close()
+		if err := fd.Rename(Base(from), td, Base(to)); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+		return nil
+	}
+	src, err := r.ScanPaths([]string{from}, true, true)
+	if err != nil {
+		return err
+	}
+	var target Manifest
+	for _, e := range src {
+		if e.Type == Absent {
+			return nil
+		}
+		e.Path, e.Link = to+strings.TrimPrefix(e.Path, from), ""
+		target = append(target, e)
+	}
+	target.Sort()
+	a := &applier{s: r.Store, root: r.root, opID: NewID(time.Now()), target: target, scope: ScopePaths}
+	return a.run(nil)
 }
 
 // makeParents creates in the tree the directories above an ignored path
