@@ -288,7 +288,7 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 	}
 	// The stat cache must not vouch for objects that are gone.
 	c := r.loadCache()
-	for p, e := range c.m {
+	for p, e := range c.entries() {
 		if !live[e.Object] {
 			c.drop(p)
 		}

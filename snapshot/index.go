@@ -32,10 +32,21 @@ type cacheEntry struct {
 	NoXattrs bool
 }
 
+// statCache is read from disk at its first use: a scan that needs none
+// (of an upper layer, of no paths) must not pay for parsing an index of
+// the whole tree, which makes `run -- true` flat in the tree's size.
 type statCache struct {
 	mu      sync.Mutex
 	m       map[string]cacheEntry
 	changed bool
+	load    func() map[string]cacheEntry // nil once loaded
+}
+
+// ensure loads the cache; c.mu must be held.
+func (c *statCache) ensure() {
+	if c.load != nil {
+		c.m, c.load = c.load(), nil
+	}
 }
 
 // racyMargin is how much older than the hash a ctime must be to trust the
@@ -49,6 +60,7 @@ func racyMargin(k statKey) int64 {
 
 func (c *statCache) lookup(path string, k statKey) (cacheEntry, bool) {
 	c.mu.Lock()
+	c.ensure()
 	e, ok := c.m[path]
 	c.mu.Unlock()
 	if !ok || e.statKey != k || k.Ctime >= e.HashedAt-racyMargin(k) || k.Mtime >= e.HashedAt-racyMargin(k) {
@@ -59,6 +71,7 @@ func (c *statCache) lookup(path string, k statKey) (cacheEntry, bool) {
 
 func (c *statCache) put(path string, k statKey, obj ObjectID, hashedAt int64, noXattrs bool) {
 	c.mu.Lock()
+	c.ensure()
 	c.m[path] = cacheEntry{statKey: k, Object: obj, HashedAt: hashedAt, NoXattrs: noXattrs}
 	c.changed = true
 	c.mu.Unlock()
@@ -66,6 +79,7 @@ func (c *statCache) put(path string, k statKey, obj ObjectID, hashedAt int64, no
 
 func (c *statCache) drop(path string) {
 	c.mu.Lock()
+	c.ensure()
 	if _, ok := c.m[path]; ok {
 		delete(c.m, path)
 		c.changed = true
@@ -74,10 +88,26 @@ func (c *statCache) drop(path string) {
 }
 
 func (s *Store) loadCache() *statCache {
-	c := &statCache{m: map[string]cacheEntry{}}
+	return &statCache{load: s.readCache}
+}
+
+// entries returns a copy of the cache's entries (for gc).
+func (c *statCache) entries() map[string]cacheEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ensure()
+	out := make(map[string]cacheEntry, len(c.m))
+	for p, e := range c.m {
+		out[p] = e
+	}
+	return out
+}
+
+func (s *Store) readCache() map[string]cacheEntry {
+	m := map[string]cacheEntry{}
 	b, err := os.ReadFile(s.path("index"))
 	if err != nil || len(b) < len(indexMagic) || string(b[:len(indexMagic)]) != indexMagic {
-		return c // no cache or an old one: it is only an optimization
+		return m // no cache or an old one: it is only an optimization
 	}
 	d := &decoder{b: b[len(indexMagic):]}
 	for len(d.b) > 0 && d.err == nil {
@@ -93,13 +123,13 @@ func (s *Store) loadCache() *statCache {
 		e.HashedAt = d.varint("hashed")
 		if x := d.bytes(1, "flags"); d.err == nil {
 			e.NoXattrs = x[0]&1 != 0
-			c.m[p] = e
+			m[p] = e
 		}
 	}
 	if d.err != nil {
-		return &statCache{m: map[string]cacheEntry{}}
+		return map[string]cacheEntry{}
 	}
-	return c
+	return m
 }
 
 func (s *Store) saveCache(c *statCache) error {

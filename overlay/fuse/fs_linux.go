@@ -830,6 +830,28 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, out, func(p string, overWhiteout bool) error {
+		if err := syscall.Mkdir(p, mode); err != nil {
+			return err
+		}
+		if overWhiteout {
+			return setOpaque(p) // nothing of the lower directory shows through
+		}
+		return nil
+	})
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, out, func(p string, _ bool) error { return unix.Mknod(p, mode, int(dev)) })
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, out, func(p string, _ bool) error { return os.Symlink(target, p) })
+}
+
+// make creates a new entry name in the upper layer with create (told
+// whether it replaces a whiteout), owned by the caller.
+func (n *node) make(ctx context.Context, name string, out *gofuse.EntryOut, create func(p string, overWhiteout bool) error) (*fs.Inode, syscall.Errno) {
 	n.ov.mu.Lock()
 	defer n.ov.mu.Unlock()
 	rel, wh, errno := n.prepareNew(name)
@@ -837,42 +859,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 		return nil, errno
 	}
 	p := n.ov.up(rel)
-	if err := syscall.Mkdir(p, mode); err != nil {
-		return nil, fs.ToErrno(err)
-	}
-	if wh {
-		if err := setOpaque(p); err != nil {
-			return nil, fs.ToErrno(err)
-		}
-	}
-	n.own(ctx, p)
-	return n.entryOut(ctx, p, out)
-}
-
-func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	n.ov.mu.Lock()
-	defer n.ov.mu.Unlock()
-	rel, _, errno := n.prepareNew(name)
-	if errno != 0 {
-		return nil, errno
-	}
-	p := n.ov.up(rel)
-	if err := unix.Mknod(p, mode, int(dev)); err != nil {
-		return nil, fs.ToErrno(err)
-	}
-	n.own(ctx, p)
-	return n.entryOut(ctx, p, out)
-}
-
-func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	n.ov.mu.Lock()
-	defer n.ov.mu.Unlock()
-	rel, _, errno := n.prepareNew(name)
-	if errno != 0 {
-		return nil, errno
-	}
-	p := n.ov.up(rel)
-	if err := os.Symlink(target, p); err != nil {
+	if err := create(p, wh); err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	n.own(ctx, p)
