@@ -64,7 +64,7 @@ func view(t *testing.T, fill func(lower string)) (lower, upper, mnt string, unmo
 	t.Helper()
 	ok, why := Available()
 	if !treetest.Require(t, "fuse", ok, why) {
-		t.Skip(why)
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 	}
 	dir := t.TempDir()
 	lower, upper, mnt = filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "mnt")
@@ -355,7 +355,7 @@ func TestXWhiteout(t *testing.T) {
 	treetest.Write(t, root, "empty", "", 0o644)
 	treetest.Must(t, os.Mkdir(upper, 0o755))
 	if !treetest.Require(t, "xattr", treetest.XattrsSupported(upper), "no user xattrs on "+upper) {
-		t.Skip("no user xattrs")
+		t.Skip("SNAPBACK_REQUIRE does not name xattr: no user xattrs")
 	}
 	ov := &overlayFS{upper: upper, work: upper}
 	treetest.Must(t, ov.makeWhiteout(filepath.Join(upper, "gone")))
@@ -384,7 +384,7 @@ func session(t *testing.T, script string, during func(root string)) (root, upper
 	t.Helper()
 	ok, why := Available()
 	if !treetest.Require(t, "fuse", ok, why) {
-		t.Skip(why)
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 	}
 	dir := t.TempDir()
 	root, upper = filepath.Join(dir, "root"), filepath.Join(dir, "upper")
