@@ -60,9 +60,6 @@ func (r *Repo) Close() {
 	r.root.Close()
 }
 
-// RootDir is the open project root.
-func (r *Repo) RootDir() *fsutil.Dir { return r.root }
-
 // ScanTree reads the whole tree; with store set, contents not yet in the
 // store are added to it.
 func (r *Repo) ScanTree(store bool) (Manifest, error) {
@@ -138,12 +135,6 @@ func (r *Repo) snapInto(meta *Meta) error {
 	}
 	return r.WriteMeta(meta)
 }
-
-// SaveMeta rewrites a snapshot record (a run's exit status, say).
-func (r *Repo) SaveMeta(m *Meta) error { return r.WriteMeta(m) }
-
-// NewMeta starts a snapshot record (not yet written).
-func (r *Repo) NewMeta(kind Kind, scope Scope) (*Meta, error) { return r.newMeta(kind, scope) }
 
 // journal is the plan of a tree-changing operation, written (and synced)
 // before the first change: recover finishes it by applying Target again

@@ -60,12 +60,11 @@ func Mount(lower, upper, work, mnt string) (*gofuse.Server, error) {
 // command ended) stops the server and waits until it is gone, so the
 // upper layer is complete and still.
 type Session struct {
-	spec                 overlay.Spec
-	aliveR, aliveW       *os.File
-	doneR, doneW         *os.File
-	prepared             bool
-	finishTimeout        time.Duration
-	serverPID, serverErr string
+	spec           overlay.Spec
+	aliveR, aliveW *os.File
+	doneR, doneW   *os.File
+	prepared       bool
+	finishTimeout  time.Duration
 }
 
 // NewSession makes a session for spec (Path and Dir are filled by Prepare
