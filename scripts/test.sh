@@ -108,10 +108,11 @@ while read -r file; do
 done < <(grep -rl --include='*_test.go' '^func Fuzz' . | sed 's|^\./||' | sort)
 
 total=$((passed + ${#failed[@]}))
-echo "steps: $passed passed, ${#failed[@]} failed"
 if [ ${#failed[@]} -gt 0 ]; then
 	list=$(printf '%s, ' "${failed[@]}")
 	echo "FAIL: ${#failed[@]} of $total steps failed in $((SECONDS - t0))s: ${list%, }"
+	echo "steps: $passed passed, ${#failed[@]} failed"
 	exit 1
 fi
 echo "PASS: all $total steps in $((SECONDS - t0))s"
+echo "steps: $passed passed, 0 failed"
