@@ -37,19 +37,19 @@ func Prepare(spec Spec) func(*exec.Cmd) error {
 		}
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
 		if spec.UserNS {
-			userNS(cmd.SysProcAttr)
+			UserNS(cmd.SysProcAttr)
 		}
 		return nil
 	}
 }
 
-// userNS makes the helper an ordinary user's: a new user namespace that
+// UserNS makes the helper an ordinary user's: a new user namespace that
 // maps only the caller's own uid and gid (so the command does not become
 // a fake root), with the capabilities the overlay mount needs raised as
 // ambient ones for the helper alone; it clears them before the exec.
 // CAP_SYS_ADMIN alone is not enough: overlayfs's work directory needs the
 // DAC capabilities too (OVERLAY-NOTES.md).
-func userNS(a *syscall.SysProcAttr) {
+func UserNS(a *syscall.SysProcAttr) {
 	uid, gid := os.Getuid(), os.Getgid()
 	a.Cloneflags |= unix.CLONE_NEWUSER
 	a.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
@@ -176,7 +176,7 @@ func probe() error {
 	}
 	cmd := exec.Command(self, ProbeVerb, dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
-	userNS(cmd.SysProcAttr)
+	UserNS(cmd.SysProcAttr)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		msg := strings.TrimSpace(string(out))

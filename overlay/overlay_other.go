@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"syscall"
 )
 
 var errNotLinux = errors.New("kernel overlayfs runs need Linux")
@@ -30,3 +31,6 @@ const ProbeVerb = "__overlay-probe"
 
 // Probe fails: there is no overlayfs here.
 func Probe(string) int { return 1 }
+
+// UserNS does nothing here: there are no user namespaces.
+func UserNS(*syscall.SysProcAttr) {}

@@ -36,6 +36,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Ordinary users may mount FUSE, as on most distributions (these machines
+# ship /dev/fuse as 0600): the fuse mode's test as an ordinary user needs it.
+if [ -c /dev/fuse ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then
+	"${sudo[@]}" chmod 0666 /dev/fuse
+fi
+
 # An unprivileged user, for tests of what a non-root caller may do.
 if ! id -u snapback-test >/dev/null 2>&1; then
 	"${sudo[@]}" useradd -m snapback-test

@@ -250,7 +250,9 @@ func (ov *overlayFS) makeWhiteout(p string) error {
 			return err
 		}
 	} else {
-		if err := os.WriteFile(tmp, nil, 0); err != nil {
+		// Readable by its owner: user.* xattrs are read only where the
+		// file is, and the changeset reader runs without capabilities.
+		if err := os.WriteFile(tmp, nil, 0o600); err != nil {
 			return err
 		}
 		if err := unix.Lsetxattr(tmp, "user.overlay.whiteout", []byte("y"), 0); err != nil {

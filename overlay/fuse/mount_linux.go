@@ -30,12 +30,13 @@ func Available() (bool, string) {
 	if st.Mode()&os.ModeCharDevice == 0 {
 		return false, "/dev/fuse is not a character device"
 	}
-	if os.Geteuid() != 0 {
-		return false, "needs root for now (the unprivileged user-namespace path is not built yet)"
-	}
 	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
 	if err != nil {
-		return false, "cannot open /dev/fuse: " + err.Error()
+		why := "cannot open /dev/fuse: " + err.Error()
+		if os.Geteuid() != 0 && errors.Is(err, os.ErrPermission) {
+			why += " (most distributions make it mode 0666 so that ordinary users can mount)"
+		}
+		return false, why
 	}
 	f.Close()
 	return true, ""
@@ -108,6 +109,11 @@ func (s *Session) Prepare(cmd *exec.Cmd) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
+	if os.Geteuid() != 0 {
+		// An ordinary user mounts FUSE in a user namespace of its own that
+		// maps only its own ids, as the overlayfs mode does.
+		overlay.UserNS(cmd.SysProcAttr)
+	}
 	// The server is orphaned on purpose (the command must not be its
 	// parent): as a subreaper, snapback inherits and reaps it.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -197,6 +203,12 @@ func Helper(args []string) int {
 	if err := os.Chdir(a.Dir); err != nil {
 		return fail(fmt.Errorf("enter %s in the view: %w", a.Dir, err))
 	}
+	if os.Getuid() != 0 {
+		// The command keeps the caller's identity and no capabilities.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+			return fail(fmt.Errorf("drop capabilities: %w", err))
+		}
+	}
 	err := syscall.Exec(a.Path, argv, os.Environ())
 	return fail(fmt.Errorf("exec %s: %w", a.Path, err))
 }
@@ -249,7 +261,7 @@ func mountView(a helperArgs) error {
 	if err := unix.Stat(a.Root, &st); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("fd=%d,rootmode=%o,user_id=0,group_id=0,allow_other,default_permissions,max_read=%d", dev.Fd(), st.Mode&unix.S_IFMT, 1<<20)
+	opts := fmt.Sprintf("fd=%d,rootmode=%o,user_id=%d,group_id=%d,allow_other,default_permissions,max_read=%d", dev.Fd(), st.Mode&unix.S_IFMT, os.Getuid(), os.Getgid(), 1<<20)
 	if err := unix.Mount("snapback", a.Root, "fuse.snapback", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount the view on %s: %w", a.Root, err)
 	}
