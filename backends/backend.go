@@ -1,0 +1,111 @@
+// Package backends snapshots and restores state that lives outside the
+// project tree — databases, volumes, subvolumes — declared as [[target]]
+// in snapback.toml.
+//
+// Every backend implements one small interface, [Backend]; the list of
+// backends is written out once, in [All]; one conformance suite
+// (conformance_test.go) runs every backend against the real thing.
+//
+// A payload is a directory: Snapshot fills a fresh one, Restore reads it
+// back. The store keeps payloads beside the snapshot that owns them.
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/snapback/snapback/config"
+)
+
+// Target is one [[target]] of snapback.toml.
+type Target = config.Target
+
+// ErrTarget marks an error in a target's settings or in the thing it names
+// (unreachable server, missing file, not a database): reported before
+// anything runs, as one line naming the target.
+var ErrTarget = errors.New("bad target")
+
+// Backend is one kind of state outside the tree.
+//
+// Contract:
+//   - Available is cheap and side-effect free; it says why not when false.
+//   - Check validates a target against the real thing, changing nothing.
+//   - Snapshot writes into dir (empty, owned by the caller) everything
+//     Restore needs, and captures exactly one committed state even while a
+//     writer keeps working.
+//   - Restore brings that state back. It never leaves the target missing or
+//     half-restored: on error the target is as it was before the call. It
+//     is idempotent: running it again after a crash finishes the job.
+//   - Different targets may be snapshotted or restored concurrently; one
+//     target never is by two calls at once (the store lock sees to it).
+type Backend interface {
+	Name() string
+	Available() (bool, string)
+	Check(ctx context.Context, t Target, root string) error
+	Snapshot(ctx context.Context, t Target, root, dir string) error
+	Restore(ctx context.Context, t Target, root, dir string) error
+}
+
+// All lists every backend, usable here or not. Adding a backend means one
+// line here.
+func All() []Backend {
+	list := []Backend{
+		&SQLite{},
+	}
+	seen := map[string]bool{}
+	for _, b := range list {
+		if seen[b.Name()] {
+			panic("backends: duplicate backend " + b.Name())
+		}
+		seen[b.Name()] = true
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name() < list[j].Name() })
+	return list
+}
+
+// Get finds a backend by name.
+func Get(name string) (Backend, error) {
+	for _, b := range All() {
+		if b.Name() == name {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: backend %q is not built yet", ErrTarget, name)
+}
+
+// Status is a backend's availability, for `snapback backends`.
+type Status struct {
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason"`
+}
+
+// Statuses reports every backend named in config.Backends: built ones
+// with their own answer, the rest as not built yet.
+func Statuses() []Status {
+	var out []Status
+	for _, name := range config.Backends {
+		b, err := Get(name)
+		if err != nil {
+			out = append(out, Status{Name: name, Reason: "not built yet"})
+			continue
+		}
+		ok, why := b.Available()
+		out = append(out, Status{Name: name, Available: ok, Reason: why})
+	}
+	return out
+}
+
+// targetErr makes a one-line error naming the target.
+func targetErr(t Target, format string, a ...any) error {
+	name := t.Name
+	if name == "" {
+		name = t.Backend
+		if t.Path != "" {
+			name += " " + t.Path
+		}
+	}
+	return fmt.Errorf("%w: target %s: %s", ErrTarget, name, fmt.Sprintf(format, a...))
+}
