@@ -62,15 +62,7 @@ func TestCopyHashPlainFile(t *testing.T) {
 	dir := t.TempDir()
 	data := bytes.Repeat([]byte("0123456789abcdef"), 300000) // 4.8 MB, past one buffer
 	treetest.Must(t, os.WriteFile(filepath.Join(dir, "src"), data, 0o644))
-	src, err := os.Open(filepath.Join(dir, "src"))
-	treetest.Must(t, err)
-	defer src.Close()
-	dst, err := os.Create(filepath.Join(dir, "dst"))
-	treetest.Must(t, err)
-	defer dst.Close()
-	sum, n, err := fsutil.CopyHash(dst, src)
-	treetest.Must(t, err)
-	if n != int64(len(data)) || sum != sha256.Sum256(data) {
+	if sum, n := copyHash(t, dir); n != int64(len(data)) || sum != sha256.Sum256(data) {
 		t.Fatalf("copy of %d bytes: n=%d, wrong hash", len(data), n)
 	}
 	back, err := os.ReadFile(filepath.Join(dir, "dst"))
@@ -93,18 +85,24 @@ func TestCloneOnBtrfs(t *testing.T) {
 		return int64(st.Bavail) * int64(st.Bsize)
 	}
 	before := free()
-	src, err := os.Open(filepath.Join(mnt, "src"))
-	treetest.Must(t, err)
-	defer src.Close()
-	dst, err := os.Create(filepath.Join(mnt, "dst"))
-	treetest.Must(t, err)
-	defer dst.Close()
-	sum, n, err := fsutil.CopyHash(dst, src)
-	treetest.Must(t, err)
-	if n != int64(len(data)) || sum != sha256.Sum256(data) {
+	if sum, n := copyHash(t, mnt); n != int64(len(data)) || sum != sha256.Sum256(data) {
 		t.Fatal("clone: wrong size or hash")
 	}
 	if used := before - free(); used > 8<<20 {
 		t.Fatalf("a 64 MiB copy on btrfs used %d MiB: not cloned", used>>20)
 	}
+}
+
+// copyHash copies dir/src to a new dir/dst with CopyHash.
+func copyHash(t *testing.T, dir string) ([32]byte, int64) {
+	t.Helper()
+	src, err := os.Open(filepath.Join(dir, "src"))
+	treetest.Must(t, err)
+	defer src.Close()
+	dst, err := os.Create(filepath.Join(dir, "dst"))
+	treetest.Must(t, err)
+	defer dst.Close()
+	sum, n, err := fsutil.CopyHash(dst, src)
+	treetest.Must(t, err)
+	return sum, n
 }

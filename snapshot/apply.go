@@ -97,17 +97,7 @@ func (a *applier) covered(p string) bool {
 	if a.scope == ScopeTree {
 		return true
 	}
-	if a.target.Find(p) != nil {
-		return true
-	}
-	for q := Parent(p); ; q = Parent(q) {
-		if t := a.target.Find(q); t != nil && t.Type != Dir {
-			return true
-		}
-		if q == "" {
-			return false
-		}
-	}
+	return a.target.Find(p) != nil || belowRemoved(a.target, p)
 }
 
 // run applies the target given cur, the tree's current state of the

@@ -18,24 +18,30 @@ type Change struct {
 	New  *Entry // nil when deleted
 }
 
-// DiffManifests compares two states of the same scope.
-func DiffManifests(old, cur Manifest) []Change {
-	var out []Change
+// zip walks two sorted manifests together, calling fn once per path with
+// its entry in each (nil where a manifest lacks the path).
+func zip(x, y Manifest, fn func(a, b *Entry)) {
 	i, j := 0, 0
-	for i < len(old) || j < len(cur) {
-		var o, c *Entry
+	for i < len(x) || j < len(y) {
 		switch {
-		case j >= len(cur) || i < len(old) && old[i].Path < cur[j].Path:
-			o = &old[i]
+		case j >= len(y) || i < len(x) && x[i].Path < y[j].Path:
+			fn(&x[i], nil)
 			i++
-		case i >= len(old) || cur[j].Path < old[i].Path:
-			c = &cur[j]
+		case i >= len(x) || y[j].Path < x[i].Path:
+			fn(nil, &y[j])
 			j++
 		default:
-			o, c = &old[i], &cur[j]
+			fn(&x[i], &y[j])
 			i++
 			j++
 		}
+	}
+}
+
+// DiffManifests compares two states of the same scope.
+func DiffManifests(old, cur Manifest) []Change {
+	var out []Change
+	zip(old, cur, func(o, c *Entry) {
 		if o != nil && o.Type == Absent {
 			o = nil
 		}
@@ -53,7 +59,7 @@ func DiffManifests(old, cur Manifest) []Change {
 		case o.Changed(c):
 			out = append(out, Change{Path: o.Path, Op: "M", Old: o, New: c})
 		}
-	}
+	})
 	return out
 }
 

@@ -335,19 +335,5 @@ func copyOwnerMode(from, to string) error {
 			return err
 		}
 	}
-	return os.Chmod(to, fs.FileMode(st.Mode&0o777)|modeBits(uint32(st.Mode)))
-}
-
-func modeBits(m uint32) fs.FileMode {
-	var out fs.FileMode
-	if m&unix.S_ISUID != 0 {
-		out |= fs.ModeSetuid
-	}
-	if m&unix.S_ISGID != 0 {
-		out |= fs.ModeSetgid
-	}
-	if m&unix.S_ISVTX != 0 {
-		out |= fs.ModeSticky
-	}
-	return out
+	return unix.Chmod(to, uint32(st.Mode)&0o7777)
 }

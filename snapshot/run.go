@@ -112,23 +112,14 @@ func (r *Repo) narrowRun(m *Meta) error {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
 	changed := map[string]bool{}
-	i, j := 0, 0
-	for i < len(before) || j < len(after) {
+	zip(before, after, func(x, y *Entry) {
 		switch {
-		case j >= len(after) || i < len(before) && before[i].Path < after[j].Path:
-			changed[before[i].Path] = true
-			i++
-		case i >= len(before) || after[j].Path < before[i].Path:
-			changed[after[j].Path] = true
-			j++
-		default:
-			if !before[i].SameContent(&after[j]) || !before[i].SameMeta(&after[j]) {
-				changed[before[i].Path] = true
-			}
-			i++
-			j++
+		case x == nil:
+			changed[y.Path] = true
+		case y == nil || !x.SameContent(y) || !x.SameMeta(y):
+			changed[x.Path] = true
 		}
-	}
+	})
 	b, a := Subset(before, after, changed)
 	if m.Manifest, err = r.record(b); err != nil {
 		return err

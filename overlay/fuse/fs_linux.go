@@ -303,12 +303,21 @@ func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper bool, l
 	return ch
 }
 
-func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// childRel is the relative path of name in n; ok is false for the store,
+// which the view never shows.
+func (n *node) childRel(name string) (rel string, ok bool) {
 	prel := n.rel()
 	if prel == "" && name == storeName {
+		return "", false
+	}
+	return join(prel, name), true
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel, ok := n.childRel(name)
+	if !ok {
 		return nil, syscall.ENOENT
 	}
-	rel := join(prel, name)
 	st, has, wh := upperState(n.ov.up(rel))
 	if wh {
 		return nil, syscall.ENOENT
@@ -906,11 +915,10 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	n.ov.mu.Lock()
 	defer n.ov.mu.Unlock()
-	prel := n.rel()
-	if prel == "" && name == storeName {
+	rel, ok := n.childRel(name)
+	if !ok {
 		return syscall.ENOENT
 	}
-	rel := join(prel, name)
 	_, has, _ := upperState(n.ov.up(rel))
 	if n.lowerHas(name) {
 		if errno := n.copyUpLocked(); errno != 0 {
@@ -950,11 +958,10 @@ func (c *node) empty(rel string) (bool, syscall.Errno) {
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	n.ov.mu.Lock()
 	defer n.ov.mu.Unlock()
-	prel := n.rel()
-	if prel == "" && name == storeName {
+	rel, ok := n.childRel(name)
+	if !ok {
 		return syscall.ENOENT
 	}
-	rel := join(prel, name)
 	c, errno := n.child(ctx, name)
 	if errno != 0 {
 		return errno
