@@ -38,6 +38,10 @@ var ErrTarget = errors.New("bad target")
 //   - Restore brings that state back. It never leaves the target missing or
 //     half-restored: on error the target is as it was before the call. It
 //     is idempotent: running it again after a crash finishes the job.
+//   - Release frees whatever a payload holds outside dir (a database copy
+//     on the server, a read-only subvolume) when the snapshot owning it is
+//     collected; dir is removed by the caller afterwards. It is idempotent
+//     and succeeds when there is nothing left to free.
 //   - Different targets may be snapshotted or restored concurrently; one
 //     target never is by two calls at once (the store lock sees to it).
 type Backend interface {
@@ -46,6 +50,7 @@ type Backend interface {
 	Check(ctx context.Context, t Target, root string) error
 	Snapshot(ctx context.Context, t Target, root, dir string) error
 	Restore(ctx context.Context, t Target, root, dir string) error
+	Release(ctx context.Context, t Target, root, dir string) error
 }
 
 // All lists every backend, usable here or not. Adding a backend means one
@@ -53,6 +58,12 @@ type Backend interface {
 func All() []Backend {
 	list := []Backend{
 		&SQLite{},
+		&Postgres{},
+		&MySQL{},
+		&DockerVolume{},
+		&Btrfs{},
+		&ZFS{},
+		&APFS{},
 	}
 	seen := map[string]bool{}
 	for _, b := range list {
@@ -109,3 +120,6 @@ func targetErr(t Target, format string, a ...any) error {
 	}
 	return fmt.Errorf("%w: target %s: %s", ErrTarget, name, fmt.Sprintf(format, a...))
 }
+
+// ErrNotBuilt is what a backend still being written answers.
+var ErrNotBuilt = fmt.Errorf("%w: this backend is not built yet", ErrTarget)

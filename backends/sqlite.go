@@ -171,6 +171,9 @@ func (s *SQLite) Restore(ctx context.Context, t Target, root, dir string) error 
 	return nil
 }
 
+// Release implements Backend: the payload is only the file in dir.
+func (*SQLite) Release(context.Context, Target, string, string) error { return nil }
+
 func syncFile(p string) error {
 	f, err := os.Open(p)
 	if err != nil {

@@ -29,7 +29,7 @@ need_pkg fuse3 # the fuse isolation mode
 need_pkg attr  # setfattr/getfattr: xattr fixtures
 need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs backend)
 need_pkg sqlite3 git # the POSIX table and the agent scenario run them under snapback
-# Later issues add: docker.io postgresql mariadb-server.
+need_pkg postgresql mariadb-server docker.io # database and volume targets
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
@@ -58,20 +58,52 @@ start_service() {
 		started+=("$1")
 	fi
 }
+dockerd_pid=
 stop_services() {
 	local i
+	if [ -n "$dockerd_pid" ]; then
+		"${sudo[@]}" kill "$dockerd_pid" 2>/dev/null || true
+		wait "$dockerd_pid" 2>/dev/null || true
+	fi
 	for ((i = ${#started[@]} - 1; i >= 0; i--)); do
 		"${sudo[@]}" service "${started[i]}" stop >/dev/null 2>&1 || echo "warning: could not stop ${started[i]}" >&2
 	done
 }
 trap stop_services EXIT
-# Later issues start their services here, e.g. start_service docker.
+
+start_service postgresql
+start_service mariadb
+# The Docker engine: started by hand when no daemon answers (these
+# machines run no init system to ask), and stopped again on exit.
+if ! "${sudo[@]}" docker info >/dev/null 2>&1; then
+	echo "== starting dockerd"
+	"${sudo[@]}" dockerd >"${TMPDIR:-/tmp}/snapback-dockerd.log" 2>&1 &
+	dockerd_pid=$!
+	for _ in $(seq 60); do
+		"${sudo[@]}" docker info >/dev/null 2>&1 && break
+		sleep 0.5
+	done
+fi
+
+# The accounts the tests use (idempotent): a PostgreSQL role that may
+# create databases and a MariaDB user with every privilege, both with a
+# password and reached over loopback TCP, as an application would.
+"${sudo[@]}" su postgres -c "psql -qtA -v ON_ERROR_STOP=1" >/dev/null <<'SQL'
+SELECT 'CREATE ROLE snapback LOGIN CREATEDB PASSWORD ''snapback''' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'snapback') \gexec
+SQL
+"${sudo[@]}" mariadb -u root <<'SQL'
+CREATE USER IF NOT EXISTS 'snapback'@'127.0.0.1' IDENTIFIED BY 'snapback';
+CREATE USER IF NOT EXISTS 'snapback'@'localhost' IDENTIFIED BY 'snapback';
+GRANT ALL PRIVILEGES ON *.* TO 'snapback'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO 'snapback'@'localhost';
+SQL
+# Where the database tests find their servers.
+export SNAPBACK_TEST_POSTGRES="${SNAPBACK_TEST_POSTGRES:-postgres://snapback:snapback@127.0.0.1:5432/postgres?sslmode=disable}"
+export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0.1:3306)/}"
 
 # Tests that need a capability skip without it, unless it is listed here:
-# then its absence fails them. Later issues extend the list (fuse,
-# overlayfs, docker, postgres, mysql, btrfs) as tests for them land; list
-# nothing that no test uses yet.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse
+# then its absence fails them.
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql
 
 # --- checks ------------------------------------------------------------
 failed=()
