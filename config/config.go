@@ -44,6 +44,7 @@ type Config struct {
 
 	path    string
 	matcher gitignore.Matcher
+	inTree  []string // target paths inside the tree, slash-separated
 }
 
 // Snapshot is the [snapshot] table.
@@ -132,6 +133,17 @@ func Parse(path string, b []byte) (*Config, error) {
 // Backends lists the target backend names snapback.toml may use.
 var Backends = []string{"sqlite", "postgres", "mysql", "docker-volume", "btrfs", "zfs", "apfs"}
 
+// targetKeys lists the keys each backend takes, the one it needs first.
+var targetKeys = map[string][]string{
+	"sqlite":        {"path"},
+	"postgres":      {"dsn"},
+	"mysql":         {"dsn"},
+	"docker-volume": {"volume", "stop_containers"},
+	"btrfs":         {"path"},
+	"zfs":           {"dataset"},
+	"apfs":          {"path"},
+}
+
 func (c *Config) validate(src []byte) error {
 	bad := func(table string, index int, key, format string, a ...any) error {
 		return &Error{Path: c.path, Line: keyLine(src, table, index, key), Msg: fmt.Sprintf(format, a...)}
@@ -150,6 +162,28 @@ func (c *Config) validate(src []byte) error {
 		}
 		if !contains(Backends, t.Backend) {
 			return bad("target", i, "backend", "target %d: unknown backend %q (one of %s)", i+1, t.Backend, strings.Join(Backends, ", "))
+		}
+		name := t.Name
+		if name == "" {
+			name = fmt.Sprint(i + 1)
+		}
+		need := targetKeys[t.Backend]
+		set := map[string]bool{"path": t.Path != "", "dsn": t.DSN != "", "volume": t.Volume != "", "dataset": t.Dataset != "", "stop_containers": t.StopContainers}
+		if !set[need[0]] {
+			return bad("target", i, "", "target %s: backend %s needs %s", name, t.Backend, need[0])
+		}
+		for _, k := range []string{"path", "dsn", "volume", "dataset", "stop_containers"} {
+			if set[k] && !contains(need, k) {
+				return bad("target", i, k, "target %s: %s does not apply to backend %s", name, k, t.Backend)
+			}
+		}
+		for j := 0; j < i; j++ {
+			if t.Name != "" && c.Targets[j].Name == t.Name {
+				return bad("target", i, "name", "target %s: the name is used twice", t.Name)
+			}
+		}
+		if t.Path != "" && strings.ContainsRune(t.Path, 0) {
+			return bad("target", i, "path", "target %s: invalid path %q", name, t.Path)
 		}
 	}
 	if c.Archive.Keep < 0 {
@@ -278,12 +312,39 @@ func (c *Config) compile() error {
 		ps = append(ps, gitignore.ParsePattern(p, nil))
 	}
 	c.matcher = gitignore.NewMatcher(ps)
+	root := filepath.Dir(c.path)
+	for _, t := range c.Targets {
+		if t.Path == "" {
+			continue
+		}
+		p := t.Path
+		if filepath.IsAbs(p) {
+			rel, err := filepath.Rel(root, p)
+			if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+				continue // outside the tree
+			}
+			p = rel
+		}
+		if p = filepath.ToSlash(filepath.Clean(p)); p != "." && !strings.HasPrefix(p, "../") {
+			c.inTree = append(c.inTree, p)
+		}
+	}
 	return nil
 }
 
 // Ignored reports whether a relative, slash-separated path matches the
-// ignore patterns (gitignore semantics, matched from the root).
+// ignore patterns (gitignore semantics, matched from the root), or is
+// a target's (with SQLite's journal files): its backend saves it, the tree
+// snapshot must not also restore it underneath.
 func (c *Config) Ignored(path string, isDir bool) bool {
+	for _, tp := range c.inTree {
+		if path == tp || strings.HasPrefix(path, tp+"/") {
+			return true
+		}
+		if rest, ok := strings.CutPrefix(path, tp); ok && (rest == "-wal" || rest == "-shm" || rest == "-journal") {
+			return true
+		}
+	}
 	if len(c.Snapshot.Ignore) == 0 {
 		return false
 	}

@@ -99,12 +99,15 @@ func TestParseErrorLines(t *testing.T) {
 		{"bad type in list", "[snapshot]\nignore = [\"a\", 3]\n", 2, "snapshot.ignore"},
 		{"empty pattern", "[snapshot]\nmode = \"auto\"\nignore = [\"a\", \" \"]\n", 3, "snapshot.ignore[1]"},
 		{"unknown backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\n\n[[target]]\npath = \"b.db\"\nbackend = \"oracle\"\n", 7, `target 2: unknown backend "oracle"`},
-		{"no backend", "[[target]]\nbackend = \"sqlite\"\n\n[[target]]\npath = \"b.db\"\n", 4, "target 2: no backend"},
+		{"no backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\n[[target]]\npath = \"b.db\"\n", 4, "target 2: no backend"},
+		{"missing dsn", "[[target]]\nname = \"db\"\nbackend = \"postgres\"\n", 1, "target db: backend postgres needs dsn"},
+		{"key for another backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\nvolume = \"v\"\n", 4, "target 1: volume does not apply to backend sqlite"},
+		{"same name twice", "[[target]]\nname = \"x\"\nbackend = \"sqlite\"\npath = \"a.db\"\n[[target]]\nname = \"x\"\nbackend = \"sqlite\"\npath = \"b.db\"\n", 6, "target x: the name is used twice"},
 		{"negative keep", "[archive]\ndestination = \"/a\"\nkeep = -1\n", 3, "archive.keep"},
 		{"dotted key", "snapshot.mode = \"nope\"\n", 1, `unknown mode "nope"`},
 		{"inline table", "\nsnapshot = { mode = \"nope\" }\n", 2, `unknown mode "nope"`},
-		{"inline array of tables", "target = [\n  { backend = \"sqlite\" },\n  { backend = \"oracle\" },\n]\n", 3, `target 2: unknown backend "oracle"`},
-		{"inline target without backend", "target = [\n  { backend = \"sqlite\" },\n  { path = \"x\" },\n]\n", 3, "target 2: no backend"},
+		{"inline array of tables", "target = [\n  { backend = \"sqlite\", path = \"a\" },\n  { backend = \"oracle\" },\n]\n", 3, `target 2: unknown backend "oracle"`},
+		{"inline target without backend", "target = [\n  { backend = \"sqlite\", path = \"a\" },\n  { path = \"x\" },\n]\n", 3, "target 2: no backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := parseErr(t, tc.src)
@@ -159,6 +162,24 @@ ignore = ["node_modules", "*.log", "/build", "docs/**/*.tmp", "!keep.log"]
 	} {
 		if got := c.Ignored(tc.path, tc.isDir); got != tc.want {
 			t.Errorf("Ignored(%q, %v) = %v, want %v", tc.path, tc.isDir, got, tc.want)
+		}
+	}
+}
+
+// A target's file inside the tree (and SQLite's journal files) is left to
+// its backend: the tree's snapshots ignore it. One outside is no concern.
+func TestTargetPathsAreIgnored(t *testing.T) {
+	src := "[[target]]\nbackend = \"sqlite\"\npath = \"data/app.db\"\n[[target]]\nbackend = \"sqlite\"\npath = \"/proj/abs.db\"\n[[target]]\nbackend = \"sqlite\"\npath = \"/elsewhere/x.db\"\n"
+	c, err := Parse("/proj/snapback.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{
+		"data/app.db": true, "data/app.db-wal": true, "data/app.db-shm": true, "data/app.db-journal": true,
+		"abs.db": true, "data/app.dbx": false, "data": false, "elsewhere/x.db": false, "x.db": false,
+	} {
+		if got := c.Ignored(p, false); got != want {
+			t.Errorf("Ignored(%q) = %v, want %v", p, got, want)
 		}
 	}
 }

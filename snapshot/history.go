@@ -77,7 +77,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 		return nil, nil, err
 	}
 	rec.Undoes = s.ID
-	if err := r.revert("undo", s.Manifest, s.After, s.Scope, rec, force); err != nil {
+	if err := r.revert("undo", s, s.After, rec, force); err != nil {
 		return nil, nil, err
 	}
 	return s, rec, nil
@@ -98,7 +98,7 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 		return nil, nil, err
 	}
 	rec.Redoes = p.ID
-	if err := r.revert("redo", p.Manifest, p.After, p.Scope, rec, force); err != nil {
+	if err := r.revert("redo", p, p.After, rec, force); err != nil {
 		return nil, nil, err
 	}
 	return p, rec, nil
@@ -116,17 +116,18 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.revert("restore", s.Manifest, "", s.Scope, rec, true); err != nil {
+	if err := r.revert("restore", s, "", rec, true); err != nil {
 		return nil, nil, err
 	}
 	return s, rec, nil
 }
 
-// revert moves the tree to the manifest `to`, first saving the present
-// state of what it governs in rec. afterID, when set, is the state those
-// paths should be in now; a path that differs was edited by someone else
-// and is a conflict unless force is set.
-func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool) error {
+// revert moves the tree and the targets to the state s recorded, first
+// saving the present state of what it governs in rec. afterID, when set,
+// is the state those paths should be in now; a path that differs was
+// edited by someone else and is a conflict unless force is set.
+func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool) error {
+	to, scope := s.Manifest, s.Scope
 	target, err := r.LoadManifest(to)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
@@ -149,7 +150,23 @@ func (r *Repo) revert(op, to, afterID string, scope Scope, rec *Meta, force bool
 		return err
 	}
 	rec.After = to
-	return r.transition(op, target, cur, scope, rec)
+	// The targets' present states are saved first, so that the opposite
+	// operation can bring them back.
+	ts, err := r.stateTargets(s.Targets)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if rec.Targets, err = r.snapTargets(rec.ID, ts); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	j := &journal{Op: op, OpID: rec.ID, Scope: scope, Record: rec, Targets: s.Targets}
+	if err := r.transitionFrom(j, target, cur); err != nil {
+		if !r.HasJournal() {
+			r.releasePayloads(rec.ID)
+		}
+		return err
+	}
+	return nil
 }
 
 // Conflicts lists the paths of cur (the tree now) that differ in type or
@@ -251,13 +268,25 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			mf.Objects(func(o ObjectID) { live[o] = true })
 		}
 	}
+	var keptMetas []*Meta
 	for _, m := range h.All {
-		if !kept[m.ID] {
-			if err := r.deleteMeta(m.ID); err != nil {
-				return st, fmt.Errorf("gc: %w", err)
-			}
-			st.Snapshots++
+		if kept[m.ID] {
+			keptMetas = append(keptMetas, m)
+			continue
 		}
+		if err := r.deleteMeta(m.ID); err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		st.Snapshots++
+	}
+	// Target payloads of the collected records go too (a snapshot
+	// database on a server is dropped by its backend).
+	livePayloads, err := r.livePayloads(keptMetas)
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if err := r.sweepPayloads(livePayloads); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
 	}
 	objDir := r.path("objects")
 	subs, err := os.ReadDir(objDir)

@@ -60,6 +60,8 @@ type Meta struct {
 	Redoes string `json:"redoes,omitempty"` // pre-redo: the pre-undo it reapplied
 	Files  int    `json:"files"`
 	Bytes  int64  `json:"bytes"`
+	// Targets are the states outside the tree this snapshot returns to.
+	Targets []TargetState `json:"targets,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)

@@ -29,6 +29,9 @@ type Pending struct {
 	// Committed lists paths already committed by a selective commit, with
 	// the ctime the commit left them at: they are not conflicts later.
 	Committed map[string]int64 `json:"committed,omitempty"`
+	// Targets are the states of the targets before the command ran; the
+	// first commit takes them into its record, a discard restores them.
+	Targets []TargetState `json:"targets,omitempty"`
 
 	lock *os.File
 }
@@ -68,6 +71,17 @@ func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
 	if err := r.SavePending(p); err != nil {
 		r.Release(p)
 		return nil, err
+	}
+	if len(r.Targets) > 0 {
+		if p.Targets, err = r.snapTargets(p.ID, r.Targets); err == nil {
+			err = r.SavePending(p)
+		}
+		if err != nil {
+			r.releasePayloads(p.ID)
+			r.dropRun(p.ID)
+			r.Release(p)
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -208,9 +222,10 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 			}
 		}
 	}
-	if len(target) == 0 && len(only) == 0 {
+	if len(target) == 0 && len(only) == 0 && len(p.Targets) == 0 {
 		// Nothing changed: no snapshot, so that `undo` still reverts the
-		// last change that did something.
+		// last change that did something. (With targets there is always a
+		// record: what the command did to them cannot be seen.)
 		return nil, r.dropRun(p.ID)
 	}
 	cur, err := r.current(target, ScopePaths, false) // saved by the transition, linked where it can
@@ -239,6 +254,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, "done"
+	rec.Targets = p.Targets
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
 		return nil, err
@@ -254,6 +270,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if len(only) > 0 {
+		p.Targets = nil // the first commit's record owns them now
 		if err := r.afterPartialCommit(p, target); err != nil {
 			return rec, err
 		}
@@ -297,12 +314,38 @@ func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
 	return r.SavePending(p)
 }
 
-// DiscardPending throws a pending run's changes away.
+// DiscardPending throws a pending run's changes away and brings its
+// targets back to their state before the command, as one crash-safe step.
 func (r *Repo) DiscardPending(p *Pending) error {
 	if p.State == "running" {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
-	return r.dropRun(p.ID)
+	if len(p.Targets) == 0 {
+		return r.dropRun(p.ID)
+	}
+	ts, err := r.stateTargets(p.Targets)
+	if err != nil {
+		return err
+	}
+	if err := r.checkTargets(ts); err != nil {
+		return err
+	}
+	tid, err := r.record(nil)
+	if err != nil {
+		return err
+	}
+	j := &journal{Op: "discard", OpID: p.ID, Target: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	if err := r.Flush(); err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
+		return err
+	}
+	return r.finish(j, nil, Manifest{})
 }
 
 // dropRun removes a run's directory (its upper layer included).

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +40,12 @@ type Repo struct {
 
 	// LastScan says what the most recent scan of the tree had to read.
 	LastScan ScanStats
+
+	// Targets are the [[target]]s of snapback.toml: snap and run save
+	// them along with the tree.
+	Targets []config.Target
+	// Ctx bounds the work of target backends (nil: no bound).
+	Ctx context.Context
 }
 
 // OpenRepo opens the project at root. With create, the store is made if
@@ -117,7 +125,14 @@ func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
 		return nil, err
 	}
 	meta.Message = message
-	return meta, r.snapInto(meta)
+	if meta.Targets, err = r.snapTargets(meta.ID, r.Targets); err != nil {
+		return nil, err
+	}
+	if err := r.snapInto(meta); err != nil {
+		r.releasePayloads(meta.ID)
+		return nil, err
+	}
+	return meta, nil
 }
 
 // snapInto scans the tree into m's manifest and writes m.
@@ -153,6 +168,8 @@ type journal struct {
 	// Staged: contents the operation saves are hard links in the store's
 	// staging area, adopted as objects once the apply has run.
 	Staged bool `json:"staged,omitempty"`
+	// Targets are restored to these states after the tree is applied.
+	Targets []TargetState `json:"targets,omitempty"`
 }
 
 func (r *Repo) journalPath() string { return r.path("journal.json") }
@@ -340,18 +357,29 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		return err
 	}
 	crashPoint("applied")
+	if err := r.restoreTargets(j.Targets); err != nil {
+		return fmt.Errorf("%s: %w (the tree is done; `snapback recover` retries the targets)", j.Op, err)
+	}
+	crashPoint("targets-restored")
 	if j.Staged {
 		if err := r.adoptStaged(j.OpID); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)
 		}
 	}
-	if err := r.WriteMeta(j.Record); err != nil {
-		return err
+	if j.Record != nil {
+		if err := r.WriteMeta(j.Record); err != nil {
+			return err
+		}
 	}
 	crashPoint("recorded")
 	if j.Done != "" {
 		if err := r.dropRun(j.Done); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+		if j.Record == nil { // a discard: the run's payloads go with it
+			if err := r.releasePayloads(j.Done); err != nil {
+				return fmt.Errorf("%s: %w", j.Op, err)
+			}
 		}
 	}
 	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -433,13 +461,16 @@ func (r *Repo) Recover() (bool, error) {
 	}
 	b, err := os.ReadFile(r.journalPath())
 	if errors.Is(err, fs.ErrNotExist) {
-		return dead > 0, nil
+		if dead > 0 {
+			return true, r.SweepPayloads()
+		}
+		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("recover: %w", err)
 	}
 	var j journal
-	if err := json.Unmarshal(b, &j); err != nil || j.Record == nil || j.Record.validate() != nil {
+	if err := json.Unmarshal(b, &j); err != nil || j.Record == nil && j.Op != "discard" || j.Record != nil && j.Record.validate() != nil {
 		return false, fmt.Errorf("recover: %w: journal %s", ErrCorrupt, r.journalPath())
 	}
 	target, err := r.LoadManifest(j.Target)
@@ -453,5 +484,5 @@ func (r *Repo) Recover() (bool, error) {
 	if err := r.finish(&j, target, nil); err != nil {
 		return false, fmt.Errorf("recover: %w", err)
 	}
-	return true, nil
+	return true, r.SweepPayloads()
 }

@@ -53,7 +53,12 @@ func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
 		return nil, err
 	}
 	run := &Run{Meta: m, lock: f}
+	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+		run.release(r)
+		return nil, err
+	}
 	if err := r.snapInto(m); err != nil {
+		r.releasePayloads(m.ID)
 		run.release(r)
 		return nil, err
 	}

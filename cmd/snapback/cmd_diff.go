@@ -53,9 +53,11 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	// A pending run's changes come first: right after `run --then review`,
 	// "what did it change?" means the run.
 	var changes []snapshot.Change
+	var targets []snapshot.TargetState
 	base := ""
 	d := &differ{repo: repo}
 	if p, perr := repo.FindPending(ref); perr == nil {
+		targets = p.Targets
 		target, cur, err := repo.PendingChanges(p)
 		if err != nil {
 			return err
@@ -75,13 +77,19 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 		if changes, err = repo.Diff(m); err != nil {
 			return err
 		}
-		base = m.ID
+		base, targets = m.ID, m.Targets
 	}
 	if g.json {
 		out := struct {
 			Snapshot string           `json:"snapshot"`
 			Changes  []diffChangeJSON `json:"changes"`
-		}{Snapshot: base, Changes: []diffChangeJSON{}}
+			// Targets: the states outside the tree the snapshot holds
+			// (their contents are not compared).
+			Targets []targetDiffJSON `json:"targets"`
+		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{}}
+		for _, t := range targets {
+			out.Targets = append(out.Targets, targetDiffJSON{TargetState: t, State: "saved"})
+		}
 		for _, c := range changes {
 			j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
 			if o.stat {
@@ -116,7 +124,16 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
 		}
 	}
+	for _, t := range targets {
+		fmt.Fprintf(g.stdout, "T\t%s (%s: saved in %s, contents not compared)\n", quote(t.Name), t.Backend, base)
+	}
 	return nil
+}
+
+// targetDiffJSON is a target in diff --json: its saved state.
+type targetDiffJSON struct {
+	snapshot.TargetState
+	State string `json:"state"` // "saved": the snapshot can bring it back
 }
 
 func entryType(c snapshot.Change) string {

@@ -36,12 +36,14 @@ type snapshotJSON struct {
 	Bytes      int64     `json:"bytes"`
 	Undoes     string    `json:"undoes,omitempty"`
 	Redoes     string    `json:"redoes,omitempty"`
+	// Targets are the states outside the tree the snapshot holds.
+	Targets []snapshot.TargetState `json:"targets,omitempty"`
 }
 
 func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
 	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
 		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
-		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, Redoes: m.Redoes}
+		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, Redoes: m.Redoes, Targets: m.Targets}
 }
 
 func runList(g *globals, all bool) error {
@@ -68,7 +70,15 @@ func runList(g *globals, all bool) error {
 		return g.printJSON(out)
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKIND\tCREATED\tSCOPE\tFILES\tSTATE\tMESSAGE")
+	withTargets := false
+	for _, s := range out.Snapshots {
+		withTargets = withTargets || len(s.Targets) > 0
+	}
+	if withTargets {
+		fmt.Fprintln(tw, "ID\tKIND\tCREATED\tSCOPE\tFILES\tTARGETS\tSTATE\tMESSAGE")
+	} else {
+		fmt.Fprintln(tw, "ID\tKIND\tCREATED\tSCOPE\tFILES\tSTATE\tMESSAGE")
+	}
 	for _, s := range out.Snapshots {
 		state := ""
 		if s.Undone {
@@ -83,8 +93,12 @@ func runList(g *globals, all bool) error {
 				msg += fmt.Sprintf("  (exit %d)", *s.ExitStatus)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", s.ID, s.Kind, s.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-			s.Scope, s.Files, state, oneLine(msg))
+		targets := ""
+		if withTargets {
+			targets = fmt.Sprintf("%d\t", len(s.Targets))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s%s\t%s\n", s.ID, s.Kind, s.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+			s.Scope, s.Files, targets, state, oneLine(msg))
 	}
 	return tw.Flush()
 }

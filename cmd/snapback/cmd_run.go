@@ -106,9 +106,6 @@ func runRun(g *globals, o runOptions, argv []string) error {
 		return err
 	}
 	defer repo.Close()
-	if len(cfg.Targets) > 0 {
-		return &exitError{code: 2, kind: "config", err: fmt.Errorf("%s: [[target]] entries are not supported by this build yet", cfg.Targets[0].Backend)}
-	}
 	var p *snapshot.Pending
 	mode := ""
 	if o.continue_ != "" {
@@ -121,6 +118,8 @@ func runRun(g *globals, o runOptions, argv []string) error {
 		}
 	} else if mode, err = pickMode(o.mode, cfg.Snapshot.Mode); err != nil {
 		return err
+	} else if err := repo.CheckTargets(); err != nil {
+		return err // before anything runs or changes
 	}
 	if mode == "copy" {
 		// The copy mode runs on the tree itself: nothing can wait for

@@ -86,6 +86,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	if err != nil {
 		return nil, nil, err
 	}
+	repo.Targets = cfg.Targets
 	if err := repo.Lock(lockWait(), what); err != nil {
 		repo.Close()
 		return nil, nil, err

@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strings"
 
+	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
@@ -120,6 +121,8 @@ func classify(err error) (int, string) {
 		return 2, "locked"
 	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
 		return 2, "corrupt"
+	case errors.Is(err, backends.ErrTarget):
+		return 2, "target"
 	}
 	return 2, "error"
 }

@@ -1,0 +1,312 @@
+package snapshot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/fsutil"
+)
+
+// TargetState is one target's saved state, as a snapshot records it: a
+// payload directory in the store, targets/<owner id>/<n>/, holding the
+// target's settings (target.json) and what its backend wrote (data/).
+type TargetState struct {
+	Name    string `json:"name"`
+	Backend string `json:"backend"`
+	Payload string `json:"payload"` // relative to the store
+	Bytes   int64  `json:"bytes"`
+	Millis  int64  `json:"millis"` // how long the snapshot took
+}
+
+// TargetName is how errors and listings name a target.
+func TargetName(t config.Target) string {
+	switch {
+	case t.Name != "":
+		return t.Name
+	case t.Path != "":
+		return t.Backend + " " + t.Path
+	case t.Volume != "":
+		return t.Backend + " " + t.Volume
+	case t.Dataset != "":
+		return t.Backend + " " + t.Dataset
+	case t.DSN != "":
+		return t.Backend + " " + redactDSN(t.DSN)
+	}
+	return t.Backend
+}
+
+// redactDSN hides a password in a DSN shown to the user.
+func redactDSN(dsn string) string {
+	if at := strings.LastIndex(dsn, "@"); at >= 0 {
+		if i := strings.Index(dsn, "://"); i >= 0 && i < at {
+			dsn = dsn[:i+3] + "…" + dsn[at:]
+		} else if i < 0 {
+			dsn = "…" + dsn[at:]
+		}
+	}
+	return dsn
+}
+
+// ctx is the context targets are snapshotted and restored in.
+func (r *Repo) ctx() context.Context {
+	if r.Ctx != nil {
+		return r.Ctx
+	}
+	return context.Background()
+}
+
+// CheckTargets checks every target snapback.toml declares against the real
+// thing, changing nothing: the first bad one is the error (ErrTarget).
+func (r *Repo) CheckTargets() error {
+	return r.checkTargets(r.Targets)
+}
+
+func (r *Repo) checkTargets(ts []config.Target) error {
+	for _, t := range ts {
+		b, err := backends.Get(t.Backend)
+		if err != nil {
+			return err
+		}
+		if ok, why := b.Available(); !ok {
+			return fmt.Errorf("%w: target %s: the %s backend is not usable here: %s", backends.ErrTarget, TargetName(t), t.Backend, why)
+		}
+		if err := b.Check(r.ctx(), t, r.Root); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Repo) targetsDir(owner string) string { return r.path("targets", owner) }
+
+// snapTargets saves the state of each target into payloads owned by the
+// record owner. On error nothing is left behind.
+func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	if err := r.checkTargets(ts); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(r.targetsDir(owner), 0o700); err != nil {
+		return nil, fmt.Errorf("targets: %w", err)
+	}
+	var out []TargetState
+	fail := func(err error) ([]TargetState, error) {
+		r.releasePayloads(owner)
+		return nil, err
+	}
+	for i, t := range ts {
+		rel := filepath.Join("targets", owner, strconv.Itoa(i))
+		dir := r.path(rel)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
+		}
+		b, err := json.Marshal(t)
+		if err != nil {
+			return fail(err)
+		}
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, "target.json"), b, 0o600); err != nil {
+			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
+		}
+		data := filepath.Join(dir, "data")
+		if err := os.Mkdir(data, 0o700); err != nil {
+			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
+		}
+		be, err := backends.Get(t.Backend)
+		if err != nil {
+			return fail(err)
+		}
+		start := time.Now()
+		if err := be.Snapshot(r.ctx(), t, r.Root, data); err != nil {
+			return fail(fmt.Errorf("snapshot of target %s: %w", TargetName(t), err))
+		}
+		if err := fsutil.SyncDir(data); err != nil {
+			return fail(err)
+		}
+		out = append(out, TargetState{Name: TargetName(t), Backend: t.Backend, Payload: rel, Bytes: duBytes(data), Millis: time.Since(start).Milliseconds()})
+	}
+	if err := fsutil.SyncDir(r.targetsDir(owner)); err != nil {
+		return fail(err)
+	}
+	return out, nil
+}
+
+// payloadTarget reads the settings a payload was taken with.
+func (r *Repo) payloadTarget(rel string) (config.Target, error) {
+	var t config.Target
+	b, err := os.ReadFile(r.path(rel, "target.json"))
+	if err != nil {
+		return t, fmt.Errorf("target payload %s: %w", rel, err)
+	}
+	if err := json.Unmarshal(b, &t); err != nil {
+		return t, fmt.Errorf("target payload %s: %w: %v", rel, ErrCorrupt, err)
+	}
+	return t, nil
+}
+
+// stateTargets lists the settings of the targets states were taken of.
+func (r *Repo) stateTargets(states []TargetState) ([]config.Target, error) {
+	var ts []config.Target
+	for _, s := range states {
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil {
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
+
+// restoreTargets brings each target back to its saved state. Backends'
+// restores are idempotent: recover runs this again after a crash.
+func (r *Repo) restoreTargets(states []TargetState) error {
+	for _, s := range states {
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil {
+			return err
+		}
+		b, err := backends.Get(t.Backend)
+		if err != nil {
+			return err
+		}
+		if err := b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data")); err != nil {
+			return fmt.Errorf("restore of target %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// releasePayloads frees and removes every payload under targets/<owner>.
+func (r *Repo) releasePayloads(owner string) error {
+	dir := r.targetsDir(owner)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		rel := filepath.Join("targets", owner, e.Name())
+		if t, err := r.payloadTarget(rel); err == nil {
+			if b, err := backends.Get(t.Backend); err == nil {
+				if err := b.Release(r.ctx(), t, r.Root, r.path(rel, "data")); err != nil {
+					return fmt.Errorf("release target %s: %w", TargetName(t), err)
+				}
+			}
+		}
+		if err := os.RemoveAll(r.path(rel)); err != nil {
+			return err
+		}
+	}
+	return os.Remove(dir)
+}
+
+// owners lists the records whose payloads a list of states lives in.
+func owners(states []TargetState) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range states {
+		parts := strings.Split(filepath.ToSlash(s.Payload), "/")
+		if len(parts) == 3 && parts[0] == "targets" {
+			out[parts[1]] = true
+		}
+	}
+	return out
+}
+
+// SweepPayloads releases payloads no record, pending run or journal
+// refers to: leftovers of an operation that died before writing its
+// record (a snapshot database on a server included). Recover calls it
+// after finishing an interrupted operation, gc every time.
+func (r *Repo) SweepPayloads() error {
+	ents, err := os.ReadDir(r.path("targets"))
+	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
+		return nil
+	}
+	all, err := r.List()
+	if err != nil {
+		return err
+	}
+	keep, err := r.livePayloads(all)
+	if err != nil {
+		return err
+	}
+	return r.sweepPayloads(keep)
+}
+
+// sweepPayloads releases the payload directories whose owners keep does
+// not name.
+func (r *Repo) sweepPayloads(keep map[string]bool) error {
+	ents, err := os.ReadDir(r.path("targets"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if keep[e.Name()] {
+			continue
+		}
+		if err := r.releasePayloads(e.Name()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// livePayloads lists the owners of payloads referred to by records in all,
+// pending runs and the journal.
+func (r *Repo) livePayloads(all []*Meta) (map[string]bool, error) {
+	keep := map[string]bool{}
+	for _, m := range all {
+		for o := range owners(m.Targets) {
+			keep[o] = true
+		}
+	}
+	runs, err := r.PendingRuns()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range runs {
+		keep[p.ID] = true
+	}
+	if b, err := os.ReadFile(r.journalPath()); err == nil {
+		var j journal
+		if json.Unmarshal(b, &j) == nil {
+			for o := range owners(j.Targets) {
+				keep[o] = true
+			}
+			if j.Record != nil {
+				for o := range owners(j.Record.Targets) {
+					keep[o] = true
+				}
+			}
+		}
+	}
+	return keep, nil
+}
+
+func duBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
