@@ -180,6 +180,7 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 		if err != nil {
 			return err
 		}
+		crashPoint("target-restore")
 		if err := b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data")); err != nil {
 			return fmt.Errorf("restore of target %s: %w", s.Name, err)
 		}

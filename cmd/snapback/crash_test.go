@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	_ "modernc.org/sqlite"
 )
 
 var (
@@ -363,4 +365,123 @@ func lineDiff(a, b string) string {
 		}
 	}
 	return sb.String()
+}
+
+// TestCrashDuringTargetUndo kills an undo that restores two SQLite
+// targets (one in the tree, one outside it) along with the tree: at every
+// named step, between the two targets, and at random moments. After
+// `recover` the tree and both databases are all as before the undo or all
+// as after it, and redo and undo still work.
+func TestCrashDuringTargetUndo(t *testing.T) {
+	bin := snapbackBinary(t)
+	type state struct {
+		tree     treetest.State
+		in, outd string
+	}
+	setup := func(t *testing.T) (root string, before, after state) {
+		base := t.TempDir()
+		root = filepath.Join(base, "p")
+		treetest.Must(t, os.Mkdir(root, 0o755))
+		treetest.Write(t, root, "snapback.toml", "[[target]]\nname = \"in\"\nbackend = \"sqlite\"\npath = \"app.db\"\n\n[[target]]\nname = \"out\"\nbackend = \"sqlite\"\npath = \"../out.db\"\n", 0o644)
+		for _, p := range []string{filepath.Join(root, "app.db"), filepath.Join(base, "out.db")} {
+			sqlExec(t, p, `CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)`)
+			sqlExec(t, p, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 3000) INSERT INTO t(v) SELECT randomblob(4000) FROM n`)
+		}
+		treetest.Write(t, root, "code.txt", "v1\n", 0o644)
+		sb(t, bin, root, "snap", "-m", "before")
+		get := func() state {
+			return state{treetest.Capture(t, root, snapshot.StoreDir, "app.db"), sqlSum(t, filepath.Join(root, "app.db")), sqlSum(t, filepath.Join(base, "out.db"))}
+		}
+		before = get()
+		for _, p := range []string{filepath.Join(root, "app.db"), filepath.Join(base, "out.db")} {
+			sqlExec(t, p, `DELETE FROM t WHERE id % 3 = 0; UPDATE t SET v = randomblob(100) WHERE id % 3 = 1; CREATE TABLE later(x)`)
+		}
+		treetest.Write(t, root, "code.txt", "v2\n", 0o644)
+		return root, before, get()
+	}
+	eq := func(a, b state) bool { return same(a.tree, b.tree) && a.in == b.in && a.outd == b.outd }
+
+	root, _, _ := setup(t)
+	start := time.Now()
+	sb(t, bin, root, "undo")
+	full := time.Since(start)
+	t.Logf("uninterrupted undo with two 12 MB databases: %v", full)
+
+	cases := []struct{ name, env, want string }{
+		{"before-journal", "before-journal", "after"},
+		{"journal-written", "journal-written", "before"},
+		{"applied", "applied", "before"},
+		{"first-target", "target-restore:1", "before"},
+		{"between-targets", "target-restore:2", "before"},
+		{"targets-restored", "targets-restored", "before"},
+		{"recorded", "recorded", "before"},
+	}
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	for i := 0; i < 6; i++ {
+		cases = append(cases, struct{ name, env, want string }{fmt.Sprintf("random-%d", i), "", ""})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			root, before, after := setup(t)
+			cmd := exec.Command(bin, "-C", root, "undo")
+			if c.env != "" {
+				cmd.Env = append(os.Environ(), "SNAPBACK_CRASH_AT="+c.env)
+			}
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			treetest.Must(t, cmd.Start())
+			if c.env == "" {
+				time.Sleep(time.Duration(rng.Int63n(int64(full) + 1)))
+				_ = cmd.Process.Signal(syscall.SIGKILL) // it may have finished already
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled()
+			if c.env != "" && !killed {
+				t.Fatalf("crash point %s was never reached: %v\n%s", c.env, err, out.String())
+			}
+			sb(t, bin, root, "recover")
+			got := state{treetest.Capture(t, root, snapshot.StoreDir, "app.db"), sqlSum(t, filepath.Join(root, "app.db")), sqlSum(t, filepath.Join(filepath.Dir(root), "out.db"))}
+			switch {
+			case eq(got, before):
+				if c.want == "after" {
+					t.Fatal("recover finished an undo that never wrote its journal")
+				}
+				sb(t, bin, root, "redo")
+				if now := (state{treetest.Capture(t, root, snapshot.StoreDir, "app.db"), sqlSum(t, filepath.Join(root, "app.db")), sqlSum(t, filepath.Join(filepath.Dir(root), "out.db"))}); !eq(now, after) {
+					t.Fatalf("redo after recover: databases %q %q, want %q %q", now.in, now.outd, after.in, after.outd)
+				}
+			case eq(got, after):
+				if c.want == "before" {
+					t.Fatal("recover should have finished the undo")
+				}
+				sb(t, bin, root, "undo")
+			default:
+				t.Fatalf("after recover: tree same as before %v, as after %v; databases %q %q; before %q %q; after %q %q",
+					same(got.tree, before.tree), same(got.tree, after.tree), got.in, got.outd, before.in, before.outd, after.in, after.outd)
+			}
+		})
+	}
+}
+
+func sqlExec(t *testing.T, p, q string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+p+"?_pragma=busy_timeout(10000)")
+	treetest.Must(t, err)
+	defer db.Close()
+	_, err = db.Exec(q)
+	treetest.Must(t, err)
+}
+
+// sqlSum fingerprints a database's content: its tables and rows.
+func sqlSum(t *testing.T, p string) string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+p+"?mode=ro&_pragma=busy_timeout(10000)")
+	treetest.Must(t, err)
+	defer db.Close()
+	var tables, rows int
+	var sum string
+	treetest.Must(t, db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table'`).Scan(&tables))
+	treetest.Must(t, db.QueryRow(`SELECT count(*), coalesce(sum(length(v) * id), 0) FROM t`).Scan(&rows, &sum))
+	return fmt.Sprintf("tables=%d rows=%d sum=%s", tables, rows, sum)
 }
