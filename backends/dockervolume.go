@@ -1,26 +1,519 @@
 package backends
 
-import "context"
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 
-// DockerVolume is the docker-volume backend (being built: every call refuses).
-type DockerVolume struct{}
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+)
+
+// DockerVolume snapshots a Docker named volume through the Engine API. No
+// image is ever pulled: the helper image holds one file, snapback's own
+// static executable, imported once and tagged by its digest. A snapshot
+// runs the helper with the volume mounted read-only and networking off; it
+// streams a tar of the volume (owners, modes, nanosecond times, xattrs,
+// hard links, symlinks as they are) into the payload. A restore streams it
+// back into the helper, which extracts into a staging directory inside the
+// volume and then swaps it in (see [VolumeHelper]): an error or a kill
+// leaves the volume as it was, or finishes on the next run. With
+// stop_containers, the running containers that use the volume are stopped
+// for the snapshot and the restore and started again afterwards: without
+// it, files being written meanwhile are each captured whole, but not
+// together.
+type DockerVolume struct {
+	// Helper is the static snapback executable the helper image is made
+	// from; empty means $SNAPBACK_HELPER_BINARY, else this executable.
+	Helper string
+}
 
 var _ Backend = (*DockerVolume)(nil)
+
+const (
+	volumeTar  = "volume.tar"
+	volumeMeta = "volume.json"
+	// helperLabel marks the helper's containers with the volume's name.
+	helperLabel = "snapback.helper"
+)
+
+// volumeInfo is volume.json: what a restore needs to recreate the volume.
+type volumeInfo struct {
+	Volume  string            `json:"volume"`
+	Driver  string            `json:"driver"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Options map[string]string `json:"options,omitempty"`
+	Size    int64             `json:"size"`
+	SHA256  string            `json:"sha256"`
+}
 
 // Name implements Backend.
 func (*DockerVolume) Name() string { return "docker-volume" }
 
-// Available implements Backend.
-func (*DockerVolume) Available() (bool, string) { return false, "not built yet" }
+// Available implements Backend: a Docker daemon answers and the helper
+// executable can run in an empty image.
+func (d *DockerVolume) Available() (bool, string) {
+	if _, err := d.helperPath(); err != nil {
+		return false, err.Error()
+	}
+	cli, err := newDockerClient()
+	if err != nil {
+		return false, err.Error()
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		return false, "no Docker daemon answers: " + dockerLine(err)
+	}
+	return true, ""
+}
 
-// Check implements Backend.
-func (*DockerVolume) Check(context.Context, Target, string) error { return ErrNotBuilt }
+func newDockerClient() (*client.Client, error) {
+	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+}
+
+func dockerLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
+// helperPath returns the helper executable, refusing one that cannot run
+// in an image holding nothing else.
+func (d *DockerVolume) helperPath() (string, error) {
+	p := d.Helper
+	if p == "" {
+		p = os.Getenv("SNAPBACK_HELPER_BINARY")
+	}
+	if p == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("docker-volume helper: %w", err)
+		}
+		p = exe
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("docker-volume helper %s is not a Linux executable: %w", p, err)
+	}
+	defer f.Close() // read-only
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return "", fmt.Errorf("docker-volume helper %s is dynamically linked and cannot run in an empty image: build snapback with CGO_ENABLED=0", p)
+		}
+	}
+	return p, nil
+}
+
+// connect opens a client and finds the target's volume: an error naming
+// the target when there is no daemon or no such volume.
+func dockerConnect(ctx context.Context, t Target) (*client.Client, *volume.Volume, error) {
+	if t.Volume == "" {
+		return nil, nil, targetErr(t, "no volume")
+	}
+	cli, err := newDockerClient()
+	if err != nil {
+		return nil, nil, targetErr(t, "docker client: %s", dockerLine(err))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx); err != nil {
+		cli.Close()
+		return nil, nil, targetErr(t, "no Docker daemon answers at %s: %s", cli.DaemonHost(), dockerLine(err))
+	}
+	v, err := cli.VolumeInspect(ctx, t.Volume)
+	if err != nil {
+		if dockerNotFound(err) {
+			return cli, nil, nil
+		}
+		cli.Close()
+		return nil, nil, targetErr(t, "volume %q: %s", t.Volume, dockerLine(err))
+	}
+	return cli, &v, nil
+}
+
+func dockerNotFound(err error) bool {
+	var nf interface{ NotFound() }
+	return errors.As(err, &nf)
+}
+
+// Check implements Backend: the daemon answers, the volume exists, and
+// with stop_containers the containers using it can be inspected.
+func (d *DockerVolume) Check(ctx context.Context, t Target, root string) error {
+	cli, v, err := dockerConnect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if v == nil {
+		return targetErr(t, "Docker volume %q does not exist", t.Volume)
+	}
+	if t.StopContainers {
+		users, err := volumeUsers(ctx, cli, t.Volume, true)
+		if err != nil {
+			return targetErr(t, "containers using volume %q: %s", t.Volume, dockerLine(err))
+		}
+		for _, id := range users {
+			if _, err := cli.ContainerInspect(ctx, id); err != nil {
+				return targetErr(t, "container %s using volume %q: %s", id[:12], t.Volume, dockerLine(err))
+			}
+		}
+	}
+	return nil
+}
+
+// volumeUsers lists the containers (running ones unless all) that mount
+// the volume, leaving out the helper's.
+func volumeUsers(ctx context.Context, cli *client.Client, vol string, all bool) ([]string, error) {
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: all, Filters: filters.NewArgs(filters.Arg("volume", vol))})
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, c := range cs {
+		if _, ok := c.Labels[helperLabel]; !ok {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids, nil
+}
+
+// stopUsers stops the running containers using the volume; the returned
+// function starts them again (also those stopped before an error) and
+// is safe to call more than once.
+func stopUsers(ctx context.Context, cli *client.Client, vol string) (func() error, error) {
+	var stopped []string
+	var once sync.Once
+	var rerr error
+	restart := func() error {
+		once.Do(func() {
+			ctx := context.WithoutCancel(ctx)
+			for _, id := range stopped {
+				if err := cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil && rerr == nil {
+					rerr = fmt.Errorf("start container %s again: %w", id[:12], err)
+				}
+			}
+		})
+		return rerr
+	}
+	ids, err := volumeUsers(ctx, cli, vol, false)
+	if err != nil {
+		return restart, fmt.Errorf("containers using volume %q: %w", vol, err)
+	}
+	for _, id := range ids {
+		if err := cli.ContainerStop(ctx, id, container.StopOptions{}); err != nil {
+			return restart, fmt.Errorf("stop container %s: %w", id[:12], err)
+		}
+		stopped = append(stopped, id)
+	}
+	return restart, nil
+}
+
+// helperImages caches the digest of each helper executable by path, size
+// and mtime.
+var helperImages sync.Map
+
+// HelperImage returns the reference of the helper image, importing it
+// from the helper executable when the daemon does not have it yet.
+func (d *DockerVolume) HelperImage(ctx context.Context, cli *client.Client) (string, error) {
+	p, err := d.helperPath()
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%s\x00%d\x00%d", p, fi.Size(), fi.ModTime().UnixNano())
+	ref, ok := helperImages.Load(key)
+	if !ok {
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		h := sha256.New()
+		_, err = io.Copy(h, f)
+		f.Close() // read-only
+		if err != nil {
+			return "", err
+		}
+		ref = "snapback-helper:" + hex.EncodeToString(h.Sum(nil))[:12]
+		helperImages.Store(key, ref)
+	}
+	if _, err := cli.ImageInspect(ctx, ref.(string)); err == nil {
+		return ref.(string), nil
+	} else if !dockerNotFound(err) {
+		return "", fmt.Errorf("inspect helper image: %w", err)
+	}
+	if err := importHelper(ctx, cli, p, fi.Size(), ref.(string)); err != nil {
+		return "", fmt.Errorf("import helper image %s from %s: %w", ref, p, err)
+	}
+	return ref.(string), nil
+}
+
+// importHelper makes an image holding only the executable, as /snapback.
+func importHelper(ctx context.Context, cli *client.Client, p string, size int64, ref string) error {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		err := tw.WriteHeader(&tar.Header{Name: "snapback", Mode: 0o755, Size: size, ModTime: time.Unix(0, 0)})
+		if err == nil {
+			var f *os.File
+			if f, err = os.Open(p); err == nil {
+				_, err = io.CopyN(tw, f, size)
+				f.Close() // read-only
+			}
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	body, err := cli.ImageImport(ctx, image.ImportSource{Source: pr, SourceName: "-"}, ref, image.ImportOptions{
+		Changes: []string{`ENTRYPOINT ["/snapback", "` + VolumeHelperVerb + `"]`, `LABEL ` + helperLabel + `=image`},
+	})
+	if err != nil {
+		pr.CloseWithError(err)
+		return err
+	}
+	out, err := io.ReadAll(body)
+	body.Close() // read to the end
+	if err != nil {
+		return err
+	}
+	if _, err := cli.ImageInspect(ctx, ref); err != nil {
+		return fmt.Errorf("%w (daemon said: %s)", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// runHelper runs the helper with args in a container with the volume at
+// /v and no network, feeding it stdin (when not nil) and copying its
+// stdout; a non-zero exit is an error carrying its stderr.
+func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnly bool, stdin io.Reader, stdout io.Writer, args ...string) error {
+	cfg := &container.Config{
+		Image:           img,
+		Cmd:             args,
+		Labels:          map[string]string{helperLabel: vol},
+		AttachStdout:    true,
+		AttachStderr:    true,
+		AttachStdin:     stdin != nil,
+		OpenStdin:       stdin != nil,
+		StdinOnce:       stdin != nil,
+		NetworkDisabled: true,
+	}
+	hc := &container.HostConfig{
+		NetworkMode: "none",
+		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/v", ReadOnly: readOnly,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+	}
+	c, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	if err != nil {
+		return fmt.Errorf("create helper container: %w", err)
+	}
+	defer func() {
+		// Force: a container cut short by an error is killed as well.
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true}) // a leftover is removed by the next run (removeLeftovers)
+	}()
+	att, err := cli.ContainerAttach(ctx, c.ID, container.AttachOptions{Stream: true, Stdin: stdin != nil, Stdout: true, Stderr: true})
+	if err != nil {
+		return fmt.Errorf("attach helper container: %w", err)
+	}
+	defer att.Close()
+	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		return fmt.Errorf("start helper container: %w", err)
+	}
+	if stdin != nil {
+		go func() {
+			_, err := io.Copy(att.Conn, stdin)
+			_ = err // a short copy shows as the helper's error (a truncated archive)
+			_ = att.CloseWrite()
+		}()
+	}
+	var stderr bytes.Buffer
+	_, cerr := stdcopy.StdCopy(stdout, &stderr, att.Reader)
+	select {
+	case res := <-waitC:
+		msg := strings.TrimSpace(stderr.String())
+		if res.Error != nil {
+			msg += " " + res.Error.Message
+		}
+		if res.StatusCode != 0 {
+			return fmt.Errorf("helper %s exited with status %d: %s", args[0], res.StatusCode, msg)
+		}
+	case err := <-errC:
+		return fmt.Errorf("wait for helper container: %w", err)
+	}
+	if cerr != nil {
+		return fmt.Errorf("read helper output: %w", cerr)
+	}
+	return nil
+}
+
+// removeLeftovers removes helper containers of the volume that a killed
+// snapback left behind (the store lock lets one call at a time work on a
+// target).
+func removeLeftovers(ctx context.Context, cli *client.Client, vol string) error {
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", helperLabel+"="+vol))})
+	if err != nil {
+		return fmt.Errorf("list helper containers: %w", err)
+	}
+	for _, c := range cs {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !dockerNotFound(err) {
+			return fmt.Errorf("remove leftover helper container %s: %w", c.ID[:12], err)
+		}
+	}
+	return nil
+}
 
 // Snapshot implements Backend.
-func (*DockerVolume) Snapshot(context.Context, Target, string, string) error { return ErrNotBuilt }
+func (d *DockerVolume) Snapshot(ctx context.Context, t Target, root, dir string) (err error) {
+	cli, v, err := dockerConnect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	if v == nil {
+		return targetErr(t, "Docker volume %q does not exist", t.Volume)
+	}
+	img, err := d.HelperImage(ctx, cli)
+	if err != nil {
+		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
+	}
+	if err := removeLeftovers(ctx, cli, t.Volume); err != nil {
+		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
+	}
+	restart := func() error { return nil }
+	if t.StopContainers {
+		restart, err = stopUsers(ctx, cli, t.Volume)
+		defer func() {
+			if rerr := restart(); err == nil && rerr != nil {
+				err = fmt.Errorf("snapshot docker volume %q: %w", t.Volume, rerr)
+			}
+		}()
+		if err != nil {
+			return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
+		}
+	}
+	out := filepath.Join(dir, volumeTar)
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
+	}
+	defer f.Close() // closed and checked below; this one is for errors
+	h := sha256.New()
+	cw := &volumeCounter{w: io.MultiWriter(f, h)}
+	err = runHelper(ctx, cli, img, t.Volume, true, nil, cw, "archive", "/v")
+	if rerr := restart(); err == nil {
+		err = rerr // the containers run again as soon as the copy is made
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
+	}
+	info := volumeInfo{Volume: v.Name, Driver: v.Driver, Labels: v.Labels, Options: v.Options, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	js, err := json.MarshalIndent(info, "", "  ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, volumeMeta), append(js, '\n'), 0o600)
+	}
+	if err == nil {
+		err = syncFile(filepath.Join(dir, volumeMeta))
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
+	}
+	return nil
+}
 
-// Restore implements Backend.
-func (*DockerVolume) Restore(context.Context, Target, string, string) error { return ErrNotBuilt }
+type volumeCounter struct {
+	w io.Writer
+	n int64
+}
 
-// Release implements Backend.
+func (c *volumeCounter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Restore implements Backend. A volume that is gone is created again with
+// the driver, options and labels it had.
+func (d *DockerVolume) Restore(ctx context.Context, t Target, root, dir string) (err error) {
+	js, err := os.ReadFile(filepath.Join(dir, volumeMeta))
+	if err != nil {
+		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
+	}
+	var info volumeInfo
+	if err := json.Unmarshal(js, &info); err != nil || len(info.SHA256) != 64 {
+		return fmt.Errorf("restore docker volume %q: %s is damaged (%v)", t.Volume, volumeMeta, err)
+	}
+	f, err := os.Open(filepath.Join(dir, volumeTar))
+	if err != nil {
+		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
+	}
+	defer f.Close() // read-only
+	cli, v, err := dockerConnect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	img, err := d.HelperImage(ctx, cli)
+	if err != nil {
+		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
+	}
+	if err := removeLeftovers(ctx, cli, t.Volume); err != nil {
+		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
+	}
+	if v == nil {
+		_, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: t.Volume, Driver: info.Driver, DriverOpts: info.Options, Labels: info.Labels})
+		if err != nil {
+			return fmt.Errorf("restore docker volume %q: create it again: %w", t.Volume, err)
+		}
+	}
+	if t.StopContainers {
+		var restart func() error
+		restart, err = stopUsers(ctx, cli, t.Volume)
+		defer func() {
+			if rerr := restart(); err == nil && rerr != nil {
+				err = fmt.Errorf("restore docker volume %q: %w", t.Volume, rerr)
+			}
+		}()
+		if err != nil {
+			return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
+		}
+	}
+	err = runHelper(ctx, cli, img, t.Volume, false, f, io.Discard, "restore", "/v", info.SHA256[:16], info.SHA256)
+	if err != nil {
+		// The helper undoes its own failures; one that was killed left a
+		// staging directory: undo it (or finish past the commit point).
+		if rerr := runHelper(context.WithoutCancel(ctx), cli, img, t.Volume, false, nil, io.Discard, "recover", "/v"); rerr != nil {
+			err = fmt.Errorf("%w (and recovering: %v)", err, rerr)
+		}
+		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
+	}
+	return nil
+}
+
+// Release implements Backend: a payload is only its files (the helper
+// image is shared by every snapshot).
 func (*DockerVolume) Release(context.Context, Target, string, string) error { return nil }
