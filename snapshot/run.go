@@ -39,7 +39,8 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 }
 
 // BeginRun records the state of the tree before a command runs in copy
-// mode: a tree snapshot of kind run, state running. While the command
+// mode (or the btrfs mode: see subvolrun.go): a tree snapshot of kind
+// run, state running. While the command
 // runs, this process holds the run's lock; if it dies, the next snapback
 // finds the lock free and finishes the run (see [Repo.Recover]).
 func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
@@ -57,8 +58,13 @@ func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
 		run.release(r)
 		return nil, err
 	}
-	if err := r.snapInto(m); err != nil {
+	snap := r.snapInto
+	if mode == ModeBtrfs {
+		snap = r.snapSubvol
+	}
+	if err := snap(m); err != nil {
 		r.releasePayloads(m.ID)
+		r.dropSubvol(m.ID) // (best effort: only a btrfs-mode run has one)
 		run.release(r)
 		return nil, err
 	}
@@ -92,7 +98,11 @@ func (r *Repo) alive(id string) bool {
 // conflicts. exitStatus is nil when the command's end was not seen.
 func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
 	m := run.Meta
-	if err := r.narrowRun(m); err != nil {
+	narrow := r.narrowRun
+	if m.Mode == ModeBtrfs {
+		narrow = r.narrowSubvol
+	}
+	if err := narrow(m); err != nil {
 		return err
 	}
 	m.ExitStatus = exitStatus
@@ -102,6 +112,11 @@ func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
 	}
 	if err := r.WriteMeta(m); err != nil {
 		return err
+	}
+	if m.Mode == ModeBtrfs {
+		if err := r.dropSubvol(m.ID); err != nil {
+			return err
+		}
 	}
 	run.release(r)
 	return nil

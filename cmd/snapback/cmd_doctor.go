@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/spf13/cobra"
@@ -16,14 +17,15 @@ type modeJSON struct {
 }
 
 // modes reports, in the order auto tries them, which isolation modes work
-// here and why not.
-func modes() []modeJSON {
+// here (for the project at root) and why not.
+func modes(root string) []modeJSON {
 	ok, why := overlay.Available()
 	fok, fwhy := fuse.Available()
+	bok, bwhy := backends.IsSubvolume(root)
 	return []modeJSON{
 		{Name: "overlayfs", Available: ok, Reason: why},
 		{Name: "fuse", Available: fok, Reason: fwhy},
-		{Name: "btrfs", Reason: "not built yet"},
+		{Name: "btrfs", Available: bok, Reason: bwhy},
 		{Name: "apfs", Reason: "not built yet"},
 		{Name: "zfs", Reason: "not built yet"},
 		{Name: "copy", Available: true},
@@ -36,7 +38,11 @@ func newDoctorCmd(g *globals) *cobra.Command {
 		Short: "Say which isolation modes work on this machine, and why not",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			ms := modes()
+			root, err := g.rootDir()
+			if err != nil {
+				return err
+			}
+			ms := modes(root)
 			if g.json {
 				return g.printJSON(map[string]any{"modes": ms})
 			}

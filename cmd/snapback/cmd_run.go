@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
@@ -58,7 +59,7 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 // pickMode resolves the isolation mode: auto takes the first that works
 // here; a mode named explicitly that cannot work is an error, never a
 // silent fallback, so a user who asked for isolation knows.
-func pickMode(flag, configured string) (string, error) {
+func pickMode(flag, configured, root string) (string, error) {
 	m := flag
 	if m == "" {
 		m = configured
@@ -71,9 +72,17 @@ func pickMode(flag, configured string) (string, error) {
 		if ok, _ := fuse.Available(); ok {
 			return "fuse", nil
 		}
+		if ok, _ := backends.IsSubvolume(root); ok {
+			return "btrfs", nil
+		}
 		return "copy", nil
 	case "copy":
 		return "copy", nil
+	case "btrfs":
+		if ok, why := backends.IsSubvolume(root); !ok {
+			return "", usageErr("run: --mode btrfs: %s", why)
+		}
+		return m, nil
 	case "overlayfs":
 		if ok, why := overlay.Available(); !ok {
 			return "", usageErr("run: --mode overlayfs: %s", why)
@@ -116,18 +125,18 @@ func runRun(g *globals, o runOptions, argv []string) error {
 		if err := repo.Resume(p); err != nil {
 			return err
 		}
-	} else if mode, err = pickMode(o.mode, cfg.Snapshot.Mode); err != nil {
+	} else if mode, err = pickMode(o.mode, cfg.Snapshot.Mode, repo.Root); err != nil {
 		return err
 	} else if err := repo.CheckTargets(); err != nil {
 		return err // before anything runs or changes
 	}
-	if mode == "copy" {
-		// The copy mode runs on the tree itself: nothing can wait for
+	if mode == "copy" || mode == "btrfs" {
+		// These modes run on the tree itself: nothing can wait for
 		// review, and discarding means undoing at once.
 		if o.then == "review" {
-			return usageErr("run: --then review needs an overlay mode; the copy mode changes the tree itself (snapback doctor says which modes work here)")
+			return usageErr("run: --then review needs an overlay mode; the %s mode changes the tree itself (snapback doctor says which modes work here)", mode)
 		}
-		return runCopy(g, repo, argv, o.then == "discard")
+		return runCopy(g, repo, argv, mode, o.then == "discard")
 	}
 	if p == nil {
 		if p, err = repo.StartPending(argv, mode); err != nil {
@@ -204,8 +213,8 @@ func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []s
 }
 
 // runCopy: snapshot, run on the real tree, record what changed.
-func runCopy(g *globals, repo *snapshot.Repo, argv []string, discard bool) error {
-	run, err := repo.BeginRun(argv, "copy")
+func runCopy(g *globals, repo *snapshot.Repo, argv []string, mode string, discard bool) error {
+	run, err := repo.BeginRun(argv, mode)
 	if err != nil {
 		return err
 	}

@@ -221,13 +221,19 @@ func TestCrashDuringSnap(t *testing.T) {
 // committing then undoing it works.
 func TestCrashDuringRun(t *testing.T) {
 	bin := snapbackBinary(t)
-	for _, mode := range []string{"copy", "overlayfs"} {
+	for _, mode := range []string{"copy", "overlayfs", "btrfs"} {
 		t.Run(mode, func(t *testing.T) {
 			if mode == "overlayfs" && os.Geteuid() != 0 {
 				treetest.Require(t, "overlayfs", false, "overlayfs runs need root in this build")
 				t.Skip("SNAPBACK_REQUIRE does not name overlayfs: not root")
 			}
 			root := t.TempDir()
+			if mode == "btrfs" {
+				root = filepath.Join(treetest.Btrfs(t, 256), "proj")
+				if out, err := exec.Command("btrfs", "subvolume", "create", root).CombinedOutput(); err != nil {
+					t.Fatalf("btrfs subvolume create: %v\n%s", err, out)
+				}
+			}
 			treetest.Write(t, root, "a", "before\n", 0o644)
 			treetest.Write(t, root, "b", "untouched\n", 0o644)
 			sb(t, bin, root, "snap", "-m", "base")
@@ -257,6 +263,11 @@ func TestCrashDuringRun(t *testing.T) {
 			}
 			sb(t, bin, root, "undo")
 			treetest.Equal(t, "undo of an interrupted run", before, treetest.Capture(t, root, snapshot.StoreDir))
+			if mode == "btrfs" {
+				if out, _ := exec.Command("btrfs", "subvolume", "list", "-o", root).CombinedOutput(); len(bytes.TrimSpace(out)) > 0 {
+					t.Fatalf("the run's snapshot was left behind:\n%s", out)
+				}
+			}
 		})
 	}
 }

@@ -387,22 +387,40 @@ func TestPOSIX(t *testing.T) {
 	bin := snapbackBinary(t)
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("POSIX table: %v", time.Since(start).Round(time.Millisecond)) })
-	for _, mode := range posixModes(t, bin) {
+	for _, mode := range append(posixModes(t, bin), "btrfs") {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
+			mnt := ""
+			if mode == "btrfs" {
+				// The btrfs mode needs the root to be a subvolume: each op
+				// gets one on a shared loop btrfs (its native twin a plain
+				// directory there, so both see the same filesystem).
+				mnt = treetest.Btrfs(t, 1024)
+			}
 			for i := range posixOps {
 				op := &posixOps[i]
 				t.Run(op.name, func(t *testing.T) {
 					t.Parallel()
-					testPOSIXOp(t, bin, mode, op)
+					testPOSIXOp(t, bin, mode, op, mnt)
 				})
 			}
 		})
 	}
 }
 
-func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp) {
+// testPOSIXOp runs op natively and in mode on identical trees, then
+// compares them and checks undo and redo. With mnt set (the btrfs mode),
+// both trees live there, the one run under snapback in a subvolume.
+func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string) {
 	a, b := filepath.Join(t.TempDir(), "native"), filepath.Join(t.TempDir(), "in-"+mode)
+	if mnt != "" {
+		base := filepath.Join(mnt, op.name)
+		treetest.Must(t, os.Mkdir(base, 0o755))
+		a, b = filepath.Join(base, "native"), filepath.Join(base, "in-"+mode)
+		if out, err := exec.Command("btrfs", "subvolume", "create", b).CombinedOutput(); err != nil {
+			t.Fatalf("btrfs subvolume create: %v\n%s", err, out)
+		}
+	}
 	buildPosixTree(t, a, op)
 	buildPosixTree(t, b, op)
 	before := treetest.Capture(t, b, snapshot.StoreDir)
