@@ -247,7 +247,8 @@ func (r *Repo) SweepPayloads() error {
 }
 
 // sweepPayloads releases the payload directories whose owners keep does
-// not name.
+// not name. One that cannot be released now (its server is down) stays,
+// for the next sweep, and is reported; the others go on.
 func (r *Repo) sweepPayloads(keep map[string]bool) error {
 	ents, err := os.ReadDir(r.path("targets"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -256,15 +257,13 @@ func (r *Repo) sweepPayloads(keep map[string]bool) error {
 	if err != nil {
 		return err
 	}
+	var errs []error
 	for _, e := range ents {
-		if keep[e.Name()] {
-			continue
-		}
-		if err := r.releasePayloads(e.Name()); err != nil {
-			return err
+		if !keep[e.Name()] {
+			errs = append(errs, r.releasePayloads(e.Name()))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // livePayloads lists the owners of payloads referred to by records in all,
