@@ -165,8 +165,9 @@ func btrfsTarget(t *testing.T) (*backends.Btrfs, backends.Target) {
 	return b, backends.Target{Backend: "btrfs", Path: p}
 }
 
-// btrfsRestoreName is the restore subvolume's name beside the target.
-func btrfsRestoreName(p string) string {
+// restoreName is the name a restore (btrfs, apfs) gives its copy beside
+// the target.
+func restoreName(p string) string {
 	sum := sha256.Sum256([]byte(p))
 	return filepath.Join(filepath.Dir(p), ".snapback-restore-"+hex.EncodeToString(sum[:8]))
 }
@@ -194,7 +195,7 @@ func TestBtrfsRestoreExact(t *testing.T) {
 	treetest.Must(t, os.RemoveAll(filepath.Join(tg.Path, "deep")))
 	treetest.Must(t, b.Restore(ctx, tg, "", payload))
 	treetest.Equal(t, "after restore", want, treetest.Capture(t, tg.Path))
-	if _, err := os.Lstat(btrfsRestoreName(tg.Path)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(restoreName(tg.Path)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the old subvolume is still there: %v", err)
 	}
 }
@@ -241,7 +242,7 @@ func TestBtrfsInterruptedRestore(t *testing.T) {
 	want, _ := treeState(t, tg.Path)
 	payload := t.TempDir()
 	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
-	tmp := btrfsRestoreName(tg.Path)
+	tmp := restoreName(tg.Path)
 
 	// Killed after making the writable copy, before the swap.
 	treetest.Must(t, treeWrite(tg.Path))
