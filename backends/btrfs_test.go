@@ -165,8 +165,9 @@ func btrfsTarget(t *testing.T) (*backends.Btrfs, backends.Target) {
 	return b, backends.Target{Backend: "btrfs", Path: p}
 }
 
-// btrfsRestoreName is the restore subvolume's name beside the target.
-func btrfsRestoreName(p string) string {
+// restoreName is the name a restore (btrfs, apfs) gives its copy beside
+// the target.
+func restoreName(p string) string {
 	sum := sha256.Sum256([]byte(p))
 	return filepath.Join(filepath.Dir(p), ".snapback-restore-"+hex.EncodeToString(sum[:8]))
 }
@@ -194,7 +195,7 @@ func TestBtrfsRestoreExact(t *testing.T) {
 	treetest.Must(t, os.RemoveAll(filepath.Join(tg.Path, "deep")))
 	treetest.Must(t, b.Restore(ctx, tg, "", payload))
 	treetest.Equal(t, "after restore", want, treetest.Capture(t, tg.Path))
-	if _, err := os.Lstat(btrfsRestoreName(tg.Path)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Lstat(restoreName(tg.Path)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the old subvolume is still there: %v", err)
 	}
 }
@@ -241,7 +242,7 @@ func TestBtrfsInterruptedRestore(t *testing.T) {
 	want, _ := treeState(t, tg.Path)
 	payload := t.TempDir()
 	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
-	tmp := btrfsRestoreName(tg.Path)
+	tmp := restoreName(tg.Path)
 
 	// Killed after making the writable copy, before the swap.
 	treetest.Must(t, treeWrite(tg.Path))
@@ -272,6 +273,63 @@ func TestBtrfsInterruptedRestore(t *testing.T) {
 	if _, err := os.Lstat(tmp); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Release left the old subvolume: %v", err)
 	}
+}
+
+// TestBtrfsKilledRestore: a restore SIGKILLed at any point leaves the path
+// with the old state or the restored one, and the next Restore finishes
+// the job. The test binary is the restoring process.
+func TestBtrfsKilledRestore(t *testing.T) {
+	if arg := os.Getenv("SNAPBACK_BTRFS_RESTORE"); arg != "" {
+		dir, p, _ := strings.Cut(arg, "\n")
+		os.Stdout.WriteString("go\n")
+		treetest.Must(t, (&backends.Btrfs{}).Restore(context.Background(), backends.Target{Backend: "btrfs", Path: p}, "", dir))
+		return
+	}
+	ctx := context.Background()
+	b, tg := btrfsTarget(t)
+	want, _ := treeState(t, tg.Path)
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	const runs = 40
+	killed, swapped, leftover := 0, 0, 0
+	for i := 0; i < runs; i++ {
+		treetest.Must(t, treeWrite(tg.Path))
+		before, _ := treeState(t, tg.Path)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBtrfsKilledRestore$")
+		cmd.Env = append(os.Environ(), "SNAPBACK_BTRFS_RESTORE="+payload+"\n"+tg.Path)
+		out, err := cmd.StdoutPipe()
+		treetest.Must(t, err)
+		treetest.Must(t, cmd.Start())
+		buf := make([]byte, 3)
+		_, err = out.Read(buf)
+		treetest.Must(t, err)
+		time.Sleep(time.Duration(i%10) * 300 * time.Microsecond)
+		treetest.Must(t, cmd.Process.Kill())
+		if err := cmd.Wait(); err != nil {
+			killed++
+		}
+		got, ok := treeState(t, tg.Path)
+		if !ok || got != want && got != before {
+			t.Fatalf("after a kill: %s (consistent %v), want %s or %s", got, ok, before, want)
+		}
+		if got == want {
+			swapped++
+		}
+		if _, err := os.Lstat(restoreName(tg.Path)); err == nil {
+			leftover++
+		}
+		treetest.Must(t, b.Restore(ctx, tg, "", payload))
+		if got, _ := treeState(t, tg.Path); got != want {
+			t.Fatalf("after the rerun: %s, want %s", got, want)
+		}
+		if _, err := os.Lstat(restoreName(tg.Path)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("after the rerun the old subvolume is still there: %v", err)
+		}
+	}
+	if killed == 0 {
+		t.Fatal("no restore was killed")
+	}
+	t.Logf("%d of %d restores killed; after the kill %d had swapped, %d left a restore subvolume", killed, runs, swapped, leftover)
 }
 
 // TestBtrfsRestoreMissingTarget: a subvolume deleted since is made anew.

@@ -1,26 +1,542 @@
 package backends
 
-import "context"
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 
-// ZFS is the zfs backend (being built: every call refuses).
+	"github.com/snapback/snapback/fsutil"
+)
+
+// ZFS snapshots a ZFS dataset (setting dataset: pool/fs, a filesystem or a
+// volume) through the zfs command: `zfs snapshot <dataset>@snapback-<hash
+// of the payload dir>`, atomic across the dataset. The payload dir holds
+// only zfs.json, naming the snapshot and its guid: a snapshot can move to
+// another dataset (below), and is found again by its guid.
+//
+// A restore must not destroy snapshots newer than the one restored (they
+// are other snapshots' payloads: a redo needs them), so `zfs rollback -r`
+// is out. There are two ways:
+//
+//   - The snapshot is the dataset's newest: `zfs rollback`, in place and
+//     atomic; properties, mount and open files stay. This is the common
+//     case (undoing the last command).
+//   - Newer snapshots exist: the snapshot is cloned to
+//     <dataset>.snapback-restore (unmounted, with the dataset's local
+//     properties), the clone is promoted (it takes over the snapshot and
+//     the older ones), the dataset is unmounted and renamed to
+//     <dataset>.snapback-old-<guid> (keeping the newer snapshots, which stay
+//     restorable), the clone is renamed to the dataset and mounted. This
+//     swap is NOT atomic: between the unmount and the mount the mount
+//     point is empty, and it fails, changing nothing, while files in the
+//     dataset are open. Each step is recognised by the names that exist, so
+//     rerunning a killed restore finishes it. An old dataset is destroyed
+//     once its last snapshot is released.
+//
+// Limits: child datasets are not part of the snapshot (no -r); a dataset
+// with children is only restored by rollback, since a swap would move them
+// away.
 type ZFS struct{}
 
 var _ Backend = (*ZFS)(nil)
 
+const (
+	zfsPayload   = "zfs.json"
+	zfsRestore   = ".snapback-restore"
+	zfsOld       = ".snapback-old-"
+	zfsMarker    = "snapback:restore"  // on the clone: the guid it restores
+	zfsCanmount  = "snapback:canmount" // on the clone: the dataset's canmount
+	zfsNotExists = "dataset does not exist"
+)
+
+// zfsMeta is zfs.json, the whole payload.
+type zfsMeta struct {
+	Dataset  string `json:"dataset"`
+	Snapshot string `json:"snapshot"`
+	GUID     string `json:"guid"`
+}
+
 // Name implements Backend.
 func (*ZFS) Name() string { return "zfs" }
 
-// Available implements Backend.
-func (*ZFS) Available() (bool, string) { return false, "not built yet" }
+// Available implements Backend: the zfs command and the kernel module.
+func (*ZFS) Available() (bool, string) {
+	if _, err := exec.LookPath("zfs"); err != nil {
+		return false, "zfs is not installed"
+	}
+	if _, err := os.Stat("/dev/zfs"); err != nil {
+		return false, "/dev/zfs is missing (the zfs kernel module is not loaded)"
+	}
+	return true, ""
+}
 
-// Check implements Backend.
-func (*ZFS) Check(context.Context, Target, string) error { return ErrNotBuilt }
+// zfsValidName reports whether ds is a dataset name (pool/fs/…), not a
+// path or a snapshot.
+func zfsValidName(ds string) bool {
+	for _, c := range strings.Split(ds, "/") {
+		if c == "" || c == "." || c == ".." {
+			return false
+		}
+		for _, r := range c {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.: ", r)) {
+				return false
+			}
+		}
+	}
+	return len(ds) < 200 // room for the suffixes, under ZFS's 255
+}
+
+// zfsSnapName is the snapshot a payload dir gets.
+func zfsSnapName(ds, dir string) string { return ds + "@snapback-" + snapHash(dir) }
+
+// zfsOldName is where a swap moves the dataset whose guid is guid.
+func zfsOldName(ds, guid string) string { return ds + zfsOld + guid }
+
+// zfs runs the zfs command; its error is the command and the first line
+// zfs printed.
+func zfs(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "zfs", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg, _, _ := strings.Cut(strings.TrimSpace(stderr.String()), "\n")
+		return "", fmt.Errorf("zfs %s: %s (%w)", strings.Join(args, " "), msg, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// zfsGet reads one property's value ("" and no error when name does not
+// exist).
+func zfsGet(ctx context.Context, prop, name string) (string, error) {
+	v, err := zfs(ctx, "get", "-H", "-p", "-o", "value", prop, name)
+	if err != nil && strings.Contains(err.Error(), zfsNotExists) {
+		return "", nil
+	}
+	return v, err
+}
+
+func zfsLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func (z *ZFS) settings(t Target) error {
+	if t.Dataset == "" {
+		return targetErr(t, "no dataset")
+	}
+	if !zfsValidName(t.Dataset) {
+		return targetErr(t, "%q is not a dataset name (pool/fs, not a path or a snapshot)", t.Dataset)
+	}
+	if ok, why := z.Available(); !ok {
+		return targetErr(t, "dataset %s: %s", t.Dataset, why)
+	}
+	return nil
+}
+
+// Check implements Backend: the dataset exists and is a filesystem or a
+// volume.
+func (z *ZFS) Check(ctx context.Context, t Target, _ string) error {
+	if err := z.settings(t); err != nil {
+		return err
+	}
+	typ, err := zfsGet(ctx, "type", t.Dataset)
+	switch {
+	case err != nil:
+		return targetErr(t, "%v", err)
+	case typ == "":
+		return targetErr(t, "dataset %s does not exist", t.Dataset)
+	case typ != "filesystem" && typ != "volume":
+		return targetErr(t, "%s is a %s, not a filesystem or a volume", t.Dataset, typ)
+	}
+	return nil
+}
 
 // Snapshot implements Backend.
-func (*ZFS) Snapshot(context.Context, Target, string, string) error { return ErrNotBuilt }
+func (z *ZFS) Snapshot(ctx context.Context, t Target, root, dir string) (err error) {
+	if err := z.Check(ctx, t, root); err != nil {
+		return err
+	}
+	ds := t.Dataset
+	wrap := func(err error) error { return fmt.Errorf("snapshot zfs %s: %w", ds, err) }
+	if dir, err = filepath.Abs(dir); err != nil {
+		return wrap(err)
+	}
+	name := zfsSnapName(ds, dir)
+	// A leftover is from an earlier attempt into this payload dir, which
+	// the caller owns.
+	if g, err := zfsGet(ctx, "guid", name); err != nil {
+		return wrap(err)
+	} else if g != "" {
+		if _, err := zfs(ctx, "destroy", name); err != nil {
+			return wrap(err)
+		}
+	}
+	if _, err := zfs(ctx, "snapshot", name); err != nil {
+		return wrap(err)
+	}
+	defer func() {
+		if err != nil {
+			_, _ = zfs(context.Background(), "destroy", name) // already failing; Release retries by name
+		}
+	}()
+	guid, err := zfsGet(ctx, "guid", name)
+	if err != nil {
+		return wrap(err)
+	}
+	data, err := json.MarshalIndent(zfsMeta{Dataset: ds, Snapshot: name, GUID: guid}, "", "  ")
+	if err != nil {
+		return wrap(err)
+	}
+	if err := fsutil.WriteFileAtomic(filepath.Join(dir, zfsPayload), append(data, '\n'), 0o644); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
 
-// Restore implements Backend.
-func (*ZFS) Restore(context.Context, Target, string, string) error { return ErrNotBuilt }
+func zfsReadMeta(dir string) (zfsMeta, error) {
+	var m zfsMeta
+	data, err := os.ReadFile(filepath.Join(dir, zfsPayload))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", filepath.Join(dir, zfsPayload), err)
+	}
+	if m.Snapshot == "" || m.GUID == "" {
+		return m, fmt.Errorf("%s: incomplete", filepath.Join(dir, zfsPayload))
+	}
+	return m, nil
+}
 
-// Release implements Backend.
-func (*ZFS) Release(context.Context, Target, string, string) error { return nil }
+// zfsFind finds the payload's snapshot by guid, under its name or where a
+// swap moved it in the pool; "" when it is gone.
+func zfsFind(ctx context.Context, m zfsMeta) (string, error) {
+	if g, err := zfsGet(ctx, "guid", m.Snapshot); err != nil || g == m.GUID {
+		return m.Snapshot, err
+	}
+	pool, _, _ := strings.Cut(m.Snapshot, "/")
+	pool, _, _ = strings.Cut(pool, "@")
+	out, err := zfs(ctx, "list", "-H", "-p", "-t", "snapshot", "-o", "name,guid", "-r", pool)
+	if err != nil {
+		return "", err
+	}
+	for _, l := range zfsLines(out) {
+		if name, guid, _ := strings.Cut(l, "\t"); guid == m.GUID {
+			return name, nil
+		}
+	}
+	return "", nil
+}
+
+// Restore implements Backend (see [ZFS] for the two ways).
+func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
+	if err := z.settings(t); err != nil {
+		return err
+	}
+	ds := t.Dataset
+	wrap := func(err error) error { return fmt.Errorf("restore zfs %s: %w", ds, err) }
+	m, err := zfsReadMeta(dir)
+	if err != nil {
+		return wrap(err)
+	}
+	snap, err := zfsFind(ctx, m)
+	if err != nil {
+		return wrap(err)
+	}
+	if snap == "" {
+		return wrap(fmt.Errorf("the snapshot %s (guid %s) is gone", m.Snapshot, m.GUID))
+	}
+	tmp := ds + zfsRestore
+	typ, err := zfsGet(ctx, "type", ds)
+	if err != nil {
+		return wrap(err)
+	}
+	tmpTyp, err := zfsGet(ctx, "type", tmp)
+	if err != nil {
+		return wrap(err)
+	}
+	if typ != "" && tmpTyp == "" {
+		// A swap killed after its last rename is settled first.
+		if marker, err := zfsGet(ctx, zfsMarker, ds); err != nil {
+			return wrap(err)
+		} else if marker != "" && marker != "-" {
+			if err := zfsSettle(ctx, ds, typ == "filesystem"); err != nil {
+				return wrap(err)
+			}
+		}
+		out, err := zfs(ctx, "list", "-H", "-p", "-t", "snapshot", "-o", "guid", "-s", "createtxg", "-d", "1", ds)
+		if err != nil {
+			return wrap(err)
+		}
+		if l := zfsLines(out); len(l) > 0 && l[len(l)-1] == m.GUID {
+			if _, err := zfs(ctx, "rollback", snap); err != nil {
+				return wrap(err)
+			}
+			return nil
+		}
+		if children, err := zfs(ctx, "list", "-H", "-o", "name", "-d", "1", "-t", "filesystem,volume", ds); err != nil {
+			return wrap(err)
+		} else if len(zfsLines(children)) > 1 {
+			return wrap(fmt.Errorf("newer snapshots exist and the dataset has children: a swap would move them away (restore the newest snapshot first, or destroy the newer ones)"))
+		}
+	}
+	if tmpTyp != "" {
+		marker, err := zfsGet(ctx, zfsMarker, tmp)
+		if err != nil {
+			return wrap(err)
+		}
+		if marker != m.GUID {
+			origin, err := zfsGet(ctx, "origin", tmp)
+			if err != nil {
+				return wrap(err)
+			}
+			if origin == "-" {
+				return wrap(fmt.Errorf("%s, left by an interrupted restore of another snapshot, is past its promotion: rerun that restore", tmp))
+			}
+			if _, err := zfs(ctx, "destroy", tmp); err != nil {
+				return wrap(err)
+			}
+			tmpTyp = ""
+		}
+	}
+	if tmpTyp == "" {
+		tmpTyp, err = zfsGet(ctx, "type", snap[:strings.IndexByte(snap, '@')])
+		if err != nil {
+			return wrap(err)
+		}
+		if err := zfsClone(ctx, snap, ds, tmp, m.GUID, tmpTyp); err != nil {
+			return wrap(err)
+		}
+	}
+	if origin, err := zfsGet(ctx, "origin", tmp); err != nil {
+		return wrap(err)
+	} else if origin != "-" {
+		if _, err := zfs(ctx, "promote", tmp); err != nil {
+			return wrap(err)
+		}
+	}
+	isFS := tmpTyp == "filesystem"
+	if typ != "" {
+		if err := zfsRetire(ctx, ds, isFS); err != nil {
+			return wrap(err)
+		}
+	}
+	if _, err := zfs(ctx, "rename", tmp, ds); err != nil {
+		return wrap(err)
+	}
+	if err := zfsSettle(ctx, ds, isFS); err != nil {
+		return wrap(err)
+	}
+	// The restore is done; an old dataset without snapshots is freed now
+	// or by the next Release.
+	_ = zfsCleanOld(ctx, ds)
+	return nil
+}
+
+// zfsClone clones snap to tmp, unmounted, with ds's local properties and
+// the markers that let a rerun recognise it.
+func zfsClone(ctx context.Context, snap, ds, tmp, guid, typ string) error {
+	args := []string{"clone", "-o", zfsMarker + "=" + guid}
+	if typ == "filesystem" {
+		canmount := "inherit"
+		props, err := zfs(ctx, "get", "-H", "-p", "-s", "local", "-o", "property,value", "all", ds)
+		if err != nil && !strings.Contains(err.Error(), zfsNotExists) {
+			return err
+		}
+		for _, l := range zfsLines(props) {
+			p, v, _ := strings.Cut(l, "\t")
+			switch {
+			case p == "canmount":
+				canmount = v
+			case strings.HasPrefix(p, "snapback:"), p == "volsize", p == "encryption", p == "keylocation", p == "keyformat", p == "pbkdf2iters":
+			default:
+				args = append(args, "-o", p+"="+v)
+			}
+		}
+		args = append(args, "-o", "canmount=noauto", "-o", zfsCanmount+"="+canmount)
+	}
+	_, err := zfs(ctx, append(args, snap, tmp)...)
+	return err
+}
+
+// zfsRetire unmounts ds (a filesystem) for good and renames it out of the
+// way; on error it is as it was.
+func zfsRetire(ctx context.Context, ds string, isFS bool) error {
+	if isFS {
+		canmount, err := zfs(ctx, "get", "-H", "-o", "value,source", "canmount", ds)
+		if err != nil {
+			return err
+		}
+		if _, err := zfs(ctx, "set", "canmount=noauto", ds); err != nil {
+			return err
+		}
+		if mounted, err := zfsGet(ctx, "mounted", ds); err != nil || mounted == "yes" {
+			if err == nil {
+				_, err = zfs(ctx, "unmount", ds)
+			}
+			if err != nil {
+				v, src, _ := strings.Cut(canmount, "\t")
+				if src == "local" {
+					_, _ = zfs(ctx, "set", "canmount="+v, ds) // already failing: best effort back
+				} else {
+					_, _ = zfs(ctx, "inherit", "canmount", ds) // already failing: best effort back
+				}
+				return fmt.Errorf("%w (are files open in it?)", err)
+			}
+		}
+	}
+	guid, err := zfsGet(ctx, "guid", ds)
+	if err != nil {
+		return err
+	}
+	_, err = zfs(ctx, "rename", ds, zfsOldName(ds, guid))
+	return err
+}
+
+// zfsSettle gives the swapped-in dataset its canmount back, drops the
+// markers and mounts it.
+func zfsSettle(ctx context.Context, ds string, isFS bool) error {
+	if isFS {
+		canmount, err := zfsGet(ctx, zfsCanmount, ds)
+		if err != nil {
+			return err
+		}
+		if canmount == "inherit" || canmount == "-" || canmount == "" {
+			_, err = zfs(ctx, "inherit", "canmount", ds)
+		} else {
+			_, err = zfs(ctx, "set", "canmount="+canmount, ds)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for _, p := range []string{zfsMarker, zfsCanmount} {
+		if _, err := zfs(ctx, "inherit", p, ds); err != nil {
+			return err
+		}
+	}
+	if !isFS {
+		return nil
+	}
+	out, err := zfs(ctx, "get", "-H", "-o", "value", "canmount,mountpoint,mounted", ds)
+	if err != nil {
+		return err
+	}
+	if v := zfsLines(out); len(v) == 3 && v[0] == "on" && v[1] != "none" && v[1] != "legacy" && v[2] != "yes" {
+		_, err = zfs(ctx, "mount", ds)
+	}
+	return err
+}
+
+// zfsDestroySnap destroys snap. When it is the origin of the target's live
+// dataset (a swap made it so), the live dataset is promoted first, taking
+// the snapshot over; when it is the origin of old datasets only, it is
+// destroyed with the last of them (-d). Other clones are named in the
+// error.
+func zfsDestroySnap(ctx context.Context, m zfsMeta, ds, snap string) error {
+	for promoted := false; ; promoted = true {
+		_, err := zfs(ctx, "destroy", snap)
+		if err == nil {
+			return nil
+		}
+		clones, cerr := zfsGet(ctx, "clones", snap)
+		if cerr != nil || clones == "" || clones == "-" {
+			return err
+		}
+		live := ""
+		for _, c := range strings.Split(clones, ",") {
+			switch {
+			case c == ds || c == m.Dataset:
+				live = c
+			case !strings.Contains(c, zfsOld):
+				return fmt.Errorf("it has dependent clones (%s): destroy them first", clones)
+			}
+		}
+		if live == "" || promoted {
+			_, err := zfs(ctx, "destroy", "-d", snap)
+			return err
+		}
+		if _, err := zfs(ctx, "promote", live); err != nil {
+			return err
+		}
+		if snap, err = zfsFind(ctx, m); err != nil || snap == "" {
+			return err
+		}
+	}
+}
+
+// zfsCleanOld destroys ds's old datasets that hold no snapshot any more.
+func zfsCleanOld(ctx context.Context, ds string) error {
+	parent := ds
+	if i := strings.LastIndexByte(ds, '/'); i >= 0 {
+		parent = ds[:i]
+	}
+	out, err := zfs(ctx, "list", "-H", "-o", "name", "-d", "1", "-t", "filesystem,volume", parent)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, old := range zfsLines(out) {
+		if !strings.HasPrefix(old, ds+zfsOld) {
+			continue
+		}
+		snaps, err := zfs(ctx, "list", "-H", "-o", "name", "-t", "snapshot", "-d", "1", old)
+		if err == nil && snaps == "" {
+			_, err = zfs(ctx, "destroy", old)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Release implements Backend: the snapshot is destroyed. One that is the
+// origin of an old dataset of a swap is destroyed with it (zfs destroy
+// -d); one with other clones is refused, naming them.
+func (z *ZFS) Release(ctx context.Context, t Target, _, dir string) error {
+	m, err := zfsReadMeta(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		// No payload file: a snapshot that failed; a leftover has the
+		// derived name.
+		adir, aerr := filepath.Abs(dir)
+		if ok, _ := z.Available(); !ok || t.Dataset == "" || !zfsValidName(t.Dataset) || aerr != nil {
+			return nil
+		}
+		m = zfsMeta{Dataset: t.Dataset, Snapshot: zfsSnapName(t.Dataset, adir)}
+	} else if err != nil {
+		return fmt.Errorf("release zfs: %w", err)
+	}
+	if ok, why := z.Available(); !ok {
+		return targetErr(t, "release %s: %s", m.Snapshot, why)
+	}
+	wrap := func(err error) error { return fmt.Errorf("release zfs %s: %w", m.Snapshot, err) }
+	snap := m.Snapshot
+	if m.GUID != "" {
+		if snap, err = zfsFind(ctx, m); err != nil {
+			return wrap(err)
+		}
+	} else if g, err := zfsGet(ctx, "guid", snap); err != nil {
+		return wrap(err)
+	} else if g == "" {
+		snap = ""
+	} else {
+		m.GUID = g
+	}
+	if snap != "" {
+		if err := zfsDestroySnap(ctx, m, t.Dataset, snap); err != nil {
+			return wrap(err)
+		}
+	}
+	if err := zfsCleanOld(ctx, m.Dataset); err != nil {
+		return wrap(err)
+	}
+	return nil
+}

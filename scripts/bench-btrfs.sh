@@ -80,7 +80,7 @@ rm -rf "$mnt/copy"
 cp_full=$(timed cp -a --reflink=never "$mnt/data" "$mnt/copy")
 rm -rf "$mnt/copy"
 
-ratio() { awk -v a="$1" -v b="$cp_reflink" 'BEGIN { printf "%.4f", a / b }'; }
+ratio() { awk -v a="$1" -v b="$cp_reflink" 'BEGIN { printf "%.2g", a / b }'; }
 echo "| operation ($FILES files of $SIZE bytes) | seconds | ratio to cp -a |"
 echo "|---|---|---|"
 echo "| cp -a (reflink) | $cp_reflink | 1 |"

@@ -1,0 +1,488 @@
+package backends_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/internal/treetest"
+)
+
+func init() { fixtures["postgres"] = postgresFixture }
+
+// pgServer is the server the tests use: SNAPBACK_TEST_POSTGRES, a URL
+// naming a role with CREATEDB (scripts/test.sh sets it).
+func pgServer() string { return os.Getenv("SNAPBACK_TEST_POSTGRES") }
+
+func pgNeed() (bool, string) {
+	if pgServer() == "" {
+		return false, "SNAPBACK_TEST_POSTGRES is not set"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgServer())
+	if err != nil {
+		return false, "the server of SNAPBACK_TEST_POSTGRES does not answer: " + err.Error()
+	}
+	conn.Close(ctx)
+	return true, ""
+}
+
+// pgRequire skips or fails (per SNAPBACK_REQUIRE) without a server.
+func pgRequire(t *testing.T) {
+	t.Helper()
+	ok, why := pgNeed()
+	if !treetest.Require(t, "postgres", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name postgres: " + why)
+	}
+}
+
+// pgDSN is the server's URL with database db (and password pw, when set).
+func pgDSN(t testing.TB, db, pw string) string {
+	t.Helper()
+	u, err := url.Parse(pgServer())
+	treetest.Must(t, err)
+	u.Path = "/" + db
+	if pw != "" {
+		u.User = url.UserPassword(u.User.Username(), pw)
+	}
+	return u.String()
+}
+
+func pgConn(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	treetest.Must(t, err)
+	return conn
+}
+
+func pgExec(t testing.TB, dsn string, sqls ...string) {
+	t.Helper()
+	conn := pgConn(t, dsn)
+	defer conn.Close(context.Background())
+	for _, s := range sqls {
+		if _, err := conn.Exec(context.Background(), s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+var pgSeq atomic.Int32
+
+// pgNewDB creates a fresh database with the writer's tables; it is dropped
+// at the end of the test with every database snapback made of it.
+func pgNewDB(t testing.TB) (name, dsn string) {
+	t.Helper()
+	name = fmt.Sprintf("sbtest_%d_%d", os.Getpid(), pgSeq.Add(1))
+	admin := pgDSN(t, "postgres", "")
+	pgExec(t, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)", "CREATE DATABASE "+name)
+	t.Cleanup(func() {
+		conn := pgConn(t, admin)
+		defer conn.Close(context.Background())
+		ctx := context.Background()
+		rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
+			WHERE datname IN ($1::text, $1::text || '_snapback_new', $1::text || '_snapback_old')
+			   OR shobj_description(oid, 'pg_database') LIKE '%database "' || $1::text || '"%'`, name)
+		treetest.Must(t, err)
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		treetest.Must(t, err)
+		for _, n := range names {
+			if _, err := conn.Exec(ctx, "DROP DATABASE "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)"); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+	})
+	dsn = pgDSN(t, name, "")
+	pgExec(t, dsn, `CREATE TABLE t(id bigserial PRIMARY KEY, v bigint); CREATE TABLE meta(n bigint); INSERT INTO meta VALUES (0)`)
+	return name, dsn
+}
+
+// pgState fingerprints the writer's tables; consistent when meta.n counts
+// the rows of t and every v is its id squared.
+func pgState(t testing.TB, dsn string) (string, bool) {
+	t.Helper()
+	conn := pgConn(t, dsn)
+	defer conn.Close(context.Background())
+	var n, rows, bad, sum int64
+	treetest.Must(t, conn.QueryRow(context.Background(), `SELECT (SELECT n FROM meta), count(*),
+		coalesce(sum((v <> id*id)::int), 0), coalesce(sum(id), 0) FROM t`).Scan(&n, &rows, &bad, &sum))
+	return fmt.Sprintf("n=%d rows=%d sum=%d", n, rows, sum), n == rows && bad == 0
+}
+
+// pgWrite is one multi-row transaction of the writer's, on conn.
+func pgWrite(ctx context.Context, conn *pgx.Conn) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO t(v) VALUES (0), (0)`)
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE t SET v = id*id WHERE v = 0`)
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `UPDATE meta SET n = n + 2`)
+		}
+		return err
+	})
+}
+
+// The writer opens a connection for each transaction, so a snapshot under
+// it can take the template path (the other tests hold connections open to
+// force the pg_dump path).
+var postgresFixture = fixture{
+	need: pgNeed,
+	setup: func(t *testing.T, root string) backends.Target {
+		_, dsn := pgNewDB(t)
+		return backends.Target{Name: "pg", Backend: "postgres", DSN: dsn}
+	},
+	bad: func(t *testing.T, root string) map[string]backends.Target {
+		u, err := url.Parse(pgDSN(t, "postgres", ""))
+		treetest.Must(t, err)
+		u.Host = "127.0.0.1:1"
+		return map[string]backends.Target{
+			"wrong password":   {Backend: "postgres", DSN: pgDSN(t, "postgres", "not-the-password")},
+			"unreachable port": {Backend: "postgres", DSN: u.String()},
+			"missing database": {Backend: "postgres", DSN: pgDSN(t, "sbtest_no_such_database", "")},
+			"garbage dsn":      {Backend: "postgres", DSN: "postgres://[::1"},
+			"no database":      {Backend: "postgres", DSN: "host=127.0.0.1 user=nobody-at-all-here"},
+			"no dsn":           {Backend: "postgres"},
+		}
+	},
+	state: func(t *testing.T, tg backends.Target, root string) (string, bool) { return pgState(t, tg.DSN) },
+	write: func(t *testing.T, tg backends.Target, root string) error {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, tg.DSN)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		return pgWrite(ctx, conn)
+	},
+}
+
+func pgPayloadMethod(t testing.TB, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "postgres.json"))
+	treetest.Must(t, err)
+	var pl struct{ Method, Snapshot string }
+	treetest.Must(t, json.Unmarshal(b, &pl))
+	return pl.Method
+}
+
+// pgSetup makes a target with n writes done.
+func pgSetup(t *testing.T, n int) (backends.Target, string) {
+	pgRequire(t)
+	name, dsn := pgNewDB(t)
+	tg := backends.Target{Name: "pg", Backend: "postgres", DSN: dsn}
+	for i := 0; i < n; i++ {
+		treetest.Must(t, postgresFixture.write(t, tg, ""))
+	}
+	return tg, name
+}
+
+func pgTableExists(t testing.TB, dsn, table string) bool {
+	t.Helper()
+	conn := pgConn(t, dsn)
+	defer conn.Close(context.Background())
+	var ok bool
+	treetest.Must(t, conn.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok))
+	return ok
+}
+
+// TestPostgresRestoreIsARollback: with either method, tables created after
+// the snapshot are gone after a restore (pg_restore --clean would keep
+// them), the data is back, and Release frees the copy.
+func TestPostgresRestoreIsARollback(t *testing.T) {
+	for _, method := range []string{"template", "dump"} {
+		t.Run(method, func(t *testing.T) {
+			ctx := context.Background()
+			tg, name := pgSetup(t, 2)
+			b := &backends.Postgres{}
+			before, _ := pgState(t, tg.DSN)
+			payload := t.TempDir()
+			if method == "dump" {
+				// An application's open session keeps the template copy
+				// from starting: the snapshot falls back to pg_dump.
+				app := pgConn(t, tg.DSN)
+				treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+				app.Close(ctx)
+			} else {
+				treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+			}
+			if got := pgPayloadMethod(t, payload); got != method {
+				t.Fatalf("snapshot method %s, want %s", got, method)
+			}
+			treetest.Must(t, postgresFixture.write(t, tg, ""))
+			pgExec(t, tg.DSN, "CREATE TABLE later(x int); INSERT INTO later VALUES (1)", "CREATE SCHEMA later_schema")
+			treetest.Must(t, b.Restore(ctx, tg, "", payload))
+			if got, ok := pgState(t, tg.DSN); got != before || !ok {
+				t.Fatalf("after restore: %s (consistent %v), want %s", got, ok, before)
+			}
+			if pgTableExists(t, tg.DSN, "later") || pgTableExists(t, tg.DSN, "later_schema.x") {
+				t.Fatal("a table created after the snapshot survived the restore")
+			}
+			pgNoLeftovers(t, name)
+			treetest.Must(t, b.Release(ctx, tg, "", payload))
+			treetest.Must(t, b.Release(ctx, tg, "", payload))
+			if n := pgCount(t, `SELECT count(*) FROM pg_database WHERE datname LIKE 'snapback\_%' AND shobj_description(oid, 'pg_database') LIKE '%database "`+name+`"%'`); n != 0 {
+				t.Fatalf("%d snapshot copies left after Release", n)
+			}
+		})
+	}
+}
+
+func pgCount(t testing.TB, query string) int {
+	t.Helper()
+	conn := pgConn(t, pgDSN(t, "postgres", ""))
+	defer conn.Close(context.Background())
+	var n int
+	treetest.Must(t, conn.QueryRow(context.Background(), query).Scan(&n))
+	return n
+}
+
+func pgNoLeftovers(t testing.TB, name string) {
+	t.Helper()
+	if n := pgCount(t, `SELECT count(*) FROM pg_database WHERE datname IN ('`+name+`_snapback_new', '`+name+`_snapback_old')`); n != 0 {
+		t.Fatalf("%d side databases left after a restore", n)
+	}
+}
+
+// TestPostgresDumpUnderLiveWriter: a writer that keeps its connection
+// forces the pg_dump path, which still captures one committed state.
+func TestPostgresDumpUnderLiveWriter(t *testing.T) {
+	ctx := context.Background()
+	tg, _ := pgSetup(t, 3)
+	b := &backends.Postgres{}
+	writer := pgConn(t, tg.DSN)
+	defer writer.Close(ctx)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var werr error
+	var writes int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if werr = pgWrite(ctx, writer); werr != nil {
+				return
+			}
+			writes++
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	payload := t.TempDir()
+	err := b.Snapshot(ctx, tg, "", payload)
+	time.Sleep(50 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	treetest.Must(t, err)
+	treetest.Must(t, werr)
+	if m := pgPayloadMethod(t, payload); m != "dump" {
+		t.Fatalf("snapshot method %s under a connected writer, want dump", m)
+	}
+	t.Logf("%d writes during the snapshot", writes)
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if st, ok := pgState(t, tg.DSN); !ok {
+		t.Fatalf("restored an inconsistent state: %s", st)
+	}
+	if _, err := writer.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("the writer's session survived the restore")
+	}
+}
+
+// TestPostgresRestoreEndsSessionsKeepsSettings: an application's open
+// session is terminated by the restore, the database is whole afterwards
+// and keeps its owner, grants, comment and settings.
+func TestPostgresRestoreEndsSessionsKeepsSettings(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	before, _ := pgState(t, tg.DSN)
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	admin := pgDSN(t, "postgres", "")
+	pgExec(t, admin,
+		"ALTER DATABASE "+name+" SET work_mem = '7MB'",
+		"ALTER DATABASE "+name+` SET search_path = "$user", public, "Odd Schema"`,
+		"ALTER DATABASE "+name+" CONNECTION LIMIT 50",
+		"COMMENT ON DATABASE "+name+" IS 'the app''s data'",
+		"REVOKE TEMPORARY ON DATABASE "+name+" FROM PUBLIC")
+	props := func() string {
+		conn := pgConn(t, admin)
+		defer conn.Close(ctx)
+		var s string
+		treetest.Must(t, conn.QueryRow(ctx, `SELECT format('%s %s %s %s %s', pg_get_userbyid(datdba), datconnlimit, datacl,
+			shobj_description(oid, 'pg_database'), (SELECT setconfig FROM pg_db_role_setting WHERE setdatabase = d.oid))
+			FROM pg_database d WHERE datname = $1`, name).Scan(&s))
+		return s
+	}
+	want := props()
+	app := pgConn(t, tg.DSN)
+	defer app.Close(ctx)
+	tx, err := app.Begin(ctx) // an open transaction, even
+	treetest.Must(t, err)
+	_, err = tx.Exec(ctx, "INSERT INTO t(v) VALUES (1)")
+	treetest.Must(t, err)
+
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if _, err := app.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("the application's session survived the restore")
+	}
+	if got, ok := pgState(t, tg.DSN); got != before || !ok {
+		t.Fatalf("after restore: %s (consistent %v), want %s", got, ok, before)
+	}
+	if got := props(); got != want {
+		t.Fatalf("database properties after restore:\n %s\nwant\n %s", got, want)
+	}
+	pgNoLeftovers(t, name)
+}
+
+// pgKillWhen terminates the first session of snapback's whose query
+// matches like, and reports whether it found one before stop closes.
+func pgKillWhen(t *testing.T, like string, stop <-chan struct{}) <-chan bool {
+	killed := make(chan bool, 1)
+	conn := pgConn(t, pgDSN(t, "postgres", ""))
+	go func() {
+		defer conn.Close(context.Background())
+		for {
+			var n int
+			err := conn.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE application_name = 'snapback' AND query LIKE $1 AND state = 'active'`, like).Scan(&n)
+			if err == nil && n > 0 {
+				killed <- true
+				return
+			}
+			select {
+			case <-stop:
+				killed <- false
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	return killed
+}
+
+// pgPad makes the database big enough for its copy to take a while.
+func pgPad(t *testing.T, dsn string) {
+	pgExec(t, dsn, "CREATE TABLE pad AS SELECT g AS id, repeat('x', 200) AS s FROM generate_series(1, 200000) g")
+}
+
+// TestPostgresRestoreInterrupted: a restore whose session is terminated
+// while it builds the copy, or whose context ends at any moment, leaves
+// the database as it was or restored, whole; the next Restore finishes.
+func TestPostgresRestoreInterrupted(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	pgPad(t, tg.DSN)
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	snap, _ := pgState(t, tg.DSN)
+
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	changed, _ := pgState(t, tg.DSN)
+	stop := make(chan struct{})
+	killed := pgKillWhen(t, "CREATE DATABASE %"+name+"_snapback_new%", stop)
+	err := b.Restore(ctx, tg, "", payload)
+	close(stop)
+	if !<-killed {
+		t.Fatalf("the restore's copy was never seen running (restore: %v)", err)
+	}
+	if err == nil {
+		t.Fatal("a restore whose session was terminated succeeded")
+	}
+	t.Logf("terminated restore: %v", err)
+	if got, ok := pgState(t, tg.DSN); got != changed || !ok {
+		t.Fatalf("after the terminated restore: %s (consistent %v), want %s as before", got, ok, changed)
+	}
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if got, ok := pgState(t, tg.DSN); got != snap || !ok {
+		t.Fatalf("after the next restore: %s (consistent %v), want %s", got, ok, snap)
+	}
+	pgNoLeftovers(t, name)
+
+	// A context ending at any point: before, during the copy, the swap,
+	// the drop.
+	for _, d := range []time.Duration{0, 2, 5, 10, 20, 40, 80, 160, 320} {
+		treetest.Must(t, postgresFixture.write(t, tg, ""))
+		changed, _ := pgState(t, tg.DSN)
+		cctx, cancel := context.WithTimeout(ctx, d*time.Millisecond)
+		err := b.Restore(cctx, tg, "", payload)
+		cancel()
+		got, ok := pgState(t, tg.DSN)
+		if !ok || (got != changed && got != snap) {
+			t.Fatalf("restore cut after %dms (%v): %s (consistent %v), want %s or %s", d, err, got, ok, changed, snap)
+		}
+		treetest.Must(t, b.Restore(ctx, tg, "", payload))
+		if got, _ := pgState(t, tg.DSN); got != snap {
+			t.Fatalf("restore after one cut after %dms: %s, want %s", d, got, snap)
+		}
+		pgNoLeftovers(t, name)
+	}
+}
+
+// TestPostgresSnapshotInterrupted: a snapshot whose session is terminated
+// in the middle of the copy leaves the database open to connections (the
+// lock that held them off goes with the session: there is no
+// ALLOW_CONNECTIONS to repair), Release frees whatever it made, and the
+// next snapshot works.
+func TestPostgresSnapshotInterrupted(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	pgPad(t, tg.DSN)
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	stop := make(chan struct{})
+	killed := pgKillWhen(t, "CREATE DATABASE %", stop)
+	err := b.Snapshot(ctx, tg, "", payload)
+	close(stop)
+	if !<-killed || err == nil {
+		t.Fatalf("the snapshot's copy was not cut (snapshot: %v)", err)
+	}
+	t.Logf("terminated snapshot: %v", err)
+	if n := pgCount(t, "SELECT count(*) FROM pg_database WHERE datname = '"+name+"' AND datallowconn AND datconnlimit = -1"); n != 1 {
+		t.Fatal("the database does not take connections after an interrupted snapshot")
+	}
+	if _, ok := pgState(t, tg.DSN); !ok {
+		t.Fatal("inconsistent after an interrupted snapshot")
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", payload))
+	if n := pgCount(t, `SELECT count(*) FROM pg_database WHERE datname LIKE 'snapback\_%' AND shobj_description(oid, 'pg_database') LIKE '%database "`+name+`"%'`); n != 0 {
+		t.Fatalf("%d copies left after releasing an interrupted snapshot", n)
+	}
+	again := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", again))
+	treetest.Must(t, b.Release(ctx, tg, "", again))
+}
+
+// TestPostgresRestoreChecksPayload: a payload of another database, or an
+// incomplete one, is refused and changes nothing.
+func TestPostgresRestoreChecksPayload(t *testing.T) {
+	ctx := context.Background()
+	tg, _ := pgSetup(t, 1)
+	other, _ := pgSetup(t, 3)
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	defer b.Release(ctx, tg, "", payload)
+	st, _ := pgState(t, other.DSN)
+	if err := b.Restore(ctx, other, "", payload); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "snapshot is of database") {
+		t.Fatalf("restoring another database's snapshot: %v", err)
+	}
+	if err := b.Restore(ctx, tg, "", t.TempDir()); err == nil {
+		t.Fatal("restoring an empty payload succeeded")
+	}
+	if got, _ := pgState(t, other.DSN); got != st {
+		t.Fatal("a refused restore changed the database")
+	}
+}
