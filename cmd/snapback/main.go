@@ -38,6 +38,9 @@ func Main() int {
 	if len(os.Args) > 2 && os.Args[1] == overlay.ProbeVerb {
 		return overlay.Probe(os.Args[2]) // doctor's probe, in a user namespace
 	}
+	if len(os.Args) > 1 && os.Args[1] == backends.VolumeHelperVerb {
+		return backends.VolumeHelper(os.Args[2:]) // in a docker-volume helper container
+	}
 	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance reports.
 	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" {
 		if f, err := os.Create(p); err == nil {
