@@ -192,6 +192,15 @@ func (c *Config) validate(src []byte) error {
 	return nil
 }
 
+func splitPath(p string) (dir, base string) {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i], p[i+1:]
+	}
+	return "", p
+}
+
+func parentPath(p string) string { d, _ := splitPath(p); return d }
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -342,6 +351,10 @@ func (c *Config) Ignored(path string, isDir bool) bool {
 			return true
 		}
 		if rest, ok := strings.CutPrefix(path, tp); ok && (rest == "-wal" || rest == "-shm" || rest == "-journal") {
+			return true
+		}
+		// What the btrfs and apfs backends keep beside a target.
+		if dir, base := splitPath(path); dir == parentPath(tp) && (base == ".snapback-snapshots" || strings.HasPrefix(base, ".snapback-restore-")) {
 			return true
 		}
 	}

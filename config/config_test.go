@@ -177,6 +177,7 @@ func TestTargetPathsAreIgnored(t *testing.T) {
 	for p, want := range map[string]bool{
 		"data/app.db": true, "data/app.db-wal": true, "data/app.db-shm": true, "data/app.db-journal": true,
 		"abs.db": true, "data/app.dbx": false, "data": false, "elsewhere/x.db": false, "x.db": false,
+		"data/.snapback-snapshots": true, "data/.snapback-restore-1a2b": true, ".snapback-snapshots": true /* beside abs.db */, "data/sub/.snapback-restore-x": false,
 	} {
 		if got := c.Ignored(p, false); got != want {
 			t.Errorf("Ignored(%q) = %v, want %v", p, got, want)
