@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -46,6 +47,10 @@ type applier struct {
 	// cache, when set, learns the stat of every file written from an
 	// object, so the next scan need not read it back.
 	cache *statCache
+	// open, when set, is where contents come from instead of the store
+	// (an archive being restored), and rootPath is then the root's path.
+	open     func(ObjectID) (io.ReadCloser, error)
+	rootPath string
 }
 
 func (a *applier) close() {
@@ -283,11 +288,19 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 			}
 			return nil // the inode's metadata came with its first name
 		}
-		src, err := a.s.OpenObject(t.Object)
-		if errors.Is(err, ErrMissingObject) && a.staged {
-			if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
-				src, err = f, nil
+		var src io.ReadCloser
+		var err error
+		if a.open != nil {
+			src, err = a.open(t.Object)
+		} else {
+			var of *os.File
+			of, err = a.s.OpenObject(t.Object)
+			if errors.Is(err, ErrMissingObject) && a.staged {
+				if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
+					of, err = f, nil
+				}
 			}
+			src = of
 		}
 		if err != nil {
 			return err
@@ -297,7 +310,11 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 		if err != nil {
 			return err
 		}
-		err = fsutil.CopyFile(f, src)
+		if of, ok := src.(*os.File); ok {
+			err = fsutil.CopyFile(f, of) // sparse files stay sparse
+		} else {
+			_, err = io.Copy(f, src)
+		}
 		if err == nil {
 			err = a.fileMeta(f, t)
 		}
@@ -440,11 +457,31 @@ func (a *applier) fromSource(d *fsutil.Dir, tmp string, t *Entry) (bool, error) 
 	return err == nil, err
 }
 
+func (a *applier) treePath() string {
+	if a.s == nil {
+		return a.rootPath
+	}
+	return a.s.Root
+}
+
+// Materialize writes the manifest m beneath root, an empty directory, with
+// contents from open: how an archive is restored, through the same apply
+// as undo (no symlink followed, metadata set deepest-first, synced).
+func Materialize(root string, m Manifest, open func(ObjectID) (io.ReadCloser, error)) error {
+	d, err := fsutil.OpenRoot(root)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	a := &applier{root: d, opID: "materialize", target: m, scope: ScopeTree, open: open, rootPath: root}
+	return a.run(nil)
+}
+
 // sync makes everything the apply changed durable: each file and
 // directory for a small change, one syncfs for a large one.
 func (a *applier) sync() error {
 	if len(a.written)+a.others+len(a.touched) > syncEachLimit {
-		if err := syncFS(a.s.Root); err != nil {
+		if err := syncFS(a.treePath()); err != nil {
 			return fmt.Errorf("sync tree: %w", err)
 		}
 		return nil
@@ -479,7 +516,7 @@ func (a *applier) sync() error {
 		}
 	}
 	if needFS {
-		if err := syncFS(a.s.Root); err != nil {
+		if err := syncFS(a.treePath()); err != nil {
 			return fmt.Errorf("sync tree: %w", err)
 		}
 	}

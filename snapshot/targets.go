@@ -310,3 +310,7 @@ func duBytes(dir string) int64 {
 	})
 	return n
 }
+
+// PayloadDir is the directory of a target payload (a TargetState's
+// Payload), for archiving it.
+func (r *Repo) PayloadDir(rel string) string { return r.path(rel) }

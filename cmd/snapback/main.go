@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
@@ -126,6 +127,8 @@ func classify(err error) (int, string) {
 		return 2, "corrupt"
 	case errors.Is(err, backends.ErrTarget):
 		return 2, "target"
+	case catalog.CodeOf(err) != "":
+		return 2, catalog.CodeOf(err)
 	}
 	return 2, "error"
 }
@@ -150,7 +153,7 @@ func newRootCmd(g *globals) *cobra.Command {
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
-		newBackendsCmd(g),
+		newBackendsCmd(g), newArchiveCmd(g),
 	)
 	return root
 }

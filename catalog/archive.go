@@ -1,0 +1,145 @@
+// Package catalog exports snapshots to self-contained, verified archives
+// and keeps a catalog of them: a directory that is its own truth.
+//
+// An archive is a zip file named backup-<id>.zip, id being 32 lowercase
+// hex digits derived from its content. It holds, uncompressed:
+//
+//	snapback/meta.json     the snapshot's record
+//	snapback/manifest      its manifest (the store's binary codec)
+//	objects/<sha256>       every content the manifest refers to
+//	targets/<n>/...        the target payloads the snapshot owns
+//	snapback/index         "<sha256> <size> <name>" for each entry above
+//	snapback/summary.json  identity, snapshot, project, time, counts, and
+//	                       archive_sha256: the SHA-256 of the index
+//
+// The index commits to every entry's content, the summary to the index,
+// and the name to the summary: verifying an archive re-reads every byte.
+// Archives are not encrypted.
+package catalog
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Format names the archive layout in summaries.
+const Format = "snapback-archive/1"
+
+// Entry names of the fixed parts.
+const (
+	metaName    = "snapback/meta.json"
+	manifestNm  = "snapback/manifest"
+	indexName   = "snapback/index"
+	summaryName = "snapback/summary.json"
+	objectsDir  = "objects/"
+	targetsDir  = "targets/"
+)
+
+var nameRE = regexp.MustCompile(`^backup-([0-9a-f]{32})\.zip$`)
+
+// IDOf returns the id in an archive's file name, if it is one.
+func IDOf(name string) (string, bool) {
+	m := nameRE.FindStringSubmatch(name)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// FileName is the name of the archive with this id.
+func FileName(id string) string { return "backup-" + id + ".zip" }
+
+// Summary describes an archive; it is the archive's last entry.
+type Summary struct {
+	Format            string    `json:"format"`
+	ID                string    `json:"id"`
+	Snapshot          string    `json:"snapshot"`
+	Kind              string    `json:"kind"`
+	Message           string    `json:"message,omitempty"`
+	Project           string    `json:"project"`
+	SnapshotCreatedAt time.Time `json:"snapshot_created_at"`
+	CreatedAt         time.Time `json:"created_at"`
+	Files             int       `json:"files"`   // files in the manifest
+	Objects           int       `json:"objects"` // distinct contents
+	Targets           int       `json:"targets"`
+	Entries           int       `json:"entries"` // indexed entries
+	Bytes             int64     `json:"bytes"`   // indexed bytes
+	ArchiveSHA256     string    `json:"archive_sha256"`
+}
+
+// identity derives an archive's id from what it holds: the same snapshot
+// with the same contents always gets the same id.
+func identity(snapshot, project string, index []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\n", Format, snapshot, project)
+	h.Write(index)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Error is a catalog error with a stable code (the "error" of --json).
+type Error struct {
+	Code string
+	Msg  string
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Codes.
+const (
+	CodeInsecure   = "catalog_insecure"  // the catalog directory is not private or has a symlink
+	CodeChanged    = "catalog_changed"   // the catalog changed during a scan or since a preview
+	CodeNotFound   = "not_found"         // no such archive or snapshot
+	CodeBadName    = "bad_name"          // not an archive name, or the name does not match the content
+	CodeBadZip     = "bad_zip"           // not a readable zip
+	CodeUnsafe     = "unsafe_entry"      // an entry that could write outside, a duplicate, a device
+	CodeTooLarge   = "too_large"         // past a size, count or decompression-ratio limit
+	CodeBadSummary = "bad_summary"       // summary missing or malformed
+	CodeBadIndex   = "bad_index"         // index missing, malformed, or not matching the entries
+	CodeChecksum   = "checksum_mismatch" // an entry's content does not match its SHA-256
+	CodeIncomplete = "incomplete"        // a content the manifest needs is missing
+	CodeNotEmpty   = "dir_not_empty"     // restore into a non-empty directory without --merge
+	CodeToken      = "bad_token"         // unknown, used or expired prune token
+	CodeIO         = "io_error"
+)
+
+func errf(code string, format string, a ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, a...)}
+}
+
+func wrap(code string, err error, format string, a ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, a...) + ": " + err.Error(), Err: err}
+}
+
+// CodeOf returns an error's code ("" when it has none).
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Limits bound what reading one archive may cost.
+type Limits struct {
+	MaxEntries   int     // entries in one archive
+	MaxEntrySize int64   // one entry, uncompressed
+	MaxTotal     int64   // all entries, uncompressed
+	MaxRatio     float64 // uncompressed / compressed size of a compressed entry
+	MaxMeta      int64   // summary, index, meta and manifest
+}
+
+// DefaultLimits are generous for a project snapshot and small enough that
+// a hostile archive cannot exhaust the machine.
+var DefaultLimits = Limits{
+	MaxEntries:   4_000_000,
+	MaxEntrySize: 256 << 30,
+	MaxTotal:     1 << 40,
+	MaxRatio:     200,
+	MaxMeta:      1 << 30,
+}

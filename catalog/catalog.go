@@ -1,0 +1,234 @@
+package catalog
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// Catalog is a directory of archives. The directory is the truth: there
+// is no index file, every listing reads (and verifies) the archives.
+type Catalog struct {
+	Dir    string
+	Limits Limits
+}
+
+// Scan bounds: a listing looks at no more than this.
+const (
+	MaxCandidates = 1000
+	MaxDirEntries = 10000
+	MaxScanBytes  = 4 << 30
+)
+
+// Open checks the catalog directory: an absolute path with no symlink in
+// any component, a directory owned by the user with mode 0700. With
+// create, a missing directory is made so (its missing parents 0700 too).
+func Open(dir string, create bool) (*Catalog, error) {
+	if dir == "" {
+		return nil, errf(CodeInsecure, "no catalog: give --catalog DIR or set [archive] destination in snapback.toml")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, wrap(CodeIO, err, "catalog %s", dir)
+	}
+	// Each component, from the top: never a symlink.
+	parts := strings.Split(strings.TrimPrefix(abs, "/"), "/")
+	p := "/"
+	for i, part := range parts {
+		p = filepath.Join(p, part)
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) && create {
+			if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return nil, wrap(CodeIO, err, "catalog %s: make %s", abs, p)
+			}
+			st, err = os.Lstat(p)
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errf(CodeNotFound, "catalog %s: %s does not exist", abs, p)
+		}
+		if err != nil {
+			return nil, wrap(CodeIO, err, "catalog %s", abs)
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			return nil, errf(CodeInsecure, "catalog %s: %s is a symlink (a catalog's path must have none)", abs, p)
+		}
+		if !st.IsDir() {
+			return nil, errf(CodeInsecure, "catalog %s: %s is not a directory", abs, p)
+		}
+		if i == len(parts)-1 {
+			sys := st.Sys().(*syscall.Stat_t)
+			if int(sys.Uid) != os.Geteuid() {
+				return nil, errf(CodeInsecure, "catalog %s: owned by uid %d, not by you (uid %d)", abs, sys.Uid, os.Geteuid())
+			}
+			if st.Mode().Perm() != 0o700 {
+				return nil, errf(CodeInsecure, "catalog %s: mode %04o, want 0700 (chmod 700 %s)", abs, st.Mode().Perm(), abs)
+			}
+		}
+	}
+	return &Catalog{Dir: abs, Limits: DefaultLimits}, nil
+}
+
+// Path is where the archive with this id lives.
+func (c *Catalog) Path(id string) string { return filepath.Join(c.Dir, FileName(id)) }
+
+// dirEntry is one name of the catalog directory, as a fingerprint sees it.
+type dirEntry struct {
+	name  string
+	size  int64
+	mtime int64
+	ino   uint64
+	mode  fs.FileMode
+}
+
+// readDir lists the catalog, bounded, and fingerprints what it saw.
+func (c *Catalog) readDir() ([]dirEntry, string, error) {
+	f, err := os.Open(c.Dir)
+	if err != nil {
+		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
+	defer f.Close() // read-only
+	names, err := f.Readdirnames(MaxDirEntries + 1)
+	if err != nil && len(names) == 0 && !errors.Is(err, io.EOF) {
+		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
+	if len(names) > MaxDirEntries {
+		return nil, "", errf(CodeTooLarge, "catalog %s: more than %d entries; move some away", c.Dir, MaxDirEntries)
+	}
+	sort.Strings(names)
+	var out []dirEntry
+	h := sha256.New()
+	for _, n := range names {
+		st, err := os.Lstat(filepath.Join(c.Dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "", errf(CodeChanged, "catalog %s changed during the scan (%s went away); try again", c.Dir, n)
+		}
+		if err != nil {
+			return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
+		}
+		e := dirEntry{name: n, size: st.Size(), mtime: st.ModTime().UnixNano(), ino: st.Sys().(*syscall.Stat_t).Ino, mode: st.Mode()}
+		fmt.Fprintf(h, "%q %d %d %d %d\n", e.name, e.size, e.mtime, e.ino, e.mode)
+		out = append(out, e)
+	}
+	return out, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Listed is one archive a listing accepted, after full verification.
+type Listed struct {
+	Summary
+	File string // its file name in the catalog
+}
+
+// Rejected is a candidate that failed verification; it is left in place.
+type Rejected struct {
+	ID    string `json:"id"`
+	File  string `json:"file"`
+	Error string `json:"error"`
+	Msg   string `json:"message"`
+}
+
+// Listing is the result of a scan: valid archives (oldest first),
+// rejected candidates, and the fingerprint of what was scanned.
+type Listing struct {
+	Archives    []Listed
+	Rejected    []Rejected
+	Fingerprint string
+	// Truncated says why the scan stopped early, if it did: the
+	// candidates past the bound are neither listed nor rejected.
+	Truncated string
+}
+
+// List verifies every candidate (a file named like an archive), within
+// the scan bounds, and reports the valid and the invalid ones; other
+// files are ignored and left alone. A catalog that changes during the
+// scan is an error (CodeChanged), not a half listing.
+func (c *Catalog) List(progress Progress) (*Listing, error) {
+	ents, fp, err := c.readDir()
+	if err != nil {
+		return nil, err
+	}
+	l := &Listing{Fingerprint: fp}
+	var scanned int64
+	n := 0
+	for _, e := range ents {
+		id, ok := IDOf(e.name)
+		if !ok || !e.mode.IsRegular() && e.mode&fs.ModeSymlink == 0 {
+			continue // not a candidate: unknown files are none of our business
+		}
+		if n == MaxCandidates {
+			l.Truncated = fmt.Sprintf("more than %d archives: the rest were not read", MaxCandidates)
+			break
+		}
+		if scanned+e.size > MaxScanBytes {
+			l.Truncated = fmt.Sprintf("the scan stopped at %d GiB: the rest were not read", MaxScanBytes>>30)
+			break
+		}
+		n++
+		scanned += e.size
+		s, err := c.verifyFile(e.name, progress)
+		if err != nil {
+			l.Rejected = append(l.Rejected, Rejected{ID: id, File: e.name, Error: CodeOf(err), Msg: err.Error()})
+			continue
+		}
+		l.Archives = append(l.Archives, Listed{Summary: *s, File: e.name})
+	}
+	if _, fp2, err := c.readDir(); err != nil {
+		return nil, err
+	} else if fp2 != fp {
+		return nil, errf(CodeChanged, "catalog %s changed during the scan; try again", c.Dir)
+	}
+	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].CreatedAt.Before(l.Archives[j].CreatedAt) })
+	return l, nil
+}
+
+// Find resolves ref (an archive's file name or path in the catalog, its
+// id, a unique prefix of it, or a snapshot id) to a file name.
+func (c *Catalog) Find(ref string) (string, error) {
+	base := filepath.Base(ref)
+	if _, ok := IDOf(base); ok {
+		if filepath.Dir(ref) != "." && filepath.Clean(filepath.Dir(ref)) != c.Dir {
+			abs, _ := filepath.Abs(filepath.Dir(ref))
+			if abs != c.Dir {
+				return "", errf(CodeNotFound, "archive %s is not in the catalog %s", ref, c.Dir)
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(c.Dir, base)); err != nil {
+			return "", errf(CodeNotFound, "archive %s: not in the catalog %s", ref, c.Dir)
+		}
+		return base, nil
+	}
+	ents, _, err := c.readDir()
+	if err != nil {
+		return "", err
+	}
+	var hits []string
+	for _, e := range ents {
+		if id, ok := IDOf(e.name); ok && ref != "" && strings.HasPrefix(id, ref) {
+			hits = append(hits, e.name)
+		}
+	}
+	if len(hits) == 0 { // a snapshot id: the archives holding it
+		for _, e := range ents {
+			if _, ok := IDOf(e.name); !ok {
+				continue
+			}
+			if s, err := c.readSummary(e.name); err == nil && s.Snapshot == ref {
+				hits = append(hits, e.name)
+			}
+		}
+	}
+	switch len(hits) {
+	case 0:
+		return "", errf(CodeNotFound, "archive %q: none in the catalog %s", ref, c.Dir)
+	case 1:
+		return hits[0], nil
+	}
+	return "", errf(CodeNotFound, "archive %q is ambiguous: %s", ref, strings.Join(hits, ", "))
+}

@@ -1,0 +1,366 @@
+package catalog
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/snapback/snapback/snapshot"
+)
+
+// Progress hears how many more bytes were read or written (nil: nothing).
+type Progress func(n int64)
+
+// indexLine is one line of an archive's index.
+type indexLine struct {
+	sum  [32]byte
+	size int64
+	name string
+}
+
+// reader is an open archive whose structure was checked (names, counts,
+// sizes, ratios, duplicates); contents are checked as they are read.
+type reader struct {
+	f       *os.File
+	z       *zip.Reader
+	size    int64
+	byName  map[string]*zip.File
+	limits  Limits
+	summary *Summary
+	index   []indexLine
+	rawIdx  []byte
+}
+
+// validEntryName reports whether an entry name is one an archive may
+// hold: relative, clean, slash-separated, no "..", no NUL, under one of
+// the known prefixes.
+func validEntryName(n string) bool {
+	if n == "" || strings.HasPrefix(n, "/") || strings.Contains(n, "\\") || strings.ContainsRune(n, 0) || path.Clean(n) != n {
+		return false
+	}
+	for _, c := range strings.Split(n, "/") {
+		if c == ".." || c == "." || c == "" {
+			return false
+		}
+	}
+	switch {
+	case n == metaName, n == manifestNm, n == indexName, n == summaryName:
+		return true
+	case strings.HasPrefix(n, objectsDir):
+		_, ok := snapshot.ParseObjectID(strings.TrimPrefix(n, objectsDir))
+		return ok
+	case strings.HasPrefix(n, targetsDir):
+		return strings.Count(n, "/") >= 2
+	}
+	return false
+}
+
+// openArchive opens an archive file and checks its structure.
+func openArchive(p string, lim Limits) (*reader, error) {
+	name := filepath.Base(p)
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, wrap(CodeIO, err, "archive %s", name)
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		return nil, errf(CodeBadZip, "archive %s: not a regular file", name)
+	}
+	z, err := zip.NewReader(f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, wrap(CodeBadZip, err, "archive %s", name)
+	}
+	r := &reader{f: f, z: z, size: st.Size(), byName: map[string]*zip.File{}, limits: lim}
+	fail := func(e *Error) (*reader, error) { f.Close(); return nil, e }
+	if len(z.File) > lim.MaxEntries {
+		return fail(errf(CodeTooLarge, "archive %s: %d entries, more than %d", name, len(z.File), lim.MaxEntries))
+	}
+	var total uint64
+	for _, zf := range z.File {
+		n := zf.Name
+		if !validEntryName(n) {
+			return fail(errf(CodeUnsafe, "archive %s: entry %q: not a name an archive may hold", name, n))
+		}
+		if _, dup := r.byName[n]; dup {
+			return fail(errf(CodeUnsafe, "archive %s: entry %q appears twice", name, n))
+		}
+		if m := zf.Mode(); !m.IsRegular() {
+			return fail(errf(CodeUnsafe, "archive %s: entry %q is a %v, not a file", name, n, m.Type()))
+		}
+		switch zf.Method {
+		case zip.Store:
+			if zf.UncompressedSize64 != zf.CompressedSize64 {
+				return fail(errf(CodeBadZip, "archive %s: entry %q: stored sizes disagree", name, n))
+			}
+		case zip.Deflate:
+			if zf.UncompressedSize64 > 1<<20 && float64(zf.UncompressedSize64) > lim.MaxRatio*float64(zf.CompressedSize64+1) {
+				return fail(errf(CodeTooLarge, "archive %s: entry %q expands %d times: a decompression bomb", name, n, zf.UncompressedSize64/(zf.CompressedSize64+1)))
+			}
+		default:
+			return fail(errf(CodeBadZip, "archive %s: entry %q: compression method %d", name, n, zf.Method))
+		}
+		if zf.UncompressedSize64 > uint64(lim.MaxEntrySize) {
+			return fail(errf(CodeTooLarge, "archive %s: entry %q: %d bytes, more than %d", name, n, zf.UncompressedSize64, lim.MaxEntrySize))
+		}
+		if total += zf.UncompressedSize64; total > uint64(lim.MaxTotal) {
+			return fail(errf(CodeTooLarge, "archive %s: more than %d bytes in all", name, lim.MaxTotal))
+		}
+		r.byName[n] = zf
+	}
+	return r, nil
+}
+
+func (r *reader) Close() error { return r.f.Close() }
+
+// open reads one entry, refusing more bytes than it declares.
+func (r *reader) open(n string) (io.ReadCloser, *zip.File, error) {
+	zf := r.byName[n]
+	if zf == nil {
+		return nil, nil, errf(CodeIncomplete, "entry %q is missing", n)
+	}
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, nil, wrap(CodeBadZip, err, "entry %q", n)
+	}
+	return rc, zf, nil
+}
+
+// readSmall reads a whole metadata entry, within MaxMeta.
+func (r *reader) readSmall(n string, code string) ([]byte, error) {
+	rc, zf, err := r.open(n)
+	if err != nil {
+		return nil, &Error{Code: code, Msg: err.Error()}
+	}
+	defer rc.Close()
+	if zf.UncompressedSize64 > uint64(r.limits.MaxMeta) {
+		return nil, errf(CodeTooLarge, "entry %q: %d bytes", n, zf.UncompressedSize64)
+	}
+	b, err := io.ReadAll(io.LimitReader(rc, int64(zf.UncompressedSize64)+1))
+	if err != nil {
+		return nil, wrap(CodeBadZip, err, "entry %q", n)
+	}
+	if uint64(len(b)) != zf.UncompressedSize64 {
+		return nil, errf(CodeBadZip, "entry %q: size differs from its header", n)
+	}
+	return b, nil
+}
+
+// DecodeSummary parses and checks a summary.
+func DecodeSummary(b []byte) (*Summary, error) {
+	var s Summary
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, wrap(CodeBadSummary, err, "summary")
+	}
+	if dec.More() {
+		return nil, errf(CodeBadSummary, "summary: trailing data")
+	}
+	switch {
+	case s.Format != Format:
+		return nil, errf(CodeBadSummary, "summary: format %q, want %q", s.Format, Format)
+	case !nameRE.MatchString(FileName(s.ID)):
+		return nil, errf(CodeBadSummary, "summary: bad id %q", s.ID)
+	case !snapshot.ValidID(s.Snapshot):
+		return nil, errf(CodeBadSummary, "summary: bad snapshot id %q", s.Snapshot)
+	case len(s.ArchiveSHA256) != 64 || strings.Trim(s.ArchiveSHA256, "0123456789abcdef") != "":
+		return nil, errf(CodeBadSummary, "summary: bad archive_sha256")
+	case s.Files < 0 || s.Objects < 0 || s.Targets < 0 || s.Entries < 0 || s.Bytes < 0:
+		return nil, errf(CodeBadSummary, "summary: negative counts")
+	case s.CreatedAt.IsZero():
+		return nil, errf(CodeBadSummary, "summary: no created_at")
+	}
+	return &s, nil
+}
+
+// parseIndex reads "<sha256 hex> <size> <name>" lines.
+func parseIndex(b []byte) ([]indexLine, error) {
+	var out []indexLine
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 3)
+		if len(f) != 3 {
+			return nil, errf(CodeBadIndex, "index: malformed line %q", sc.Text())
+		}
+		sum, err := hex.DecodeString(f[0])
+		size, serr := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || len(sum) != 32 || serr != nil || size < 0 || strconv.FormatInt(size, 10) != f[1] {
+			return nil, errf(CodeBadIndex, "index: malformed line %q", sc.Text())
+		}
+		l := indexLine{size: size, name: f[2]}
+		copy(l.sum[:], sum)
+		out = append(out, l)
+	}
+	if sc.Err() != nil {
+		return nil, wrap(CodeBadIndex, sc.Err(), "index")
+	}
+	return out, nil
+}
+
+// check verifies everything: the name, the summary, the index against
+// the entries, every entry's content against its SHA-256 (objects against
+// their names too), the meta and manifest, and that every content the
+// manifest needs is there. fileName is the archive's name ("" to skip the
+// name check).
+func (r *reader) check(fileName string, progress Progress) error {
+	sb, err := r.readSmall(summaryName, CodeBadSummary)
+	if err != nil {
+		return err
+	}
+	s, err := DecodeSummary(sb)
+	if err != nil {
+		return err
+	}
+	r.summary = s
+	if r.rawIdx, err = r.readSmall(indexName, CodeBadIndex); err != nil {
+		return err
+	}
+	if sum := sha256.Sum256(r.rawIdx); hex.EncodeToString(sum[:]) != s.ArchiveSHA256 {
+		return errf(CodeChecksum, "the index does not match the summary's archive_sha256")
+	}
+	if id := identity(s.Snapshot, s.Project, r.rawIdx); id != s.ID {
+		return errf(CodeBadName, "the summary's id %s is not the archive's identity %s", s.ID, id)
+	}
+	if fileName != "" {
+		if id, _ := IDOf(fileName); id != s.ID {
+			return errf(CodeBadName, "the file is named for %s but holds archive %s", id, s.ID)
+		}
+	}
+	if r.index, err = parseIndex(r.rawIdx); err != nil {
+		return err
+	}
+	if len(r.index) != len(r.byName)-2 || len(r.index) != s.Entries {
+		return errf(CodeBadIndex, "the index lists %d entries, the archive has %d, the summary says %d", len(r.index), len(r.byName)-2, s.Entries)
+	}
+	seen := map[string]bool{}
+	var bytesTotal int64
+	buf := make([]byte, 1<<20)
+	for _, l := range r.index {
+		if seen[l.name] || l.name == indexName || l.name == summaryName {
+			return errf(CodeBadIndex, "the index lists %q twice or lists itself", l.name)
+		}
+		seen[l.name] = true
+		rc, zf, err := r.open(l.name)
+		if err != nil {
+			return &Error{Code: CodeBadIndex, Msg: "the index lists " + err.Error()}
+		}
+		if int64(zf.UncompressedSize64) != l.size {
+			rc.Close()
+			return errf(CodeBadIndex, "entry %q: %d bytes, the index says %d", l.name, zf.UncompressedSize64, l.size)
+		}
+		h := sha256.New()
+		n, err := io.CopyBuffer(h, io.LimitReader(rc, l.size+1), buf)
+		rc.Close()
+		if err != nil {
+			return wrap(CodeChecksum, err, "entry %q", l.name)
+		}
+		if n != l.size || !bytes.Equal(h.Sum(nil), l.sum[:]) {
+			return errf(CodeChecksum, "entry %q does not match its SHA-256", l.name)
+		}
+		if oid, ok := strings.CutPrefix(l.name, objectsDir); ok && oid != hex.EncodeToString(l.sum[:]) {
+			return errf(CodeChecksum, "object %q holds content %x", l.name, l.sum)
+		}
+		bytesTotal += n
+		if progress != nil {
+			progress(n)
+		}
+	}
+	if bytesTotal != s.Bytes {
+		return errf(CodeBadSummary, "the summary counts %d bytes, the entries hold %d", s.Bytes, bytesTotal)
+	}
+	m, meta, err := r.snapshot()
+	if err != nil {
+		return err
+	}
+	if meta.ID != s.Snapshot {
+		return errf(CodeBadSummary, "the summary names snapshot %s, the record is %s", s.Snapshot, meta.ID)
+	}
+	var missing []string
+	m.Objects(func(o snapshot.ObjectID) {
+		if !seen[objectsDir+o.String()] && len(missing) < 3 {
+			missing = append(missing, o.String())
+		}
+	})
+	if len(missing) > 0 {
+		return errf(CodeIncomplete, "contents the manifest needs are missing: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// snapshot decodes the archived record and manifest and checks they agree.
+func (r *reader) snapshot() (snapshot.Manifest, *snapshot.Meta, error) {
+	mb, err := r.readSmall(metaName, CodeBadSummary)
+	if err != nil {
+		return nil, nil, err
+	}
+	meta, err := snapshot.DecodeMeta(mb)
+	if err != nil {
+		return nil, nil, wrap(CodeBadSummary, err, "snapshot record")
+	}
+	raw, err := r.readSmall(manifestNm, CodeBadSummary)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != meta.Manifest {
+		return nil, nil, errf(CodeChecksum, "the manifest is not the one the record names")
+	}
+	m, err := snapshot.DecodeManifest(raw)
+	if err != nil {
+		return nil, nil, wrap(CodeBadSummary, err, "manifest")
+	}
+	return m, meta, nil
+}
+
+// Verify fully verifies the archive file name in the catalog.
+func (c *Catalog) Verify(name string, progress Progress) (*Summary, error) {
+	return c.verifyFile(name, progress)
+}
+
+func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if err := r.check(name, progress); err != nil {
+		return nil, prefix(name, err)
+	}
+	return r.summary, nil
+}
+
+// readSummary reads an archive's summary without verifying the rest.
+func (c *Catalog) readSummary(name string) (*Summary, error) {
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	b, err := r.readSmall(summaryName, CodeBadSummary)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeSummary(b)
+}
+
+// prefix names the archive in an error.
+func prefix(name string, err error) error {
+	var e *Error
+	if errors.As(err, &e) && !strings.HasPrefix(e.Msg, "archive ") {
+		return &Error{Code: e.Code, Msg: fmt.Sprintf("archive %s: %s", name, e.Msg), Err: e.Err}
+	}
+	return err
+}
