@@ -179,9 +179,9 @@ func newArchiveListCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			}
 			if g.json {
 				out := struct {
-					Archives  []archiveJSON       `json:"archives"`
+					Archives  []archiveJSON      `json:"archives"`
 					Rejected  []catalog.Rejected `json:"rejected"`
-					Truncated string              `json:"truncated,omitempty"`
+					Truncated string             `json:"truncated,omitempty"`
 				}{Archives: []archiveJSON{}, Rejected: []catalog.Rejected{}, Truncated: l.Truncated}
 				for i := len(l.Archives) - 1; i >= 0; i-- {
 					out.Archives = append(out.Archives, mkArchiveJSON(&l.Archives[i].Summary, l.Archives[i].File))
