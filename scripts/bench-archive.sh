@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench-archive.sh: throughput of `archive create` and `archive verify` on
+# a snapshot of about 1 GiB, next to what the same work costs with tar and
+# sha256sum (create: tar of the tree + sha256sum of every file; verify:
+# sha256sum of the tar), one run, as ratios. Prints a Markdown table.
+#
+# Environment: BENCH_ARCHIVE_MB (default 1024), SNAPBACK, BENCH_DIR.
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MB=${BENCH_ARCHIVE_MB:-1024}
+WORK=$(mktemp -d "${BENCH_DIR:-$(dirname "$REPO")}/snapback-bench-archive.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+SB=${SNAPBACK:-}
+if [[ -z $SB ]]; then
+	SB=$WORK/snapback
+	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
+fi
+now() { date +%s.%N; }
+timed() { # timed VAR CMD...: seconds of CMD, after a sync
+	local var=$1 t0
+	shift
+	sync
+	t0=$(now)
+	"$@" >/dev/null
+	printf -v "$var" '%.3f' "$(awk -v a="$t0" -v b="$(now)" 'BEGIN {print b - a}')"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
+rate() { awk -v mb="$MB" -v t="$1" 'BEGIN {printf "%.0f MB/s", mb * 1.048576 / t}'; }
+
+T=$WORK/tree
+mkdir -p "$T"
+echo "bench-archive: making $MB MiB in $((MB * 4)) files" >&2
+for ((d = 0; d < MB / 64; d++)); do
+	mkdir -p "$T/d$d"
+	for ((f = 0; f < 256; f++)); do
+		head -c 262144 /dev/urandom >"$T/d$d/f$f"
+	done
+done
+"$SB" -C "$T" snap -m bench >/dev/null
+mkdir -m 0700 "$WORK/cat"
+
+timed t_create "$SB" -C "$T" archive create --catalog "$WORK/cat"
+A=$(ls "$WORK/cat")
+timed t_verify "$SB" -C "$T" archive verify --catalog "$WORK/cat" "$A"
+timed t_tar sh -c "tar cf '$WORK/t.tar' -C '$T' --exclude=.snapback . && find '$T' -path '$T/.snapback' -prune -o -type f -print0 | xargs -0 sha256sum >/dev/null && sync"
+timed t_sum sha256sum "$WORK/t.tar"
+
+echo "Archive of a snapshot of $MB MiB ($((MB * 4)) files of 256 KiB):"
+echo
+echo "| operation | snapback | tar + sha256sum | ratio |"
+echo "|---|---:|---:|---:|"
+echo "| create (read, hash, write, sync) | ${t_create} s ($(rate "$t_create")) | ${t_tar} s | $(ratio "$t_create" "$t_tar") |"
+echo "| verify (read and hash every entry) | ${t_verify} s ($(rate "$t_verify")) | ${t_sum} s | $(ratio "$t_verify" "$t_sum") |"
