@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,18 +56,79 @@ func VolumeHelper(args []string) int {
 		if err = archiveDir(args[1], w); err == nil {
 			err = w.Flush()
 		}
+	case len(args) == 5 && args[0] == "archive":
+		err = archiveToFile(args[1], args[2], args[3], args[4])
 	case len(args) == 4 && args[0] == "restore":
 		err = restoreDir(args[1], args[2], args[3], bufio.NewReaderSize(os.Stdin, 1<<20))
+	case len(args) == 5 && args[0] == "restore":
+		var f *os.File
+		if f, err = os.Open(args[4]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return helperNoFile
+		}
+		defer f.Close() // read-only
+		err = restoreDir(args[1], args[2], args[3], bufio.NewReaderSize(f, 1<<20))
 	case len(args) == 2 && args[0] == "recover":
 		err = recoverDir(args[1])
 	default:
-		err = fmt.Errorf("usage: %s archive DIR | restore DIR ID SHA256 | recover DIR", VolumeHelperVerb)
+		err = fmt.Errorf("usage: %s archive DIR [OUT UID GID] | restore DIR ID SHA256 [IN] | recover DIR", VolumeHelperVerb)
 	}
 	if err != nil {
+		var nf noFileError
 		fmt.Fprintln(os.Stderr, strings.ReplaceAll(err.Error(), "\n", " "))
+		if errors.As(err, &nf) {
+			return helperNoFile
+		}
 		return 1
 	}
 	return 0
+}
+
+// helperNoFile is the helper's exit status when the payload file it was
+// given (through a bind mount) cannot be opened or made: the caller then
+// streams the archive through the Engine API instead.
+const helperNoFile = 3
+
+type noFileError struct{ error }
+
+// archiveToFile writes the archive of root to out, synced and owned by
+// uid:gid, and prints its sha256 and size.
+func archiveToFile(root, out, uid, gid string) error {
+	u, err1 := strconv.Atoi(uid)
+	g, err2 := strconv.Atoi(gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return noFileError{err}
+	}
+	defer f.Close() // closed and checked below; this one is for errors
+	h := sha256.New()
+	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	err = archiveDir(root, w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Chown(u, g)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	var size int64
+	if err == nil {
+		size, err = f.Seek(0, io.SeekCurrent)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out) // unfinished: worth nothing
+		return err
+	}
+	_, err = fmt.Printf("%x %d\n", h.Sum(nil), size)
+	return err
 }
 
 func volReserved(name string) bool {
@@ -235,7 +297,13 @@ func restoreDir(root, id, want string, in io.Reader) error {
 		err = volSyncFS(root)
 	}
 	if err == nil {
-		err = volMark(stage, "complete")
+		// The marker keeps the root's mtime, which moving entries out of
+		// the tree changes.
+		var st unix.Stat_t
+		err = unix.Lstat(tree, &st)
+		if err == nil {
+			err = volMark(stage, "complete", &st.Mtim)
+		}
 	}
 	if err != nil {
 		if rerr := os.RemoveAll(stage); rerr != nil {
@@ -304,7 +372,7 @@ func volSwap(root, stage string) error {
 		if err := volSyncDir(root); err != nil {
 			return err
 		}
-		if err := volMark(stage, "moved"); err != nil {
+		if err := volMark(stage, "moved", nil); err != nil {
 			return err
 		}
 	}
@@ -317,21 +385,30 @@ func volSwap(root, stage string) error {
 			return err
 		}
 	}
-	if err := volCopyMeta(tree, root); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(stage, "complete"), &st); err != nil {
 		return err
 	}
-	if err := volSyncDir(root); err != nil {
+	if err := volCopyMeta(tree, root, st.Mtim); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(old); err != nil {
 		return err
 	}
-	return os.RemoveAll(stage)
+	if err := os.RemoveAll(stage); err != nil {
+		return err
+	}
+	// The removals touched the root's mtime: put it back.
+	ts := []unix.Timespec{st.Mtim, st.Mtim}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, root, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return volSyncDir(root)
 }
 
-// volCopyMeta gives the directory dst the owner, mode, xattrs and mtime of
-// src (the volume's root as archived).
-func volCopyMeta(src, dst string) error {
+// volCopyMeta gives the directory dst the owner, mode and xattrs of src
+// (the volume's root as archived), and mtime.
+func volCopyMeta(src, dst string, mtime unix.Timespec) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(src, &st); err != nil {
 		return err
@@ -352,16 +429,26 @@ func volCopyMeta(src, dst string) error {
 		}
 	}
 	hdr := &tar.Header{Uid: int(st.Uid), Gid: int(st.Gid), Mode: int64(st.Mode & 0o7777),
-		ModTime: time.Unix(st.Mtim.Unix()), PAXRecords: want}
+		ModTime: time.Unix(mtime.Unix()), PAXRecords: want}
 	return volSetMeta(dst, hdr, false)
 }
 
-func volMark(dir, name string) error {
-	f, err := os.Create(filepath.Join(dir, name))
+// volMark creates the marker dir/name atomically, with mtime when not nil.
+func volMark(dir, name string, mtime *unix.Timespec) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
 	if err := f.Close(); err != nil {
+		return err
+	}
+	if mtime != nil {
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp, []unix.Timespec{*mtime, *mtime}, 0); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
 	return volSyncDir(dir)

@@ -1,0 +1,485 @@
+package backends_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/docker/docker/client"
+	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/internal/treetest"
+	"golang.org/x/sys/unix"
+)
+
+func init() { fixtures["docker-volume"] = dockerVolumeFixture }
+
+// volumeTestVerbs are the programs the tests run in containers of the
+// helper image (this test binary), after the helper verb.
+var volumeTestVerbs = map[string]func(args []string) int{
+	// test-sleep: an application using the volume, until stopped.
+	"test-sleep": func([]string) int {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+		<-c
+		return 0
+	},
+	// test-write DIR: one transaction of the fixture's writer.
+	"test-write": func(args []string) int {
+		if err := volumeWrite(args[0]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	},
+}
+
+// The writer's invariant, kept across kills like a database's: data/counter
+// holds n, and data/row-1 … data/row-n hold "row K\n". A transaction
+// writes two more rows, each by a rename, then commits by renaming a new
+// counter into place; rows past n are uncommitted and written over.
+func volumeWrite(dir string) error {
+	d := filepath.Join(dir, "data")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	n := 0
+	if b, err := os.ReadFile(filepath.Join(d, "counter")); err == nil {
+		n, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	put := func(name, content string) error {
+		tmp := filepath.Join(d, ".tmp-"+name)
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			return err
+		}
+		return os.Rename(tmp, filepath.Join(d, name))
+	}
+	for k := n + 1; k <= n+2; k++ {
+		if err := put(fmt.Sprintf("row-%d", k), fmt.Sprintf("row %d\n", k)); err != nil {
+			return err
+		}
+	}
+	return put("counter", strconv.Itoa(n+2)+"\n")
+}
+
+func dockerClient() (*client.Client, error) {
+	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+}
+
+var (
+	testDockerOnce sync.Once
+	testDockerCli  *client.Client
+	// helperImageUsed is the helper image the tests ran containers of
+	// (TestMain removes it at the end).
+	helperImageUsed string
+	helperImageMu   sync.Mutex
+	// apps maps a test volume to its application container.
+	apps sync.Map
+)
+
+// testDocker returns a shared client, skipping or failing (by
+// SNAPBACK_REQUIRE) where docker-volume is not available.
+func testDocker(t *testing.T) *client.Client {
+	t.Helper()
+	ok, why := (&backends.DockerVolume{}).Available()
+	if !treetest.Require(t, "docker", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name docker: " + why)
+	}
+	testDockerOnce.Do(func() {
+		cli, err := dockerClient()
+		if err != nil {
+			panic(err)
+		}
+		testDockerCli = cli
+	})
+	return testDockerCli
+}
+
+func helperImage(t *testing.T, cli *client.Client) string {
+	t.Helper()
+	helperImageMu.Lock()
+	defer helperImageMu.Unlock()
+	ref, err := (&backends.DockerVolume{}).HelperImage(context.Background(), cli)
+	treetest.Must(t, err)
+	helperImageUsed = ref
+	return ref
+}
+
+// newVolume creates a uniquely named volume, removed when the test ends,
+// and returns its name and mount point on this machine.
+func newVolume(t *testing.T, cli *client.Client) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "snapback-test-" + hex.EncodeToString(b)
+	v, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: name, Labels: map[string]string{"snapback.test": t.Name()}})
+	treetest.Must(t, err)
+	t.Cleanup(func() {
+		if err := cli.VolumeRemove(context.Background(), name, true); err != nil && !strings.Contains(err.Error(), "No such volume") {
+			t.Errorf("remove volume %s: %v", name, err)
+		}
+	})
+	return name, v.Mountpoint
+}
+
+func mountpoint(t *testing.T, cli *client.Client, vol string) string {
+	t.Helper()
+	v, err := cli.VolumeInspect(context.Background(), vol)
+	treetest.Must(t, err)
+	return v.Mountpoint
+}
+
+// startApp runs a long-lived container of the helper image using the
+// volume (removed when the test ends) and returns its id.
+func startApp(t *testing.T, cli *client.Client, vol string) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: helperImage(t, cli), Cmd: []string{"test-sleep"}},
+		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/v"}}},
+		nil, nil, "")
+	treetest.Must(t, err)
+	t.Cleanup(func() {
+		if err := cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}); err != nil {
+			t.Errorf("remove container: %v", err)
+		}
+	})
+	treetest.Must(t, cli.ContainerStart(ctx, c.ID, container.StartOptions{}))
+	apps.Store(vol, c.ID)
+	return c.ID
+}
+
+// execWrite runs one writer transaction in the app container.
+func execWrite(ctx context.Context, cli *client.Client, id string) error {
+	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{
+		Cmd: []string{"/snapback", backends.VolumeHelperVerb, "test-write", "/v"}, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return err
+	}
+	att, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return err
+	}
+	out, _ := io.ReadAll(att.Reader)
+	att.Close()
+	for {
+		st, err := cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil {
+			return err
+		}
+		if !st.Running {
+			if st.ExitCode != 0 {
+				return fmt.Errorf("test-write: exit %d: %q", st.ExitCode, out)
+			}
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func volumeState(t *testing.T, mp string) (string, bool) {
+	t.Helper()
+	d := filepath.Join(mp, "data")
+	b, err := os.ReadFile(filepath.Join(d, "counter"))
+	if os.IsNotExist(err) {
+		return "n=0", true
+	}
+	treetest.Must(t, err)
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return fmt.Sprintf("counter %q", b), false
+	}
+	for k := 1; k <= n; k++ {
+		row, err := os.ReadFile(filepath.Join(d, fmt.Sprintf("row-%d", k)))
+		if err != nil || string(row) != fmt.Sprintf("row %d\n", k) {
+			return fmt.Sprintf("n=%d", n), false
+		}
+	}
+	return fmt.Sprintf("n=%d", n), true
+}
+
+// The volume's application is a container of the helper image; the
+// writer runs each transaction in it by exec, and like an application's
+// client retries while the backend has it stopped (stop_containers).
+var dockerVolumeFixture = fixture{
+	capability: "docker",
+	setup: func(t *testing.T, root string) backends.Target {
+		cli := testDocker(t)
+		name, _ := newVolume(t, cli)
+		startApp(t, cli, name)
+		return backends.Target{Name: "vol", Backend: "docker-volume", Volume: name, StopContainers: true}
+	},
+	bad: func(t *testing.T, root string) map[string]backends.Target {
+		return map[string]backends.Target{
+			"missing volume": {Backend: "docker-volume", Volume: "snapback-test-no-such-volume"},
+			"no volume":      {Backend: "docker-volume"},
+		}
+	},
+	state: func(t *testing.T, tg backends.Target, root string) (string, bool) {
+		return volumeState(t, mountpoint(t, testDocker(t), tg.Volume))
+	},
+	write: func(t *testing.T, tg backends.Target, root string) error {
+		id, _ := apps.Load(tg.Volume)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := execWrite(context.Background(), testDocker(t), id.(string))
+			if err == nil || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond) // stopped for a snapshot: try again
+		}
+	},
+}
+
+func startedAt(t *testing.T, cli *client.Client, id string) (string, bool) {
+	t.Helper()
+	c, err := cli.ContainerInspect(context.Background(), id)
+	treetest.Must(t, err)
+	return c.State.StartedAt, c.State.Running
+}
+
+// TestDockerVolumeStopContainers: with stop_containers, a container using
+// the volume is stopped for the snapshot and the restore and runs again
+// after each; without it, it is left alone.
+func TestDockerVolumeStopContainers(t *testing.T) {
+	cli := testDocker(t)
+	ctx := context.Background()
+	b := &backends.DockerVolume{}
+	name, _ := newVolume(t, cli)
+	app := startApp(t, cli, name)
+	tg := backends.Target{Backend: "docker-volume", Volume: name}
+	t0, running := startedAt(t, cli, app)
+	if !running {
+		t.Fatal("the app container does not run")
+	}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if t1, running := startedAt(t, cli, app); t1 != t0 || !running {
+		t.Fatalf("without stop_containers the container was touched: started %s (was %s), running %v", t1, t0, running)
+	}
+	tg.StopContainers = true
+	treetest.Must(t, b.Check(ctx, tg, ""))
+	payload = t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	t1, running := startedAt(t, cli, app)
+	if t1 == t0 || !running {
+		t.Fatalf("snapshot with stop_containers: started %s (was %s), running %v", t1, t0, running)
+	}
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if t2, running := startedAt(t, cli, app); t2 == t1 || !running {
+		t.Fatalf("restore with stop_containers: started %s (was %s), running %v", t2, t1, running)
+	}
+}
+
+// TestDockerVolumeRoundTrip: owners, modes, times, xattrs, hard links,
+// symlinks pointing out of the volume, empty directories, a fifo and a
+// sparse file come back exactly, and so does the volume's root; no image
+// but the helper's is ever used.
+func TestDockerVolumeRoundTrip(t *testing.T) {
+	cli := testDocker(t)
+	ctx := context.Background()
+	start := time.Now()
+	b := &backends.DockerVolume{}
+	name, mp := newVolume(t, cli)
+	treetest.Tricky(t, mp, 64<<20)
+	treetest.Must(t, os.Lchown(filepath.Join(mp, "plain.txt"), 1234, 5678))
+	treetest.Must(t, os.Lchown(filepath.Join(mp, "empty"), 4321, 8765))
+	treetest.Must(t, os.Lchown(filepath.Join(mp, "abs-out"), 99, 98))
+	treetest.Must(t, os.Chmod(mp, 0o751))
+	want := treetest.Capture(t, mp)
+	var rootBefore unix.Stat_t
+	treetest.Must(t, unix.Lstat(mp, &rootBefore))
+
+	tg := backends.Target{Backend: "docker-volume", Volume: name}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+
+	treetest.Must(t, os.Remove(filepath.Join(mp, "plain.txt")))
+	treetest.Must(t, os.RemoveAll(filepath.Join(mp, "deep")))
+	treetest.Write(t, mp, "new/file", "new\n", 0o644)
+	treetest.Must(t, os.Chmod(filepath.Join(mp, "exec.sh"), 0o600))
+	treetest.Must(t, os.Chmod(mp, 0o700))
+	treetest.Must(t, os.Lchown(mp, 7, 7))
+
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	treetest.Equal(t, "after restore", want, treetest.Capture(t, mp))
+	var rootAfter unix.Stat_t
+	treetest.Must(t, unix.Lstat(mp, &rootAfter))
+	if rootAfter.Mode != rootBefore.Mode || rootAfter.Uid != rootBefore.Uid || rootAfter.Gid != rootBefore.Gid || rootAfter.Mtim != rootBefore.Mtim {
+		t.Errorf("volume root: mode %o uid %d gid %d mtime %v, want %o %d %d %v", rootAfter.Mode, rootAfter.Uid, rootAfter.Gid, rootAfter.Mtim,
+			rootBefore.Mode, rootBefore.Uid, rootBefore.Gid, rootBefore.Mtim)
+	}
+	if a := treetest.Allocated(t, filepath.Join(mp, "sparse.img")); a > 8<<20 {
+		t.Errorf("sparse.img takes %d bytes after restore", a)
+	}
+
+	// The daemon saw no image pulled: only the helper's imported.
+	ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msgs, errs := cli.Events(ectx, events.ListOptions{Since: start.Format(time.RFC3339Nano), Until: time.Now().Format(time.RFC3339Nano),
+		Filters: filters.NewArgs(filters.Arg("type", "image"))})
+	for done := false; !done; {
+		select {
+		case m := <-msgs:
+			if m.Action == "pull" {
+				t.Errorf("an image was pulled: %s", m.Actor.ID)
+			}
+		case err := <-errs:
+			if err != nil && err != io.EOF {
+				t.Fatalf("events: %v", err)
+			}
+			done = true
+		}
+	}
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("volume", name))})
+	treetest.Must(t, err)
+	if len(cs) != 0 {
+		t.Errorf("helper containers left behind: %d", len(cs))
+	}
+}
+
+// TestDockerVolumeRestoreKilled: a restore whose helper is killed during
+// extraction leaves the volume as it was; the next one finishes.
+func TestDockerVolumeRestoreKilled(t *testing.T) {
+	cli := testDocker(t)
+	ctx := context.Background()
+	b := &backends.DockerVolume{}
+	name, mp := newVolume(t, cli)
+	chunk := bytes.Repeat([]byte("snapback restore under a kill\n"), 1<<15)
+	for i := 0; i < 12; i++ {
+		f, err := os.Create(filepath.Join(mp, fmt.Sprintf("big-%d", i)))
+		treetest.Must(t, err)
+		for j := 0; j < 32; j++ { // 30 MiB each
+			_, err = f.Write(chunk)
+			treetest.Must(t, err)
+		}
+		treetest.Must(t, f.Close())
+	}
+	treetest.Write(t, mp, "small", "before\n", 0o644)
+	t.Logf("%v: filled", time.Now())
+	snap := treetest.Capture(t, mp)
+	t.Logf("%v: captured", time.Now())
+	tg := backends.Target{Backend: "docker-volume", Volume: name}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	treetest.Must(t, os.Remove(filepath.Join(mp, "big-3")))
+	treetest.Write(t, mp, "small", "changed\n", 0o600)
+	treetest.Write(t, mp, "later", "made after the snapshot\n", 0o644)
+	changed := treetest.Capture(t, mp)
+	t.Logf("%v: filled and snapshotted", time.Now())
+
+	errc := make(chan error, 1)
+	go func() { errc <- b.Restore(ctx, tg, "", payload) }()
+	killed := false
+	for !killed {
+		select {
+		case err := <-errc:
+			t.Fatalf("the restore ended (%v) before it could be killed", err)
+		default:
+		}
+		cs, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "snapback.helper="+name))})
+		treetest.Must(t, err)
+		staged, _ := filepath.Glob(filepath.Join(mp, ".snapback-restore-*/tree/big-*"))
+		if len(cs) == 1 && len(staged) > 1 {
+			treetest.Must(t, cli.ContainerKill(ctx, cs[0].ID, "KILL"))
+			killed = true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Logf("%v: killed", time.Now())
+	if err := <-errc; err == nil {
+		t.Fatal("a restore whose helper was killed succeeded")
+	} else {
+		t.Logf("killed restore: %v", err)
+	}
+	t.Logf("%v: restore returned", time.Now())
+	treetest.Equal(t, "after a killed restore", changed, treetest.Capture(t, mp))
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	treetest.Equal(t, "after the next restore", snap, treetest.Capture(t, mp))
+}
+
+// TestDockerVolumeRecreated: a volume removed after the snapshot comes
+// back, with its labels, on restore.
+func TestDockerVolumeRecreated(t *testing.T) {
+	cli := testDocker(t)
+	ctx := context.Background()
+	b := &backends.DockerVolume{}
+	name, mp := newVolume(t, cli)
+	treetest.Write(t, mp, "a/b", "content\n", 0o640)
+	want := treetest.Capture(t, mp)
+	tg := backends.Target{Backend: "docker-volume", Volume: name}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	treetest.Must(t, cli.VolumeRemove(ctx, name, false))
+	if err := b.Check(ctx, tg, ""); err == nil || !strings.Contains(err.Error(), name) {
+		t.Fatalf("Check of a removed volume: %v", err)
+	}
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	v, err := cli.VolumeInspect(ctx, name)
+	treetest.Must(t, err)
+	if v.Driver != "local" || v.Labels["snapback.test"] != t.Name() {
+		t.Errorf("recreated volume: driver %q labels %v", v.Driver, v.Labels)
+	}
+	treetest.Equal(t, "recreated volume", want, treetest.Capture(t, v.Mountpoint))
+}
+
+// BenchmarkDockerVolume times a snapshot and a restore of the volume
+// named by SNAPBACK_BENCH_VOLUME, next to the Engine API's own archive of
+// it (what `docker cp` does), for scripts/bench-docker.sh.
+func BenchmarkDockerVolume(b *testing.B) {
+	name := os.Getenv("SNAPBACK_BENCH_VOLUME")
+	if name == "" {
+		b.Skip("SNAPBACK_BENCH_VOLUME names no volume")
+	}
+	ctx := context.Background()
+	d := &backends.DockerVolume{}
+	cli, err := dockerClient()
+	treetest.Must(b, err)
+	tg := backends.Target{Backend: "docker-volume", Volume: name}
+	for i := 0; i < b.N; i++ {
+		dir := b.TempDir()
+		t0 := time.Now()
+		treetest.Must(b, d.Snapshot(ctx, tg, "", dir))
+		t1 := time.Now()
+		treetest.Must(b, d.Restore(ctx, tg, "", dir))
+		t2 := time.Now()
+
+		ref, err := d.HelperImage(ctx, cli)
+		treetest.Must(b, err)
+		helperImageUsed = ref
+		c, err := cli.ContainerCreate(ctx, &container.Config{Image: ref},
+			&container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: name, Target: "/v", ReadOnly: true}}}, nil, nil, "")
+		treetest.Must(b, err)
+		t3 := time.Now()
+		rc, _, err := cli.CopyFromContainer(ctx, c.ID, "/v")
+		treetest.Must(b, err)
+		f, err := os.Create(filepath.Join(dir, "docker-cp.tar"))
+		treetest.Must(b, err)
+		_, err = io.Copy(f, rc)
+		treetest.Must(b, err)
+		treetest.Must(b, f.Sync())
+		treetest.Must(b, f.Close())
+		rc.Close()
+		t4 := time.Now()
+		treetest.Must(b, cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}))
+		fmt.Printf("snapback-snapshot %.2f\nsnapback-restore %.2f\napi-copy-out %.2f\n",
+			t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t4.Sub(t3).Seconds())
+	}
+}

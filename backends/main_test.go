@@ -1,0 +1,96 @@
+package backends_test
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/image"
+	"github.com/snapback/snapback/backends"
+)
+
+// TestMain lets the test binary be the docker-volume helper, as snapback's
+// own binary is: the helper image is made from a static build of this
+// test binary (go test -c with CGO_ENABLED=0, cached by the build cache),
+// which dispatches the helper verb here, plus the verbs of the tests'
+// own containers (volumeTestVerbs).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == backends.VolumeHelperVerb {
+		if f, ok := volumeTestVerbs[os.Args[2]]; ok {
+			os.Exit(f(os.Args[3:]))
+		}
+		os.Exit(backends.VolumeHelper(os.Args[2:]))
+	}
+	cleanup := staticHelper()
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// staticHelper points SNAPBACK_HELPER_BINARY at a static build of this
+// test binary when a Docker daemon answers and none is set; it returns
+// what removes the build and the image made from it.
+func staticHelper() func() {
+	if os.Getenv("SNAPBACK_HELPER_BINARY") != "" {
+		return func() {}
+	}
+	cli, err := dockerClient()
+	if err != nil {
+		return func() {}
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		return func() {} // Available says why; the tests skip or fail by SNAPBACK_REQUIRE
+	}
+	exe, err := os.Executable()
+	if err == nil && isStatic(exe) {
+		os.Setenv("SNAPBACK_HELPER_BINARY", exe)
+		return func() {}
+	}
+	dir, err := os.MkdirTemp("", "snapback-helper-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "docker-volume helper:", err)
+		return func() {}
+	}
+	bin := filepath.Join(dir, "snapback")
+	// go test puts its own go first in PATH.
+	cmd := exec.Command("go", "test", "-c", "-o", bin, "github.com/snapback/snapback/backends")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "docker-volume helper: go test -c: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		return func() {}
+	}
+	os.Setenv("SNAPBACK_HELPER_BINARY", bin)
+	return func() {
+		if helperImageUsed != "" {
+			if cli, err := dockerClient(); err == nil {
+				// Best effort: a leftover image only takes space.
+				_, _ = cli.ImageRemove(context.Background(), helperImageUsed, image.RemoveOptions{Force: true, PruneChildren: true})
+				cli.Close()
+			}
+		}
+		os.RemoveAll(dir)
+	}
+}
+
+func isStatic(p string) bool {
+	f, err := elf.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}
