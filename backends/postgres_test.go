@@ -486,3 +486,44 @@ func TestPostgresRestoreChecksPayload(t *testing.T) {
 		t.Fatal("a refused restore changed the database")
 	}
 }
+
+// BenchmarkPostgres times a snapshot and a restore of the database named
+// by SNAPBACK_BENCH_POSTGRES_DB on the server of SNAPBACK_TEST_POSTGRES,
+// by each method (scripts/bench-postgres.sh runs it on 1 GiB next to
+// pg_dump and pg_restore). The restore puts back the same content.
+func BenchmarkPostgres(b *testing.B) {
+	db := os.Getenv("SNAPBACK_BENCH_POSTGRES_DB")
+	if db == "" || pgServer() == "" {
+		b.Skip("SNAPBACK_BENCH_POSTGRES_DB and SNAPBACK_TEST_POSTGRES name the database to time")
+	}
+	ctx := context.Background()
+	tg := backends.Target{Name: "bench", Backend: "postgres", DSN: pgDSN(b, db, "")}
+	pg := &backends.Postgres{}
+	for _, method := range []string{"template", "dump"} {
+		b.Run(method, func(b *testing.B) {
+			var snap, restore time.Duration
+			for i := 0; i < b.N; i++ {
+				dir := b.TempDir()
+				t0 := time.Now()
+				if method == "dump" {
+					app := pgConn(b, tg.DSN) // keeps the template copy from starting
+					treetest.Must(b, pg.Snapshot(ctx, tg, "", dir))
+					app.Close(ctx)
+				} else {
+					treetest.Must(b, pg.Snapshot(ctx, tg, "", dir))
+				}
+				t1 := time.Now()
+				treetest.Must(b, pg.Restore(ctx, tg, "", dir))
+				t2 := time.Now()
+				if m := pgPayloadMethod(b, dir); m != method {
+					b.Fatalf("snapshot method %s, want %s", m, method)
+				}
+				treetest.Must(b, pg.Release(ctx, tg, "", dir))
+				snap += t1.Sub(t0)
+				restore += t2.Sub(t1)
+			}
+			b.ReportMetric(snap.Seconds()/float64(b.N), "snapshot-s")
+			b.ReportMetric(restore.Seconds()/float64(b.N), "restore-s")
+		})
+	}
+}
