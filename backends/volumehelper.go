@@ -1,3 +1,5 @@
+//go:build linux
+
 package backends
 
 import (
@@ -21,11 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// VolumeHelperVerb is the hidden first argument that makes snapback's own
-// binary the docker-volume helper: the only program in the helper image,
-// run in a container with the volume mounted and networking off.
-const VolumeHelperVerb = "__volume-helper"
-
 // Names the helper reserves at the top of a volume: the staging directory
 // of a restore and the directory the old entries wait in until it ends.
 const (
@@ -33,22 +30,10 @@ const (
 	oldPrefix   = ".snapback-old-"
 )
 
-// VolumeHelper runs the helper (what follows VolumeHelperVerb) and returns
-// its exit status; errors go to stderr as one line.
-//
-//	archive DIR          write DIR as a tar to stdout
-//	restore DIR ID SHA   make DIR hold exactly the tar on stdin (whose
-//	                     sha256 is SHA), crash-safely
-//	recover DIR          finish or undo a restore that was interrupted
-//
-// A restore extracts into DIR/.snapback-restore-ID/tree, checks the
-// digest, syncs, and marks the staging directory complete: before the
-// mark, recovering removes the staging directory (the volume is as
-// before); after it, recovering finishes the swap (the volume is as
-// after). The swap moves the old top-level entries into
-// DIR/.snapback-old-ID, marks that done, moves the staged entries in and
-// removes the old ones.
-func VolumeHelper(args []string) int {
+func init() { volumeHelper = runVolumeHelper }
+
+// runVolumeHelper is VolumeHelper on Linux.
+func runVolumeHelper(args []string) int {
 	var err error
 	switch {
 	case len(args) == 2 && args[0] == "archive":
@@ -83,11 +68,6 @@ func VolumeHelper(args []string) int {
 	}
 	return 0
 }
-
-// helperNoFile is the helper's exit status when the payload file it was
-// given (through a bind mount) cannot be opened or made: the caller then
-// streams the archive through the Engine API instead.
-const helperNoFile = 3
 
 type noFileError struct{ error }
 
@@ -192,7 +172,7 @@ func archiveDir(root string, out io.Writer) error {
 			}
 			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 			if st.Nlink > 1 {
-				key := [2]uint64{st.Dev, st.Ino}
+				key := [2]uint64{uint64(st.Dev), st.Ino}
 				if first, ok := links[key]; ok {
 					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
 					f = nil
@@ -214,7 +194,7 @@ func archiveDir(root string, out io.Writer) error {
 			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
 				hdr.Typeflag = tar.TypeBlock
 			}
-			hdr.Devmajor, hdr.Devminor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+			hdr.Devmajor, hdr.Devminor = int64(unix.Major(uint64(st.Rdev))), int64(unix.Minor(uint64(st.Rdev)))
 		default:
 			return nil // sockets live only while their server does
 		}
