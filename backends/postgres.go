@@ -59,7 +59,8 @@ import (
 // application's open connections are cut, as when its database is replaced)
 // while the rename waits holding the lock that keeps new connections out;
 // those get an error once the names are swapped and reconnect to the
-// restored database. Last, the old database is dropped. A restore killed at
+// restored database. Last, the old database is dropped. A database dropped
+// since the snapshot is made anew, owned by its owner then. A restore killed at
 // any point leaves <db> as it was or fully restored; the next Restore drops
 // the leftovers (a half-built _new, an _old) first.
 //
@@ -86,8 +87,9 @@ type pgPayload struct {
 	Method string `json:"method"`
 	// Snapshot names the copy (method template).
 	Snapshot string `json:"snapshot,omitempty"`
-	// Database is the database snapshotted.
+	// Database is the database snapshotted, Owner its owner.
 	Database string `json:"database"`
+	Owner    string `json:"owner,omitempty"`
 	// Server is the cluster's system identifier, when the role may read it.
 	Server string `json:"server,omitempty"`
 	// Complete is false while the snapshot is being made.
@@ -308,8 +310,9 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 	pl := pgPayload{Database: db, Server: pgServerID(ctx, conn)}
 
 	var mayCopy bool
-	err = conn.QueryRow(ctx, `SELECT (r.rolcreatedb OR r.rolsuper) AND (d.datistemplate OR pg_has_role(d.datdba, 'USAGE'))
-		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).Scan(&mayCopy)
+	err = conn.QueryRow(ctx, `SELECT (r.rolcreatedb OR r.rolsuper) AND (d.datistemplate OR pg_has_role(d.datdba, 'USAGE')),
+			pg_get_userbyid(d.datdba)
+		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).Scan(&mayCopy, &pl.Owner)
 	if err != nil {
 		return fmt.Errorf("snapshot postgres %q: %w", db, err)
 	}
@@ -403,17 +406,24 @@ func pgStrategy(ctx context.Context, conn *pgx.Conn, template string) (string, e
 // pgEnv is the environment of pg_dump and pg_restore for cfg, connecting
 // to database db: the password goes in PGPASSWORD, never on a command line.
 func pgEnv(cfg *pgx.ConnConfig, db string) []string {
+	// The settings below win over the environment's (exec keeps the last
+	// of duplicates), which pgx read too (PGSSLROOTCERT, PGPASSFILE, ...),
+	// except a service file, which would win over them in libpq.
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PG") { // the dsn says it all
+		if !strings.HasPrefix(kv, "PGSERVICE") {
 			env = append(env, kv)
 		}
 	}
 	sslmode := "disable"
-	if cfg.TLSConfig != nil {
-		sslmode = "verify-full"
-		if cfg.TLSConfig.InsecureSkipVerify {
+	if tc := cfg.TLSConfig; tc != nil {
+		switch {
+		case tc.InsecureSkipVerify && tc.VerifyPeerCertificate != nil:
+			sslmode = "verify-ca"
+		case tc.InsecureSkipVerify:
 			sslmode = "require"
+		default:
+			sslmode = "verify-full"
 		}
 		for _, fb := range cfg.Fallbacks {
 			if fb.TLSConfig == nil {
@@ -502,11 +512,9 @@ func (*Postgres) Restore(ctx context.Context, t Target, root, dir string) error 
 
 func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload) error {
 	db, newDB, oldDB := pl.Database, pgSideName(pl.Database, "new"), pgSideName(pl.Database, "old")
-	var oid uint32
-	if err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("database %q does not exist", db)
-		}
+	var oid uint32 // 0: db is gone (dropped since the snapshot), made anew
+	err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
 	// Leftovers of an interrupted restore: a half-built copy, or the old
@@ -516,16 +524,19 @@ func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir str
 			return fmt.Errorf("dropping the leftover %s: %w", side, err)
 		}
 	}
-
-	if err := pgBuild(ctx, cfg, conn, dir, pl, newDB); err != nil {
+	err = pgBuild(ctx, cfg, conn, dir, pl, newDB, oid != 0)
+	if err == nil {
+		err = pgSwap(ctx, cfg, conn, oid, db, oldDB, newDB)
+	}
+	if err != nil {
 		if !conn.IsClosed() {
 			// Best effort: the next restore drops it anyway.
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgIdent(newDB))
 		}
-		return fmt.Errorf("building %s: %w", newDB, err)
-	}
-	if err := pgSwap(ctx, cfg, conn, oid, db, oldDB, newDB); err != nil {
 		return err
+	}
+	if oid == 0 {
+		return nil
 	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE "+pgIdent(oldDB)); err != nil {
 		return fmt.Errorf("restored, but dropping the old database %s failed (the next restore drops it): %w", oldDB, err)
@@ -533,11 +544,16 @@ func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir str
 	return nil
 }
 
-// pgBuild makes newDB: the snapshot's content with db's owner, connection
-// limit, grants, comment and settings.
-func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload, newDB string) error {
+// pgBuild makes newDB: the snapshot's content with the current database's
+// owner, connection limit, grants, comment and settings (the owner at the
+// snapshot when the database is gone).
+func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload, newDB string, exists bool) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("building %s: %w", newDB, err)
+		}
+	}()
 	var create string
-	var err error
 	switch pl.Method {
 	case "template":
 		var found bool
@@ -556,32 +572,40 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 		if _, err := os.Stat(filepath.Join(dir, pgDumpFile)); err != nil {
 			return err
 		}
+		like := pl.Database // encoding and locale
+		if !exists {
+			like = "template0"
+		}
 		err = conn.QueryRow(ctx, `SELECT format('CREATE DATABASE %I TEMPLATE template0 ENCODING %L LC_COLLATE %L LC_CTYPE %L',
 				$2::text, pg_encoding_to_char(d.encoding), d.datcollate, d.datctype) ||
 			CASE j->>'datlocprovider'
 				WHEN 'i' THEN format(' LOCALE_PROVIDER icu ICU_LOCALE %L', coalesce(j->>'daticulocale', j->>'datlocale'))
 				WHEN 'b' THEN format(' LOCALE_PROVIDER builtin BUILTIN_LOCALE %L', j->>'datlocale')
 				ELSE '' END
-			FROM pg_database d, to_jsonb(d) j WHERE d.datname = $1`, pl.Database, newDB).Scan(&create)
+			FROM pg_database d, to_jsonb(d) j WHERE d.datname = $1`, like, newDB).Scan(&create)
+		if err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown snapshot method %q", pl.Method)
-	}
-	if err != nil {
-		return err
 	}
 	template := pl.Snapshot
 	if pl.Method == "dump" {
 		template = "template0"
 	}
-	// A tablespace named needs CREATE on it even when it is the template's.
 	var props string
-	err = conn.QueryRow(ctx, `SELECT format(' OWNER %I CONNECTION LIMIT %s IS_TEMPLATE %s ALLOW_CONNECTIONS %s',
-			pg_get_userbyid(d.datdba), d.datconnlimit, d.datistemplate::text, d.datallowconn::text) ||
-		CASE WHEN d.dattablespace = (SELECT dattablespace FROM pg_database WHERE datname = $2) THEN ''
-			ELSE format(' TABLESPACE %I', t.spcname) END
-		FROM pg_database d JOIN pg_tablespace t ON t.oid = d.dattablespace WHERE d.datname = $1`, pl.Database, template).Scan(&props)
-	if err != nil {
-		return err
+	if exists {
+		// A tablespace named needs CREATE on it even when it is the template's.
+		err = conn.QueryRow(ctx, `SELECT format(' OWNER %I CONNECTION LIMIT %s IS_TEMPLATE %s ALLOW_CONNECTIONS %s',
+				pg_get_userbyid(d.datdba), d.datconnlimit, d.datistemplate::text, d.datallowconn::text) ||
+			CASE WHEN d.dattablespace = (SELECT dattablespace FROM pg_database WHERE datname = $2) THEN ''
+				ELSE format(' TABLESPACE %I', t.spcname) END
+			FROM pg_database d JOIN pg_tablespace t ON t.oid = d.dattablespace WHERE d.datname = $1`, pl.Database, template).Scan(&props)
+		if err != nil {
+			return err
+		}
+	} else if pl.Owner != "" {
+		props = " OWNER " + pgIdent(pl.Owner)
 	}
 	if _, err := conn.Exec(ctx, create+props); err != nil {
 		return err
@@ -636,6 +660,12 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 // out of db and waits (up to the server's five seconds) for the sessions
 // inside to go, which a second connection meanwhile terminates.
 func pgSwap(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dbOID uint32, db, oldDB, newDB string) error {
+	if dbOID == 0 {
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgIdent(newDB)+" RENAME TO "+pgIdent(db)); err != nil {
+			return fmt.Errorf("renaming %s to %s: %w", newDB, db, err)
+		}
+		return nil
+	}
 	kctx, stop := context.WithCancel(ctx)
 	killed := make(chan error, 1)
 	go func() { killed <- pgTerminate(kctx, cfg, conn.Config().Database, dbOID) }()

@@ -239,6 +239,35 @@ func TestPostgresRestoreIsARollback(t *testing.T) {
 	}
 }
 
+// TestPostgresRestoreDroppedDatabase: a database dropped after the
+// snapshot comes back, by either method.
+func TestPostgresRestoreDroppedDatabase(t *testing.T) {
+	for _, method := range []string{"template", "dump"} {
+		t.Run(method, func(t *testing.T) {
+			ctx := context.Background()
+			tg, name := pgSetup(t, 2)
+			b := &backends.Postgres{}
+			before, _ := pgState(t, tg.DSN)
+			payload := t.TempDir()
+			app := pgConn(t, tg.DSN)
+			if method == "template" {
+				app.Close(ctx)
+			}
+			treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+			app.Close(ctx)
+			if got := pgPayloadMethod(t, payload); got != method {
+				t.Fatalf("snapshot method %s, want %s", got, method)
+			}
+			pgExec(t, pgDSN(t, "postgres", ""), "DROP DATABASE "+name)
+			treetest.Must(t, b.Restore(ctx, tg, "", payload))
+			if got, ok := pgState(t, tg.DSN); got != before || !ok {
+				t.Fatalf("after restore: %s (consistent %v), want %s", got, ok, before)
+			}
+			treetest.Must(t, b.Release(ctx, tg, "", payload))
+		})
+	}
+}
+
 func pgCount(t testing.TB, query string) int {
 	t.Helper()
 	conn := pgConn(t, pgDSN(t, "postgres", ""))
@@ -405,27 +434,33 @@ func TestPostgresRestoreInterrupted(t *testing.T) {
 	if got, ok := pgState(t, tg.DSN); got != changed || !ok {
 		t.Fatalf("after the terminated restore: %s (consistent %v), want %s as before", got, ok, changed)
 	}
+	t0 := time.Now()
 	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	full := time.Since(t0)
 	if got, ok := pgState(t, tg.DSN); got != snap || !ok {
 		t.Fatalf("after the next restore: %s (consistent %v), want %s", got, ok, snap)
 	}
 	pgNoLeftovers(t, name)
 
 	// A context ending at any point: before, during the copy, the swap,
-	// the drop.
-	for _, d := range []time.Duration{0, 2, 5, 10, 20, 40, 80, 160, 320} {
+	// the drop (an open session makes the swap wait for its end).
+	for i := 0; i <= 12; i++ {
 		treetest.Must(t, postgresFixture.write(t, tg, ""))
 		changed, _ := pgState(t, tg.DSN)
-		cctx, cancel := context.WithTimeout(ctx, d*time.Millisecond)
+		app := pgConn(t, tg.DSN)
+		d := full * time.Duration(i) / 10
+		cctx, cancel := context.WithTimeout(ctx, d)
 		err := b.Restore(cctx, tg, "", payload)
 		cancel()
+		app.Close(ctx)
+		t.Logf("restore cut after %v: %v", d.Round(time.Millisecond), err)
 		got, ok := pgState(t, tg.DSN)
 		if !ok || (got != changed && got != snap) {
-			t.Fatalf("restore cut after %dms (%v): %s (consistent %v), want %s or %s", d, err, got, ok, changed, snap)
+			t.Fatalf("restore cut after %v (%v): %s (consistent %v), want %s or %s", d, err, got, ok, changed, snap)
 		}
 		treetest.Must(t, b.Restore(ctx, tg, "", payload))
 		if got, _ := pgState(t, tg.DSN); got != snap {
-			t.Fatalf("restore after one cut after %dms: %s, want %s", d, got, snap)
+			t.Fatalf("restore after one cut after %v: %s, want %s", d, got, snap)
 		}
 		pgNoLeftovers(t, name)
 	}
