@@ -850,6 +850,9 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 		}()
 	}
 	for i := range man.Tables {
+		if ctx.Err() != nil {
+			break
+		}
 		err := readTable(&man.Tables[i], dir, limit, func(q string) bool {
 			select {
 			case work <- stmt{i, q}:

@@ -308,6 +308,35 @@ func TestMySQLRestoreRemovesLaterTables(t *testing.T) {
 	mysqlNoSides(t, name)
 }
 
+// TestMySQLRestoreDroppedDatabase: a database dropped since the snapshot
+// is made again, with its character set.
+func TestMySQLRestoreDroppedDatabase(t *testing.T) {
+	mysqlRequire(t)
+	ctx := context.Background()
+	tg := mysqlFixture.setup(t, "")
+	name := mysqlName(tg)
+	admin := mysqlDB(t, "")
+	mysqlExec(t, admin, "ALTER DATABASE "+name+" CHARACTER SET latin1 COLLATE latin1_swedish_ci")
+	treetest.Must(t, mysqlFixture.write(t, tg, ""))
+	b := &backends.MySQL{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	mysqlExec(t, admin, "DROP DATABASE "+name)
+	if err := b.Check(ctx, tg, ""); !errors.Is(err, backends.ErrTarget) {
+		t.Fatalf("Check of a dropped database: %v", err)
+	}
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if st, ok := mysqlFixture.state(t, tg, ""); st != "n=2 rows=2" || !ok {
+		t.Fatalf("state after restore: %s (consistent %v)", st, ok)
+	}
+	var cs string
+	treetest.Must(t, admin.QueryRow("SELECT DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&cs))
+	if cs != "latin1" {
+		t.Errorf("the database comes back with character set %s, want latin1", cs)
+	}
+	mysqlNoSides(t, name)
+}
+
 func mysqlNoSides(t *testing.T, name string) {
 	t.Helper()
 	var n int
@@ -474,15 +503,24 @@ func BenchmarkMySQL(b *testing.B) {
 	be := &backends.MySQL{}
 	ctx := context.Background()
 	var snap, rest time.Duration
+	var size int64
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
 		start := time.Now()
 		treetest.Must(b, be.Snapshot(ctx, tg, "", dir))
 		snap += time.Since(start)
+		entries, err := os.ReadDir(dir)
+		treetest.Must(b, err)
+		for _, e := range entries {
+			info, err := e.Info()
+			treetest.Must(b, err)
+			size += info.Size()
+		}
 		start = time.Now()
 		treetest.Must(b, be.Restore(ctx, tg, "", dir))
 		rest += time.Since(start)
 	}
 	b.ReportMetric(snap.Seconds()/float64(b.N), "snapshot-s")
 	b.ReportMetric(rest.Seconds()/float64(b.N), "restore-s")
+	b.ReportMetric(float64(size)/float64(b.N)/(1<<20), "payload-MiB")
 }
