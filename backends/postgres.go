@@ -34,15 +34,14 @@ import (
 // snapback dies meanwhile (no ALLOW_CONNECTIONS to re-enable: the lock goes
 // with the session). A template copy needs every other session to leave
 // <db>: snapback waits up to a second for them and never ends an
-// application's session for a snapshot. When they stay (a connection pool),
-// or the role may not copy the database (no CREATEDB, not its owner), the
-// snapshot falls back to pg_dump -Fc into the payload directory: one
+// application's session for a snapshot. When they stay (a connection
+// pool), the snapshot falls back to pg_dump -Fc into the payload directory: one
 // repeatable-read transaction, a consistent state under a live writer.
 // The copy refuses connections (ALLOW_CONNECTIONS false) so that nothing
 // changes it or keeps it from serving as a template.
 //
-// The payload directory holds postgres.json (method, copy's name, database,
-// server identity), written atomically and before the copy is made, so that
+// The payload directory holds postgres.json (method, copy's name, database
+// and owner, server identity), written atomically and before the copy is made, so that
 // Release finds a copy even from a snapshot interrupted half-way; and, for
 // the fallback, db.dump.
 //
@@ -64,9 +63,10 @@ import (
 // any point leaves <db> as it was or fully restored; the next Restore drops
 // the leftovers (a half-built _new, an _old) first.
 //
-// The role needs CREATEDB and must own <db> (or be a superuser), and may
-// only terminate sessions of roles it is a member of unless it has
-// pg_signal_backend.
+// The role needs CREATEDB and must own <db> (or be a superuser): a restore
+// renames <db>, so Check refuses a role without them rather than let it
+// take snapshots it could never restore. It may only terminate sessions of
+// roles it is a member of, unless it has pg_signal_backend.
 type Postgres struct{}
 
 var _ Backend = (*Postgres)(nil)
@@ -102,11 +102,10 @@ func (*Postgres) Name() string { return "postgres" }
 // Available implements Backend: the driver is pure Go, so template copies
 // are always possible; the note says when the pg_dump fallback is not.
 func (*Postgres) Available() (bool, string) {
-	if _, err := pgTool("pg_dump"); err != nil {
-		return true, "no pg_dump fallback: snapshots need CREATEDB, ownership and no other sessions (" + err.Error() + ")"
-	}
-	if _, err := pgTool("pg_restore"); err != nil {
-		return true, "no pg_dump fallback: snapshots need CREATEDB, ownership and no other sessions (" + err.Error() + ")"
+	for _, tool := range []string{"pg_dump", "pg_restore"} {
+		if _, err := pgTool(tool); err != nil {
+			return true, "no pg_dump fallback: a snapshot fails while other sessions stay on the database (" + err.Error() + ")"
+		}
 	}
 	return true, ""
 }
@@ -207,12 +206,35 @@ func (*Postgres) Check(ctx context.Context, t Target, root string) error {
 	if err != nil {
 		return err
 	}
+	_, err = pgMayRestore(ctx, t, conn)
 	_ = conn.Close(ctx) // nothing was changed: closing cannot lose anything
+	if err != nil {
+		return err
+	}
 	conn, err = pgMaintenance(ctx, t, cfg)
 	if err != nil {
 		return err
 	}
 	return conn.Close(ctx)
+}
+
+// pgMayRestore checks that the role of conn may restore its database (and
+// so copy it): renaming a database takes CREATEDB and its ownership (or a
+// superuser). A snapshot that could never be restored is refused up
+// front. It returns the database's owner.
+func pgMayRestore(ctx context.Context, t Target, conn *pgx.Conn) (string, error) {
+	var may bool
+	var owner, role string
+	err := conn.QueryRow(ctx, `SELECT r.rolsuper OR (r.rolcreatedb AND pg_has_role(d.datdba, 'USAGE')), pg_get_userbyid(d.datdba), current_user
+		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).Scan(&may, &owner, &role)
+	if err != nil {
+		return "", fmt.Errorf("postgres %q: reading privileges: %w", conn.Config().Database, err)
+	}
+	if !may {
+		return "", targetErr(t, "role %s may not restore database %s: that takes CREATEDB and owning it (owner: %s), or a superuser",
+			role, conn.Config().Database, owner)
+	}
+	return owner, nil
 }
 
 // pgServerID identifies the cluster, so that a payload is never restored
@@ -309,27 +331,21 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 	defer conn.Close(context.Background()) // read-only session: nothing to lose
 	pl := pgPayload{Database: db, Server: pgServerID(ctx, conn)}
 
-	var mayCopy bool
-	err = conn.QueryRow(ctx, `SELECT (r.rolcreatedb OR r.rolsuper) AND (d.datistemplate OR pg_has_role(d.datdba, 'USAGE')),
-			pg_get_userbyid(d.datdba)
-		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).Scan(&mayCopy, &pl.Owner)
+	if pl.Owner, err = pgMayRestore(ctx, t, conn); err != nil {
+		return err
+	}
+	alone, err := pgWaitAlone(ctx, conn, pgAloneWait)
 	if err != nil {
 		return fmt.Errorf("snapshot postgres %q: %w", db, err)
 	}
-	if mayCopy {
-		alone, err := pgWaitAlone(ctx, conn, pgAloneWait)
-		if err != nil {
-			return fmt.Errorf("snapshot postgres %q: %w", db, err)
+	if alone {
+		pl.Method, pl.Snapshot = "template", pgSnapName(dir)
+		err := pgTemplateSnapshot(ctx, conn, dir, pl)
+		if err == nil {
+			return nil
 		}
-		if alone {
-			pl.Method, pl.Snapshot = "template", pgSnapName(dir)
-			err := pgTemplateSnapshot(ctx, conn, dir, pl)
-			if err == nil {
-				return nil
-			}
-			if c := pgCode(err); c != "55006" && c != "42501" { // in use, no permission: fall back
-				return fmt.Errorf("snapshot postgres %q: %w", db, err)
-			}
+		if pgCode(err) != "55006" { // other sessions came in the meantime: fall back
+			return fmt.Errorf("snapshot postgres %q: %w", db, err)
 		}
 	}
 	pl.Method, pl.Snapshot = "dump", ""

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -498,6 +499,57 @@ func TestPostgresSnapshotInterrupted(t *testing.T) {
 	again := t.TempDir()
 	treetest.Must(t, b.Snapshot(ctx, tg, "", again))
 	treetest.Must(t, b.Release(ctx, tg, "", again))
+}
+
+// pgSuper runs SQL as the server's superuser, through su postgres as
+// root; it skips (or fails, per SNAPBACK_REQUIRE=root) where it cannot.
+func pgSuper(t *testing.T, sql string) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "reaching the postgres superuser (su postgres) needs root"
+	} else if _, err := exec.LookPath("psql"); err != nil {
+		why = "psql is not installed"
+	}
+	if !treetest.Require(t, "root", why == "", why) {
+		t.Skip("SNAPBACK_REQUIRE does not name root: " + why)
+	}
+	cmd := exec.Command("su", "postgres", "-c", "psql -X -q -v ON_ERROR_STOP=1")
+	cmd.Stdin = strings.NewReader(sql)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("su postgres psql: %s: %v\n%s", sql, err, out)
+	}
+}
+
+// TestPostgresRefusesRoleThatCannotRestore: a role without CREATEDB, or
+// one that does not own the database, could take a pg_dump but never
+// restore it (a restore renames the database): Check and Snapshot refuse
+// it with a target error.
+func TestPostgresRefusesRoleThatCannotRestore(t *testing.T) {
+	pgRequire(t)
+	ctx := context.Background()
+	name, _ := pgNewDB(t)
+	role := fmt.Sprintf("sbtest_role_%d", os.Getpid())
+	pgSuper(t, "DROP ROLE IF EXISTS "+role+"; CREATE ROLE "+role+" LOGIN PASSWORD 'pw'")
+	t.Cleanup(func() { pgSuper(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE); DROP ROLE IF EXISTS "+role) })
+	u, err := url.Parse(pgDSN(t, name, ""))
+	treetest.Must(t, err)
+	u.User = url.UserPassword(role, "pw")
+	tg := backends.Target{Name: "pg", Backend: "postgres", DSN: u.String()}
+	b := &backends.Postgres{}
+	for _, setup := range []string{"", "ALTER DATABASE " + name + " OWNER TO " + role} {
+		if setup != "" {
+			pgSuper(t, setup) // the owner, still without CREATEDB
+		}
+		err := b.Check(ctx, tg, "")
+		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "CREATEDB") {
+			t.Fatalf("Check: %v, want a target error about CREATEDB", err)
+		}
+		t.Log(err)
+		if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, backends.ErrTarget) {
+			t.Fatalf("Snapshot: %v, want a target error", err)
+		}
+	}
 }
 
 // TestPostgresRestoreChecksPayload: a payload of another database, or an
