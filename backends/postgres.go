@@ -26,42 +26,44 @@ import (
 //
 // # Snapshot
 //
-// The snapshot is a copy on the same server: CREATE DATABASE snapback_<hash>
-// TEMPLATE <db>, run from a session connected to <db> itself. While it copies,
-// the server holds a share lock on <db> that makes new connections to it wait
-// (not fail) for the copy to finish, so new connections are blocked exactly
-// for the moment the copy needs, and nothing is left behind to undo if
-// snapback dies meanwhile (no ALLOW_CONNECTIONS to re-enable: the lock goes
-// with the session). A template copy needs every other session to leave
-// <db>: snapback waits up to a second for them and never ends an
-// application's session for a snapshot. When they stay (a connection
-// pool), the snapshot falls back to pg_dump -Fc into the payload directory: one
-// repeatable-read transaction, a consistent state under a live writer.
-// The copy refuses connections (ALLOW_CONNECTIONS false) so that nothing
-// changes it or keeps it from serving as a template.
+// The snapshot is a copy on the same server: CREATE DATABASE
+// snapback_<hash> TEMPLATE <db> (STRATEGY FILE_COPY past 64 MiB), run from
+// a session connected to <db> itself. While it copies, the server holds a
+// share lock on <db> that makes new connections to it wait (not fail) until
+// the copy is done: new connections are blocked for exactly the moment the
+// copy needs, and nothing is left to undo if snapback dies meanwhile (no
+// ALLOW_CONNECTIONS to re-enable: the lock goes with the session). A
+// template copy needs every other session to leave <db>: snapback waits up
+// to a second for them and never ends an application's session for a
+// snapshot. When they stay (a connection pool), the snapshot falls back to
+// pg_dump -Fc into the payload directory: one repeatable-read transaction,
+// one committed state under a live writer. The copy itself refuses
+// connections (ALLOW_CONNECTIONS false), so nothing changes it or keeps it
+// from serving as a template, and carries a comment naming <db> and the
+// payload directory for whoever lists the server's databases.
 //
-// The payload directory holds postgres.json (method, copy's name, database
-// and owner, server identity), written atomically and before the copy is made, so that
-// Release finds a copy even from a snapshot interrupted half-way; and, for
-// the fallback, db.dump.
+// The payload directory holds postgres.json (method, the copy's name, the
+// database and its owner, the server's identity), written atomically
+// before the copy is made, so that Release finds a copy even from a
+// snapshot interrupted half-way; and, for the fallback, db.dump.
 //
 // # Restore
 //
-// A restore builds the whole database first, under a side name:
-// <db>_snapback_new, a template copy of the snapshot's copy or a fresh
-// database filled by pg_restore. It carries the current database's owner,
+// A restore builds the whole database first, under a side name,
+// <db>_snapback_new: a template copy of the snapshot's copy, or a fresh
+// database filled by pg_restore. It takes the current database's owner,
 // connection limit, grants, comment and per-database settings. Then one
-// transaction renames <db> to <db>_snapback_old and the new one to <db>, so
-// <db> is never missing and nothing created after the snapshot survives (a
-// pg_restore --clean would leave later tables). Renaming needs <db> to have
-// no sessions: the restore terminates every session connected to <db> (an
-// application's open connections are cut, as when its database is replaced)
-// while the rename waits holding the lock that keeps new connections out;
-// those get an error once the names are swapped and reconnect to the
-// restored database. Last, the old database is dropped. A database dropped
-// since the snapshot is made anew, owned by its owner then. A restore killed at
-// any point leaves <db> as it was or fully restored; the next Restore drops
-// the leftovers (a half-built _new, an _old) first.
+// transaction renames <db> to <db>_snapback_old and the new one to <db>: <db>
+// is never missing, and nothing created after the snapshot survives (as it
+// would a pg_restore --clean). Renaming needs <db> to have no sessions: the
+// restore terminates every session connected to <db> (an application's open
+// connections are cut, as when its database is replaced) while the rename
+// waits holding the lock that keeps new connections out; those get an error
+// once the names are swapped, and reconnect to the restored database. Last,
+// the old database is dropped. A database dropped since the snapshot is
+// made anew, owned by its owner then. A restore cut at any point leaves <db>
+// as it was or fully restored; the next Restore drops the leftovers (a
+// half-built _new, an _old) first.
 //
 // The role needs CREATEDB and must own <db> (or be a superuser): a restore
 // renames <db>, so Check refuses a role without them rather than let it
@@ -328,7 +330,7 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background()) // read-only session: nothing to lose
+	defer conn.Close(context.Background()) // every statement is over by then
 	pl := pgPayload{Database: db, Server: pgServerID(ctx, conn)}
 
 	if pl.Owner, err = pgMayRestore(ctx, t, conn); err != nil {
@@ -360,10 +362,11 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 // database.
 func pgWaitAlone(ctx context.Context, conn *pgx.Conn, d time.Duration) (bool, error) {
 	deadline := time.Now().Add(d)
+	// backend_type is null on other roles' sessions: they count too.
 	for {
 		var others int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'`).Scan(&others)
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type IS DISTINCT FROM 'autovacuum worker'`).Scan(&others)
 		if err != nil || others == 0 {
 			return err == nil, err
 		}
@@ -447,10 +450,14 @@ func pgEnv(cfg *pgx.ConnConfig, db string) []string {
 			}
 		}
 	}
-	return append(env,
+	env = append(env,
 		"PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User,
-		"PGPASSWORD="+cfg.Password, "PGDATABASE="+db, "PGSSLMODE="+sslmode,
+		"PGDATABASE="+db, "PGSSLMODE="+sslmode,
 		"PGAPPNAME=snapback", "PGCONNECT_TIMEOUT="+strconv.Itoa(int(cfg.ConnectTimeout/time.Second)))
+	if cfg.Password != "" {
+		env = append(env, "PGPASSWORD="+cfg.Password)
+	}
+	return env
 }
 
 func pgRun(ctx context.Context, env []string, tool string, args ...string) error {
@@ -719,7 +726,7 @@ func pgTerminate(ctx context.Context, cfg *pgx.ConnConfig, maint string, dbOID u
 	var last error
 	for {
 		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datid = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'`, dbOID)
+			WHERE datid = $1 AND pid <> pg_backend_pid() AND backend_type IS DISTINCT FROM 'autovacuum worker'`, dbOID)
 		if ctx.Err() != nil {
 			return last
 		}
