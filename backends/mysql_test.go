@@ -214,6 +214,11 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 		`CREATE TABLE child (id INT PRIMARY KEY, odd INT, FOREIGN KEY (odd) REFERENCES odd(id)) ENGINE=InnoDB`,
 		`CREATE TABLE empty_one (a INT) ENGINE=InnoDB`,
+		`CREATE TABLE keyed (id INT PRIMARY KEY, a INT NOT NULL, b VARCHAR(50), c DATETIME,
+			UNIQUE KEY ua (a), KEY bc (b(10), c DESC), KEY c (c)) ENGINE=InnoDB`,
+		`INSERT INTO keyed VALUES (1, 10, 'x', NULL), (2, 20, 'y', '2020-01-01'), (3, 30, NULL, '2021-01-01')`,
+		`CREATE TABLE autokey (id INT PRIMARY KEY, n INT AUTO_INCREMENT, KEY (n)) ENGINE=InnoDB`,
+		`INSERT INTO autokey (id) VALUES (1), (2)`,
 		`CREATE TABLE audit (n INT) ENGINE=InnoDB`,
 		`INSERT INTO audit VALUES (0)`,
 		`CREATE TRIGGER count_child AFTER INSERT ON child FOR EACH ROW UPDATE audit SET n = n + 1`,
@@ -235,7 +240,10 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 			mysqlRows(t, db, "SELECT * FROM audit WHERE 1") +
 			mysqlRows(t, db, "SELECT TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_SCHEMA = '"+name+"'") +
 			mysqlRows(t, db, "SELECT TRIGGER_NAME, ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = '"+name+"'") +
-			mysqlRows(t, db, "SELECT COUNT(*) FROM empty_one WHERE 1")
+			mysqlRows(t, db, "SELECT COUNT(*) FROM empty_one WHERE 1") +
+			mysqlRows(t, db, "SELECT * FROM keyed WHERE 1") +
+			mysqlRows(t, db, "SELECT * FROM autokey WHERE 1") +
+			mysqlCreates(t, db)
 	}
 	before := fp()
 	b := &backends.MySQL{}
@@ -245,6 +253,7 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 
 	mysqlExec(t, db,
 		"UPDATE odd SET vb = 'x', fl = 1, db = 2, dc = 3, tx = 'changed', bt = b'1', js = '{}', hid = 0",
+		"ALTER TABLE keyed DROP KEY c",
 		"INSERT INTO child VALUES (4, 1)",
 		"INSERT INTO empty_one VALUES (1)",
 		"DROP VIEW odd_ids2",
@@ -269,6 +278,27 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 	if _, err := db.Exec("INSERT INTO child VALUES (6, 99)"); err == nil {
 		t.Error("the foreign key does not hold after restore")
 	}
+}
+
+// mysqlCreates lists the SHOW CREATE TABLE of every table.
+func mysqlCreates(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME")
+	treetest.Must(t, err)
+	var names []string
+	for rows.Next() {
+		var n string
+		treetest.Must(t, rows.Scan(&n))
+		names = append(names, n)
+	}
+	rows.Close()
+	var sb strings.Builder
+	for _, n := range names {
+		var name, create string
+		treetest.Must(t, db.QueryRow("SHOW CREATE TABLE "+n).Scan(&name, &create))
+		sb.WriteString(create + "\n")
+	}
+	return sb.String()
 }
 
 // TestMySQLRestoreRemovesLaterTables: tables and views made after the
