@@ -404,11 +404,11 @@ func (m *mysqlTarget) snapshot(ctx context.Context, conn *sql.Conn, dir string) 
 	// Opening each table now holds its metadata lock to the end of the
 	// transaction: no DDL changes a table between its definition and rows.
 	for _, o := range objs {
-		if o.kind != "BASE TABLE" {
+		if o.kind == "VIEW" {
 			continue
 		}
-		if !strings.EqualFold(o.engine, "InnoDB") {
-			return targetErr(m.t, "table %s is %s, not InnoDB: it cannot be snapshotted consistently", qi(o.name), o.engine)
+		if o.kind != "BASE TABLE" || !strings.EqualFold(o.engine, "InnoDB") {
+			return targetErr(m.t, "%s is a %s %s, not an InnoDB table: it cannot be snapshotted consistently", qi(o.name), o.engine, strings.ToLower(o.kind))
 		}
 		if _, err := conn.ExecContext(ctx, "SELECT 1 FROM "+qi(m.db)+"."+qi(o.name)+" LIMIT 0"); err != nil {
 			return fmt.Errorf("open %s: %w", o.name, err)

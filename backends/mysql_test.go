@@ -79,12 +79,30 @@ func mysqlExec(t testing.TB, db *sql.DB, qs ...string) {
 // schemas) when the test ends, and a target naming it.
 func mysqlNewTarget(t testing.TB) (backends.Target, string) {
 	t.Helper()
-	name := fmt.Sprintf("sbtest_%d_%d", time.Now().UnixNano()%1e9, rand.IntN(1e6))
+	return mysqlNewTargetPad(t, 0)
+}
+
+// mysqlNewTargetPad is mysqlNewTarget with a name padded to pad
+// characters.
+func mysqlNewTargetPad(t testing.TB, pad int) (backends.Target, string) {
+	t.Helper()
+	prefix := fmt.Sprintf("sbtest_%d_%d", time.Now().UnixNano()%1e9, rand.IntN(1e6))
+	name := prefix + strings.Repeat("x", max(0, pad-len(prefix)))
 	admin := mysqlDB(t, "")
 	mysqlExec(t, admin, "CREATE DATABASE "+name)
 	t.Cleanup(func() {
-		for _, s := range []string{name, name + "_snapback_new", name + "_snapback_old"} {
-			if _, err := admin.Exec("DROP DATABASE IF EXISTS " + s); err != nil {
+		// The database and a restore's side schemas.
+		rows, err := admin.Query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE ?", prefix+"%")
+		treetest.Must(t, err)
+		var names []string
+		for rows.Next() {
+			var s string
+			treetest.Must(t, rows.Scan(&s))
+			names = append(names, s)
+		}
+		rows.Close()
+		for _, s := range names {
+			if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + s + "`"); err != nil {
 				t.Errorf("drop %s: %v", s, err)
 			}
 		}
@@ -370,11 +388,34 @@ func TestMySQLRestoreDroppedDatabase(t *testing.T) {
 func mysqlNoSides(t *testing.T, name string) {
 	t.Helper()
 	var n int
-	treetest.Must(t, mysqlDB(t, "").QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN (?, ?)",
-		name+"_snapback_new", name+"_snapback_old").Scan(&n))
+	treetest.Must(t, mysqlDB(t, "").QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE ?",
+		name[:20]+"%snapback%").Scan(&n))
 	if n != 0 {
 		t.Fatalf("%d side schemas left after restore", n)
 	}
+}
+
+// TestMySQLLongName: a database with a name of MySQL's 64 characters
+// restores through side schemas of hashed names.
+func TestMySQLLongName(t *testing.T) {
+	mysqlRequire(t)
+	ctx := context.Background()
+	tg, name := mysqlNewTargetPad(t, 64)
+	db := mysqlDB(t, name)
+	mysqlExec(t, db, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1)")
+	b := &backends.MySQL{}
+	treetest.Must(t, b.Check(ctx, tg, ""))
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	mysqlExec(t, db, "INSERT INTO t VALUES (2)", "CREATE TABLE later (a INT)")
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	var n, later int
+	treetest.Must(t, db.QueryRow("SELECT COUNT(*) FROM t").Scan(&n))
+	treetest.Must(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'later'", name).Scan(&later))
+	if n != 1 || later != 0 {
+		t.Fatalf("after restore: %d rows, later table %d; want 1, 0", n, later)
+	}
+	mysqlNoSides(t, name)
 }
 
 // TestMySQLInterruptedRestore: a restore whose connection is killed in
@@ -499,6 +540,15 @@ func TestMySQLCheck(t *testing.T) {
 	}
 	if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, backends.ErrTarget) {
 		t.Fatalf("Snapshot with a MyISAM table: %v", err)
+	}
+	// An account that may not see the database.
+	user := fmt.Sprintf("sbtest_%d", rand.IntN(1e9))
+	admin := mysqlDB(t, "")
+	mysqlExec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
+	t.Cleanup(func() { mysqlExec(t, admin, "DROP USER '"+user+"'@'%'") })
+	nobody := backends.Target{Backend: "mysql", DSN: fmt.Sprintf("%s:pw@tcp(%s)/%s", user, cfg.Addr, name)}
+	if err := b.Check(ctx, nobody, ""); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "denied") {
+		t.Errorf("Check as an account without privileges: %v", err)
 	}
 	for _, bad := range mysqlFixture.bad(t, "") {
 		if err := b.Check(ctx, bad, ""); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "target") {
