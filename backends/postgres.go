@@ -220,6 +220,36 @@ func (*Postgres) Check(ctx context.Context, t Target, root string) error {
 	return conn.Close(ctx)
 }
 
+// pgEndOrphans terminates, and waits out, the sessions of an earlier
+// snapback killed while working on the databases names: the server runs a
+// statement on until it notices its client gone, and a CREATE DATABASE
+// left running would commit after the leftovers are dropped. No live
+// snapback works on them meanwhile: one target is never worked on by two
+// calls at once.
+func pgEndOrphans(ctx context.Context, conn *pgx.Conn, names ...string) error {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = pgIdent(n)
+	}
+	for {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = 'snapback' AND pid <> pg_backend_pid()
+			AND EXISTS (SELECT FROM unnest($1::text[]) q WHERE strpos(query, q) > 0)`, quoted).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("ending the sessions of an interrupted snapback: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // pgMayRestore checks that the role of conn may restore its database (and
 // so copy it): renaming a database takes CREATEDB and its ownership (or a
 // superuser). A snapshot that could never be restored is refused up
@@ -388,6 +418,9 @@ func pgTemplateSnapshot(ctx context.Context, conn *pgx.Conn, dir string, pl pgPa
 		return err
 	}
 	snap := pgIdent(pl.Snapshot)
+	if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
+		return err
+	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+snap); err != nil {
 		return err
 	}
@@ -540,8 +573,11 @@ func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir str
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
-	// Leftovers of an interrupted restore: a half-built copy, or the old
-	// database a finished swap had yet to drop.
+	// Leftovers of an interrupted restore: its session, a half-built copy,
+	// or the old database a finished swap had yet to drop.
+	if err := pgEndOrphans(ctx, conn, newDB, oldDB); err != nil {
+		return err
+	}
 	for _, side := range []string{newDB, oldDB} {
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgIdent(side)); err != nil {
 			return fmt.Errorf("dropping the leftover %s: %w", side, err)
@@ -761,6 +797,9 @@ func (*Postgres) Release(ctx context.Context, t Target, root, dir string) error 
 	}
 	defer conn.Close(context.Background()) // the drop is committed or not
 	if err := pl.sameServer(ctx, t, conn); err != nil {
+		return err
+	}
+	if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
 		return err
 	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgIdent(pl.Snapshot)); err != nil {

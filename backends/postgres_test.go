@@ -20,7 +20,18 @@ import (
 	"github.com/snapback/snapback/internal/treetest"
 )
 
-func init() { fixtures["postgres"] = postgresFixture }
+func init() {
+	fixtures["postgres"] = postgresFixture
+	// The test binary as a snapback that TestPostgresRestoreKilled kills.
+	if dir := os.Getenv("SNAPBACK_PG_CHILD_RESTORE"); dir != "" {
+		tg := backends.Target{Backend: "postgres", DSN: os.Getenv("SNAPBACK_PG_CHILD_DSN")}
+		if err := (&backends.Postgres{}).Restore(context.Background(), tg, "", dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
 
 // pgServer is the server the tests use: SNAPBACK_TEST_POSTGRES, a URL
 // naming a role with CREATEDB (scripts/test.sh sets it).
@@ -462,6 +473,60 @@ func TestPostgresRestoreInterrupted(t *testing.T) {
 		treetest.Must(t, b.Restore(ctx, tg, "", payload))
 		if got, _ := pgState(t, tg.DSN); got != snap {
 			t.Fatalf("restore after one cut after %v: %s, want %s", d, got, snap)
+		}
+		pgNoLeftovers(t, name)
+	}
+}
+
+// TestPostgresRestoreKilled: a snapback process killed (SIGKILL) while its
+// restore builds the copy leaves the database as it was, one killed while
+// it drops the old database leaves it restored; either way the next
+// Restore finishes and leaves no side database behind.
+func TestPostgresRestoreKilled(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	pgPad(t, tg.DSN)
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	snap, _ := pgState(t, tg.DSN)
+	watch := pgConn(t, pgDSN(t, "postgres", ""))
+	defer watch.Close(ctx)
+	for _, phase := range []struct{ like, want string }{
+		{"CREATE DATABASE %" + name + "_snapback_new%", "as before"},
+		{`DROP DATABASE "` + name + `_snapback_old"`, "restored"}, // not the IF EXISTS of leftovers
+	} {
+		treetest.Must(t, postgresFixture.write(t, tg, ""))
+		changed, _ := pgState(t, tg.DSN)
+		child := exec.Command(os.Args[0], "-test.run=^$")
+		child.Env = append(os.Environ(), "SNAPBACK_PG_CHILD_RESTORE="+payload, "SNAPBACK_PG_CHILD_DSN="+tg.DSN)
+		treetest.Must(t, child.Start())
+		exited := make(chan error, 1)
+		go func() { exited <- child.Wait() }()
+		var seen bool
+		for !seen {
+			var n int
+			treetest.Must(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = 'snapback' AND query LIKE $1 AND state = 'active'`, phase.like).Scan(&n))
+			seen = n > 0
+			select {
+			case err := <-exited:
+				t.Fatalf("the restore ended (%v) before it was seen running %s", err, phase.like)
+			default:
+			}
+		}
+		treetest.Must(t, child.Process.Kill())
+		<-exited
+		want := changed
+		if phase.want == "restored" {
+			want = snap
+		}
+		if got, ok := pgState(t, tg.DSN); got != want || !ok {
+			t.Fatalf("killed during %q: %s (consistent %v), want %s (%s)", phase.like, got, ok, want, phase.want)
+		}
+		treetest.Must(t, b.Restore(ctx, tg, "", payload))
+		if got, _ := pgState(t, tg.DSN); got != snap {
+			t.Fatalf("the restore after a kill during %q: %s, want %s", phase.like, got, snap)
 		}
 		pgNoLeftovers(t, name)
 	}
