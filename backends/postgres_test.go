@@ -22,10 +22,14 @@ import (
 
 func init() {
 	fixtures["postgres"] = postgresFixture
-	// The test binary as a snapback that TestPostgresRestoreKilled kills.
-	if dir := os.Getenv("SNAPBACK_PG_CHILD_RESTORE"); dir != "" {
+	// The test binary as a snapback that the Killed tests kill.
+	if dir := os.Getenv("SNAPBACK_PG_CHILD_DIR"); dir != "" {
 		tg := backends.Target{Backend: "postgres", DSN: os.Getenv("SNAPBACK_PG_CHILD_DSN")}
-		if err := (&backends.Postgres{}).Restore(context.Background(), tg, "", dir); err != nil {
+		op := (&backends.Postgres{}).Restore
+		if os.Getenv("SNAPBACK_PG_CHILD_OP") == "snapshot" {
+			op = (&backends.Postgres{}).Snapshot
+		}
+		if err := op(context.Background(), tg, "", dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -498,25 +502,7 @@ func TestPostgresRestoreKilled(t *testing.T) {
 	} {
 		treetest.Must(t, postgresFixture.write(t, tg, ""))
 		changed, _ := pgState(t, tg.DSN)
-		child := exec.Command(os.Args[0], "-test.run=^$")
-		child.Env = append(os.Environ(), "SNAPBACK_PG_CHILD_RESTORE="+payload, "SNAPBACK_PG_CHILD_DSN="+tg.DSN)
-		treetest.Must(t, child.Start())
-		exited := make(chan error, 1)
-		go func() { exited <- child.Wait() }()
-		var seen bool
-		for !seen {
-			var n int
-			treetest.Must(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-				WHERE application_name = 'snapback' AND query LIKE $1 AND state = 'active'`, phase.like).Scan(&n))
-			seen = n > 0
-			select {
-			case err := <-exited:
-				t.Fatalf("the restore ended (%v) before it was seen running %s", err, phase.like)
-			default:
-			}
-		}
-		treetest.Must(t, child.Process.Kill())
-		<-exited
+		pgKillChild(t, watch, "restore", payload, tg.DSN, phase.like)
 		want := changed
 		if phase.want == "restored" {
 			want = snap
@@ -529,6 +515,58 @@ func TestPostgresRestoreKilled(t *testing.T) {
 			t.Fatalf("the restore after a kill during %q: %s, want %s", phase.like, got, snap)
 		}
 		pgNoLeftovers(t, name)
+	}
+}
+
+// pgKillChild runs the test binary as a snapback doing op (restore or
+// snapshot) with dir, and kills it (SIGKILL) once watch sees it run a
+// query like like.
+func pgKillChild(t *testing.T, watch *pgx.Conn, op, dir, dsn, like string) {
+	t.Helper()
+	ctx := context.Background()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "SNAPBACK_PG_CHILD_OP="+op, "SNAPBACK_PG_CHILD_DIR="+dir, "SNAPBACK_PG_CHILD_DSN="+dsn)
+	treetest.Must(t, child.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	for {
+		var n int
+		treetest.Must(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'snapback' AND query LIKE $1 AND state = 'active'`, like).Scan(&n))
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the %s ended (%v) before it was seen running %s", op, err, like)
+		default:
+		}
+	}
+	treetest.Must(t, child.Process.Kill())
+	<-exited
+}
+
+// TestPostgresSnapshotKilled: a snapback killed while its snapshot copies
+// the database leaves it taking connections, and Release frees the copy
+// even if the server finishes it after the kill.
+func TestPostgresSnapshotKilled(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	pgPad(t, tg.DSN)
+	b := &backends.Postgres{}
+	watch := pgConn(t, pgDSN(t, "postgres", ""))
+	defer watch.Close(ctx)
+	payload := t.TempDir()
+	pgKillChild(t, watch, "snapshot", payload, tg.DSN, `CREATE DATABASE "snapback\_%`)
+	if _, ok := pgState(t, tg.DSN); !ok {
+		t.Fatal("inconsistent after a killed snapshot")
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", payload))
+	if n := pgCount(t, `SELECT count(*) FROM pg_database WHERE datname LIKE 'snapback\_%' AND shobj_description(oid, 'pg_database') LIKE '%database "`+name+`"%'`); n != 0 {
+		t.Fatalf("%d copies left after releasing a killed snapshot", n)
+	}
+	if n := pgCount(t, "SELECT count(*) FROM pg_database WHERE datname = '"+name+"' AND datallowconn"); n != 1 {
+		t.Fatal("the database does not take connections after a killed snapshot")
 	}
 }
 
