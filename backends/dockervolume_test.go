@@ -3,13 +3,16 @@
 package backends_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -486,5 +489,146 @@ func BenchmarkDockerVolume(b *testing.B) {
 		treetest.Must(b, cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}))
 		fmt.Printf("snapback-snapshot %.2f\nsnapback-restore %.2f\napi-copy-out %.2f\n",
 			t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t4.Sub(t3).Seconds())
+	}
+}
+
+// helperRestore runs the helper's restore in this process on dir, from
+// the archive bytes arch, and returns its exit status.
+func helperRestore(t testing.TB, dir string, arch []byte) int {
+	t.Helper()
+	in := filepath.Join(t.TempDir(), "in.tar")
+	treetest.Must(t, os.WriteFile(in, arch, 0o600))
+	sum := sha256.Sum256(arch)
+	return backends.VolumeHelper([]string{"restore", dir, "t1", hex.EncodeToString(sum[:]), in})
+}
+
+// tarOf builds an archive of the given headers, each regular file holding
+// its name.
+func tarOf(t testing.TB, hdrs ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range hdrs {
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		body := ""
+		if h.Typeflag == tar.TypeReg {
+			body = h.Name
+			h.Size = int64(len(body))
+		}
+		treetest.Must(t, tw.WriteHeader(h))
+		_, err := tw.Write([]byte(body))
+		treetest.Must(t, err)
+	}
+	treetest.Must(t, tw.Close())
+	return buf.Bytes()
+}
+
+// TestVolumeHelperRefuses: archives that would write outside the volume,
+// through a symlink, or that do not match their digest change nothing.
+func TestVolumeHelperRefuses(t *testing.T) {
+	base := t.TempDir()
+	vol := filepath.Join(base, "vol")
+	out := filepath.Join(base, "outside")
+	treetest.Must(t, os.Mkdir(out, 0o755))
+	treetest.Write(t, vol, "keep", "kept\n", 0o644)
+	want := treetest.Capture(t, vol)
+	reg := func(name string) *tar.Header { return &tar.Header{Name: name, Typeflag: tar.TypeReg} }
+	cases := map[string][]byte{
+		"dot-dot":           tarOf(t, reg("../outside/evil")),
+		"dot-dot inside":    tarOf(t, &tar.Header{Name: "a/", Typeflag: tar.TypeDir, Mode: 0o755}, reg("a/../../outside/evil")),
+		"absolute":          tarOf(t, reg(out+"/evil")),
+		"through a symlink": tarOf(t, &tar.Header{Name: "link", Typeflag: tar.TypeSymlink, Linkname: out}, reg("link/evil")),
+		"symlink to inside": tarOf(t, &tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "d"}, reg("l/f")),
+		"hard link out":     tarOf(t, &tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "../outside/x"}),
+		"hard link to dir":  tarOf(t, &tar.Header{Name: "d/", Typeflag: tar.TypeDir, Mode: 0o755}, &tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "d"}),
+		"no parent":         tarOf(t, reg("a/b")),
+		"twice":             tarOf(t, reg("f"), reg("f")),
+		"truncated":         tarOf(t, reg(strings.Repeat("long/", 200)+"f"))[:1500],
+	}
+	for name, arch := range cases {
+		if code := helperRestore(t, vol, arch); code == 0 {
+			t.Errorf("%s: restored", name)
+		}
+		treetest.Equal(t, name, want, treetest.Capture(t, vol))
+		if ents, _ := os.ReadDir(out); len(ents) > 0 {
+			t.Fatalf("%s: wrote outside the volume", name)
+		}
+	}
+	in := filepath.Join(t.TempDir(), "in.tar")
+	treetest.Must(t, os.WriteFile(in, tarOf(t, reg("f")), 0o600))
+	if code := backends.VolumeHelper([]string{"restore", vol, "t1", strings.Repeat("0", 64), in}); code == 0 {
+		t.Error("an archive with another digest was restored")
+	}
+	treetest.Equal(t, "wrong digest", want, treetest.Capture(t, vol))
+	if code := helperRestore(t, vol, tarOf(t, &tar.Header{Name: "./", Typeflag: tar.TypeDir, Mode: 0o700}, reg("new"))); code != 0 {
+		t.Fatalf("a good archive: status %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "keep")); !os.IsNotExist(err) {
+		t.Errorf("keep survived a restore: %v", err)
+	}
+}
+
+// TestVolumeHelperRecover: a restore interrupted at any step is undone
+// before its staging directory is complete, and finished after.
+func TestVolumeHelperRecover(t *testing.T) {
+	base := t.TempDir()
+	oldRef, newRef := filepath.Join(base, "old"), filepath.Join(base, "new")
+	treetest.Write(t, oldRef, "a", "old a\n", 0o644)
+	treetest.Write(t, oldRef, "b/c", "old c\n", 0o600)
+	treetest.Write(t, newRef, "x", "new x\n", 0o644)
+	treetest.Write(t, newRef, "b/d", "new d\n", 0o640)
+	treetest.Must(t, os.Symlink("/etc", filepath.Join(newRef, "s")))
+	oldState, newState := treetest.Capture(t, oldRef), treetest.Capture(t, newRef)
+	cp := func(src, dst string) {
+		t.Helper()
+		treetest.Must(t, os.MkdirAll(dst, 0o755))
+		if out, err := exec.Command("cp", "-a", src+"/.", dst).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v %s", err, out)
+		}
+	}
+	const stage, old = ".snapback-restore-t1", ".snapback-old-t1"
+	cases := []struct {
+		name  string
+		setup func(vol string)
+		want  treetest.State
+	}{
+		{"extracting", func(vol string) {
+			cp(oldRef, vol)
+			treetest.Write(t, vol, stage+"/tree/x", "half", 0o600)
+		}, oldState},
+		{"complete", func(vol string) {
+			cp(oldRef, vol)
+			cp(newRef, filepath.Join(vol, stage, "tree"))
+			treetest.Write(t, vol, stage+"/complete", "", 0o644)
+		}, newState},
+		{"moving old out", func(vol string) {
+			cp(oldRef, vol)
+			cp(newRef, filepath.Join(vol, stage, "tree"))
+			treetest.Write(t, vol, stage+"/complete", "", 0o644)
+			treetest.Must(t, os.Mkdir(filepath.Join(vol, old), 0o700))
+			treetest.Must(t, os.Rename(filepath.Join(vol, "b"), filepath.Join(vol, old, "b")))
+		}, newState},
+		{"moving new in", func(vol string) {
+			cp(oldRef, filepath.Join(vol, old))
+			cp(newRef, filepath.Join(vol, stage, "tree"))
+			treetest.Write(t, vol, stage+"/complete", "", 0o644)
+			treetest.Write(t, vol, stage+"/moved", "", 0o644)
+			treetest.Must(t, os.Rename(filepath.Join(vol, stage, "tree", "b"), filepath.Join(vol, "b")))
+		}, newState},
+		{"removing old", func(vol string) {
+			treetest.Write(t, vol, old+"/a", "old a\n", 0o644)
+			cp(newRef, vol)
+		}, newState},
+	}
+	for _, c := range cases {
+		vol := filepath.Join(base, "vol-"+strings.ReplaceAll(c.name, " ", "-"))
+		treetest.Must(t, os.Mkdir(vol, 0o755))
+		c.setup(vol)
+		if code := backends.VolumeHelper([]string{"recover", vol}); code != 0 {
+			t.Fatalf("%s: recover: status %d", c.name, code)
+		}
+		treetest.Equal(t, c.name, c.want, treetest.Capture(t, vol))
 	}
 }
