@@ -52,7 +52,7 @@ ts=$(metric template snapshot-s) tr=$(metric template restore-s)
 ds=$(metric dump snapshot-s) dr=$(metric dump restore-s)
 
 echo
-echo "database $db: $size (pgbench scale $scale), dump $dump_size; PostgreSQL $(sql 'SHOW server_version'), $(nproc) CPUs"
+echo "database $db: $size (pgbench scale $scale), dump $dump_size; PostgreSQL $(sql 'SHOW server_version'), $(nproc) CPUs, load$(uptime | sed 's/.*load average//')"
 printf '%-44s %9s %9s %9s %12s\n' "" snapshot restore total "vs dump+restore"
 row() { # NAME SNAP RESTORE
 	printf '%-44s %9.2f %9.2f %9.2f %11.2fx\n' "$1" "$2" "$3" "$(echo "$2 + $3" | bc)" \
