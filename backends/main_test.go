@@ -4,7 +4,9 @@ package backends_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,10 +74,12 @@ func staticHelper() func() {
 	}
 	os.Setenv("SNAPBACK_HELPER_BINARY", bin)
 	return func() {
-		if helperImageUsed != "" {
+		// The image made from this build, if a test made it (its tag is
+		// the binary's digest): best effort, a leftover only takes space.
+		if b, err := os.ReadFile(bin); err == nil {
+			sum := sha256.Sum256(b)
 			if cli, err := dockerClient(); err == nil {
-				// Best effort: a leftover image only takes space.
-				_, _ = cli.ImageRemove(context.Background(), helperImageUsed, image.RemoveOptions{Force: true, PruneChildren: true})
+				_, _ = cli.ImageRemove(context.Background(), "snapback-helper:"+hex.EncodeToString(sum[:])[:12], image.RemoveOptions{Force: true, PruneChildren: true})
 				cli.Close()
 			}
 		}
