@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -142,7 +143,7 @@ func pgConfig(t Target) (*pgx.ConnConfig, error) {
 	}
 	cfg, err := pgx.ParseConfig(t.DSN)
 	if err != nil {
-		return nil, targetErr(t, "dsn: %s", oneLine(err))
+		return nil, targetErr(t, "dsn: %s", pgOneLine(err))
 	}
 	if cfg.Database == "" {
 		return nil, targetErr(t, "the dsn names no database")
@@ -154,7 +155,8 @@ func pgConfig(t Target) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-func oneLine(err error) string {
+// pgOneLine is err's message on one line, for a target error.
+func pgOneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
@@ -170,7 +172,7 @@ func pgConnect(ctx context.Context, t Target, cfg *pgx.ConnConfig, db string) (*
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, targetErr(t, "%s", oneLine(err))
+		return nil, targetErr(t, "%s", pgOneLine(err))
 	}
 	// A session whose client died stops within a second instead of
 	// finishing a long CREATE DATABASE for no one (PostgreSQL 14+, Linux;
@@ -320,23 +322,21 @@ func pgSnapName(dir string) string {
 }
 
 // pgSideName is the name of <db>'s side database for suffix ("new",
-// "old"), within PostgreSQL's 63 bytes.
+// "old"), within PostgreSQL's 63 bytes: a name too long is cut and marked
+// with a hash of itself, so that two long names never share a side.
 func pgSideName(db, suffix string) string {
 	suffix = "_snapback_" + suffix
-	for len(db)+len(suffix) > 63 {
-		_, n := lastRune(db)
-		db = db[:len(db)-n]
+	if len(db)+len(suffix) <= 63 {
+		return db + suffix
 	}
-	return db + suffix
-}
-
-func lastRune(s string) (rune, int) {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i]&0xc0 != 0x80 {
-			return rune(s[i]), len(s) - i
-		}
+	sum := sha256.Sum256([]byte(db))
+	mark := "_" + hex.EncodeToString(sum[:4])
+	cut := db
+	for len(cut)+len(mark)+len(suffix) > 63 {
+		_, n := utf8.DecodeLastRuneInString(cut)
+		cut = cut[:len(cut)-n]
 	}
-	return 0, len(s)
+	return cut + mark + suffix
 }
 
 func pgIdent(s string) string { return pgx.Identifier{s}.Sanitize() }

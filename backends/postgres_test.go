@@ -100,15 +100,21 @@ var pgSeq atomic.Int32
 // at the end of the test with every database snapback made of it.
 func pgNewDB(t testing.TB) (name, dsn string) {
 	t.Helper()
-	name = fmt.Sprintf("sbtest_%d_%d", os.Getpid(), pgSeq.Add(1))
+	return pgMakeDB(t, fmt.Sprintf("sbtest_%d_%d", os.Getpid(), pgSeq.Add(1)))
+}
+
+func pgMakeDB(t testing.TB, name string) (string, string) {
+	t.Helper()
 	admin := pgDSN(t, "postgres", "")
-	pgExec(t, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)", "CREATE DATABASE "+name)
+	q := pgx.Identifier{name}.Sanitize()
+	pgExec(t, admin, "DROP DATABASE IF EXISTS "+q+" WITH (FORCE)", "CREATE DATABASE "+q)
 	t.Cleanup(func() {
 		conn := pgConn(t, admin)
 		defer conn.Close(context.Background())
 		ctx := context.Background()
 		rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
 			WHERE datname IN ($1::text, $1::text || '_snapback_new', $1::text || '_snapback_old')
+			   OR (length($1::text) > 40 AND datname LIKE left($1::text, 30) || '%')
 			   OR shobj_description(oid, 'pg_database') LIKE '%database "' || $1::text || '"%'`, name)
 		treetest.Must(t, err)
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -119,7 +125,7 @@ func pgNewDB(t testing.TB) (name, dsn string) {
 			}
 		}
 	})
-	dsn = pgDSN(t, name, "")
+	dsn := pgDSN(t, name, "")
 	pgExec(t, dsn, `CREATE TABLE t(id bigserial PRIMARY KEY, v bigint); CREATE TABLE meta(n bigint); INSERT INTO meta VALUES (0)`)
 	return name, dsn
 }
@@ -711,6 +717,31 @@ func TestPostgresRestoreSwapBlocked(t *testing.T) {
 	treetest.Must(t, b.Restore(ctx, tg, "", payload))
 	if got, _ := pgState(t, tg.DSN); got != snap {
 		t.Fatalf("after the session left: %s, want %s", got, snap)
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", payload))
+}
+
+// TestPostgresLongName: a database name of PostgreSQL's full 63 bytes,
+// not all ASCII, has side databases of its own (cut and marked by a hash).
+func TestPostgresLongName(t *testing.T) {
+	pgRequire(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("sbtest_%d_%d_é", os.Getpid(), pgSeq.Add(1))
+	name := prefix + strings.Repeat("x", 63-len(prefix))
+	_, dsn := pgMakeDB(t, name)
+	tg := backends.Target{Name: "pg", Backend: "postgres", DSN: dsn}
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	before, _ := pgState(t, dsn)
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if got, ok := pgState(t, dsn); got != before || !ok {
+		t.Fatalf("after restore: %s (consistent %v), want %s", got, ok, before)
+	}
+	if n := pgCount(t, "SELECT count(*) FROM pg_database WHERE datname LIKE '"+prefix+"%'"); n != 1 {
+		t.Fatalf("%d databases named like %s after the restore, want 1", n, prefix)
 	}
 	treetest.Must(t, b.Release(ctx, tg, "", payload))
 }
