@@ -30,17 +30,28 @@ import (
 
 // DockerVolume snapshots a Docker named volume through the Engine API. No
 // image is ever pulled: the helper image holds one file, snapback's own
-// static executable, imported once and tagged by its digest. A snapshot
-// runs the helper with the volume mounted read-only and networking off; it
-// streams a tar of the volume (owners, modes, nanosecond times, xattrs,
-// hard links, symlinks as they are) into the payload. A restore streams it
-// back into the helper, which extracts into a staging directory inside the
-// volume and then swaps it in (see [VolumeHelper]): an error or a kill
-// leaves the volume as it was, or finishes on the next run. With
-// stop_containers, the running containers that use the volume are stopped
-// for the snapshot and the restore and started again afterwards: without
-// it, files being written meanwhile are each captured whole, but not
-// together.
+// static executable, imported once and tagged by its digest.
+//
+// A snapshot runs the helper with the volume mounted read-only and
+// networking off; it writes a tar of the volume (owners, modes, nanosecond
+// times, xattrs, hard links, holes skipped on the way back, symlinks as
+// they are) into the payload: straight into the file through a bind mount
+// of the payload directory when the daemon runs on this machine, else
+// streamed through the API (about half the speed on dockerd 20.10).
+// CopyFromContainer of a never-started container is not used: the
+// daemon's archive keeps only the security.capability xattr, and takes a
+// file's size before opening it, so a file replaced meanwhile breaks it.
+//
+// A restore hands the tar to the helper, which extracts it into a staging
+// directory inside the volume and then swaps it in (see [VolumeHelper]):
+// an error or a kill leaves the volume as it was, or finishes on the next
+// run. A volume that is gone is created again with its driver, options
+// and labels.
+//
+// With stop_containers, the running containers that use the volume are
+// stopped for the snapshot and the restore and started again afterwards;
+// without it, files being written meanwhile are each captured whole, but
+// not together.
 type DockerVolume struct {
 	// Helper is the static snapback executable the helper image is made
 	// from; empty means $SNAPBACK_HELPER_BINARY, else this executable.
@@ -509,9 +520,12 @@ func archiveVolume(ctx context.Context, cli *client.Client, img, vol, dir string
 			if _, err := fmt.Sscanf(res.String(), "%64s %d", &sum, &size); err != nil {
 				return "", 0, fmt.Errorf("helper archive said %q: %w", res.String(), err)
 			}
-			return sum, size, nil
-		}
-		if !errors.Is(err, errNoBind) {
+			if fi, err := os.Stat(out); err == nil && fi.Size() == size {
+				return sum, size, nil
+			}
+			// Written elsewhere: the daemon sees another filesystem
+			// under the same path (snapback in a container of its own).
+		} else if !errors.Is(err, errNoBind) {
 			return "", 0, err
 		}
 		os.Remove(out) // if any: made by a helper that could not finish it
