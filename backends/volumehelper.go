@@ -307,7 +307,7 @@ func recoverDir(root string) error {
 			continue
 		}
 		stage := filepath.Join(root, name)
-		if _, err := os.Lstat(filepath.Join(stage, "complete")); err == nil {
+		if _, serr := os.Lstat(filepath.Join(stage, "complete")); serr == nil {
 			err = volSwap(root, stage)
 		} else {
 			err = os.RemoveAll(stage)
@@ -316,11 +316,10 @@ func recoverDir(root string) error {
 			return fmt.Errorf("recover %s: %w", stage, err)
 		}
 	}
+	// Old entries whose swap ended but for their removal (a swap above
+	// removed its own).
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), oldPrefix) {
-			if _, err := os.Lstat(filepath.Join(root, stagePrefix+strings.TrimPrefix(e.Name(), oldPrefix))); err == nil {
-				continue // swapped above
-			}
 			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 				return err
 			}
