@@ -4,6 +4,7 @@ package backends_test
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
@@ -38,7 +39,10 @@ func TestMain(m *testing.M) {
 
 // staticHelper points SNAPBACK_HELPER_BINARY at a static build of this
 // test binary when a Docker daemon answers and none is set; it returns
-// what removes the build and the image made from it.
+// what removes the build and the image made from it. Random bytes after
+// the ELF make the build's digest, so the image's tag, this run's own:
+// Go builds are reproducible, and two runs at once must not remove each
+// other's image.
 func staticHelper() func() {
 	if os.Getenv("SNAPBACK_HELPER_BINARY") != "" {
 		return func() {}
@@ -53,29 +57,20 @@ func staticHelper() func() {
 	if _, err := cli.Ping(ctx); err != nil {
 		return func() {} // Available says why; the tests skip or fail by SNAPBACK_REQUIRE
 	}
-	exe, err := os.Executable()
-	if err == nil && isStatic(exe) {
-		os.Setenv("SNAPBACK_HELPER_BINARY", exe)
-		return func() {}
-	}
 	dir, err := os.MkdirTemp("", "snapback-helper-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "docker-volume helper:", err)
 		return func() {}
 	}
 	bin := filepath.Join(dir, "snapback")
-	// go test puts its own go first in PATH.
-	cmd := exec.Command("go", "test", "-c", "-o", bin, "github.com/snapback/snapback/backends")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "docker-volume helper: go test -c: %v\n%s", err, out)
+	if err := buildHelper(bin); err != nil {
+		fmt.Fprintln(os.Stderr, "docker-volume helper:", err)
 		os.RemoveAll(dir)
 		return func() {}
 	}
 	os.Setenv("SNAPBACK_HELPER_BINARY", bin)
 	return func() {
-		// The image made from this build, if a test made it (its tag is
-		// the binary's digest): best effort, a leftover only takes space.
+		// Best effort: a leftover image only takes space.
 		if b, err := os.ReadFile(bin); err == nil {
 			sum := sha256.Sum256(b)
 			if cli, err := dockerClient(); err == nil {
@@ -85,6 +80,43 @@ func staticHelper() func() {
 		}
 		os.RemoveAll(dir)
 	}
+}
+
+// buildHelper makes bin: this test binary when it is static, else a
+// static build of it (go test -c, cached by the build cache); then the
+// random tail.
+func buildHelper(bin string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if isStatic(exe) {
+		b, err := os.ReadFile(exe)
+		if err == nil {
+			err = os.WriteFile(bin, b, 0o755)
+		}
+		if err != nil {
+			return err
+		}
+	} else {
+		// go test puts its own go first in PATH.
+		cmd := exec.Command("go", "test", "-c", "-o", bin, "github.com/snapback/snapback/backends")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go test -c: %v\n%s", err, out)
+		}
+	}
+	f, err := os.OpenFile(bin, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	tail := make([]byte, 16)
+	_, _ = rand.Read(tail) // never fails (crypto/rand)
+	if _, err := f.Write(tail); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func isStatic(p string) bool {
