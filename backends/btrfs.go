@@ -3,7 +3,6 @@ package backends
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"path/filepath"
 )
 
 // Btrfs snapshots a btrfs subvolume (setting path: absolute, or relative to
@@ -39,18 +38,6 @@ var _ Backend = (*Btrfs)(nil)
 
 // Name implements Backend.
 func (*Btrfs) Name() string { return "btrfs" }
-
-// btrfsPath resolves the target's path setting.
-func btrfsPath(t Target, root string) (string, error) {
-	if t.Path == "" {
-		return "", targetErr(t, "no path")
-	}
-	p := t.Path
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(root, p)
-	}
-	return filepath.Abs(p)
-}
 
 // snapHash names a payload's or a target's hidden companions: 16 hex
 // digits of the SHA-256 of s.

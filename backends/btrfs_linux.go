@@ -125,6 +125,18 @@ func btrfsExists(dirFd int, name string) (bool, error) {
 	return err == nil, err
 }
 
+// btrfsPath resolves the target's path setting.
+func btrfsPath(t Target, root string) (string, error) {
+	if t.Path == "" {
+		return "", targetErr(t, "no path")
+	}
+	p := t.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(root, p)
+	}
+	return filepath.Abs(p)
+}
+
 // Available implements Backend: the kernel decides per path (Check).
 func (*Btrfs) Available() (bool, string) { return true, "" }
 

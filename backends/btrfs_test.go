@@ -91,9 +91,10 @@ func treeState(t *testing.T, dir string) (string, bool) {
 			}
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name(), "counter"))
-		if counter, err = strconv.Atoi(string(data)); err != nil {
-			ok = false
+		if err == nil {
+			counter, err = strconv.Atoi(string(data))
 		}
+		ok = ok && err == nil
 	}
 	return fmt.Sprintf("counter=%d rows=%d", counter, rows), ok && counter == rows
 }

@@ -13,10 +13,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -28,24 +30,78 @@ import (
 
 // DockerVolume snapshots a Docker named volume through the Engine API. No
 // image is ever pulled: the helper image holds one file, snapback's own
-// static executable, imported once and tagged by its digest. A snapshot
-// runs the helper with the volume mounted read-only and networking off; it
-// streams a tar of the volume (owners, modes, nanosecond times, xattrs,
-// hard links, symlinks as they are) into the payload. A restore streams it
-// back into the helper, which extracts into a staging directory inside the
-// volume and then swaps it in (see [VolumeHelper]): an error or a kill
-// leaves the volume as it was, or finishes on the next run. With
-// stop_containers, the running containers that use the volume are stopped
-// for the snapshot and the restore and started again afterwards: without
-// it, files being written meanwhile are each captured whole, but not
-// together.
+// static executable, imported once and tagged by its digest.
+//
+// A snapshot runs the helper with the volume mounted read-only and
+// networking off; it writes a tar of the volume (owners, modes, nanosecond
+// times, xattrs, hard links, holes skipped on the way back, symlinks as
+// they are) into the payload: straight into the file through a bind mount
+// of the payload directory when the daemon runs on this machine, else
+// streamed through the API (about half the speed on dockerd 20.10).
+// CopyFromContainer of a never-started container is not used: the
+// daemon's archive keeps only the security.capability xattr, and takes a
+// file's size before opening it, so a file replaced meanwhile breaks it.
+//
+// A restore hands the tar to the helper, which extracts it into a staging
+// directory inside the volume and then swaps it in (see [VolumeHelper]):
+// an error or a kill leaves the volume as it was, or finishes on the next
+// run. A volume that is gone is created again with its driver, options
+// and labels.
+//
+// With stop_containers, the running containers that use the volume are
+// stopped for the snapshot and the restore and started again afterwards;
+// without it, files being written meanwhile are each captured whole, but
+// not together.
 type DockerVolume struct {
 	// Helper is the static snapback executable the helper image is made
 	// from; empty means $SNAPBACK_HELPER_BINARY, else this executable.
 	Helper string
+	// Stream sends archives through the Engine API even when the daemon
+	// runs on this machine, where they would otherwise go through a bind
+	// mount of the payload directory.
+	Stream bool
 }
 
 var _ Backend = (*DockerVolume)(nil)
+
+// VolumeHelperVerb is the hidden first argument that makes snapback's own
+// binary the docker-volume helper: the only program in the helper image,
+// run in a container with the volume mounted at /v and networking off.
+const VolumeHelperVerb = "__volume-helper"
+
+// VolumeHelper runs the helper (the arguments after VolumeHelperVerb) and
+// returns its exit status; an error goes to stderr as one line.
+//
+//	archive DIR [OUT UID GID]     write DIR as a tar to stdout, or to the
+//	                              file OUT owned by UID:GID, printing its
+//	                              sha256 and size
+//	restore DIR ID SHA256 [IN]    make DIR hold exactly the tar on stdin (or
+//	                              in the file IN) whose sha256 is SHA256
+//	recover DIR                   finish or undo an interrupted restore
+//
+// A restore extracts into DIR/.snapback-restore-ID/tree (refusing names
+// that leave it, and never following a symlink), checks the digest,
+// syncs, and marks the staging directory complete: before the mark,
+// recovering removes the staging directory (the volume is as before);
+// after it, recovering finishes the swap (the volume is as after). The
+// swap moves the old top-level entries into DIR/.snapback-old-ID, marks
+// that done, moves the staged entries in and removes the old ones; every
+// restore first recovers what an earlier one left.
+func VolumeHelper(args []string) int {
+	if volumeHelper == nil {
+		fmt.Fprintln(os.Stderr, "the docker-volume helper runs only on Linux")
+		return 1
+	}
+	return volumeHelper(args)
+}
+
+// volumeHelper is the helper's implementation (volumehelper.go, Linux).
+var volumeHelper func(args []string) int
+
+// helperNoFile is the helper's exit status when the payload file it was
+// given (through a bind mount) cannot be opened or made: the caller then
+// streams the archive through the Engine API instead.
+const helperNoFile = 3
 
 const (
 	volumeTar  = "volume.tar"
@@ -146,10 +202,7 @@ func dockerConnect(ctx context.Context, t Target) (*client.Client, *volume.Volum
 	return cli, &v, nil
 }
 
-func dockerNotFound(err error) bool {
-	var nf interface{ NotFound() }
-	return errors.As(err, &nf)
-}
+func dockerNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
 
 // Check implements Backend: the daemon answers, the volume exists, and
 // with stop_containers the containers using it can be inspected.
@@ -284,7 +337,7 @@ func importHelper(ctx context.Context, cli *client.Client, p string, size int64,
 		pw.CloseWithError(err)
 	}()
 	body, err := cli.ImageImport(ctx, image.ImportSource{Source: pr, SourceName: "-"}, ref, image.ImportOptions{
-		Changes: []string{`ENTRYPOINT ["/snapback", "` + VolumeHelperVerb + `"]`, `LABEL ` + helperLabel + `=image`},
+		Changes: []string{`ENTRYPOINT ["/snapback", "` + VolumeHelperVerb + `"]`, `LABEL snapback.helper-image=1`},
 	})
 	if err != nil {
 		pr.CloseWithError(err)
@@ -301,10 +354,17 @@ func importHelper(ctx context.Context, cli *client.Client, p string, size int64,
 	return nil
 }
 
+// errNoBind: the helper could not use the payload directory bound into
+// its container (a daemon on another machine, in a VM, or with remapped
+// users); the archive goes through the Engine API instead.
+var errNoBind = errors.New("payload directory not usable in the helper container")
+
 // runHelper runs the helper with args in a container with the volume at
-// /v and no network, feeding it stdin (when not nil) and copying its
-// stdout; a non-zero exit is an error carrying its stderr.
-func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnly bool, stdin io.Reader, stdout io.Writer, args ...string) error {
+// /v (read-only when readOnly) and no network, the payload directory (when
+// not empty) at /p (writable when the volume is not), feeding it stdin
+// (when not nil) and copying its stdout; a non-zero exit is an error
+// carrying its stderr.
+func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnly bool, payload string, stdin io.Reader, stdout io.Writer, args ...string) error {
 	cfg := &container.Config{
 		Image:           img,
 		Cmd:             args,
@@ -318,11 +378,18 @@ func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnl
 	}
 	hc := &container.HostConfig{
 		NetworkMode: "none",
+		LogConfig:   container.LogConfig{Type: "none"}, // the archive is no log
 		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/v", ReadOnly: readOnly,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
 	}
+	if payload != "" {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: payload, Target: "/p", ReadOnly: !readOnly})
+	}
 	c, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
 	if err != nil {
+		if payload != "" {
+			return fmt.Errorf("%w: %w", errNoBind, err)
+		}
 		return fmt.Errorf("create helper container: %w", err)
 	}
 	defer func() {
@@ -353,7 +420,13 @@ func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnl
 		if res.Error != nil {
 			msg += " " + res.Error.Message
 		}
+		if res.StatusCode == helperNoFile && payload != "" {
+			return fmt.Errorf("%w: %s", errNoBind, msg)
+		}
 		if res.StatusCode != 0 {
+			if msg == "" && res.StatusCode == 137 {
+				msg = "killed"
+			}
 			return fmt.Errorf("helper %s exited with status %d: %s", args[0], res.StatusCode, msg)
 		}
 	case err := <-errC:
@@ -410,28 +483,14 @@ func (d *DockerVolume) Snapshot(ctx context.Context, t Target, root, dir string)
 			return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
 		}
 	}
-	out := filepath.Join(dir, volumeTar)
-	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
-	}
-	defer f.Close() // closed and checked below; this one is for errors
-	h := sha256.New()
-	cw := &volumeCounter{w: io.MultiWriter(f, h)}
-	err = runHelper(ctx, cli, img, t.Volume, true, nil, cw, "archive", "/v")
+	sum, size, err := archiveVolume(ctx, cli, img, t.Volume, dir, !d.Stream && sameHost(ctx, cli))
 	if rerr := restart(); err == nil {
 		err = rerr // the containers run again as soon as the copy is made
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
 	}
-	info := volumeInfo{Volume: v.Name, Driver: v.Driver, Labels: v.Labels, Options: v.Options, Size: cw.n, SHA256: hex.EncodeToString(h.Sum(nil))}
+	info := volumeInfo{Volume: v.Name, Driver: v.Driver, Labels: v.Labels, Options: v.Options, Size: size, SHA256: sum}
 	js, err := json.MarshalIndent(info, "", "  ")
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, volumeMeta), append(js, '\n'), 0o600)
@@ -443,6 +502,60 @@ func (d *DockerVolume) Snapshot(ctx context.Context, t Target, root, dir string)
 		return fmt.Errorf("snapshot docker volume %q: %w", t.Volume, err)
 	}
 	return nil
+}
+
+// archiveVolume writes the volume's archive into dir, returning its
+// sha256 and size: straight into the file through a bind mount when the
+// daemon runs on this machine (three times faster than the API's stream
+// on dockerd 20.10), else streamed through the API.
+func archiveVolume(ctx context.Context, cli *client.Client, img, vol, dir string, bind bool) (string, int64, error) {
+	out := filepath.Join(dir, volumeTar)
+	if abs, err := filepath.Abs(dir); err == nil && bind {
+		var res bytes.Buffer
+		err := runHelper(ctx, cli, img, vol, true, abs, nil, &res, "archive", "/v", "/p/"+volumeTar,
+			strconv.Itoa(os.Getuid()), strconv.Itoa(os.Getgid()))
+		if err == nil {
+			var sum string
+			var size int64
+			if _, err := fmt.Sscanf(res.String(), "%64s %d", &sum, &size); err != nil {
+				return "", 0, fmt.Errorf("helper archive said %q: %w", res.String(), err)
+			}
+			if fi, err := os.Stat(out); err == nil && fi.Size() == size {
+				return sum, size, nil
+			}
+			// Written elsewhere: the daemon sees another filesystem
+			// under the same path (snapback in a container of its own).
+		} else if !errors.Is(err, errNoBind) {
+			return "", 0, err
+		}
+		os.Remove(out) // if any: made by a helper that could not finish it
+	}
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close() // closed and checked below; this one is for errors
+	h := sha256.New()
+	cw := &volumeCounter{w: io.MultiWriter(f, h)}
+	err = runHelper(ctx, cli, img, vol, true, "", nil, cw, "archive", "/v")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return hex.EncodeToString(h.Sum(nil)), cw.n, err
+}
+
+// sameHost reports whether the daemon runs on this machine, so that a
+// directory here can be bound into a container as it is.
+func sameHost(ctx context.Context, cli *client.Client) bool {
+	if !strings.HasPrefix(cli.DaemonHost(), "unix://") {
+		return false
+	}
+	info, err := cli.Info(ctx)
+	host, herr := os.Hostname()
+	return err == nil && herr == nil && info.Name == host
 }
 
 type volumeCounter struct {
@@ -502,11 +615,18 @@ func (d *DockerVolume) Restore(ctx context.Context, t Target, root, dir string) 
 			return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
 		}
 	}
-	err = runHelper(ctx, cli, img, t.Volume, false, f, io.Discard, "restore", "/v", info.SHA256[:16], info.SHA256)
+	id := info.SHA256[:16]
+	err = errNoBind
+	if abs, aerr := filepath.Abs(dir); aerr == nil && !d.Stream && sameHost(ctx, cli) {
+		err = runHelper(ctx, cli, img, t.Volume, false, abs, nil, io.Discard, "restore", "/v", id, info.SHA256, "/p/"+volumeTar)
+	}
+	if errors.Is(err, errNoBind) {
+		err = runHelper(ctx, cli, img, t.Volume, false, "", f, io.Discard, "restore", "/v", id, info.SHA256)
+	}
 	if err != nil {
 		// The helper undoes its own failures; one that was killed left a
 		// staging directory: undo it (or finish past the commit point).
-		if rerr := runHelper(context.WithoutCancel(ctx), cli, img, t.Volume, false, nil, io.Discard, "recover", "/v"); rerr != nil {
+		if rerr := runHelper(context.WithoutCancel(ctx), cli, img, t.Volume, false, "", nil, io.Discard, "recover", "/v"); rerr != nil {
 			err = fmt.Errorf("%w (and recovering: %v)", err, rerr)
 		}
 		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)

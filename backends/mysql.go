@@ -54,7 +54,8 @@ import (
 //
 // The snapshot is loaded into a side schema, <db>_snapback_new (multi-row
 // INSERTs over a few connections, foreign key checks off, strict SQL mode so
-// that nothing is silently changed), then one RENAME TABLE statement, atomic
+// that nothing is silently changed; secondary keys of tables outside foreign
+// keys are added after the rows), then one RENAME TABLE statement, atomic
 // on both servers, moves the current tables (including those made after the
 // snapshot) to <db>_snapback_old and the loaded ones into <db>; then views
 // and triggers are put back and both side schemas dropped. Until the rename
@@ -403,11 +404,11 @@ func (m *mysqlTarget) snapshot(ctx context.Context, conn *sql.Conn, dir string) 
 	// Opening each table now holds its metadata lock to the end of the
 	// transaction: no DDL changes a table between its definition and rows.
 	for _, o := range objs {
-		if o.kind != "BASE TABLE" {
+		if o.kind == "VIEW" {
 			continue
 		}
-		if !strings.EqualFold(o.engine, "InnoDB") {
-			return targetErr(m.t, "table %s is %s, not InnoDB: it cannot be snapshotted consistently", qi(o.name), o.engine)
+		if o.kind != "BASE TABLE" || !strings.EqualFold(o.engine, "InnoDB") {
+			return targetErr(m.t, "%s is a %s %s, not an InnoDB table: it cannot be snapshotted consistently", qi(o.name), o.engine, strings.ToLower(o.kind))
 		}
 		if _, err := conn.ExecContext(ctx, "SELECT 1 FROM "+qi(m.db)+"."+qi(o.name)+" LIMIT 0"); err != nil {
 			return fmt.Errorf("open %s: %w", o.name, err)
@@ -690,13 +691,41 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 			return fmt.Errorf("%s: %w", q, err)
 		}
 	}
+	// Secondary keys are added after the rows where they can be: building
+	// an index by sorting is much faster than growing it row by row.
+	// Tables in a foreign key keep theirs.
+	var all strings.Builder
 	for _, tb := range man.Tables {
-		if _, err := conn.ExecContext(ctx, tb.Create); err != nil {
+		all.WriteString(tb.Create)
+	}
+	later := make([][]string, len(man.Tables))
+	for i, tb := range man.Tables {
+		create := tb.Create
+		if !strings.Contains(create, "FOREIGN KEY") && !strings.Contains(all.String(), "REFERENCES "+qi(tb.Name)) {
+			create, later[i] = mysqlSplitKeys(create)
+		}
+		_, err := conn.ExecContext(ctx, create)
+		if err != nil && later[i] != nil {
+			// Some key the table needs from the start (an AUTO_INCREMENT
+			// column's): it keeps them all.
+			later[i] = nil
+			_, err = conn.ExecContext(ctx, tb.Create)
+		}
+		if err != nil {
 			return fmt.Errorf("create %s: %w", tb.Name, err)
 		}
 	}
 	if err := m.load(ctx, db, man, dir, newS); err != nil {
 		return err
+	}
+	for i, keys := range later {
+		if len(keys) == 0 {
+			continue
+		}
+		q := "ALTER TABLE " + qi(man.Tables[i].Name) + " ADD " + strings.Join(keys, ", ADD ")
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("keys of %s: %w", man.Tables[i].Name, err)
+		}
 	}
 
 	// The swap. MySQL refuses to move a table with triggers to another
@@ -772,6 +801,29 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 		}
 	}
 	return nil
+}
+
+// mysqlSplitKeys takes the plain and unique secondary keys out of a SHOW
+// CREATE TABLE statement (one definition a line), returning the statement
+// without them and the keys.
+func mysqlSplitKeys(create string) (string, []string) {
+	lines := strings.Split(create, "\n")
+	if len(lines) < 3 || !strings.HasPrefix(lines[len(lines)-1], ")") {
+		return create, nil
+	}
+	var defs, keys []string
+	for _, l := range lines[1 : len(lines)-1] {
+		d := strings.TrimSuffix(strings.TrimSpace(l), ",")
+		if strings.HasPrefix(d, "KEY ") || strings.HasPrefix(d, "UNIQUE KEY ") {
+			keys = append(keys, d)
+		} else {
+			defs = append(defs, "  "+d)
+		}
+	}
+	if len(keys) == 0 || len(defs) == 0 {
+		return create, nil
+	}
+	return lines[0] + "\n" + strings.Join(defs, ",\n") + "\n" + lines[len(lines)-1], keys
 }
 
 // createViews makes the snapshot's views in the current schema, over and
@@ -850,6 +902,9 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 		}()
 	}
 	for i := range man.Tables {
+		if ctx.Err() != nil {
+			break
+		}
 		err := readTable(&man.Tables[i], dir, limit, func(q string) bool {
 			select {
 			case work <- stmt{i, q}:

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,12 +81,30 @@ func mysqlExec(t testing.TB, db *sql.DB, qs ...string) {
 // schemas) when the test ends, and a target naming it.
 func mysqlNewTarget(t testing.TB) (backends.Target, string) {
 	t.Helper()
-	name := fmt.Sprintf("sbtest_%d_%d", time.Now().UnixNano()%1e9, rand.IntN(1e6))
+	return mysqlNewTargetPad(t, 0)
+}
+
+// mysqlNewTargetPad is mysqlNewTarget with a name padded to pad
+// characters.
+func mysqlNewTargetPad(t testing.TB, pad int) (backends.Target, string) {
+	t.Helper()
+	prefix := fmt.Sprintf("sbtest_%d_%d", time.Now().UnixNano()%1e9, rand.IntN(1e6))
+	name := prefix + strings.Repeat("x", max(0, pad-len(prefix)))
 	admin := mysqlDB(t, "")
 	mysqlExec(t, admin, "CREATE DATABASE "+name)
 	t.Cleanup(func() {
-		for _, s := range []string{name, name + "_snapback_new", name + "_snapback_old"} {
-			if _, err := admin.Exec("DROP DATABASE IF EXISTS " + s); err != nil {
+		// The database and a restore's side schemas.
+		rows, err := admin.Query("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE ?", prefix+"%")
+		treetest.Must(t, err)
+		var names []string
+		for rows.Next() {
+			var s string
+			treetest.Must(t, rows.Scan(&s))
+			names = append(names, s)
+		}
+		rows.Close()
+		for _, s := range names {
+			if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + s + "`"); err != nil {
 				t.Errorf("drop %s: %v", s, err)
 			}
 		}
@@ -214,6 +234,11 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 		) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 		`CREATE TABLE child (id INT PRIMARY KEY, odd INT, FOREIGN KEY (odd) REFERENCES odd(id)) ENGINE=InnoDB`,
 		`CREATE TABLE empty_one (a INT) ENGINE=InnoDB`,
+		`CREATE TABLE keyed (id INT PRIMARY KEY, a INT NOT NULL, b VARCHAR(50), c DATETIME,
+			UNIQUE KEY ua (a), KEY bc (b(10), c DESC), KEY c (c)) ENGINE=InnoDB`,
+		`INSERT INTO keyed VALUES (1, 10, 'x', NULL), (2, 20, 'y', '2020-01-01'), (3, 30, NULL, '2021-01-01')`,
+		`CREATE TABLE autokey (id INT PRIMARY KEY, n INT AUTO_INCREMENT, KEY (n)) ENGINE=InnoDB`,
+		`INSERT INTO autokey (id) VALUES (1), (2)`,
 		`CREATE TABLE audit (n INT) ENGINE=InnoDB`,
 		`INSERT INTO audit VALUES (0)`,
 		`CREATE TRIGGER count_child AFTER INSERT ON child FOR EACH ROW UPDATE audit SET n = n + 1`,
@@ -235,7 +260,10 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 			mysqlRows(t, db, "SELECT * FROM audit WHERE 1") +
 			mysqlRows(t, db, "SELECT TABLE_NAME, VIEW_DEFINITION FROM information_schema.VIEWS WHERE TABLE_SCHEMA = '"+name+"'") +
 			mysqlRows(t, db, "SELECT TRIGGER_NAME, ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = '"+name+"'") +
-			mysqlRows(t, db, "SELECT COUNT(*) FROM empty_one WHERE 1")
+			mysqlRows(t, db, "SELECT COUNT(*) FROM empty_one WHERE 1") +
+			mysqlRows(t, db, "SELECT * FROM keyed WHERE 1") +
+			mysqlRows(t, db, "SELECT * FROM autokey WHERE 1") +
+			mysqlCreates(t, db)
 	}
 	before := fp()
 	b := &backends.MySQL{}
@@ -245,6 +273,7 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 
 	mysqlExec(t, db,
 		"UPDATE odd SET vb = 'x', fl = 1, db = 2, dc = 3, tx = 'changed', bt = b'1', js = '{}', hid = 0",
+		"ALTER TABLE keyed DROP KEY c",
 		"INSERT INTO child VALUES (4, 1)",
 		"INSERT INTO empty_one VALUES (1)",
 		"DROP VIEW odd_ids2",
@@ -269,6 +298,27 @@ func TestMySQLTypesRoundTrip(t *testing.T) {
 	if _, err := db.Exec("INSERT INTO child VALUES (6, 99)"); err == nil {
 		t.Error("the foreign key does not hold after restore")
 	}
+}
+
+// mysqlCreates lists the SHOW CREATE TABLE of every table.
+func mysqlCreates(t testing.TB, db *sql.DB) string {
+	t.Helper()
+	rows, err := db.Query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME")
+	treetest.Must(t, err)
+	var names []string
+	for rows.Next() {
+		var n string
+		treetest.Must(t, rows.Scan(&n))
+		names = append(names, n)
+	}
+	rows.Close()
+	var sb strings.Builder
+	for _, n := range names {
+		var name, create string
+		treetest.Must(t, db.QueryRow("SHOW CREATE TABLE "+n).Scan(&name, &create))
+		sb.WriteString(create + "\n")
+	}
+	return sb.String()
 }
 
 // TestMySQLRestoreRemovesLaterTables: tables and views made after the
@@ -308,14 +358,114 @@ func TestMySQLRestoreRemovesLaterTables(t *testing.T) {
 	mysqlNoSides(t, name)
 }
 
+// TestMySQLRestoreDroppedDatabase: a database dropped since the snapshot
+// is made again, with its character set.
+func TestMySQLRestoreDroppedDatabase(t *testing.T) {
+	mysqlRequire(t)
+	ctx := context.Background()
+	tg := mysqlFixture.setup(t, "")
+	name := mysqlName(tg)
+	admin := mysqlDB(t, "")
+	mysqlExec(t, admin, "ALTER DATABASE "+name+" CHARACTER SET latin1 COLLATE latin1_swedish_ci")
+	treetest.Must(t, mysqlFixture.write(t, tg, ""))
+	b := &backends.MySQL{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	mysqlExec(t, admin, "DROP DATABASE "+name)
+	if err := b.Check(ctx, tg, ""); !errors.Is(err, backends.ErrTarget) {
+		t.Fatalf("Check of a dropped database: %v", err)
+	}
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if st, ok := mysqlFixture.state(t, tg, ""); st != "n=2 rows=2" || !ok {
+		t.Fatalf("state after restore: %s (consistent %v)", st, ok)
+	}
+	var cs string
+	treetest.Must(t, admin.QueryRow("SELECT DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", name).Scan(&cs))
+	if cs != "latin1" {
+		t.Errorf("the database comes back with character set %s, want latin1", cs)
+	}
+	mysqlNoSides(t, name)
+}
+
 func mysqlNoSides(t *testing.T, name string) {
 	t.Helper()
 	var n int
-	treetest.Must(t, mysqlDB(t, "").QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN (?, ?)",
-		name+"_snapback_new", name+"_snapback_old").Scan(&n))
+	treetest.Must(t, mysqlDB(t, "").QueryRow("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME LIKE ?",
+		name[:20]+"%snapback%").Scan(&n))
 	if n != 0 {
 		t.Fatalf("%d side schemas left after restore", n)
 	}
+}
+
+// TestMySQLRestoreUnderWriter: a restore while an application keeps
+// writing waits for its transactions, swaps between two of them, and
+// leaves one consistent state: the snapshot's, plus what was written after.
+func TestMySQLRestoreUnderWriter(t *testing.T) {
+	mysqlRequire(t)
+	ctx := context.Background()
+	tg := mysqlFixture.setup(t, "")
+	treetest.Must(t, mysqlFixture.write(t, tg, ""))
+	b := &backends.MySQL{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	for i := 0; i < 20; i++ {
+		treetest.Must(t, mysqlFixture.write(t, tg, ""))
+	}
+	db := mysqlDB(t, mysqlName(tg))
+	mysqlExec(t, db, "CREATE TABLE later (a INT)")
+	var stop atomic.Bool
+	var writes, failures atomic.Int64
+	var lastErr atomic.Value
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if err := mysqlFixture.write(t, tg, ""); err != nil {
+				failures.Add(1)
+				lastErr.Store(err.Error())
+			} else {
+				writes.Add(1)
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	err := b.Restore(ctx, tg, "", payload)
+	time.Sleep(20 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	treetest.Must(t, err)
+	t.Logf("%d writes, %d failed (last: %v)", writes.Load(), failures.Load(), lastErr.Load())
+	st, ok := mysqlFixture.state(t, tg, "")
+	if !ok {
+		t.Fatalf("after a restore under a writer: %s, inconsistent", st)
+	}
+	if _, err := db.Exec("SELECT * FROM later"); err == nil {
+		t.Fatal("a table made after the snapshot survived the restore")
+	}
+}
+
+// TestMySQLLongName: a database with a name of MySQL's 64 characters
+// restores through side schemas of hashed names.
+func TestMySQLLongName(t *testing.T) {
+	mysqlRequire(t)
+	ctx := context.Background()
+	tg, name := mysqlNewTargetPad(t, 64)
+	db := mysqlDB(t, name)
+	mysqlExec(t, db, "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1)")
+	b := &backends.MySQL{}
+	treetest.Must(t, b.Check(ctx, tg, ""))
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	mysqlExec(t, db, "INSERT INTO t VALUES (2)", "CREATE TABLE later (a INT)")
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	var n, later int
+	treetest.Must(t, db.QueryRow("SELECT COUNT(*) FROM t").Scan(&n))
+	treetest.Must(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'later'", name).Scan(&later))
+	if n != 1 || later != 0 {
+		t.Fatalf("after restore: %d rows, later table %d; want 1, 0", n, later)
+	}
+	mysqlNoSides(t, name)
 }
 
 // TestMySQLInterruptedRestore: a restore whose connection is killed in
@@ -441,6 +591,15 @@ func TestMySQLCheck(t *testing.T) {
 	if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, backends.ErrTarget) {
 		t.Fatalf("Snapshot with a MyISAM table: %v", err)
 	}
+	// An account that may not see the database.
+	user := fmt.Sprintf("sbtest_%d", rand.IntN(1e9))
+	admin := mysqlDB(t, "")
+	mysqlExec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
+	t.Cleanup(func() { mysqlExec(t, admin, "DROP USER '"+user+"'@'%'") })
+	nobody := backends.Target{Backend: "mysql", DSN: fmt.Sprintf("%s:pw@tcp(%s)/%s", user, cfg.Addr, name)}
+	if err := b.Check(ctx, nobody, ""); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "denied") {
+		t.Errorf("Check as an account without privileges: %v", err)
+	}
 	for _, bad := range mysqlFixture.bad(t, "") {
 		if err := b.Check(ctx, bad, ""); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "target") {
 			t.Errorf("Check(%s): %v: want one line naming the target", bad.DSN, err)
@@ -474,15 +633,24 @@ func BenchmarkMySQL(b *testing.B) {
 	be := &backends.MySQL{}
 	ctx := context.Background()
 	var snap, rest time.Duration
+	var size int64
 	for i := 0; i < b.N; i++ {
 		dir := b.TempDir()
 		start := time.Now()
 		treetest.Must(b, be.Snapshot(ctx, tg, "", dir))
 		snap += time.Since(start)
+		entries, err := os.ReadDir(dir)
+		treetest.Must(b, err)
+		for _, e := range entries {
+			info, err := e.Info()
+			treetest.Must(b, err)
+			size += info.Size()
+		}
 		start = time.Now()
 		treetest.Must(b, be.Restore(ctx, tg, "", dir))
 		rest += time.Since(start)
 	}
 	b.ReportMetric(snap.Seconds()/float64(b.N), "snapshot-s")
 	b.ReportMetric(rest.Seconds()/float64(b.N), "restore-s")
+	b.ReportMetric(float64(size)/float64(b.N)/(1<<20), "payload-MiB")
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,46 +27,49 @@ import (
 //
 // # Snapshot
 //
-// The snapshot is a copy on the same server: CREATE DATABASE snapback_<hash>
-// TEMPLATE <db>, run from a session connected to <db> itself. While it copies,
-// the server holds a share lock on <db> that makes new connections to it wait
-// (not fail) for the copy to finish, so new connections are blocked exactly
-// for the moment the copy needs, and nothing is left behind to undo if
-// snapback dies meanwhile (no ALLOW_CONNECTIONS to re-enable: the lock goes
-// with the session). A template copy needs every other session to leave
-// <db>: snapback waits up to a second for them and never ends an
-// application's session for a snapshot. When they stay (a connection pool),
-// or the role may not copy the database (no CREATEDB, not its owner), the
-// snapshot falls back to pg_dump -Fc into the payload directory: one
-// repeatable-read transaction, a consistent state under a live writer.
-// The copy refuses connections (ALLOW_CONNECTIONS false) so that nothing
-// changes it or keeps it from serving as a template.
+// The snapshot is a copy on the same server: CREATE DATABASE
+// snapback_<hash> TEMPLATE <db> (STRATEGY FILE_COPY past 64 MiB), run from
+// a session connected to <db> itself. While it copies, the server holds a
+// share lock on <db> that makes new connections to it wait (not fail) until
+// the copy is done: new connections are blocked for exactly the moment the
+// copy needs, and nothing is left to undo if snapback dies meanwhile (no
+// ALLOW_CONNECTIONS to re-enable: the lock goes with the session). A
+// template copy needs every other session to leave <db>: snapback waits up
+// to a second for them and never ends an application's session for a
+// snapshot. When they stay (a connection pool), the snapshot falls back to
+// pg_dump -Fc into the payload directory: one repeatable-read transaction,
+// one committed state under a live writer. The copy itself refuses
+// connections (ALLOW_CONNECTIONS false), so nothing changes it or keeps it
+// from serving as a template, and carries a comment naming <db> and the
+// payload directory for whoever lists the server's databases.
 //
-// The payload directory holds postgres.json (method, copy's name, database,
-// server identity), written atomically and before the copy is made, so that
-// Release finds a copy even from a snapshot interrupted half-way; and, for
-// the fallback, db.dump.
+// The payload directory holds postgres.json (method, the copy's name, the
+// database and its owner, the server's identity), written atomically
+// before the copy is made, so that Release finds a copy even from a
+// snapshot interrupted half-way; and, for the fallback, db.dump.
 //
 // # Restore
 //
-// A restore builds the whole database first, under a side name:
-// <db>_snapback_new, a template copy of the snapshot's copy or a fresh
-// database filled by pg_restore. It carries the current database's owner,
+// A restore builds the whole database first, under a side name,
+// <db>_snapback_new: a template copy of the snapshot's copy, or a fresh
+// database filled by pg_restore. It takes the current database's owner,
 // connection limit, grants, comment and per-database settings. Then one
-// transaction renames <db> to <db>_snapback_old and the new one to <db>, so
-// <db> is never missing and nothing created after the snapshot survives (a
-// pg_restore --clean would leave later tables). Renaming needs <db> to have
-// no sessions: the restore terminates every session connected to <db> (an
-// application's open connections are cut, as when its database is replaced)
-// while the rename waits holding the lock that keeps new connections out;
-// those get an error once the names are swapped and reconnect to the
-// restored database. Last, the old database is dropped. A restore killed at
-// any point leaves <db> as it was or fully restored; the next Restore drops
-// the leftovers (a half-built _new, an _old) first.
+// transaction renames <db> to <db>_snapback_old and the new one to <db>: <db>
+// is never missing, and nothing created after the snapshot survives (as it
+// would a pg_restore --clean). Renaming needs <db> to have no sessions: the
+// restore terminates every session connected to <db> (an application's open
+// connections are cut, as when its database is replaced) while the rename
+// waits holding the lock that keeps new connections out; those get an error
+// once the names are swapped, and reconnect to the restored database. Last,
+// the old database is dropped. A database dropped since the snapshot is
+// made anew, owned by its owner then. A restore cut at any point leaves <db>
+// as it was or fully restored; the next Restore drops the leftovers (a
+// half-built _new, an _old) first.
 //
-// The role needs CREATEDB and must own <db> (or be a superuser), and may
-// only terminate sessions of roles it is a member of unless it has
-// pg_signal_backend.
+// The role needs CREATEDB and must own <db> (or be a superuser): a restore
+// renames <db>, so Check refuses a role without them rather than let it
+// take snapshots it could never restore. It may only terminate sessions of
+// roles it is a member of, unless it has pg_signal_backend.
 type Postgres struct{}
 
 var _ Backend = (*Postgres)(nil)
@@ -86,8 +90,9 @@ type pgPayload struct {
 	Method string `json:"method"`
 	// Snapshot names the copy (method template).
 	Snapshot string `json:"snapshot,omitempty"`
-	// Database is the database snapshotted.
+	// Database is the database snapshotted, Owner its owner.
 	Database string `json:"database"`
+	Owner    string `json:"owner,omitempty"`
 	// Server is the cluster's system identifier, when the role may read it.
 	Server string `json:"server,omitempty"`
 	// Complete is false while the snapshot is being made.
@@ -100,11 +105,10 @@ func (*Postgres) Name() string { return "postgres" }
 // Available implements Backend: the driver is pure Go, so template copies
 // are always possible; the note says when the pg_dump fallback is not.
 func (*Postgres) Available() (bool, string) {
-	if _, err := pgTool("pg_dump"); err != nil {
-		return true, "no pg_dump fallback: snapshots need CREATEDB, ownership and no other sessions (" + err.Error() + ")"
-	}
-	if _, err := pgTool("pg_restore"); err != nil {
-		return true, "no pg_dump fallback: snapshots need CREATEDB, ownership and no other sessions (" + err.Error() + ")"
+	for _, tool := range []string{"pg_dump", "pg_restore"} {
+		if _, err := pgTool(tool); err != nil {
+			return true, "no pg_dump fallback: a snapshot fails while other sessions stay on the database (" + err.Error() + ")"
+		}
 	}
 	return true, ""
 }
@@ -139,7 +143,7 @@ func pgConfig(t Target) (*pgx.ConnConfig, error) {
 	}
 	cfg, err := pgx.ParseConfig(t.DSN)
 	if err != nil {
-		return nil, targetErr(t, "dsn: %s", oneLine(err))
+		return nil, targetErr(t, "dsn: %s", pgOneLine(err))
 	}
 	if cfg.Database == "" {
 		return nil, targetErr(t, "the dsn names no database")
@@ -151,7 +155,8 @@ func pgConfig(t Target) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-func oneLine(err error) string {
+// pgOneLine is err's message on one line, for a target error.
+func pgOneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
@@ -167,7 +172,7 @@ func pgConnect(ctx context.Context, t Target, cfg *pgx.ConnConfig, db string) (*
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, targetErr(t, "%s", oneLine(err))
+		return nil, targetErr(t, "%s", pgOneLine(err))
 	}
 	// A session whose client died stops within a second instead of
 	// finishing a long CREATE DATABASE for no one (PostgreSQL 14+, Linux;
@@ -205,12 +210,65 @@ func (*Postgres) Check(ctx context.Context, t Target, root string) error {
 	if err != nil {
 		return err
 	}
+	_, err = pgMayRestore(ctx, t, conn)
 	_ = conn.Close(ctx) // nothing was changed: closing cannot lose anything
+	if err != nil {
+		return err
+	}
 	conn, err = pgMaintenance(ctx, t, cfg)
 	if err != nil {
 		return err
 	}
 	return conn.Close(ctx)
+}
+
+// pgEndOrphans terminates, and waits out, the sessions of an earlier
+// snapback killed while working on the databases names: the server runs a
+// statement on until it notices its client gone, and a CREATE DATABASE
+// left running would commit after the leftovers are dropped. No live
+// snapback works on them meanwhile: one target is never worked on by two
+// calls at once.
+func pgEndOrphans(ctx context.Context, conn *pgx.Conn, names ...string) error {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = pgIdent(n)
+	}
+	for {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE application_name = 'snapback' AND pid <> pg_backend_pid()
+			AND EXISTS (SELECT FROM unnest($1::text[]) q WHERE strpos(query, q) > 0)`, quoted).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("ending the sessions of an interrupted snapback: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// pgMayRestore checks that the role of conn may restore its database (and
+// so copy it): renaming a database takes CREATEDB and its ownership (or a
+// superuser). A snapshot that could never be restored is refused up
+// front. It returns the database's owner.
+func pgMayRestore(ctx context.Context, t Target, conn *pgx.Conn) (string, error) {
+	var may bool
+	var owner, role string
+	err := conn.QueryRow(ctx, `SELECT r.rolsuper OR (r.rolcreatedb AND pg_has_role(d.datdba, 'USAGE')), pg_get_userbyid(d.datdba), current_user
+		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).Scan(&may, &owner, &role)
+	if err != nil {
+		return "", fmt.Errorf("postgres %q: reading privileges: %w", conn.Config().Database, err)
+	}
+	if !may {
+		return "", targetErr(t, "role %s may not restore database %s: that takes CREATEDB and owning it (owner: %s), or a superuser",
+			role, conn.Config().Database, owner)
+	}
+	return owner, nil
 }
 
 // pgServerID identifies the cluster, so that a payload is never restored
@@ -264,23 +322,21 @@ func pgSnapName(dir string) string {
 }
 
 // pgSideName is the name of <db>'s side database for suffix ("new",
-// "old"), within PostgreSQL's 63 bytes.
+// "old"), within PostgreSQL's 63 bytes: a name too long is cut and marked
+// with a hash of itself, so that two long names never share a side.
 func pgSideName(db, suffix string) string {
 	suffix = "_snapback_" + suffix
-	for len(db)+len(suffix) > 63 {
-		_, n := lastRune(db)
-		db = db[:len(db)-n]
+	if len(db)+len(suffix) <= 63 {
+		return db + suffix
 	}
-	return db + suffix
-}
-
-func lastRune(s string) (rune, int) {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i]&0xc0 != 0x80 {
-			return rune(s[i]), len(s) - i
-		}
+	sum := sha256.Sum256([]byte(db))
+	mark := "_" + hex.EncodeToString(sum[:4])
+	cut := db
+	for len(cut)+len(mark)+len(suffix) > 63 {
+		_, n := utf8.DecodeLastRuneInString(cut)
+		cut = cut[:len(cut)-n]
 	}
-	return 0, len(s)
+	return cut + mark + suffix
 }
 
 func pgIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
@@ -304,29 +360,24 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background()) // read-only session: nothing to lose
+	defer conn.Close(context.Background()) // every statement is over by then
 	pl := pgPayload{Database: db, Server: pgServerID(ctx, conn)}
 
-	var mayCopy bool
-	err = conn.QueryRow(ctx, `SELECT (r.rolcreatedb OR r.rolsuper) AND (d.datistemplate OR pg_has_role(d.datdba, 'USAGE'))
-		FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()`).Scan(&mayCopy)
+	if pl.Owner, err = pgMayRestore(ctx, t, conn); err != nil {
+		return err
+	}
+	alone, err := pgWaitAlone(ctx, conn, pgAloneWait)
 	if err != nil {
 		return fmt.Errorf("snapshot postgres %q: %w", db, err)
 	}
-	if mayCopy {
-		alone, err := pgWaitAlone(ctx, conn, pgAloneWait)
-		if err != nil {
-			return fmt.Errorf("snapshot postgres %q: %w", db, err)
+	if alone {
+		pl.Method, pl.Snapshot = "template", pgSnapName(dir)
+		err := pgTemplateSnapshot(ctx, conn, dir, pl)
+		if err == nil {
+			return nil
 		}
-		if alone {
-			pl.Method, pl.Snapshot = "template", pgSnapName(dir)
-			err := pgTemplateSnapshot(ctx, conn, dir, pl)
-			if err == nil {
-				return nil
-			}
-			if c := pgCode(err); c != "55006" && c != "42501" { // in use, no permission: fall back
-				return fmt.Errorf("snapshot postgres %q: %w", db, err)
-			}
+		if pgCode(err) != "55006" { // other sessions came in the meantime: fall back
+			return fmt.Errorf("snapshot postgres %q: %w", db, err)
 		}
 	}
 	pl.Method, pl.Snapshot = "dump", ""
@@ -341,10 +392,11 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 // database.
 func pgWaitAlone(ctx context.Context, conn *pgx.Conn, d time.Duration) (bool, error) {
 	deadline := time.Now().Add(d)
+	// backend_type is null on other roles' sessions: they count too.
 	for {
 		var others int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'`).Scan(&others)
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type IS DISTINCT FROM 'autovacuum worker'`).Scan(&others)
 		if err != nil || others == 0 {
 			return err == nil, err
 		}
@@ -366,14 +418,21 @@ func pgTemplateSnapshot(ctx context.Context, conn *pgx.Conn, dir string, pl pgPa
 		return err
 	}
 	snap := pgIdent(pl.Snapshot)
+	if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
+		return err
+	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+snap); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+snap+" TEMPLATE "+pgIdent(pl.Database)+" ALLOW_CONNECTIONS false"); err != nil {
+	strategy, err := pgStrategy(ctx, conn, pl.Database)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+snap+" TEMPLATE "+pgIdent(pl.Database)+" ALLOW_CONNECTIONS false"+strategy); err != nil {
 		return err
 	}
 	var comment string
-	err := conn.QueryRow(ctx, "SELECT format('COMMENT ON DATABASE %I IS %L', $1::text, $2::text)", pl.Snapshot,
+	err = conn.QueryRow(ctx, "SELECT format('COMMENT ON DATABASE %I IS %L', $1::text, $2::text)", pl.Snapshot,
 		fmt.Sprintf("snapback snapshot of database %q, payload %s", pl.Database, dir)).Scan(&comment)
 	if err != nil {
 		return err
@@ -385,20 +444,38 @@ func pgTemplateSnapshot(ctx context.Context, conn *pgx.Conn, dir string, pl pgPa
 	return writePgPayload(dir, pl)
 }
 
+// pgStrategy is the CREATE DATABASE option that copies template fastest:
+// FILE_COPY past 64 MiB (copying files after a checkpoint: 1.4-3.3 s for
+// a 1 GiB database where WAL_LOG, the default since PostgreSQL 15, took
+// 5-9 s, writing it all to the WAL), WAL_LOG below (no checkpoint).
+func pgStrategy(ctx context.Context, conn *pgx.Conn, template string) (string, error) {
+	var s string
+	err := conn.QueryRow(ctx, `SELECT CASE WHEN current_setting('server_version_num')::int >= 150000
+		AND pg_database_size($1::text) > 64 << 20 THEN ' STRATEGY FILE_COPY' ELSE '' END`, template).Scan(&s)
+	return s, err
+}
+
 // pgEnv is the environment of pg_dump and pg_restore for cfg, connecting
 // to database db: the password goes in PGPASSWORD, never on a command line.
 func pgEnv(cfg *pgx.ConnConfig, db string) []string {
+	// The settings below win over the environment's (exec keeps the last
+	// of duplicates), which pgx read too (PGSSLROOTCERT, PGPASSFILE, ...),
+	// except a service file, which would win over them in libpq.
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PG") { // the dsn says it all
+		if !strings.HasPrefix(kv, "PGSERVICE") {
 			env = append(env, kv)
 		}
 	}
 	sslmode := "disable"
-	if cfg.TLSConfig != nil {
-		sslmode = "verify-full"
-		if cfg.TLSConfig.InsecureSkipVerify {
+	if tc := cfg.TLSConfig; tc != nil {
+		switch {
+		case tc.InsecureSkipVerify && tc.VerifyPeerCertificate != nil:
+			sslmode = "verify-ca"
+		case tc.InsecureSkipVerify:
 			sslmode = "require"
+		default:
+			sslmode = "verify-full"
 		}
 		for _, fb := range cfg.Fallbacks {
 			if fb.TLSConfig == nil {
@@ -406,10 +483,14 @@ func pgEnv(cfg *pgx.ConnConfig, db string) []string {
 			}
 		}
 	}
-	return append(env,
+	env = append(env,
 		"PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User,
-		"PGPASSWORD="+cfg.Password, "PGDATABASE="+db, "PGSSLMODE="+sslmode,
+		"PGDATABASE="+db, "PGSSLMODE="+sslmode,
 		"PGAPPNAME=snapback", "PGCONNECT_TIMEOUT="+strconv.Itoa(int(cfg.ConnectTimeout/time.Second)))
+	if cfg.Password != "" {
+		env = append(env, "PGPASSWORD="+cfg.Password)
+	}
+	return env
 }
 
 func pgRun(ctx context.Context, env []string, tool string, args ...string) error {
@@ -487,30 +568,34 @@ func (*Postgres) Restore(ctx context.Context, t Target, root, dir string) error 
 
 func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload) error {
 	db, newDB, oldDB := pl.Database, pgSideName(pl.Database, "new"), pgSideName(pl.Database, "old")
-	var oid uint32
-	if err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("database %q does not exist", db)
-		}
+	var oid uint32 // 0: db is gone (dropped since the snapshot), made anew
+	err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return err
 	}
-	// Leftovers of an interrupted restore: a half-built copy, or the old
-	// database a finished swap had yet to drop.
+	// Leftovers of an interrupted restore: its session, a half-built copy,
+	// or the old database a finished swap had yet to drop.
+	if err := pgEndOrphans(ctx, conn, newDB, oldDB); err != nil {
+		return err
+	}
 	for _, side := range []string{newDB, oldDB} {
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgIdent(side)); err != nil {
 			return fmt.Errorf("dropping the leftover %s: %w", side, err)
 		}
 	}
-
-	if err := pgBuild(ctx, cfg, conn, dir, pl, newDB); err != nil {
+	err = pgBuild(ctx, cfg, conn, dir, pl, newDB, oid != 0)
+	if err == nil {
+		err = pgSwap(ctx, cfg, conn, oid, db, oldDB, newDB)
+	}
+	if err != nil {
 		if !conn.IsClosed() {
 			// Best effort: the next restore drops it anyway.
 			_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgIdent(newDB))
 		}
-		return fmt.Errorf("building %s: %w", newDB, err)
-	}
-	if err := pgSwap(ctx, cfg, conn, oid, db, oldDB, newDB); err != nil {
 		return err
+	}
+	if oid == 0 {
+		return nil
 	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE "+pgIdent(oldDB)); err != nil {
 		return fmt.Errorf("restored, but dropping the old database %s failed (the next restore drops it): %w", oldDB, err)
@@ -518,11 +603,16 @@ func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir str
 	return nil
 }
 
-// pgBuild makes newDB: the snapshot's content with db's owner, connection
-// limit, grants, comment and settings.
-func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload, newDB string) error {
+// pgBuild makes newDB: the snapshot's content with the current database's
+// owner, connection limit, grants, comment and settings (the owner at the
+// snapshot when the database is gone).
+func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload, newDB string, exists bool) (err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("building %s: %w", newDB, err)
+		}
+	}()
 	var create string
-	var err error
 	switch pl.Method {
 	case "template":
 		var found bool
@@ -532,10 +622,18 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 		if !found {
 			return fmt.Errorf("the snapshot's copy, database %s, is gone", pl.Snapshot)
 		}
-		create = "CREATE DATABASE " + pgIdent(newDB) + " TEMPLATE " + pgIdent(pl.Snapshot)
+		var strategy string
+		if strategy, err = pgStrategy(ctx, conn, pl.Snapshot); err != nil {
+			return err
+		}
+		create = "CREATE DATABASE " + pgIdent(newDB) + " TEMPLATE " + pgIdent(pl.Snapshot) + strategy
 	case "dump":
 		if _, err := os.Stat(filepath.Join(dir, pgDumpFile)); err != nil {
 			return err
+		}
+		like := pl.Database // encoding and locale
+		if !exists {
+			like = "template0"
 		}
 		err = conn.QueryRow(ctx, `SELECT format('CREATE DATABASE %I TEMPLATE template0 ENCODING %L LC_COLLATE %L LC_CTYPE %L',
 				$2::text, pg_encoding_to_char(d.encoding), d.datcollate, d.datctype) ||
@@ -543,26 +641,30 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 				WHEN 'i' THEN format(' LOCALE_PROVIDER icu ICU_LOCALE %L', coalesce(j->>'daticulocale', j->>'datlocale'))
 				WHEN 'b' THEN format(' LOCALE_PROVIDER builtin BUILTIN_LOCALE %L', j->>'datlocale')
 				ELSE '' END
-			FROM pg_database d, to_jsonb(d) j WHERE d.datname = $1`, pl.Database, newDB).Scan(&create)
+			FROM pg_database d, to_jsonb(d) j WHERE d.datname = $1`, like, newDB).Scan(&create)
+		if err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown snapshot method %q", pl.Method)
-	}
-	if err != nil {
-		return err
 	}
 	template := pl.Snapshot
 	if pl.Method == "dump" {
 		template = "template0"
 	}
-	// A tablespace named needs CREATE on it even when it is the template's.
 	var props string
-	err = conn.QueryRow(ctx, `SELECT format(' OWNER %I CONNECTION LIMIT %s IS_TEMPLATE %s ALLOW_CONNECTIONS %s',
-			pg_get_userbyid(d.datdba), d.datconnlimit, d.datistemplate::text, d.datallowconn::text) ||
-		CASE WHEN d.dattablespace = (SELECT dattablespace FROM pg_database WHERE datname = $2) THEN ''
-			ELSE format(' TABLESPACE %I', t.spcname) END
-		FROM pg_database d JOIN pg_tablespace t ON t.oid = d.dattablespace WHERE d.datname = $1`, pl.Database, template).Scan(&props)
-	if err != nil {
-		return err
+	if exists {
+		// A tablespace named needs CREATE on it even when it is the template's.
+		err = conn.QueryRow(ctx, `SELECT format(' OWNER %I CONNECTION LIMIT %s IS_TEMPLATE %s ALLOW_CONNECTIONS %s',
+				pg_get_userbyid(d.datdba), d.datconnlimit, d.datistemplate::text, d.datallowconn::text) ||
+			CASE WHEN d.dattablespace = (SELECT dattablespace FROM pg_database WHERE datname = $2) THEN ''
+				ELSE format(' TABLESPACE %I', t.spcname) END
+			FROM pg_database d JOIN pg_tablespace t ON t.oid = d.dattablespace WHERE d.datname = $1`, pl.Database, template).Scan(&props)
+		if err != nil {
+			return err
+		}
+	} else if pl.Owner != "" {
+		props = " OWNER " + pgIdent(pl.Owner)
 	}
 	if _, err := conn.Exec(ctx, create+props); err != nil {
 		return err
@@ -617,6 +719,12 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 // out of db and waits (up to the server's five seconds) for the sessions
 // inside to go, which a second connection meanwhile terminates.
 func pgSwap(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dbOID uint32, db, oldDB, newDB string) error {
+	if dbOID == 0 {
+		if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgIdent(newDB)+" RENAME TO "+pgIdent(db)); err != nil {
+			return fmt.Errorf("renaming %s to %s: %w", newDB, db, err)
+		}
+		return nil
+	}
 	kctx, stop := context.WithCancel(ctx)
 	killed := make(chan error, 1)
 	go func() { killed <- pgTerminate(kctx, cfg, conn.Config().Database, dbOID) }()
@@ -654,7 +762,7 @@ func pgTerminate(ctx context.Context, cfg *pgx.ConnConfig, maint string, dbOID u
 	var last error
 	for {
 		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datid = $1 AND pid <> pg_backend_pid() AND backend_type = 'client backend'`, dbOID)
+			WHERE datid = $1 AND pid <> pg_backend_pid() AND backend_type IS DISTINCT FROM 'autovacuum worker'`, dbOID)
 		if ctx.Err() != nil {
 			return last
 		}
@@ -689,6 +797,9 @@ func (*Postgres) Release(ctx context.Context, t Target, root, dir string) error 
 	}
 	defer conn.Close(context.Background()) // the drop is committed or not
 	if err := pl.sameServer(ctx, t, conn); err != nil {
+		return err
+	}
+	if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
 		return err
 	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgIdent(pl.Snapshot)); err != nil {

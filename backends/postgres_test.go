@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,7 +20,22 @@ import (
 	"github.com/snapback/snapback/internal/treetest"
 )
 
-func init() { fixtures["postgres"] = postgresFixture }
+func init() {
+	fixtures["postgres"] = postgresFixture
+	// The test binary as a snapback that the Killed tests kill.
+	if dir := os.Getenv("SNAPBACK_PG_CHILD_DIR"); dir != "" {
+		tg := backends.Target{Backend: "postgres", DSN: os.Getenv("SNAPBACK_PG_CHILD_DSN")}
+		op := (&backends.Postgres{}).Restore
+		if os.Getenv("SNAPBACK_PG_CHILD_OP") == "snapshot" {
+			op = (&backends.Postgres{}).Snapshot
+		}
+		if err := op(context.Background(), tg, "", dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
 
 // pgServer is the server the tests use: SNAPBACK_TEST_POSTGRES, a URL
 // naming a role with CREATEDB (scripts/test.sh sets it).
@@ -84,15 +100,21 @@ var pgSeq atomic.Int32
 // at the end of the test with every database snapback made of it.
 func pgNewDB(t testing.TB) (name, dsn string) {
 	t.Helper()
-	name = fmt.Sprintf("sbtest_%d_%d", os.Getpid(), pgSeq.Add(1))
+	return pgMakeDB(t, fmt.Sprintf("sbtest_%d_%d", os.Getpid(), pgSeq.Add(1)))
+}
+
+func pgMakeDB(t testing.TB, name string) (string, string) {
+	t.Helper()
 	admin := pgDSN(t, "postgres", "")
-	pgExec(t, admin, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)", "CREATE DATABASE "+name)
+	q := pgx.Identifier{name}.Sanitize()
+	pgExec(t, admin, "DROP DATABASE IF EXISTS "+q+" WITH (FORCE)", "CREATE DATABASE "+q)
 	t.Cleanup(func() {
 		conn := pgConn(t, admin)
 		defer conn.Close(context.Background())
 		ctx := context.Background()
 		rows, err := conn.Query(ctx, `SELECT datname FROM pg_database
 			WHERE datname IN ($1::text, $1::text || '_snapback_new', $1::text || '_snapback_old')
+			   OR (length($1::text) > 40 AND datname LIKE left($1::text, 30) || '%')
 			   OR shobj_description(oid, 'pg_database') LIKE '%database "' || $1::text || '"%'`, name)
 		treetest.Must(t, err)
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -103,7 +125,7 @@ func pgNewDB(t testing.TB) (name, dsn string) {
 			}
 		}
 	})
-	dsn = pgDSN(t, name, "")
+	dsn := pgDSN(t, name, "")
 	pgExec(t, dsn, `CREATE TABLE t(id bigserial PRIMARY KEY, v bigint); CREATE TABLE meta(n bigint); INSERT INTO meta VALUES (0)`)
 	return name, dsn
 }
@@ -235,6 +257,35 @@ func TestPostgresRestoreIsARollback(t *testing.T) {
 			if n := pgCount(t, `SELECT count(*) FROM pg_database WHERE datname LIKE 'snapback\_%' AND shobj_description(oid, 'pg_database') LIKE '%database "`+name+`"%'`); n != 0 {
 				t.Fatalf("%d snapshot copies left after Release", n)
 			}
+		})
+	}
+}
+
+// TestPostgresRestoreDroppedDatabase: a database dropped after the
+// snapshot comes back, by either method.
+func TestPostgresRestoreDroppedDatabase(t *testing.T) {
+	for _, method := range []string{"template", "dump"} {
+		t.Run(method, func(t *testing.T) {
+			ctx := context.Background()
+			tg, name := pgSetup(t, 2)
+			b := &backends.Postgres{}
+			before, _ := pgState(t, tg.DSN)
+			payload := t.TempDir()
+			app := pgConn(t, tg.DSN)
+			if method == "template" {
+				app.Close(ctx)
+			}
+			treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+			app.Close(ctx)
+			if got := pgPayloadMethod(t, payload); got != method {
+				t.Fatalf("snapshot method %s, want %s", got, method)
+			}
+			pgExec(t, pgDSN(t, "postgres", ""), "DROP DATABASE "+name)
+			treetest.Must(t, b.Restore(ctx, tg, "", payload))
+			if got, ok := pgState(t, tg.DSN); got != before || !ok {
+				t.Fatalf("after restore: %s (consistent %v), want %s", got, ok, before)
+			}
+			treetest.Must(t, b.Release(ctx, tg, "", payload))
 		})
 	}
 }
@@ -405,29 +456,128 @@ func TestPostgresRestoreInterrupted(t *testing.T) {
 	if got, ok := pgState(t, tg.DSN); got != changed || !ok {
 		t.Fatalf("after the terminated restore: %s (consistent %v), want %s as before", got, ok, changed)
 	}
+	t0 := time.Now()
 	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	full := time.Since(t0)
 	if got, ok := pgState(t, tg.DSN); got != snap || !ok {
 		t.Fatalf("after the next restore: %s (consistent %v), want %s", got, ok, snap)
 	}
 	pgNoLeftovers(t, name)
 
 	// A context ending at any point: before, during the copy, the swap,
-	// the drop.
-	for _, d := range []time.Duration{0, 2, 5, 10, 20, 40, 80, 160, 320} {
+	// the drop (an open session makes the swap wait for its end).
+	for i := 0; i <= 7; i++ {
 		treetest.Must(t, postgresFixture.write(t, tg, ""))
 		changed, _ := pgState(t, tg.DSN)
-		cctx, cancel := context.WithTimeout(ctx, d*time.Millisecond)
+		app := pgConn(t, tg.DSN)
+		d := full * time.Duration(i) / 6
+		cctx, cancel := context.WithTimeout(ctx, d)
 		err := b.Restore(cctx, tg, "", payload)
 		cancel()
+		app.Close(ctx)
+		t.Logf("restore cut after %v: %v", d.Round(time.Millisecond), err)
 		got, ok := pgState(t, tg.DSN)
 		if !ok || (got != changed && got != snap) {
-			t.Fatalf("restore cut after %dms (%v): %s (consistent %v), want %s or %s", d, err, got, ok, changed, snap)
+			t.Fatalf("restore cut after %v (%v): %s (consistent %v), want %s or %s", d, err, got, ok, changed, snap)
 		}
 		treetest.Must(t, b.Restore(ctx, tg, "", payload))
 		if got, _ := pgState(t, tg.DSN); got != snap {
-			t.Fatalf("restore after one cut after %dms: %s, want %s", d, got, snap)
+			t.Fatalf("restore after one cut after %v: %s, want %s", d, got, snap)
 		}
 		pgNoLeftovers(t, name)
+	}
+}
+
+// TestPostgresRestoreKilled: a snapback process killed (SIGKILL) while its
+// restore builds the copy leaves the database as it was, one killed while
+// it drops the old database leaves it restored; either way the next
+// Restore finishes and leaves no side database behind.
+func TestPostgresRestoreKilled(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	pgPad(t, tg.DSN)
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	snap, _ := pgState(t, tg.DSN)
+	watch := pgConn(t, pgDSN(t, "postgres", ""))
+	defer watch.Close(ctx)
+	for _, phase := range []struct{ like, want string }{
+		{"CREATE DATABASE %" + name + "_snapback_new%", "as before"},
+		{`DROP DATABASE "` + name + `_snapback_old"`, "restored"}, // not the IF EXISTS of leftovers
+	} {
+		treetest.Must(t, postgresFixture.write(t, tg, ""))
+		changed, _ := pgState(t, tg.DSN)
+		pgKillChild(t, watch, "restore", payload, tg.DSN, phase.like)
+		want := changed
+		if phase.want == "restored" {
+			want = snap
+		}
+		if got, ok := pgState(t, tg.DSN); got != want || !ok {
+			t.Fatalf("killed during %q: %s (consistent %v), want %s (%s)", phase.like, got, ok, want, phase.want)
+		}
+		treetest.Must(t, b.Restore(ctx, tg, "", payload))
+		if got, _ := pgState(t, tg.DSN); got != snap {
+			t.Fatalf("the restore after a kill during %q: %s, want %s", phase.like, got, snap)
+		}
+		pgNoLeftovers(t, name)
+	}
+}
+
+// pgKillChild runs the test binary as a snapback doing op (restore or
+// snapshot) with dir, and kills it (SIGKILL) once watch sees it run a
+// query like like.
+func pgKillChild(t *testing.T, watch *pgx.Conn, op, dir, dsn, like string) {
+	t.Helper()
+	ctx := context.Background()
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "SNAPBACK_PG_CHILD_OP="+op, "SNAPBACK_PG_CHILD_DIR="+dir, "SNAPBACK_PG_CHILD_DSN="+dsn)
+	treetest.Must(t, child.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	for {
+		var n int
+		treetest.Must(t, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = 'snapback' AND query LIKE $1 AND state = 'active'`, like).Scan(&n))
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("the %s ended (%v) before it was seen running %s", op, err, like)
+		default:
+		}
+	}
+	treetest.Must(t, child.Process.Kill())
+	<-exited
+}
+
+// TestPostgresSnapshotKilled: a snapback killed while its snapshot copies
+// the database leaves it taking connections, and Release frees the copy
+// even if the server finishes it after the kill.
+func TestPostgresSnapshotKilled(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	pgPad(t, tg.DSN)
+	b := &backends.Postgres{}
+	watch := pgConn(t, pgDSN(t, "postgres", ""))
+	defer watch.Close(ctx)
+	payload := t.TempDir()
+	pgKillChild(t, watch, "snapshot", payload, tg.DSN, `CREATE DATABASE "snapback\_%`)
+	if _, ok := pgState(t, tg.DSN); !ok {
+		t.Fatal("inconsistent after a killed snapshot")
+	}
+	b2, err := os.ReadFile(filepath.Join(payload, "postgres.json"))
+	treetest.Must(t, err)
+	var pl struct{ Snapshot string }
+	treetest.Must(t, json.Unmarshal(b2, &pl))
+	treetest.Must(t, b.Release(ctx, tg, "", payload))
+	time.Sleep(1500 * time.Millisecond) // past client_connection_check_interval: an orphan would have committed
+	if n := pgCount(t, "SELECT count(*) FROM pg_database WHERE datname = '"+pl.Snapshot+"'"); pl.Snapshot == "" || n != 0 {
+		t.Fatalf("copy %q left after releasing a killed snapshot", pl.Snapshot)
+	}
+	if n := pgCount(t, "SELECT count(*) FROM pg_database WHERE datname = '"+name+"' AND datallowconn"); n != 1 {
+		t.Fatal("the database does not take connections after a killed snapshot")
 	}
 }
 
@@ -465,6 +615,137 @@ func TestPostgresSnapshotInterrupted(t *testing.T) {
 	treetest.Must(t, b.Release(ctx, tg, "", again))
 }
 
+// pgSuper runs SQL as the server's superuser, through su postgres as
+// root; it skips (or fails, per SNAPBACK_REQUIRE=root) where it cannot.
+func pgSuper(t *testing.T, sql string) {
+	t.Helper()
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "reaching the postgres superuser (su postgres) needs root"
+	} else if _, err := exec.LookPath("psql"); err != nil {
+		why = "psql is not installed"
+	}
+	if !treetest.Require(t, "root", why == "", why) {
+		t.Skip("SNAPBACK_REQUIRE does not name root: " + why)
+	}
+	cmd := exec.Command("su", "postgres", "-c", "psql -X -q -v ON_ERROR_STOP=1")
+	cmd.Stdin = strings.NewReader(sql)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("su postgres psql: %s: %v\n%s", sql, err, out)
+	}
+}
+
+// TestPostgresRefusesRoleThatCannotRestore: a role without CREATEDB, or
+// one that does not own the database, could take a pg_dump but never
+// restore it (a restore renames the database): Check and Snapshot refuse
+// it with a target error.
+func TestPostgresRefusesRoleThatCannotRestore(t *testing.T) {
+	pgRequire(t)
+	ctx := context.Background()
+	name, _ := pgNewDB(t)
+	role := fmt.Sprintf("sbtest_role_%d", os.Getpid())
+	pgSuper(t, "DROP ROLE IF EXISTS "+role+"; CREATE ROLE "+role+" LOGIN PASSWORD 'pw'")
+	t.Cleanup(func() { pgSuper(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE); DROP ROLE IF EXISTS "+role) })
+	u, err := url.Parse(pgDSN(t, name, ""))
+	treetest.Must(t, err)
+	u.User = url.UserPassword(role, "pw")
+	tg := backends.Target{Name: "pg", Backend: "postgres", DSN: u.String()}
+	b := &backends.Postgres{}
+	for _, setup := range []string{"", "ALTER DATABASE " + name + " OWNER TO " + role} {
+		if setup != "" {
+			pgSuper(t, setup) // the owner, still without CREATEDB
+		}
+		err := b.Check(ctx, tg, "")
+		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "CREATEDB") {
+			t.Fatalf("Check: %v, want a target error about CREATEDB", err)
+		}
+		t.Log(err)
+		if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, backends.ErrTarget) {
+			t.Fatalf("Snapshot: %v, want a target error", err)
+		}
+	}
+}
+
+// TestPostgresRestoreSwapBlocked: a session the restore may not terminate
+// (another role's) holds the swap off; a restore cut while it waits, or
+// one that gives up, leaves the database as it was and the session alive.
+func TestPostgresRestoreSwapBlocked(t *testing.T) {
+	pgRequire(t)
+	ctx := context.Background()
+	tg, name := pgSetup(t, 2)
+	role := fmt.Sprintf("sbtest_other_%d", os.Getpid())
+	pgSuper(t, "DROP ROLE IF EXISTS "+role+"; CREATE ROLE "+role+" LOGIN PASSWORD 'pw'")
+	t.Cleanup(func() { pgSuper(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE); DROP ROLE IF EXISTS "+role) })
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	snap, _ := pgState(t, tg.DSN)
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	changed, _ := pgState(t, tg.DSN)
+	u, err := url.Parse(tg.DSN)
+	treetest.Must(t, err)
+	u.User = url.UserPassword(role, "pw")
+	other := pgConn(t, u.String())
+	defer other.Close(ctx)
+
+	// The snapshot sees that session (which pg_stat_activity shows
+	// snapback without its type) and takes pg_dump at once, not after
+	// the server's five seconds of waiting.
+	t0 := time.Now()
+	dumped := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", dumped))
+	if m, d := pgPayloadMethod(t, dumped), time.Since(t0); m != "dump" || d > 4*time.Second {
+		t.Fatalf("snapshot with another role's session: method %s in %v, want dump within 4s", m, d)
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	err = b.Restore(cctx, tg, "", payload)
+	cancel()
+	t.Logf("cut while the swap waits: %v", err)
+	err = b.Restore(ctx, tg, "", payload)
+	t.Logf("gave up waiting: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "accessed by other users") || !strings.Contains(err.Error(), "pg_signal_backend") {
+		t.Fatalf("restore with a session it may not end: %v", err)
+	}
+	if got, ok := pgState(t, tg.DSN); got != changed || !ok {
+		t.Fatalf("after the blocked restores: %s (consistent %v), want %s as before", got, ok, changed)
+	}
+	if _, err := other.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("the other role's session did not survive: %v", err)
+	}
+	pgNoLeftovers(t, name)
+	other.Close(ctx)
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if got, _ := pgState(t, tg.DSN); got != snap {
+		t.Fatalf("after the session left: %s, want %s", got, snap)
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", payload))
+}
+
+// TestPostgresLongName: a database name of PostgreSQL's full 63 bytes,
+// not all ASCII, has side databases of its own (cut and marked by a hash).
+func TestPostgresLongName(t *testing.T) {
+	pgRequire(t)
+	ctx := context.Background()
+	prefix := fmt.Sprintf("sbtest_%d_%d_é", os.Getpid(), pgSeq.Add(1))
+	name := prefix + strings.Repeat("x", 63-len(prefix))
+	_, dsn := pgMakeDB(t, name)
+	tg := backends.Target{Name: "pg", Backend: "postgres", DSN: dsn}
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	b := &backends.Postgres{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	before, _ := pgState(t, dsn)
+	treetest.Must(t, postgresFixture.write(t, tg, ""))
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if got, ok := pgState(t, dsn); got != before || !ok {
+		t.Fatalf("after restore: %s (consistent %v), want %s", got, ok, before)
+	}
+	if n := pgCount(t, "SELECT count(*) FROM pg_database WHERE datname LIKE '"+prefix+"%'"); n != 1 {
+		t.Fatalf("%d databases named like %s after the restore, want 1", n, prefix)
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", payload))
+}
+
 // TestPostgresRestoreChecksPayload: a payload of another database, or an
 // incomplete one, is refused and changes nothing.
 func TestPostgresRestoreChecksPayload(t *testing.T) {
@@ -484,5 +765,46 @@ func TestPostgresRestoreChecksPayload(t *testing.T) {
 	}
 	if got, _ := pgState(t, other.DSN); got != st {
 		t.Fatal("a refused restore changed the database")
+	}
+}
+
+// BenchmarkPostgres times a snapshot and a restore of the database named
+// by SNAPBACK_BENCH_POSTGRES_DB on the server of SNAPBACK_TEST_POSTGRES,
+// by each method (scripts/bench-postgres.sh runs it on 1 GiB next to
+// pg_dump and pg_restore). The restore puts back the same content.
+func BenchmarkPostgres(b *testing.B) {
+	db := os.Getenv("SNAPBACK_BENCH_POSTGRES_DB")
+	if db == "" || pgServer() == "" {
+		b.Skip("SNAPBACK_BENCH_POSTGRES_DB and SNAPBACK_TEST_POSTGRES name the database to time")
+	}
+	ctx := context.Background()
+	tg := backends.Target{Name: "bench", Backend: "postgres", DSN: pgDSN(b, db, "")}
+	pg := &backends.Postgres{}
+	for _, method := range []string{"template", "dump"} {
+		b.Run(method, func(b *testing.B) {
+			var snap, restore time.Duration
+			for i := 0; i < b.N; i++ {
+				dir := b.TempDir()
+				t0 := time.Now()
+				if method == "dump" {
+					app := pgConn(b, tg.DSN) // keeps the template copy from starting
+					treetest.Must(b, pg.Snapshot(ctx, tg, "", dir))
+					app.Close(ctx)
+				} else {
+					treetest.Must(b, pg.Snapshot(ctx, tg, "", dir))
+				}
+				t1 := time.Now()
+				treetest.Must(b, pg.Restore(ctx, tg, "", dir))
+				t2 := time.Now()
+				if m := pgPayloadMethod(b, dir); m != method {
+					b.Fatalf("snapshot method %s, want %s", m, method)
+				}
+				treetest.Must(b, pg.Release(ctx, tg, "", dir))
+				snap += t1.Sub(t0)
+				restore += t2.Sub(t1)
+			}
+			b.ReportMetric(snap.Seconds()/float64(b.N), "snapshot-s")
+			b.ReportMetric(restore.Seconds()/float64(b.N), "restore-s")
+		})
 	}
 }

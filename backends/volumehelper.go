@@ -1,3 +1,5 @@
+//go:build linux
+
 package backends
 
 import (
@@ -14,16 +16,12 @@ import (
 	"path"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
-
-// VolumeHelperVerb is the hidden first argument that makes snapback's own
-// binary the docker-volume helper: the only program in the helper image,
-// run in a container with the volume mounted and networking off.
-const VolumeHelperVerb = "__volume-helper"
 
 // Names the helper reserves at the top of a volume: the staging directory
 // of a restore and the directory the old entries wait in until it ends.
@@ -32,22 +30,10 @@ const (
 	oldPrefix   = ".snapback-old-"
 )
 
-// VolumeHelper runs the helper (what follows VolumeHelperVerb) and returns
-// its exit status; errors go to stderr as one line.
-//
-//	archive DIR          write DIR as a tar to stdout
-//	restore DIR ID SHA   make DIR hold exactly the tar on stdin (whose
-//	                     sha256 is SHA), crash-safely
-//	recover DIR          finish or undo a restore that was interrupted
-//
-// A restore extracts into DIR/.snapback-restore-ID/tree, checks the
-// digest, syncs, and marks the staging directory complete: before the
-// mark, recovering removes the staging directory (the volume is as
-// before); after it, recovering finishes the swap (the volume is as
-// after). The swap moves the old top-level entries into
-// DIR/.snapback-old-ID, marks that done, moves the staged entries in and
-// removes the old ones.
-func VolumeHelper(args []string) int {
+func init() { volumeHelper = runVolumeHelper }
+
+// runVolumeHelper is VolumeHelper on Linux.
+func runVolumeHelper(args []string) int {
 	var err error
 	switch {
 	case len(args) == 2 && args[0] == "archive":
@@ -55,18 +41,74 @@ func VolumeHelper(args []string) int {
 		if err = archiveDir(args[1], w); err == nil {
 			err = w.Flush()
 		}
+	case len(args) == 5 && args[0] == "archive":
+		err = archiveToFile(args[1], args[2], args[3], args[4])
 	case len(args) == 4 && args[0] == "restore":
 		err = restoreDir(args[1], args[2], args[3], bufio.NewReaderSize(os.Stdin, 1<<20))
+	case len(args) == 5 && args[0] == "restore":
+		var f *os.File
+		if f, err = os.Open(args[4]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return helperNoFile
+		}
+		defer f.Close() // read-only
+		err = restoreDir(args[1], args[2], args[3], bufio.NewReaderSize(f, 1<<20))
 	case len(args) == 2 && args[0] == "recover":
 		err = recoverDir(args[1])
 	default:
-		err = fmt.Errorf("usage: %s archive DIR | restore DIR ID SHA256 | recover DIR", VolumeHelperVerb)
+		err = fmt.Errorf("usage: %s archive DIR [OUT UID GID] | restore DIR ID SHA256 [IN] | recover DIR", VolumeHelperVerb)
 	}
 	if err != nil {
+		var nf noFileError
 		fmt.Fprintln(os.Stderr, strings.ReplaceAll(err.Error(), "\n", " "))
+		if errors.As(err, &nf) {
+			return helperNoFile
+		}
 		return 1
 	}
 	return 0
+}
+
+type noFileError struct{ error }
+
+// archiveToFile writes the archive of root to out, synced and owned by
+// uid:gid, and prints its sha256 and size.
+func archiveToFile(root, out, uid, gid string) error {
+	u, err1 := strconv.Atoi(uid)
+	g, err2 := strconv.Atoi(gid)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return noFileError{err}
+	}
+	defer f.Close() // closed and checked below; this one is for errors
+	h := sha256.New()
+	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	err = archiveDir(root, w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = f.Chown(u, g)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	var size int64
+	if err == nil {
+		size, err = f.Seek(0, io.SeekCurrent)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out) // unfinished: worth nothing
+		return err
+	}
+	_, err = fmt.Printf("%x %d\n", h.Sum(nil), size)
+	return err
 }
 
 func volReserved(name string) bool {
@@ -130,7 +172,7 @@ func archiveDir(root string, out io.Writer) error {
 			}
 			hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 			if st.Nlink > 1 {
-				key := [2]uint64{st.Dev, st.Ino}
+				key := [2]uint64{uint64(st.Dev), st.Ino}
 				if first, ok := links[key]; ok {
 					hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
 					f = nil
@@ -152,7 +194,7 @@ func archiveDir(root string, out io.Writer) error {
 			if st.Mode&unix.S_IFMT == unix.S_IFBLK {
 				hdr.Typeflag = tar.TypeBlock
 			}
-			hdr.Devmajor, hdr.Devminor = int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+			hdr.Devmajor, hdr.Devminor = int64(unix.Major(uint64(st.Rdev))), int64(unix.Minor(uint64(st.Rdev)))
 		default:
 			return nil // sockets live only while their server does
 		}
@@ -235,7 +277,13 @@ func restoreDir(root, id, want string, in io.Reader) error {
 		err = volSyncFS(root)
 	}
 	if err == nil {
-		err = volMark(stage, "complete")
+		// The marker keeps the root's mtime, which moving entries out of
+		// the tree changes.
+		var st unix.Stat_t
+		err = unix.Lstat(tree, &st)
+		if err == nil {
+			err = volMark(stage, "complete", &st.Mtim)
+		}
 	}
 	if err != nil {
 		if rerr := os.RemoveAll(stage); rerr != nil {
@@ -259,7 +307,7 @@ func recoverDir(root string) error {
 			continue
 		}
 		stage := filepath.Join(root, name)
-		if _, err := os.Lstat(filepath.Join(stage, "complete")); err == nil {
+		if _, serr := os.Lstat(filepath.Join(stage, "complete")); serr == nil {
 			err = volSwap(root, stage)
 		} else {
 			err = os.RemoveAll(stage)
@@ -268,11 +316,10 @@ func recoverDir(root string) error {
 			return fmt.Errorf("recover %s: %w", stage, err)
 		}
 	}
+	// Old entries whose swap ended but for their removal (a swap above
+	// removed its own).
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), oldPrefix) {
-			if _, err := os.Lstat(filepath.Join(root, stagePrefix+strings.TrimPrefix(e.Name(), oldPrefix))); err == nil {
-				continue // swapped above
-			}
 			if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
 				return err
 			}
@@ -304,7 +351,7 @@ func volSwap(root, stage string) error {
 		if err := volSyncDir(root); err != nil {
 			return err
 		}
-		if err := volMark(stage, "moved"); err != nil {
+		if err := volMark(stage, "moved", nil); err != nil {
 			return err
 		}
 	}
@@ -317,21 +364,30 @@ func volSwap(root, stage string) error {
 			return err
 		}
 	}
-	if err := volCopyMeta(tree, root); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(stage, "complete"), &st); err != nil {
 		return err
 	}
-	if err := volSyncDir(root); err != nil {
+	if err := volCopyMeta(tree, root, st.Mtim); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(old); err != nil {
 		return err
 	}
-	return os.RemoveAll(stage)
+	if err := os.RemoveAll(stage); err != nil {
+		return err
+	}
+	// The removals touched the root's mtime: put it back.
+	ts := []unix.Timespec{st.Mtim, st.Mtim}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, root, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	return volSyncDir(root)
 }
 
-// volCopyMeta gives the directory dst the owner, mode, xattrs and mtime of
-// src (the volume's root as archived).
-func volCopyMeta(src, dst string) error {
+// volCopyMeta gives the directory dst the owner, mode and xattrs of src
+// (the volume's root as archived), and mtime.
+func volCopyMeta(src, dst string, mtime unix.Timespec) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(src, &st); err != nil {
 		return err
@@ -352,16 +408,26 @@ func volCopyMeta(src, dst string) error {
 		}
 	}
 	hdr := &tar.Header{Uid: int(st.Uid), Gid: int(st.Gid), Mode: int64(st.Mode & 0o7777),
-		ModTime: time.Unix(st.Mtim.Unix()), PAXRecords: want}
+		ModTime: time.Unix(mtime.Unix()), PAXRecords: want}
 	return volSetMeta(dst, hdr, false)
 }
 
-func volMark(dir, name string) error {
-	f, err := os.Create(filepath.Join(dir, name))
+// volMark creates the marker dir/name atomically, with mtime when not nil.
+func volMark(dir, name string, mtime *unix.Timespec) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
 	if err := f.Close(); err != nil {
+		return err
+	}
+	if mtime != nil {
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, tmp, []unix.Timespec{*mtime, *mtime}, 0); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		return err
 	}
 	return volSyncDir(dir)
