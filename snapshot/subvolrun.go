@@ -5,10 +5,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
 )
 
 // The btrfs mode of `run`: when the root is a btrfs subvolume, a run
@@ -45,17 +45,10 @@ func (r *Repo) snapSubvol(m *Meta) error {
 	return r.WriteMeta(m)
 }
 
-// statKeyOf is what an untouched file keeps in a btrfs snapshot.
-type subvolStat struct {
-	mode, uid, gid, nlink uint32
-	size, ino, rdev       uint64
-	mtime, ctime          int64
-}
-
 // statWalk lists every path of the tree at root (but the store and
 // ignored paths) with its stat.
-func statWalk(root string, ign Ignorer) (map[string]subvolStat, error) {
-	out := map[string]subvolStat{}
+func statWalk(root string, ign Ignorer) (map[string]statInfo, error) {
+	out := map[string]statInfo{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -71,13 +64,13 @@ func statWalk(root string, ign Ignorer) (map[string]subvolStat, error) {
 			}
 			return nil
 		}
-		info, err := d.Info()
-		if err != nil {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
 			return err
 		}
-		st := info.Sys().(*syscall.Stat_t)
-		out[rel] = subvolStat{uint32(st.Mode), st.Uid, st.Gid, uint32(st.Nlink), uint64(st.Size), st.Ino, uint64(st.Rdev),
-			st.Mtim.Nano(), st.Ctim.Nano()}
+		si := statOf(&st)
+		si.Dev = 0 // a snapshot is another device: all else an untouched file keeps
+		out[rel] = si
 		return nil
 	})
 	return out, err
