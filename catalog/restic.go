@@ -161,7 +161,8 @@ func (r *Restic) run(ctx context.Context, stdin io.Reader, stdout io.Writer, arg
 	cmd.Stderr = &stderr
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
-		return nil, wrap(CodeRestic, err, "restic %s (repository %s): %s", args[0], r.where(), stderr.message())
+		// restic's own line says what went wrong; the exit status does not.
+		return nil, &Error{Code: CodeRestic, Msg: fmt.Sprintf("restic %s (repository %s): %s", args[0], r.where(), stderr.message()), Err: err}
 	}
 	return out.Bytes(), nil
 }
@@ -177,22 +178,21 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// message is restic's complaint on one line: from its "Fatal:" line on,
-// else its last line.
+// message is restic's complaint on one line: its "Fatal:" line, else its
+// last line.
 func (t *tailBuffer) message() string {
 	lines := strings.Split(strings.TrimSpace(string(t.b)), "\n")
-	from := len(lines) - 1
-	for i, l := range lines {
+	msg := lines[len(lines)-1]
+	for _, l := range lines {
 		if strings.HasPrefix(l, "Fatal:") {
-			from = i
+			msg = l
 			break
 		}
 	}
-	msg := strings.Join(lines[from:], " ")
 	if msg == "" {
 		return "no message"
 	}
-	return msg
+	return strings.TrimSpace(msg)
 }
 
 // snapshots lists the repository's snapshots tagged snapback.

@@ -71,7 +71,7 @@ can read the catalog can read the project's files.`,
 		return catalog.Open(dir, create)
 	}
 	c.AddCommand(newArchiveCreateCmd(g, openCat), newArchiveListCmd(g, openCat), newArchiveVerifyCmd(g, openCat),
-		newArchiveRestoreCmd(g, openCat), newArchivePruneCmd(g, openCat))
+		newArchiveRestoreCmd(g, openCat), newArchivePruneCmd(g, openCat), newArchivePushCmd(g, openCat), newArchivePullCmd(g, openCat))
 	return c
 }
 

@@ -56,14 +56,17 @@ func TestScript(t *testing.T) {
 				ok, why = os.Geteuid() == 0, "the tests do not run as root"
 			case "fuse":
 				ok, why = fuse.Available()
+			case "restic":
+				_, err := exec.LookPath("restic")
+				ok, why = err == nil, "restic is not installed (Debian: restic)"
 			default:
 				return false, fmt.Errorf("unknown condition %q", cond)
 			}
 			if ok {
 				return true, nil
 			}
-			// Scripts skip on [!root] or [!fuse]; when SNAPBACK_REQUIRE names
-			// the condition, that is a failure.
+			// Scripts skip on [!root], [!fuse] or [!restic]; when
+			// SNAPBACK_REQUIRE names the condition, that is a failure.
 			for _, c := range strings.Split(os.Getenv("SNAPBACK_REQUIRE"), ",") {
 				if c == cond {
 					return false, fmt.Errorf("SNAPBACK_REQUIRE names %s, but %s", cond, why)
