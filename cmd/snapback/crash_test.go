@@ -38,7 +38,9 @@ func snapbackBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "snapback")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		build := exec.Command("go", "build", "-o", binPath, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as released: the docker-volume helper needs it
+		out, err := build.CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
