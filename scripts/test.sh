@@ -30,6 +30,7 @@ need_pkg attr  # setfattr/getfattr: xattr fixtures
 need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs backend)
 need_pkg sqlite3 git # the POSIX table and the agent scenario run them under snapback
 need_pkg postgresql mariadb-server docker.io # database and volume targets
+need_pkg restic # archive push/pull
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
@@ -40,6 +41,23 @@ fi
 # ship /dev/fuse as 0600): the fuse mode's test as an ordinary user needs it.
 if [ -c /dev/fuse ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then
 	"${sudo[@]}" chmod 0666 /dev/fuse
+fi
+
+# rest-server, for archive push/pull over HTTP: from the Go module proxy,
+# built once into a cache. Through a throwaway module rather than `go
+# install ...@version`, whose deprecation lookup needs the module's
+# version list, which a proxy may not serve.
+rest_server_version=v0.14.0
+rest_server_bin="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/snapback-test/rest-server-$rest_server_version"
+if [ ! -x "$rest_server_bin" ]; then
+	echo "== building rest-server $rest_server_version"
+	build_dir=$(mktemp -d)
+	if ! (cd "$build_dir" && go mod init rest-server-build && go get "github.com/restic/rest-server/cmd/rest-server@$rest_server_version" &&
+		mkdir -p "$(dirname "$rest_server_bin")" && go build -o "$rest_server_bin" github.com/restic/rest-server/cmd/rest-server) >"$build_dir.log" 2>&1; then
+		echo "warning: could not build rest-server (the rest-server tests will fail):" >&2
+		tail -3 "$build_dir.log" >&2
+	fi
+	rm -rf "$build_dir" "$build_dir.log"
 fi
 
 # An unprivileged user, for tests of what a non-root caller may do.
@@ -59,8 +77,17 @@ start_service() {
 	fi
 }
 dockerd_pid=
+rest_server_pid=
+rest_server_dir=
 stop_services() {
 	local i
+	if [ -n "$rest_server_pid" ]; then
+		kill "$rest_server_pid" 2>/dev/null || true
+		wait "$rest_server_pid" 2>/dev/null || true
+	fi
+	if [ -n "$rest_server_dir" ]; then
+		rm -rf "$rest_server_dir"
+	fi
 	if [ -n "$dockerd_pid" ]; then
 		"${sudo[@]}" kill "$dockerd_pid" 2>/dev/null || true
 		wait "$dockerd_pid" 2>/dev/null || true
@@ -85,6 +112,28 @@ if ! "${sudo[@]}" docker info >/dev/null 2>&1; then
 	done
 fi
 
+# A rest-server on loopback for the restic tests (unless one is named),
+# its repositories in a temp directory; it picks a free port, says which,
+# and is stopped on exit.
+addr=
+if [ -z "${SNAPBACK_TEST_REST_SERVER:-}" ] && [ -x "$rest_server_bin" ]; then
+	rest_server_dir=$(mktemp -d)
+	"$rest_server_bin" --path "$rest_server_dir/data" --listen 127.0.0.1:0 --no-auth >"$rest_server_dir/log" 2>&1 &
+	rest_server_pid=$!
+	for _ in $(seq 40); do
+		addr=$(sed -n 's/^start server on \(127\.0\.0\.1:[0-9]*\)$/\1/p' "$rest_server_dir/log")
+		[ -n "$addr" ] && break
+		sleep 0.25
+	done
+	if [ -n "$addr" ]; then
+		echo "== rest-server on $addr"
+		export SNAPBACK_TEST_REST_SERVER="rest:http://$addr/"
+	else
+		echo "warning: rest-server did not start:" >&2
+		cat "$rest_server_dir/log" >&2
+	fi
+fi
+
 # The accounts the tests use (idempotent): a PostgreSQL role that may
 # create databases and a MariaDB user with every privilege, both with a
 # password and reached over loopback TCP, as an application would.
@@ -103,7 +152,7 @@ export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0
 
 # Tests that need a capability skip without it, unless it is listed here:
 # then its absence fails them.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server
 
 # --- checks ------------------------------------------------------------
 failed=()
