@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,39 +37,39 @@ func FuzzArchive(f *testing.F) {
 	for _, seed := range fuzzSeeds(f) {
 		f.Add(seed)
 	}
+	lim := Limits{MaxEntries: 1000, MaxEntrySize: 1 << 20, MaxTotal: 4 << 20, MaxRatio: 50, MaxMeta: 1 << 20}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c := &Catalog{Dir: t.TempDir(), Limits: Limits{MaxEntries: 1000, MaxEntrySize: 1 << 20, MaxTotal: 4 << 20, MaxRatio: 50, MaxMeta: 1 << 20}}
-		// Named for the id its summary claims, so that mutations get past
-		// the name check to the deeper ones.
-		name := FileName("0123456789abcdef0123456789abcdef")
-		tmp := filepath.Join(c.Dir, "probe")
-		if err := os.WriteFile(tmp, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if r, err := openArchive(tmp, c.Limits); err == nil {
-			if sb, err := r.readSmall(summaryName, CodeBadSummary); err == nil {
-				if s, err := DecodeSummary(sb); err == nil {
-					name = FileName(s.ID)
-				}
-			}
-			r.Close()
-		}
-		if err := os.Rename(tmp, filepath.Join(c.Dir, name)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Verify(name, nil); err != nil {
+		r, err := newReader(bytes.NewReader(b), int64(len(b)), "fuzz", lim)
+		if err != nil {
 			if CodeOf(err) == "" {
 				t.Fatalf("error without a code: %v", err)
 			}
 			return
 		}
+		if err := r.check("", nil); err != nil {
+			if CodeOf(err) == "" {
+				t.Fatalf("error without a code: %v", err)
+			}
+			return
+		}
+		// It verifies: then a restore writes only beneath its directory.
+		m, _, err := r.snapshot()
+		if err != nil {
+			t.Fatalf("verified, but its snapshot does not read: %v", err)
+		}
+		if checkRestorable(m) != nil {
+			return
+		}
+		c := &Catalog{Dir: t.TempDir(), Limits: lim}
+		name := FileName(r.summary.ID)
+		if err := os.WriteFile(filepath.Join(c.Dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		outer := t.TempDir()
-		into := filepath.Join(outer, "into")
-		if _, err := c.Restore(name, into, false, nil); err != nil && CodeOf(err) == "" {
+		if _, err := c.Restore(name, filepath.Join(outer, "into"), false, nil); err != nil && CodeOf(err) == "" {
 			t.Fatalf("restore error without a code: %v", err)
 		}
-		ents, _ := os.ReadDir(outer)
-		if len(ents) > 1 {
+		if ents, _ := os.ReadDir(outer); len(ents) > 1 {
 			t.Fatalf("restore wrote beside its directory: %v", ents)
 		}
 	})

@@ -32,7 +32,7 @@ type indexLine struct {
 // reader is an open archive whose structure was checked (names, counts,
 // sizes, ratios, duplicates); contents are checked as they are read.
 type reader struct {
-	f       *os.File
+	f       *os.File // nil when reading from memory
 	z       *zip.Reader
 	size    int64
 	byName  map[string]*zip.File
@@ -78,13 +78,23 @@ func openArchive(p string, lim Limits) (*reader, error) {
 		f.Close()
 		return nil, errf(CodeBadZip, "archive %s: not a regular file", name)
 	}
-	z, err := zip.NewReader(f, st.Size())
+	r, err := newReader(f, st.Size(), name, lim)
 	if err != nil {
 		f.Close()
+		return nil, err
+	}
+	r.f = f
+	return r, nil
+}
+
+// newReader checks the structure of the archive held by ra.
+func newReader(ra io.ReaderAt, size int64, name string, lim Limits) (*reader, error) {
+	z, err := zip.NewReader(ra, size)
+	if err != nil {
 		return nil, wrap(CodeBadZip, err, "archive %s", name)
 	}
-	r := &reader{f: f, z: z, size: st.Size(), byName: map[string]*zip.File{}, limits: lim}
-	fail := func(e *Error) (*reader, error) { f.Close(); return nil, e }
+	r := &reader{z: z, size: size, byName: map[string]*zip.File{}, limits: lim}
+	fail := func(e *Error) (*reader, error) { return nil, e }
 	if len(z.File) > lim.MaxEntries {
 		return fail(errf(CodeTooLarge, "archive %s: %d entries, more than %d", name, len(z.File), lim.MaxEntries))
 	}
@@ -123,7 +133,12 @@ func openArchive(p string, lim Limits) (*reader, error) {
 	return r, nil
 }
 
-func (r *reader) Close() error { return r.f.Close() }
+func (r *reader) Close() error {
+	if r.f == nil {
+		return nil
+	}
+	return r.f.Close()
+}
 
 // open reads one entry, refusing more bytes than it declares.
 func (r *reader) open(n string) (io.ReadCloser, *zip.File, error) {
