@@ -89,7 +89,7 @@ if [[ -n ${SNAPBACK:-} ]]; then
 else
 	SB=$WORK/snapback
 	log "building snapback"
-	(cd "$REPO" && go build -o "$SB" ./cmd/snapback)
+	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
 fi
 sb() { "$SB" -C "$TREE" "$@"; }
 
@@ -495,6 +495,21 @@ if [[ -n $MODES ]]; then
 			line+=" $(fmt_t "${T_MED["$r ($mode)"]}") | |"
 		done
 		echo "$line"
+	done
+fi
+echo
+# ---- targets and archives --------------------------------------------------
+# Each backend's own script (one run each, ratios to the native tool),
+# then the archive catalog's throughput. BENCH_TARGETS=0 skips them;
+# a script whose service is missing reports it and the run goes on.
+if [[ ${BENCH_TARGETS:-1} == 1 ]]; then
+	export SNAPBACK_TEST_POSTGRES=${SNAPBACK_TEST_POSTGRES:-postgres://snapback:snapback@127.0.0.1:5432/postgres?sslmode=disable}
+	for b in sqlite postgres mysql docker btrfs archive; do
+		echo
+		log "bench-$b.sh"
+		if ! SNAPBACK=$SB BENCH_DIR=$WORK "$REPO/scripts/bench-$b.sh"; then
+			FAILS+=("scripts/bench-$b.sh failed")
+		fi
 	done
 fi
 echo
