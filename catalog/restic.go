@@ -321,6 +321,19 @@ func (r *Restic) pushOne(ctx context.Context, cat *Catalog, name, host string, h
 	return true, false, nil
 }
 
+func hashPath(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", wrap(CodeIO, err, "archive %s", filepath.Base(p))
+	}
+	defer f.Close() // read-only
+	sum, err := hashFile(f)
+	if err != nil {
+		return "", wrap(CodeIO, err, "archive %s", filepath.Base(p))
+	}
+	return sum, nil
+}
+
 func hashFile(f *os.File) (string, error) {
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
@@ -401,14 +414,9 @@ func (r *Restic) pullOne(ctx context.Context, cat *Catalog, stage, id string, sn
 	dst := filepath.Join(cat.Dir, name)
 	staged := filepath.Join(stage, name)
 	if _, err := os.Lstat(dst); err == nil {
-		f, err := os.Open(dst)
+		local, err := hashPath(dst)
 		if err != nil {
-			return false, false, wrap(CodeIO, err, "archive %s", name)
-		}
-		local, err := hashFile(f)
-		f.Close() // read-only
-		if err != nil {
-			return false, false, wrap(CodeIO, err, "archive %s", name)
+			return false, false, err
 		}
 		for _, s := range snaps {
 			if s.sha256() == local {
@@ -422,14 +430,14 @@ func (r *Restic) pullOne(ctx context.Context, cat *Catalog, stage, id string, sn
 	}
 	var firstErr error
 	for _, s := range snaps {
-		_, err := r.dump(ctx, s, staged)
+		sum, err := r.dump(ctx, s, staged)
 		if err == nil {
 			_, err = (&Catalog{Dir: stage, Limits: cat.Limits}).Verify(name, progress)
 		}
 		if err != nil {
 			os.Remove(staged) // unverified: never linked in
 			if firstErr == nil {
-				firstErr = prefix(name, err)
+				firstErr = err
 			}
 			if CodeOf(err) == CodeRestic || ctx.Err() != nil {
 				break
@@ -439,7 +447,8 @@ func (r *Restic) pullOne(ctx context.Context, cat *Catalog, stage, id string, sn
 		// A link, not a rename: it never replaces an archive that
 		// appeared meanwhile.
 		if err := os.Link(staged, dst); errors.Is(err, fs.ErrExist) {
-			return false, false, nil
+			local, herr := hashPath(dst)
+			return false, local == sum, herr
 		} else if err != nil {
 			return false, false, wrap(CodeIO, err, "archive %s: into the catalog", name)
 		}
@@ -470,7 +479,9 @@ func (r *Restic) dump(ctx context.Context, s resticSnapshot, p string) (string, 
 	h := sha256.New()
 	_, err = r.run(ctx, nil, io.MultiWriter(f, h), "dump", s.ID, s.Paths[0])
 	if err == nil {
-		err = f.Sync()
+		if serr := f.Sync(); serr != nil {
+			err = wrap(CodeIO, serr, "staging %s", p)
+		}
 	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = wrap(CodeIO, cerr, "staging %s", p)
