@@ -882,7 +882,10 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 				return
 			}
 			defer conn.Close()
-			for _, q := range []string{"SET NAMES binary", "SET SESSION unique_checks = 0", "USE " + qi(schema)} {
+			// unique_checks stays on: off (with foreign key checks off)
+			// MariaDB takes a first INSERT into an empty table as a bulk
+			// load that locks the table, and parallel ones deadlock.
+			for _, q := range []string{"SET NAMES binary", "USE " + qi(schema)} {
 				if _, err := conn.ExecContext(ctx, q); err != nil {
 					fail(err)
 				}
@@ -892,6 +895,10 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 					continue
 				}
 				res, err := conn.ExecContext(ctx, s.q)
+				for try := 0; try < 3 && mysqlDeadlock(err); try++ {
+					// InnoDB rolled the statement back whole: run it again.
+					res, err = conn.ExecContext(ctx, s.q)
+				}
 				if err != nil {
 					fail(fmt.Errorf("load %s: %w", man.Tables[s.table].Name, err))
 					continue
@@ -932,6 +939,11 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 		}
 	}
 	return nil
+}
+
+func mysqlDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213 // ER_LOCK_DEADLOCK
 }
 
 // readTable reads a table's file, checks it against the manifest, and
