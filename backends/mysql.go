@@ -55,17 +55,27 @@ import (
 // The snapshot is loaded into a side schema, <db>_snapback_new (multi-row
 // INSERTs over a few connections, foreign key checks off, strict SQL mode so
 // that nothing is silently changed; secondary keys of tables outside foreign
-// keys are added after the rows), then one RENAME TABLE statement, atomic
-// on both servers, moves the current tables (including those made after the
-// snapshot) to <db>_snapback_old and the loaded ones into <db>; then views
-// and triggers are put back and both side schemas dropped. Until the rename
-// the database is untouched; after it, it holds the snapshot's data. A
-// restore that was interrupted leaves side schemas behind, which the next
-// restore drops before it starts over. MySQL refuses to move a table with
+// keys are added after the rows), then one RENAME TABLE statement (atomic,
+// and crash-safe since MySQL 8.0 and MariaDB 10.6) moves the current tables
+// (including those made after the snapshot) to <db>_snapback_old and the
+// loaded ones into <db>; then views and triggers are put back and both side
+// schemas dropped. The rename waits for transactions using the tables, and
+// applications see the old tables before it and the restored ones after.
+// Until the rename the database's data is untouched; after it, it is the
+// snapshot's. A restore that was interrupted leaves side schemas behind,
+// which the next restore drops before it starts over; both names are
+// snapback's (hashed when <db> is long). MySQL refuses to move a table with
 // triggers to another schema, so the database's triggers are dropped just
 // before the rename and the snapshot's created just after it: a crash in
-// between leaves the right data without triggers until the restore is run
-// again.
+// between leaves the data without triggers until the restore is run again.
+//
+// # Limits
+//
+// DDL on a table while a snapshot reads it makes the snapshot fail (InnoDB:
+// "table definition has changed"). The manifest keeps DEFINER clauses as
+// they are, so views and triggers of another definer need the privilege to
+// set one. A single row larger than half of max_allowed_packet may fail to
+// load. Grants through roles are not seen by Check.
 //
 // Release has nothing to free: the payload is its directory.
 type MySQL struct{}

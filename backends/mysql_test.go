@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -597,11 +598,19 @@ func TestMySQLCheck(t *testing.T) {
 	// An account that may not see the database.
 	user := fmt.Sprintf("sbtest_%d", rand.IntN(1e9))
 	admin := mysqlDB(t, "")
-	mysqlExec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
+	// Its password has the characters DSNs use; the server's answer says
+	// it got in (access to the database denied, not the password).
+	const pw = "p@ss/w:rd?#%"
+	mysqlExec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY '"+pw+"'")
 	t.Cleanup(func() { mysqlExec(t, admin, "DROP USER '"+user+"'@'%'") })
-	nobody := backends.Target{Backend: "mysql", DSN: fmt.Sprintf("%s:pw@tcp(%s)/%s", user, cfg.Addr, name)}
-	if err := b.Check(ctx, nobody, ""); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "denied") {
-		t.Errorf("Check as an account without privileges: %v", err)
+	for _, dsn := range []string{
+		fmt.Sprintf("%s:%s@tcp(%s)/%s", user, pw, cfg.Addr, name),
+		(&neturl.URL{Scheme: "mysql", User: neturl.UserPassword(user, pw), Host: cfg.Addr, Path: "/" + name}).String(),
+	} {
+		err := b.Check(ctx, backends.Target{Backend: "mysql", DSN: dsn}, "")
+		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "to database") {
+			t.Errorf("Check as an account without privileges (%s): %v", dsn, err)
+		}
 	}
 	for _, bad := range mysqlFixture.bad(t, "") {
 		if err := b.Check(ctx, bad, ""); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "target") {
