@@ -64,7 +64,9 @@ import (
 // Until the rename the database's data is untouched; after it, it is the
 // snapshot's. A restore that was interrupted leaves side schemas behind,
 // which the next restore drops before it starts over; both names are
-// snapback's (hashed when <db> is long). MySQL refuses to move a table with
+// snapback's (hashed when <db> is long). A cancelled restore stops only
+// before the swap; a killed one may still see its last statement, the
+// swap among them, completed by the server. MySQL refuses to move a table with
 // triggers to another schema, so the database's triggers are dropped just
 // before the rename and the snapshot's created just after it: a crash in
 // between leaves the data without triggers until the restore is run again.
@@ -739,7 +741,9 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 	}
 
 	// The swap. MySQL refuses to move a table with triggers to another
-	// schema: they go first, and come back from the snapshot after.
+	// schema: they go first, and come back from the snapshot after. From
+	// here on a cancellation would only leave work half done: it waits.
+	ctx = context.WithoutCancel(ctx)
 	if _, err := conn.ExecContext(ctx, "USE "+qi(m.db)); err != nil {
 		return err
 	}
