@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -613,5 +614,21 @@ func TestVolumeHelperRecover(t *testing.T) {
 			t.Fatalf("%s: recover: status %d", c.name, code)
 		}
 		treetest.Equal(t, c.name, c.want, treetest.Capture(t, vol))
+	}
+}
+
+// TestDockerVolumeNoDaemon: without a daemon, Check and Snapshot say so
+// in one line naming the target, and Available says why.
+func TestDockerVolumeNoDaemon(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
+	b := &backends.DockerVolume{}
+	if ok, why := b.Available(); ok || why == "" {
+		t.Errorf("Available without a daemon: %v %q", ok, why)
+	}
+	tg := backends.Target{Name: "pgdata", Backend: "docker-volume", Volume: "pgdata"}
+	for _, err := range []error{b.Check(context.Background(), tg, ""), b.Snapshot(context.Background(), tg, "", t.TempDir())} {
+		if !errors.Is(err, backends.ErrTarget) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "pgdata") {
+			t.Errorf("without a daemon: %v", err)
+		}
 	}
 }

@@ -55,17 +55,29 @@ import (
 // The snapshot is loaded into a side schema, <db>_snapback_new (multi-row
 // INSERTs over a few connections, foreign key checks off, strict SQL mode so
 // that nothing is silently changed; secondary keys of tables outside foreign
-// keys are added after the rows), then one RENAME TABLE statement, atomic
-// on both servers, moves the current tables (including those made after the
-// snapshot) to <db>_snapback_old and the loaded ones into <db>; then views
-// and triggers are put back and both side schemas dropped. Until the rename
-// the database is untouched; after it, it holds the snapshot's data. A
-// restore that was interrupted leaves side schemas behind, which the next
-// restore drops before it starts over. MySQL refuses to move a table with
+// keys are added after the rows), then one RENAME TABLE statement (atomic,
+// and crash-safe since MySQL 8.0 and MariaDB 10.6) moves the current tables
+// (including those made after the snapshot) to <db>_snapback_old and the
+// loaded ones into <db>; then views and triggers are put back and both side
+// schemas dropped. The rename waits for transactions using the tables, and
+// applications see the old tables before it and the restored ones after.
+// Until the rename the database's data is untouched; after it, it is the
+// snapshot's. A restore that was interrupted leaves side schemas behind,
+// which the next restore drops before it starts over; both names are
+// snapback's (hashed when <db> is long). A cancelled restore stops only
+// before the swap; a killed one may still see its last statement, the
+// swap among them, completed by the server. MySQL refuses to move a table with
 // triggers to another schema, so the database's triggers are dropped just
 // before the rename and the snapshot's created just after it: a crash in
-// between leaves the right data without triggers until the restore is run
-// again.
+// between leaves the data without triggers until the restore is run again.
+//
+// # Limits
+//
+// DDL on a table while a snapshot reads it makes the snapshot fail (InnoDB:
+// "table definition has changed"). The manifest keeps DEFINER clauses as
+// they are, so views and triggers of another definer need the privilege to
+// set one. A single row larger than half of max_allowed_packet may fail to
+// load. Grants through roles are not seen by Check.
 //
 // Release has nothing to free: the payload is its directory.
 type MySQL struct{}
@@ -191,7 +203,7 @@ func (m *mysqlTarget) side(suffix string) string {
 	return string(r[:64-len(tail)]) + tail
 }
 
-func qi(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
+func mysqlIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
 
 // open connects one session with the settings every statement here
 // relies on. Errors are target errors: the server or the account is wrong.
@@ -254,7 +266,7 @@ func (*MySQL) Check(ctx context.Context, t Target, root string) error {
 
 // check runs the database-level checks of Check on an open session.
 func (m *mysqlTarget) check(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "USE "+qi(m.db)); err != nil {
+	if _, err := conn.ExecContext(ctx, "USE "+mysqlIdent(m.db)); err != nil {
 		var me *mysql.MySQLError
 		if errors.As(err, &me) {
 			return targetErr(m.t, "%s", me.Message)
@@ -297,7 +309,7 @@ func (m *mysqlTarget) check(ctx context.Context, conn *sql.Conn) error {
 			return err
 		}
 		if len(missing) > 0 {
-			return targetErr(m.t, "the account lacks %s on %s", strings.Join(missing, ", "), qi(schema))
+			return targetErr(m.t, "the account lacks %s on %s", strings.Join(missing, ", "), mysqlIdent(schema))
 		}
 	}
 	return nil
@@ -408,16 +420,16 @@ func (m *mysqlTarget) snapshot(ctx context.Context, conn *sql.Conn, dir string) 
 			continue
 		}
 		if o.kind != "BASE TABLE" || !strings.EqualFold(o.engine, "InnoDB") {
-			return targetErr(m.t, "%s is a %s %s, not an InnoDB table: it cannot be snapshotted consistently", qi(o.name), o.engine, strings.ToLower(o.kind))
+			return targetErr(m.t, "%s is a %s %s, not an InnoDB table: it cannot be snapshotted consistently", mysqlIdent(o.name), o.engine, strings.ToLower(o.kind))
 		}
-		if _, err := conn.ExecContext(ctx, "SELECT 1 FROM "+qi(m.db)+"."+qi(o.name)+" LIMIT 0"); err != nil {
+		if _, err := conn.ExecContext(ctx, "SELECT 1 FROM "+mysqlIdent(m.db)+"."+mysqlIdent(o.name)+" LIMIT 0"); err != nil {
 			return fmt.Errorf("open %s: %w", o.name, err)
 		}
 	}
 	for i, o := range objs {
 		if o.kind == "VIEW" {
 			var name, create, cs, coll string
-			if err := conn.QueryRowContext(ctx, "SHOW CREATE VIEW "+qi(m.db)+"."+qi(o.name)).Scan(&name, &create, &cs, &coll); err != nil {
+			if err := conn.QueryRowContext(ctx, "SHOW CREATE VIEW "+mysqlIdent(m.db)+"."+mysqlIdent(o.name)).Scan(&name, &create, &cs, &coll); err != nil {
 				return fmt.Errorf("view %s: %w", o.name, err)
 			}
 			man.Views = append(man.Views, mysqlObject{Name: o.name, Create: create})
@@ -425,7 +437,7 @@ func (m *mysqlTarget) snapshot(ctx context.Context, conn *sql.Conn, dir string) 
 		}
 		tb := mysqlTable{Name: o.name, File: fmt.Sprintf("t%04d.rows", i)}
 		var name string
-		if err := conn.QueryRowContext(ctx, "SHOW CREATE TABLE "+qi(m.db)+"."+qi(o.name)).Scan(&name, &tb.Create); err != nil {
+		if err := conn.QueryRowContext(ctx, "SHOW CREATE TABLE "+mysqlIdent(m.db)+"."+mysqlIdent(o.name)).Scan(&name, &tb.Create); err != nil {
 			return fmt.Errorf("table %s: %w", o.name, err)
 		}
 		if err := m.columns(ctx, conn, &tb); err != nil {
@@ -515,7 +527,7 @@ func (m *mysqlTarget) triggers(ctx context.Context, conn *sql.Conn) ([]mysqlObje
 	}
 	var out []mysqlObject
 	for _, n := range names {
-		r, err := conn.QueryContext(ctx, "SHOW CREATE TRIGGER "+qi(m.db)+"."+qi(n))
+		r, err := conn.QueryContext(ctx, "SHOW CREATE TRIGGER "+mysqlIdent(m.db)+"."+mysqlIdent(n))
 		if err != nil {
 			return nil, fmt.Errorf("trigger %s: %w", n, err)
 		}
@@ -552,11 +564,11 @@ func (m *mysqlTarget) dumpTable(ctx context.Context, conn *sql.Conn, tb *mysqlTa
 	w := bufio.NewWriterSize(cw, 1<<20)
 	cols := make([]string, len(tb.Columns))
 	for i, c := range tb.Columns {
-		cols[i] = qi(c)
+		cols[i] = mysqlIdent(c)
 	}
-	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + qi(m.db) + "." + qi(tb.Name)
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + mysqlIdent(m.db) + "." + mysqlIdent(tb.Name)
 	if len(cols) == 0 {
-		q = "SELECT 1 FROM " + qi(m.db) + "." + qi(tb.Name)
+		q = "SELECT 1 FROM " + mysqlIdent(m.db) + "." + mysqlIdent(tb.Name)
 	}
 	err = conn.Raw(func(dc any) error {
 		pc, ok := dc.(driver.ConnPrepareContext)
@@ -678,14 +690,14 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 	charset := " CHARACTER SET " + man.Charset + " COLLATE " + man.Collation
 	for _, q := range []string{
 		// A database dropped since the snapshot is made again.
-		"CREATE DATABASE IF NOT EXISTS " + qi(m.db) + charset,
+		"CREATE DATABASE IF NOT EXISTS " + mysqlIdent(m.db) + charset,
 		// Leftovers of an interrupted restore: the database itself is
 		// whole (the swap is one statement), these are scratch.
-		"DROP DATABASE IF EXISTS " + qi(newS),
-		"DROP DATABASE IF EXISTS " + qi(oldS),
-		"CREATE DATABASE " + qi(newS) + charset,
-		"CREATE DATABASE " + qi(oldS) + charset,
-		"USE " + qi(newS),
+		"DROP DATABASE IF EXISTS " + mysqlIdent(newS),
+		"DROP DATABASE IF EXISTS " + mysqlIdent(oldS),
+		"CREATE DATABASE " + mysqlIdent(newS) + charset,
+		"CREATE DATABASE " + mysqlIdent(oldS) + charset,
+		"USE " + mysqlIdent(newS),
 	} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
@@ -701,7 +713,7 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 	later := make([][]string, len(man.Tables))
 	for i, tb := range man.Tables {
 		create := tb.Create
-		if !strings.Contains(create, "FOREIGN KEY") && !strings.Contains(all.String(), "REFERENCES "+qi(tb.Name)) {
+		if !strings.Contains(create, "FOREIGN KEY") && !strings.Contains(all.String(), "REFERENCES "+mysqlIdent(tb.Name)) {
 			create, later[i] = mysqlSplitKeys(create)
 		}
 		_, err := conn.ExecContext(ctx, create)
@@ -722,15 +734,17 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 		if len(keys) == 0 {
 			continue
 		}
-		q := "ALTER TABLE " + qi(man.Tables[i].Name) + " ADD " + strings.Join(keys, ", ADD ")
+		q := "ALTER TABLE " + mysqlIdent(man.Tables[i].Name) + " ADD " + strings.Join(keys, ", ADD ")
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("keys of %s: %w", man.Tables[i].Name, err)
 		}
 	}
 
 	// The swap. MySQL refuses to move a table with triggers to another
-	// schema: they go first, and come back from the snapshot after.
-	if _, err := conn.ExecContext(ctx, "USE "+qi(m.db)); err != nil {
+	// schema: they go first, and come back from the snapshot after. From
+	// here on a cancellation would only leave work half done: it waits.
+	ctx = context.WithoutCancel(ctx)
+	if _, err := conn.ExecContext(ctx, "USE "+mysqlIdent(m.db)); err != nil {
 		return err
 	}
 	rows, err := conn.QueryContext(ctx, "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?", m.db)
@@ -744,7 +758,7 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 			rows.Close()
 			return err
 		}
-		drops = append(drops, "DROP TRIGGER IF EXISTS "+qi(m.db)+"."+qi(n))
+		drops = append(drops, "DROP TRIGGER IF EXISTS "+mysqlIdent(m.db)+"."+mysqlIdent(n))
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -765,15 +779,15 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 	for _, o := range cur {
 		switch {
 		case o.kind != "VIEW":
-			renames = append(renames, qi(m.db)+"."+qi(o.name)+" TO "+qi(oldS)+"."+qi(o.name))
+			renames = append(renames, mysqlIdent(m.db)+"."+mysqlIdent(o.name)+" TO "+mysqlIdent(oldS)+"."+mysqlIdent(o.name))
 		case snapTables[o.name] || !snapViews[o.name]:
 			// Views stay in their schema; those the snapshot has not, or
 			// that stand where a table comes back, go.
-			drops = append(drops, "DROP VIEW IF EXISTS "+qi(m.db)+"."+qi(o.name))
+			drops = append(drops, "DROP VIEW IF EXISTS "+mysqlIdent(m.db)+"."+mysqlIdent(o.name))
 		}
 	}
 	for _, tb := range man.Tables {
-		renames = append(renames, qi(newS)+"."+qi(tb.Name)+" TO "+qi(m.db)+"."+qi(tb.Name))
+		renames = append(renames, mysqlIdent(newS)+"."+mysqlIdent(tb.Name)+" TO "+mysqlIdent(m.db)+"."+mysqlIdent(tb.Name))
 	}
 	for _, q := range drops {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
@@ -796,7 +810,7 @@ func (m *mysqlTarget) restore(ctx context.Context, db *sql.DB, conn *sql.Conn, m
 		}
 	}
 	for _, s := range []string{oldS, newS} {
-		if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+qi(s)); err != nil {
+		if _, err := conn.ExecContext(ctx, "DROP DATABASE IF EXISTS "+mysqlIdent(s)); err != nil {
 			return fmt.Errorf("drop %s: %w", s, err)
 		}
 	}
@@ -833,7 +847,7 @@ func (m *mysqlTarget) createViews(ctx context.Context, conn *sql.Conn, views []m
 		var later []mysqlObject
 		var lastErr error
 		for _, v := range views {
-			if _, err := conn.ExecContext(ctx, "DROP VIEW IF EXISTS "+qi(m.db)+"."+qi(v.Name)); err != nil {
+			if _, err := conn.ExecContext(ctx, "DROP VIEW IF EXISTS "+mysqlIdent(m.db)+"."+mysqlIdent(v.Name)); err != nil {
 				return fmt.Errorf("view %s: %w", v.Name, err)
 			}
 			if _, err := conn.ExecContext(ctx, v.Create); err != nil {
@@ -882,7 +896,10 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 				return
 			}
 			defer conn.Close()
-			for _, q := range []string{"SET NAMES binary", "SET SESSION unique_checks = 0", "USE " + qi(schema)} {
+			// unique_checks stays on: off (with foreign key checks off)
+			// MariaDB takes a first INSERT into an empty table as a bulk
+			// load that locks the table, and parallel ones deadlock.
+			for _, q := range []string{"SET NAMES binary", "USE " + mysqlIdent(schema)} {
 				if _, err := conn.ExecContext(ctx, q); err != nil {
 					fail(err)
 				}
@@ -892,6 +909,10 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 					continue
 				}
 				res, err := conn.ExecContext(ctx, s.q)
+				for try := 0; try < 3 && mysqlDeadlock(err); try++ {
+					// InnoDB rolled the statement back whole: run it again.
+					res, err = conn.ExecContext(ctx, s.q)
+				}
 				if err != nil {
 					fail(fmt.Errorf("load %s: %w", man.Tables[s.table].Name, err))
 					continue
@@ -905,7 +926,7 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 		if ctx.Err() != nil {
 			break
 		}
-		err := readTable(&man.Tables[i], dir, limit, func(q string) bool {
+		err := mysqlReadTable(&man.Tables[i], dir, limit, func(q string) bool {
 			select {
 			case work <- stmt{i, q}:
 				return true
@@ -934,10 +955,15 @@ func (m *mysqlTarget) load(ctx context.Context, db *sql.DB, man *mysqlManifest, 
 	return nil
 }
 
-// readTable reads a table's file, checks it against the manifest, and
+func mysqlDeadlock(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213 // ER_LOCK_DEADLOCK
+}
+
+// mysqlReadTable reads a table's file, checks it against the manifest, and
 // hands out INSERT statements of about limit bytes; send returns false to
 // stop.
-func readTable(tb *mysqlTable, dir string, limit int, send func(string) bool) error {
+func mysqlReadTable(tb *mysqlTable, dir string, limit int, send func(string) bool) error {
 	if len(tb.Columns) == 0 {
 		return nil
 	}
@@ -950,9 +976,9 @@ func readTable(tb *mysqlTable, dir string, limit int, send func(string) bool) er
 	r := bufio.NewReaderSize(io.TeeReader(f, crc), 1<<20)
 	cols := make([]string, len(tb.Columns))
 	for i, c := range tb.Columns {
-		cols[i] = qi(c)
+		cols[i] = mysqlIdent(c)
 	}
-	head := "INSERT INTO " + qi(tb.Name) + " (" + strings.Join(cols, ", ") + ") VALUES "
+	head := "INSERT INTO " + mysqlIdent(tb.Name) + " (" + strings.Join(cols, ", ") + ") VALUES "
 	var sb strings.Builder
 	var val []byte
 	var rows int64
@@ -973,7 +999,7 @@ func readTable(tb *mysqlTable, dir string, limit int, send func(string) bool) er
 			}
 			n, err := binary.ReadUvarint(r)
 			if err != nil {
-				return fmt.Errorf("%s: row %d: %w", tb.File, rows, noEOF(err))
+				return fmt.Errorf("%s: row %d: %w", tb.File, rows, mysqlNoEOF(err))
 			}
 			if n == 0 {
 				sb.WriteString("NULL")
@@ -987,19 +1013,19 @@ func readTable(tb *mysqlTable, dir string, limit int, send func(string) bool) er
 			}
 			val = val[:n-1]
 			if _, err := io.ReadFull(r, val); err != nil {
-				return fmt.Errorf("%s: row %d: %w", tb.File, rows, noEOF(err))
+				return fmt.Errorf("%s: row %d: %w", tb.File, rows, mysqlNoEOF(err))
 			}
 			switch tb.Kinds[i] {
 			case 'n':
-				if !isNumber(val) {
+				if !mysqlNumber(val) {
 					return fmt.Errorf("%s: row %d: %q is not a number", tb.File, rows, val)
 				}
 				sb.Write(val)
 			case 'j':
 				sb.WriteString("_utf8mb4")
-				quoteMySQL(&sb, val)
+				mysqlQuote(&sb, val)
 			default:
-				quoteMySQL(&sb, val)
+				mysqlQuote(&sb, val)
 			}
 		}
 		sb.WriteByte(')')
@@ -1020,14 +1046,14 @@ func readTable(tb *mysqlTable, dir string, limit int, send func(string) bool) er
 	return nil
 }
 
-func noEOF(err error) error {
+func mysqlNoEOF(err error) error {
 	if err == io.EOF {
 		return io.ErrUnexpectedEOF
 	}
 	return err
 }
 
-func isNumber(b []byte) bool {
+func mysqlNumber(b []byte) bool {
 	if len(b) == 0 {
 		return false
 	}
@@ -1039,10 +1065,10 @@ func isNumber(b []byte) bool {
 	return true
 }
 
-// quoteMySQL writes b as a string literal, every byte as it is (the
+// mysqlQuote writes b as a string literal, every byte as it is (the
 // session's character set is binary, so no byte starts a multi-byte
 // character).
-func quoteMySQL(sb *strings.Builder, b []byte) {
+func mysqlQuote(sb *strings.Builder, b []byte) {
 	sb.WriteByte('\'')
 	start := 0
 	for i, c := range b {

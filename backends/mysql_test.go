@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	neturl "net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -478,17 +480,7 @@ func TestMySQLInterruptedRestore(t *testing.T) {
 	name := mysqlName(tg)
 	db := mysqlDB(t, name)
 	treetest.Must(t, mysqlFixture.write(t, tg, ""))
-	// Enough rows that loading them takes a while.
-	mysqlExec(t, db, "CREATE TABLE big (id INT PRIMARY KEY, pad VARCHAR(2000)) ENGINE=InnoDB")
-	var sb strings.Builder
-	sb.WriteString("INSERT INTO big VALUES ")
-	for i := 1; i <= 1000; i++ {
-		fmt.Fprintf(&sb, "%s(%d, REPEAT('%c', 1000))", map[bool]string{true: "", false: ","}[i == 1], i, 'A'+i%26)
-	}
-	mysqlExec(t, db, sb.String())
-	for n := 1000; n < 64000; n *= 2 {
-		mysqlExec(t, db, fmt.Sprintf("INSERT INTO big SELECT id + %d, pad FROM big", n))
-	}
+	mysqlBig(t, db)
 	b := &backends.MySQL{}
 	payload := t.TempDir()
 	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
@@ -532,12 +524,15 @@ func TestMySQLInterruptedRestore(t *testing.T) {
 		t.Fatalf("after a killed restore: %s, big %d rows; want %s, 100 rows (as before)", st, bigCount(), changed)
 	}
 
-	// Cancel another one mid-load.
+	// Cancel another one mid-load (its own load: statements of the killed
+	// one may still be running, on older connections).
+	var since int64
+	treetest.Must(t, admin.QueryRow("SELECT MAX(ID) FROM information_schema.PROCESSLIST").Scan(&since))
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { done <- b.Restore(cctx, tg, "", payload) }()
 	for {
 		var id int64
-		err := admin.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'INSERT INTO%' LIMIT 1", name+"_snapback_new").Scan(&id)
+		err := admin.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ? AND INFO LIKE 'INSERT INTO%' AND ID > ? LIMIT 1", name+"_snapback_new", since).Scan(&id)
 		if err == nil {
 			break
 		}
@@ -570,6 +565,118 @@ func TestMySQLInterruptedRestore(t *testing.T) {
 	mysqlNoSides(t, name)
 }
 
+// mysqlBig adds a table of 64,000 rows of 1 KB: enough that loading it
+// takes a while.
+func mysqlBig(t testing.TB, db *sql.DB) {
+	t.Helper()
+	mysqlExec(t, db, "CREATE TABLE big (id INT PRIMARY KEY, pad VARCHAR(2000), KEY (pad(20))) ENGINE=InnoDB")
+	var sb strings.Builder
+	sb.WriteString("INSERT INTO big VALUES ")
+	for i := 1; i <= 1000; i++ {
+		if i > 1 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, "(%d, REPEAT('%c', 1000))", i, 'A'+i%26)
+	}
+	mysqlExec(t, db, sb.String())
+	for n := 1000; n < 64000; n *= 2 {
+		mysqlExec(t, db, fmt.Sprintf("INSERT INTO big SELECT id + %d, pad FROM big", n))
+	}
+}
+
+// TestMySQLRestoreHelper is the process TestMySQLKilledRestore kills: it
+// restores the payload SNAPBACK_MYSQL_HELPER_DIR to the target
+// SNAPBACK_MYSQL_HELPER_DSN.
+func TestMySQLRestoreHelper(t *testing.T) {
+	dsn, dir := os.Getenv("SNAPBACK_MYSQL_HELPER_DSN"), os.Getenv("SNAPBACK_MYSQL_HELPER_DIR")
+	if dsn == "" {
+		t.Skip("run by TestMySQLKilledRestore")
+	}
+	treetest.Must(t, (&backends.MySQL{}).Restore(context.Background(), backends.Target{Backend: "mysql", DSN: dsn}, "", dir))
+}
+
+// TestMySQLKilledRestore: a process restoring is SIGKILLed at random
+// moments; each time the database holds either its state before the
+// restore or the snapshot's, whole, and the next restore finishes the job.
+func TestMySQLKilledRestore(t *testing.T) {
+	mysqlRequire(t)
+	ctx := context.Background()
+	tg := mysqlFixture.setup(t, "")
+	name := mysqlName(tg)
+	db := mysqlDB(t, name)
+	treetest.Must(t, mysqlFixture.write(t, tg, ""))
+	mysqlBig(t, db)
+	b := &backends.MySQL{}
+	payload := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
+	state := func() string {
+		st, ok := mysqlFixture.state(t, tg, "")
+		var big, bytes, later int
+		treetest.Must(t, db.QueryRow("SELECT COUNT(*), COALESCE(SUM(LENGTH(pad)), 0) FROM big").Scan(&big, &bytes))
+		treetest.Must(t, db.QueryRow("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'later'", name).Scan(&later))
+		return fmt.Sprintf("%s consistent=%v big=%d/%d later=%d", st, ok, big, bytes, later)
+	}
+	want := state()
+	change := func() string {
+		treetest.Must(t, mysqlFixture.write(t, tg, ""))
+		mysqlExec(t, db, "DELETE FROM big WHERE id > 100", "CREATE TABLE IF NOT EXISTS later (a INT)")
+		return state()
+	}
+	child := func(kill time.Duration) error {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestMySQLRestoreHelper$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "SNAPBACK_MYSQL_HELPER_DSN="+tg.DSN, "SNAPBACK_MYSQL_HELPER_DIR="+payload)
+		treetest.Must(t, cmd.Start())
+		if kill > 0 {
+			time.AfterFunc(kill, func() { cmd.Process.Kill() }) // fails only if it has exited
+		}
+		return cmd.Wait()
+	}
+	change()
+	start := time.Now()
+	treetest.Must(t, child(0))
+	full := time.Since(start)
+	if got := state(); got != want {
+		t.Fatalf("after a restore by the child: %s, want %s", got, want)
+	}
+	killed, done := 0, 0
+	for i := 0; i < 6; i++ {
+		before := change()
+		at := rand.Int64N(int64(full))
+		if i%2 == 1 { // near the end: around the swap
+			at = int64(full)*8/10 + rand.Int64N(int64(full)/4)
+		}
+		if child(time.Duration(at)) != nil {
+			killed++
+		}
+		// The server finishes the statement a killed process was running
+		// (maybe the swap): look once it has.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			var running int
+			treetest.Must(t, db.QueryRow(`SELECT COUNT(*) FROM information_schema.PROCESSLIST
+				WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' AND (DB LIKE ? OR INFO LIKE ?)`, name+"%", "%"+name+"%").Scan(&running))
+			if running == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the killed restore's statements still run after a minute")
+			}
+		}
+		switch got := state(); got {
+		case want:
+			done++
+		case before:
+		default:
+			t.Fatalf("after a restore killed: %s; want %s (before) or %s (restored)", got, before, want)
+		}
+	}
+	t.Logf("a restore takes %v; %d of 6 killed, %d found restored", full, killed, done)
+	treetest.Must(t, b.Restore(ctx, tg, "", payload))
+	if got := state(); got != want {
+		t.Fatalf("after the next restore: %s, want %s", got, want)
+	}
+	mysqlNoSides(t, name)
+}
+
 // TestMySQLCheck: the URL form of the dsn works; Check refuses a table
 // that cannot be snapshotted consistently, and a snapshot does too.
 func TestMySQLCheck(t *testing.T) {
@@ -594,11 +701,19 @@ func TestMySQLCheck(t *testing.T) {
 	// An account that may not see the database.
 	user := fmt.Sprintf("sbtest_%d", rand.IntN(1e9))
 	admin := mysqlDB(t, "")
-	mysqlExec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
+	// Its password has the characters DSNs use; the server's answer says
+	// it got in (access to the database denied, not the password).
+	const pw = "p@ss/w:rd?#%"
+	mysqlExec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY '"+pw+"'")
 	t.Cleanup(func() { mysqlExec(t, admin, "DROP USER '"+user+"'@'%'") })
-	nobody := backends.Target{Backend: "mysql", DSN: fmt.Sprintf("%s:pw@tcp(%s)/%s", user, cfg.Addr, name)}
-	if err := b.Check(ctx, nobody, ""); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "denied") {
-		t.Errorf("Check as an account without privileges: %v", err)
+	for _, dsn := range []string{
+		fmt.Sprintf("%s:%s@tcp(%s)/%s", user, pw, cfg.Addr, name),
+		(&neturl.URL{Scheme: "mysql", User: neturl.UserPassword(user, pw), Host: cfg.Addr, Path: "/" + name}).String(),
+	} {
+		err := b.Check(ctx, backends.Target{Backend: "mysql", DSN: dsn}, "")
+		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "to database") {
+			t.Errorf("Check as an account without privileges (%s): %v", dsn, err)
+		}
 	}
 	for _, bad := range mysqlFixture.bad(t, "") {
 		if err := b.Check(ctx, bad, ""); err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "target") {

@@ -392,11 +392,13 @@ func (*Postgres) Snapshot(ctx context.Context, t Target, root, dir string) error
 // database.
 func pgWaitAlone(ctx context.Context, conn *pgx.Conn, d time.Duration) (bool, error) {
 	deadline := time.Now().Add(d)
-	// backend_type is null on other roles' sessions: they count too.
+	// Other roles' sessions show no backend_type to us, so workers are
+	// told by their lack of a role: autovacuum workers, which CREATE
+	// DATABASE ends itself, do not count.
 	for {
 		var others int
 		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type IS DISTINCT FROM 'autovacuum worker'`).Scan(&others)
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND usesysid IS NOT NULL`).Scan(&others)
 		if err != nil || others == 0 {
 			return err == nil, err
 		}
@@ -568,11 +570,6 @@ func (*Postgres) Restore(ctx context.Context, t Target, root, dir string) error 
 
 func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir string, pl pgPayload) error {
 	db, newDB, oldDB := pl.Database, pgSideName(pl.Database, "new"), pgSideName(pl.Database, "old")
-	var oid uint32 // 0: db is gone (dropped since the snapshot), made anew
-	err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return err
-	}
 	// Leftovers of an interrupted restore: its session, a half-built copy,
 	// or the old database a finished swap had yet to drop.
 	if err := pgEndOrphans(ctx, conn, newDB, oldDB); err != nil {
@@ -583,6 +580,11 @@ func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir str
 			return fmt.Errorf("dropping the leftover %s: %w", side, err)
 		}
 	}
+	var oid uint32 // 0: db is gone (dropped since the snapshot), made anew
+	err := conn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = $1", db).Scan(&oid)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
 	err = pgBuild(ctx, cfg, conn, dir, pl, newDB, oid != 0)
 	if err == nil {
 		err = pgSwap(ctx, cfg, conn, oid, db, oldDB, newDB)
@@ -590,7 +592,9 @@ func pgRestore(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir str
 	if err != nil {
 		if !conn.IsClosed() {
 			// Best effort: the next restore drops it anyway.
-			_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+pgIdent(newDB))
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			_, _ = conn.Exec(dctx, "DROP DATABASE IF EXISTS "+pgIdent(newDB))
+			cancel()
 		}
 		return err
 	}
@@ -762,7 +766,7 @@ func pgTerminate(ctx context.Context, cfg *pgx.ConnConfig, maint string, dbOID u
 	var last error
 	for {
 		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datid = $1 AND pid <> pg_backend_pid() AND backend_type IS DISTINCT FROM 'autovacuum worker'`, dbOID)
+			WHERE datid = $1 AND pid <> pg_backend_pid() AND usesysid IS NOT NULL`, dbOID) // not autovacuum: see pgWaitAlone
 		if ctx.Err() != nil {
 			return last
 		}
