@@ -300,7 +300,7 @@ for i in $(seq "$REPS"); do
 	ts+=("$(calc "$(now) - $t0")")
 done
 [[ $n == "$FILES" ]] || FAILS+=("find counted $n files, expected $FILES")
-record "find . -type f | wc -l (native)" "${ts[@]}"
+record "find . -type f \\| wc -l (native)" "${ts[@]}"
 
 # ---- snap ------------------------------------------------------------------------
 log "first snap x$FIRST_REPS"
