@@ -369,3 +369,23 @@ func TestPrune(t *testing.T) {
 		t.Error("an expired token deleted an archive")
 	}
 }
+
+// A pull killed part-way leaves a staging directory; the next pull sweeps
+// it once it is old enough not to be a live pull's.
+func TestSweepStaging(t *testing.T) {
+	c := newCatalog(t)
+	old, fresh := filepath.Join(c.Dir, ".snapback-pull-old"), filepath.Join(c.Dir, ".snapback-pull-new")
+	treetest.Write(t, old, "backup-x.zip", "partial", 0o600)
+	treetest.Must(t, os.Mkdir(fresh, 0o700))
+	treetest.Must(t, os.Chtimes(old, time.Now().Add(-2*time.Hour), time.Now().Add(-2*time.Hour)))
+	treetest.Write(t, c.Dir, ".snapback-pull-file", "not a directory: not ours", 0o600)
+	sweepStaging(c.Dir, ".snapback-pull-", time.Hour)
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("old staging directory kept: %v", err)
+	}
+	for _, p := range []string{fresh, filepath.Join(c.Dir, ".snapback-pull-file")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", p, err)
+		}
+	}
+}

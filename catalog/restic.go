@@ -382,6 +382,7 @@ func (r *Restic) Pull(ctx context.Context, cat *Catalog, ref string, progress Pr
 	if len(ids) == 0 {
 		return res, nil
 	}
+	sweepStaging(cat.Dir, ".snapback-pull-", time.Hour) // left by a pull that was killed
 	stage, err := os.MkdirTemp(cat.Dir, ".snapback-pull-") // 0700
 	if err != nil {
 		return nil, wrap(CodeIO, err, "catalog %s: staging directory", cat.Dir)
@@ -490,4 +491,19 @@ func (r *Restic) dump(ctx context.Context, s resticSnapshot, p string) (string, 
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sweepStaging removes staging directories named prefix* in dir that are
+// older than age: a process killed while it pulled left them, and they
+// never held anything under an archive's name.
+func sweepStaging(dir, prefix string, age time.Duration) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > age {
+			os.RemoveAll(filepath.Join(dir, e.Name())) // best effort
+		}
+	}
 }
