@@ -14,6 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrTargetsPending: an interrupted operation has changed the tree but
+// could not restore its targets yet (a server down): the journal stays
+// until a later recover succeeds.
+var ErrTargetsPending = errors.New("targets still to restore")
+
 // Errors for operations that are refused with nothing changed.
 var (
 	ErrNothingToUndo = errors.New("nothing to undo")
@@ -358,7 +363,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	}
 	crashPoint("applied")
 	if err := r.restoreTargets(j.Targets); err != nil {
-		return fmt.Errorf("%s: %w (the tree is done; `snapback recover` retries the targets)", j.Op, err)
+		return fmt.Errorf("%s: %w: %w (the tree is done; `snapback recover` retries the targets)", j.Op, ErrTargetsPending, err)
 	}
 	crashPoint("targets-restored")
 	if j.Staged {

@@ -66,6 +66,10 @@ func (g *globals) rootDir() (string, error) {
 	}
 }
 
+// readOnlyVerbs may run while an interrupted operation still has targets
+// to restore.
+var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true}
+
 // open loads the config and the store, takes the lock and finishes any
 // interrupted operation. The caller must Close the repo.
 func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config, error) {
@@ -91,7 +95,11 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		repo.Close()
 		return nil, nil, err
 	}
-	if did, err := repo.Recover(); err != nil {
+	if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
+		// Looking must stay possible while a server is down; changing
+		// anything waits until the interrupted operation is finished.
+		fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(err.Error()))
+	} else if err != nil {
 		repo.Close()
 		return nil, nil, err
 	} else if did {
