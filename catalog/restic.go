@@ -382,7 +382,7 @@ func (r *Restic) Pull(ctx context.Context, cat *Catalog, ref string, progress Pr
 	if len(ids) == 0 {
 		return res, nil
 	}
-	sweepStaging(cat.Dir, ".snapback-pull-", time.Hour) // left by a pull that was killed
+	sweepStaging(cat.Dir, ".snapback-pull-", time.Hour)    // left by a pull that was killed
 	stage, err := os.MkdirTemp(cat.Dir, ".snapback-pull-") // 0700
 	if err != nil {
 		return nil, wrap(CodeIO, err, "catalog %s: staging directory", cat.Dir)
