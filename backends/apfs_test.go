@@ -70,7 +70,7 @@ func TestAPFSRestore(t *testing.T) {
 	b := &backends.APFS{}
 	ok, why := b.Available()
 	if !treetest.Require(t, "apfs", ok, why) {
-		t.Skip(why)
+		t.Skip("SNAPBACK_REQUIRE does not name it: " + why)
 	}
 	ctx := context.Background()
 	p := filepath.Join(t.TempDir(), "data")

@@ -83,7 +83,7 @@ func Get(name string) (Backend, error) {
 			return b, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: backend %q is not built yet", ErrTarget, name)
+	return nil, fmt.Errorf("%w: unknown backend %q", ErrTarget, name)
 }
 
 // Status is a backend's availability, for `snapback backends`.
@@ -120,6 +120,3 @@ func targetErr(t Target, format string, a ...any) error {
 	}
 	return fmt.Errorf("%w: target %s: %s", ErrTarget, name, fmt.Sprintf(format, a...))
 }
-
-// ErrNotBuilt is what a backend still being written answers.
-var ErrNotBuilt = fmt.Errorf("%w: this backend is not built yet", ErrTarget)

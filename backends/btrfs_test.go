@@ -155,7 +155,7 @@ func btrfsTarget(t *testing.T) (*backends.Btrfs, backends.Target) {
 	b := &backends.Btrfs{}
 	ok, why := b.Available()
 	if !treetest.Require(t, "btrfs", ok, why) {
-		t.Skip(why)
+		t.Skip("SNAPBACK_REQUIRE does not name it: " + why)
 	}
 	mnt := treetest.Btrfs(t, 256)
 	p := filepath.Join(mnt, "data")

@@ -130,7 +130,7 @@ func TestZFSRestoreKeepsNewerSnapshots(t *testing.T) {
 	b := &backends.ZFS{}
 	ok, why := b.Available()
 	if !treetest.Require(t, "zfs", ok, why) {
-		t.Skip(why)
+		t.Skip("SNAPBACK_REQUIRE does not name it: " + why)
 	}
 	ctx := context.Background()
 	tg := zfsTarget(t)

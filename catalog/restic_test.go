@@ -22,7 +22,7 @@ import (
 func resticEnv(t *testing.T) []string {
 	t.Helper()
 	if _, err := exec.LookPath("restic"); !treetest.Require(t, "restic", err == nil, "restic is not installed (Debian: restic)") {
-		t.Skip("no restic")
+		t.Skip("SNAPBACK_REQUIRE does not name restic: not installed")
 	}
 	return append(os.Environ(), "RESTIC_PASSWORD=snapback-test", "RESTIC_CACHE_DIR="+t.TempDir())
 }
@@ -53,7 +53,7 @@ func restRepo(t *testing.T) *Restic {
 	env := resticEnv(t)
 	base := os.Getenv("SNAPBACK_TEST_REST_SERVER")
 	if !treetest.Require(t, "rest-server", base != "", "SNAPBACK_TEST_REST_SERVER is not set (scripts/test.sh starts a rest-server)") {
-		t.Skip("no rest-server")
+		t.Skip("SNAPBACK_REQUIRE does not name rest-server: none started")
 	}
 	b := make([]byte, 8)
 	rand.Read(b)

@@ -169,10 +169,13 @@ func TestTargetsEndToEnd(t *testing.T) {
 			treetest.Write(t, root, "snapback.toml", "[[target]]\nname = \"it\"\n"+entry, 0o644)
 			treetest.Write(t, root, "code.txt", "v1\n", 0o644)
 			before := state()
-			sb(t, bin, root, "run", "--mode", "copy", "--", "sh", "-c", change+" && echo v2 > code.txt")
+			sb(t, bin, root, "run", "--mode", "copy", "--", "sh", "-c", change+" && echo v2 > "+shellQuote(filepath.Join(root, "code.txt")))
 			after := state()
 			if after == before {
 				t.Fatalf("the command did not change the target: %s", after)
+			}
+			if b, _ := os.ReadFile(filepath.Join(root, "code.txt")); string(b) != "v2\n" {
+				t.Fatalf("after the run code.txt = %q", b)
 			}
 			list := sb(t, bin, root, "--json", "list")
 			if !strings.Contains(list, `"backend": "`+name+`"`) {
