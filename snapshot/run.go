@@ -140,7 +140,14 @@ func (r *Repo) narrowRun(m *Meta) error {
 			changed[x.Path] = true
 		}
 	})
+	return r.recordNarrowed(m, before, after, changed)
+}
+
+// recordNarrowed makes m a paths record of the changed paths: their state
+// before the run (Manifest) and after it (After).
+func (r *Repo) recordNarrowed(m *Meta, before, after Manifest, changed map[string]bool) error {
 	b, a := Subset(before, after, changed)
+	var err error
 	if m.Manifest, err = r.record(b); err != nil {
 		return err
 	}

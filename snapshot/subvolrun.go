@@ -121,19 +121,7 @@ func (r *Repo) narrowSubvol(m *Meta) error {
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
-	b, a := Subset(before, after, changed)
-	if m.Manifest, err = r.record(b); err != nil {
-		return err
-	}
-	if m.After, err = r.record(a); err != nil {
-		return err
-	}
-	if err := r.Flush(); err != nil {
-		return err
-	}
-	m.Scope = ScopePaths
-	m.Files, m.Bytes = counts(a)
-	return nil
+	return r.recordNarrowed(m, before, after, changed)
 }
 
 // dropSubvol deletes a btrfs-mode run's snapshot, once its record holds
