@@ -51,6 +51,9 @@ type Repo struct {
 	Targets []config.Target
 	// Ctx bounds the work of target backends (nil: no bound).
 	Ctx context.Context
+	// Working, when set, hears of work that may take a while (a target's
+	// snapshot or restore) and returns the call that marks its end.
+	Working func(what string) (done func())
 }
 
 // OpenRepo opens the project at root. With create, the store is made if

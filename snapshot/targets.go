@@ -57,6 +57,15 @@ func redactDSN(dsn string) string {
 	return dsn
 }
 
+// working tells the user what takes time (Working, when set) and returns
+// the call that says it is over.
+func (r *Repo) working(what string) func() {
+	if r.Working == nil {
+		return func() {}
+	}
+	return r.Working(what)
+}
+
 // ctx is the context targets are snapshotted and restored in.
 func (r *Repo) ctx() context.Context {
 	if r.Ctx != nil {
@@ -128,7 +137,10 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 			return fail(err)
 		}
 		start := time.Now()
-		if err := be.Snapshot(r.ctx(), t, r.Root, data); err != nil {
+		done := r.working("saving target " + TargetName(t) + " (" + t.Backend + ")")
+		err = be.Snapshot(r.ctx(), t, r.Root, data)
+		done()
+		if err != nil {
 			return fail(fmt.Errorf("snapshot of target %s: %w", TargetName(t), err))
 		}
 		if err := fsutil.SyncDir(data); err != nil {
@@ -181,7 +193,10 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 			return err
 		}
 		crashPoint("target-restore")
-		if err := b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data")); err != nil {
+		done := r.working("restoring target " + s.Name + " (" + t.Backend + ")")
+		err = b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data"))
+		done()
+		if err != nil {
 			return fmt.Errorf("restore of target %s: %w", s.Name, err)
 		}
 	}

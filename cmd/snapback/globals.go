@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/term"
 )
 
 // globals are the flags every verb shares, and its output streams.
@@ -91,6 +93,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		return nil, nil, err
 	}
 	repo.Targets = cfg.Targets
+	repo.Working = g.working
 	if err := repo.Lock(lockWait(), what); err != nil {
 		repo.Close()
 		return nil, nil, err
@@ -170,4 +173,30 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// working shows, on a terminal, what a step that has taken over a second
+// is doing, and how long it took; elsewhere it says nothing.
+func (g *globals) working(what string) func() {
+	f, ok := g.stderr.(*os.File)
+	if !ok || g.json || !term.IsTerminal(int(f.Fd())) {
+		return func() {}
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	shown := false
+	timer := time.AfterFunc(time.Second, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(f, "snapback: %s…", what)
+		shown = true
+	})
+	return func() {
+		timer.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if shown {
+			fmt.Fprintf(f, " %.1f s\n", time.Since(start).Seconds())
+		}
+	}
 }
