@@ -25,6 +25,9 @@ type runJSON struct {
 	Mode       string   `json:"mode"`
 	Changes    int      `json:"changes"`
 	ExitStatus *int     `json:"exit_status,omitempty"`
+	// Targets are the states from before the command that commit keeps
+	// for undo and discard restores.
+	Targets []snapshot.TargetState `json:"targets,omitempty"`
 }
 
 func runStatus(g *globals) error {
@@ -41,7 +44,7 @@ func runStatus(g *globals) error {
 		Runs []runJSON `json:"runs"`
 	}{Runs: []runJSON{}}
 	for _, p := range runs {
-		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1}
+		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1, Targets: p.Targets}
 		if p.State != "running" {
 			target, cur, err := repo.PendingChanges(p)
 			if err != nil {
@@ -68,6 +71,9 @@ func runStatus(g *globals) error {
 		cmd := "$ " + strings.Join(r.Command, " ")
 		if r.ExitStatus != nil {
 			cmd += fmt.Sprintf("  (exit %d)", *r.ExitStatus)
+		}
+		if n := len(r.Targets); n > 0 {
+			cmd += fmt.Sprintf("  [%d target(s) saved: discard restores them]", n)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Mode, changes, oneLine(cmd))
 	}
