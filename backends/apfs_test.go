@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/snapback/snapback/backends"
@@ -39,29 +38,6 @@ func init() {
 			return treeWrite(filepath.Join(root, tg.Path))
 		},
 	}
-}
-
-// TestAPFSElsewhere: off macOS the backend says why it cannot work and
-// refuses every target with ErrTarget.
-func TestAPFSElsewhere(t *testing.T) {
-	if runtime.GOOS == "darwin" {
-		t.Skip("macOS has APFS")
-	}
-	b := &backends.APFS{}
-	if ok, why := b.Available(); ok || why != "APFS is macOS only" {
-		t.Fatalf("Available() = %v, %q", ok, why)
-	}
-	tg := backends.Target{Backend: "apfs", Path: t.TempDir()}
-	for name, err := range map[string]error{
-		"Check":    b.Check(context.Background(), tg, ""),
-		"Snapshot": b.Snapshot(context.Background(), tg, "", t.TempDir()),
-		"Restore":  b.Restore(context.Background(), tg, "", t.TempDir()),
-	} {
-		if !errors.Is(err, backends.ErrTarget) {
-			t.Errorf("%s: %v, want ErrTarget", name, err)
-		}
-	}
-	treetest.Must(t, b.Release(context.Background(), tg, "", t.TempDir()))
 }
 
 // TestAPFSRestore (macOS): a restore drops what was made after the

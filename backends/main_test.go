@@ -25,6 +25,9 @@ import (
 // which dispatches the helper verb here, plus the verbs of the tests'
 // own containers (volumeTestVerbs).
 func TestMain(m *testing.M) {
+	if dsn := os.Getenv("SNAPBACK_MYSQL_HELPER_DSN"); dsn != "" {
+		os.Exit(mysqlRestoreHelper(dsn))
+	}
 	if len(os.Args) > 2 && os.Args[1] == backends.VolumeHelperVerb {
 		if f, ok := volumeTestVerbs[os.Args[2]]; ok {
 			os.Exit(f(os.Args[3:]))
