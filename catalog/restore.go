@@ -47,10 +47,7 @@ func (c *Catalog) Restore(name, into string, merge bool, progress Progress) (*Re
 	if err := r.check(name, progress); err != nil {
 		return nil, prefix(name, err)
 	}
-	m, meta, err := r.snapshot()
-	if err != nil {
-		return nil, prefix(name, err)
-	}
+	m, meta := r.manifest, r.meta // read and checked by check
 	if err := checkRestorable(m); err != nil {
 		return nil, prefix(name, err)
 	}

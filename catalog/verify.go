@@ -38,8 +38,11 @@ type reader struct {
 	byName  map[string]*zip.File
 	limits  Limits
 	summary *Summary
-	index   []indexLine
-	rawIdx  []byte
+	// manifest and meta: the archived snapshot, once check has read them.
+	manifest snapshot.Manifest
+	meta     *snapshot.Meta
+	index    []indexLine
+	rawIdx   []byte
 }
 
 // validEntryName reports whether an entry name is one an archive may
@@ -301,6 +304,7 @@ func (r *reader) check(fileName string, progress Progress) error {
 	if err != nil {
 		return err
 	}
+	r.manifest, r.meta = m, meta
 	if meta.ID != s.Snapshot {
 		return errf(CodeBadSummary, "the summary names snapshot %s, the record is %s", s.Snapshot, meta.ID)
 	}
