@@ -12,6 +12,7 @@ import (
 // synced. The temp file is removed on any error.
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
+	Mutating()
 	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -23,6 +24,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 			_ = os.Remove(tmp) // best effort: a leftover temp is harmless
 		}
 	}()
+	Mutating()
 	n, err := f.Write(data)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -30,15 +32,18 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	if n != len(data) {
 		return fmt.Errorf("write %s: short write (%d of %d bytes)", path, n, len(data))
 	}
+	Mutating()
 	if err = f.Chmod(perm); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	Mutating()
 	if err = f.Sync(); err != nil {
 		return fmt.Errorf("write %s: sync: %w", path, err)
 	}
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("write %s: close: %w", path, err)
 	}
+	Mutating()
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -52,6 +57,7 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	defer d.Close() // read-only handle: nothing to flush on close
+	Mutating()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}

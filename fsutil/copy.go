@@ -101,6 +101,7 @@ func sparseCopy(dst, src *os.File, h hash.Hash) (int64, error) {
 		}
 	}
 	if dst != nil {
+		Mutating()
 		if err := dst.Truncate(off); err != nil {
 			return 0, fmt.Errorf("truncate %s: %w", dst.Name(), err)
 		}
@@ -121,6 +122,7 @@ func copyRange(dst, src *os.File, h hash.Hash, buf []byte, off, limit int64) (in
 		if r > 0 {
 			h.Write(buf[:r])
 			if dst != nil {
+				Mutating()
 				if _, werr := dst.WriteAt(buf[:r], off+n); werr != nil {
 					return n, fmt.Errorf("write %s: %w", dst.Name(), werr)
 				}

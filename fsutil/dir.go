@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -104,6 +105,9 @@ func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 
 // Open opens name with O_NOFOLLOW added to flags.
 func (d *Dir) Open(name string, flags int, perm uint32) (*os.File, error) {
+	if flags&(unix.O_CREAT|unix.O_TRUNC) != 0 {
+		Mutating()
+	}
 	fd, err := unix.Openat(d.fd, name, flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return nil, d.err("open", name, err)
@@ -128,6 +132,7 @@ func (d *Dir) ReadDirNames() ([]string, error) {
 
 // Rename renames oldname in d to newname in to, replacing newname.
 func (d *Dir) Rename(oldname string, to *Dir, newname string) error {
+	Mutating()
 	if err := unix.Renameat(d.fd, oldname, to.fd, newname); err != nil {
 		return &os.LinkError{Op: "rename", Old: d.join(oldname), New: to.join(newname), Err: err}
 	}
@@ -136,6 +141,7 @@ func (d *Dir) Rename(oldname string, to *Dir, newname string) error {
 
 // Link makes newname in to a hard link to oldname in d (never following).
 func (d *Dir) Link(oldname string, to *Dir, newname string) error {
+	Mutating()
 	if err := unix.Linkat(d.fd, oldname, to.fd, newname, 0); err != nil {
 		return &os.LinkError{Op: "link", Old: d.join(oldname), New: to.join(newname), Err: err}
 	}
@@ -144,6 +150,7 @@ func (d *Dir) Link(oldname string, to *Dir, newname string) error {
 
 // Unlink removes a non-directory.
 func (d *Dir) Unlink(name string) error {
+	Mutating()
 	if err := unix.Unlinkat(d.fd, name, 0); err != nil {
 		return d.err("unlink", name, err)
 	}
@@ -152,6 +159,7 @@ func (d *Dir) Unlink(name string) error {
 
 // Rmdir removes an empty directory.
 func (d *Dir) Rmdir(name string) error {
+	Mutating()
 	if err := unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR); err != nil {
 		return d.err("rmdir", name, err)
 	}
@@ -200,6 +208,7 @@ func (d *Dir) RemoveAll(name string) error {
 
 // Mkdir creates a directory.
 func (d *Dir) Mkdir(name string, perm uint32) error {
+	Mutating()
 	if err := unix.Mkdirat(d.fd, name, perm); err != nil {
 		return d.err("mkdir", name, err)
 	}
@@ -208,6 +217,7 @@ func (d *Dir) Mkdir(name string, perm uint32) error {
 
 // Symlink creates name as a symlink to target.
 func (d *Dir) Symlink(target, name string) error {
+	Mutating()
 	if err := unix.Symlinkat(target, d.fd, name); err != nil {
 		return d.err("symlink", name, err)
 	}
@@ -231,6 +241,7 @@ func (d *Dir) Readlink(name string) (string, error) {
 
 // Mkfifo creates a named pipe.
 func (d *Dir) Mkfifo(name string, perm uint32) error {
+	Mutating()
 	if err := mkfifoat(d, name, perm); err != nil {
 		return d.err("mkfifo", name, err)
 	}
@@ -241,6 +252,7 @@ func (d *Dir) Mkfifo(name string, perm uint32) error {
 // a symlink.
 func (d *Dir) SetTimes(name string, mtime time.Time) error {
 	ts := unix.NsecToTimespec(mtime.UnixNano())
+	Mutating()
 	if err := unix.UtimesNanoAt(d.fd, name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return d.err("utimes", name, err)
 	}
@@ -249,6 +261,7 @@ func (d *Dir) SetTimes(name string, mtime time.Time) error {
 
 // Lchown changes the owner of name, not following a symlink.
 func (d *Dir) Lchown(name string, uid, gid int) error {
+	Mutating()
 	if err := unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return d.err("chown", name, err)
 	}
@@ -261,6 +274,7 @@ func (d *Dir) Lchown(name string, uid, gid int) error {
 func (d *Dir) Chmod(name string, mode uint32) error {
 	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err == nil {
+		Mutating()
 		err = unix.Fchmod(fd, mode)
 		unix.Close(fd)
 	} else if err == unix.EACCES {
@@ -272,6 +286,7 @@ func (d *Dir) Chmod(name string, mode uint32) error {
 			if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 				err = syscall.ELOOP
 			} else {
+				Mutating()
 				err = unix.Fchmodat(d.fd, name, mode, 0)
 			}
 		}
@@ -284,8 +299,24 @@ func (d *Dir) Chmod(name string, mode uint32) error {
 
 // Sync fsyncs the directory itself.
 func (d *Dir) Sync() error {
+	Mutating()
 	if err := unix.Fsync(d.fd); err != nil {
 		return d.err("fsync", ".", err)
 	}
 	return nil
+}
+
+// RemoveAll removes path and everything below it, never following a
+// symlink, one system call at a time (so each is a kill point of the
+// crash tests). A missing path is not an error.
+func RemoveAll(path string) error {
+	parent, err := OpenRoot(filepath.Dir(path))
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	return parent.RemoveAll(filepath.Base(path))
 }

@@ -66,6 +66,7 @@ func SetXattrs(fd int, name string, xs []Xattr) error {
 	want := map[string]bool{}
 	for _, x := range xs {
 		want[x.Name] = true
+		Mutating()
 		if err := unix.Fsetxattr(fd, x.Name, x.Value, 0); err != nil {
 			if !strings.HasPrefix(x.Name, "user.") && noXattrs(err) {
 				continue // security.* / trusted.* need privileges we may not have
@@ -86,6 +87,7 @@ func SetXattrs(fd int, name string, xs []Xattr) error {
 		if len(n) == 0 || want[string(n)] {
 			continue
 		}
+		Mutating()
 		if err := unix.Fremovexattr(fd, string(n)); err != nil && !noXattrs(err) && !strings.HasPrefix(string(n), "security.") {
 			return &xattrError{name, string(n), err}
 		}

@@ -357,6 +357,7 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 func (a *applier) fileMeta(f *os.File, t *Entry) error {
 	fd := int(f.Fd())
 	if a.isRoot {
+		fsutil.Mutating()
 		if err := unix.Fchown(fd, int(t.UID), int(t.GID)); err != nil {
 			return fmt.Errorf("chown %s: %w", t.Path, err)
 		}
@@ -365,6 +366,7 @@ func (a *applier) fileMeta(f *os.File, t *Entry) error {
 		return err
 	}
 	// chmod after chown: chown clears setuid/setgid bits.
+	fsutil.Mutating()
 	if err := unix.Fchmod(fd, t.Mode); err != nil {
 		return fmt.Errorf("chmod %s: %w", t.Path, err)
 	}
@@ -500,6 +502,7 @@ func (a *applier) sync() error {
 			}
 			return fmt.Errorf("sync %s: %w", p, err)
 		}
+		fsutil.Mutating()
 		err = f.Sync()
 		f.Close() // read-only
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/snapback/snapback/fsutil"
 )
 
 // History is the snapshot list with undo state derived from it: which
@@ -309,6 +311,7 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			if info, err := e.Info(); err == nil {
 				st.Bytes += info.Size()
 			}
+			fsutil.Mutating()
 			if err := os.Remove(filepath.Join(objDir, sub.Name(), e.Name())); err != nil {
 				return st, fmt.Errorf("gc: %w", err)
 			}

@@ -57,6 +57,7 @@ func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
 		return nil, err
 	}
 	for _, d := range []string{r.UpperDir(p.ID), r.WorkDir(p.ID)} {
+		fsutil.Mutating()
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			r.Release(p)
 			return nil, fmt.Errorf("run %s: %w", p.ID, err)
@@ -351,7 +352,7 @@ func (r *Repo) DiscardPending(p *Pending) error {
 // dropRun removes a run's directory (its upper layer included).
 func (r *Repo) dropRun(id string) error {
 	dir := r.runDir(id)
-	if err := os.RemoveAll(dir); err != nil {
+	if err := fsutil.RemoveAll(dir); err != nil {
 		// overlayfs leaves work/work with mode 0 (and a command may leave
 		// unwritable directories in its layer): open them up, try again.
 		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -361,7 +362,7 @@ func (r *Repo) dropRun(id string) error {
 			return nil
 		})
 		os.Chmod(filepath.Join(dir, "work", "work"), 0o700) // not reachable by the walk while mode 0
-		if err := os.RemoveAll(dir); err != nil {
+		if err := fsutil.RemoveAll(dir); err != nil {
 			return fmt.Errorf("remove run %s: %w", id, err)
 		}
 	}

@@ -390,6 +390,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 			}
 		}
 	}
+	fsutil.Mutating()
 	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s: drop journal: %w", j.Op, err)
 	}
@@ -459,7 +460,7 @@ func (r *Repo) Recover() (bool, error) {
 	if ents, err := os.ReadDir(tmp); err == nil {
 		for _, e := range ents {
 			if e.Name() != keep {
-				os.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+				fsutil.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
 			}
 		}
 	}
@@ -486,6 +487,7 @@ func (r *Repo) Recover() (bool, error) {
 		return false, fmt.Errorf("recover: %w", err)
 	}
 	// After a crash, trust no stat cache entry: compare real contents.
+	fsutil.Mutating()
 	if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("recover: %w", err)
 	}

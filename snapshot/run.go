@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,6 +24,7 @@ func (r *Repo) runLockPath(id string) string { return r.path("runs", id, "lock")
 
 // lockRun makes the run's directory and takes its lock.
 func (r *Repo) lockRun(id string) (*os.File, error) {
+	fsutil.Mutating()
 	if err := os.MkdirAll(r.runDir(id), 0o700); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
@@ -76,7 +78,7 @@ func (run *Run) release(r *Repo) {
 		return
 	}
 	// Remove before unlocking: no one may see a free, stale lock.
-	os.RemoveAll(r.runDir(run.Meta.ID)) // a leftover is swept as a dead run's
+	fsutil.RemoveAll(r.runDir(run.Meta.ID)) // a leftover is swept as a dead run's
 	run.lock.Close()
 	run.lock = nil
 }
@@ -177,7 +179,7 @@ func (r *Repo) finishDeadRuns() (int, error) {
 		if err := r.FinishRun(&Run{Meta: m}, nil); err != nil {
 			return n, err
 		}
-		os.RemoveAll(r.runDir(m.ID)) // the dead process's lock
+		fsutil.RemoveAll(r.runDir(m.ID)) // the dead process's lock
 		n++
 	}
 	return n, nil

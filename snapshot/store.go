@@ -170,6 +170,7 @@ func (s *Store) putClone(src *os.File) (ObjectID, int64, error) {
 
 // putTemp fills a temp file with fill and adopts it under its hash.
 func (s *Store) putTemp(src *os.File, fill func(*os.File) ([32]byte, int64, error)) (ObjectID, int64, error) {
+	fsutil.Mutating()
 	tmp, err := os.CreateTemp(s.path("tmp"), "obj-*")
 	if err != nil {
 		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
@@ -198,12 +199,15 @@ func (s *Store) PutBytes(b []byte) (ObjectID, error) {
 	if s.HasObject(id) {
 		return id, nil
 	}
+	fsutil.Mutating()
 	tmp, err := os.CreateTemp(s.path("tmp"), "obj-*")
 	if err != nil {
 		return id, fmt.Errorf("store object: %w", err)
 	}
+	fsutil.Mutating()
 	_, err = tmp.Write(b)
 	if err == nil {
+		fsutil.Mutating()
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
@@ -224,14 +228,17 @@ func (s *Store) adopt(tmp string, id ObjectID) error {
 		os.Remove(tmp) // a duplicate: the stored copy is identical
 		return nil
 	}
+	fsutil.Mutating()
 	if err := os.Chmod(tmp, 0o400); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("store object %s: %w", id, err)
 	}
+	fsutil.Mutating()
 	if err := os.Mkdir(filepath.Dir(dst), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		os.Remove(tmp)
 		return fmt.Errorf("store object %s: %w", id, err)
 	}
+	fsutil.Mutating()
 	if err := os.Rename(tmp, dst); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("store object %s: %w", id, err)
@@ -263,6 +270,7 @@ func (s *Store) stageLink(opID string, d *fsutil.Dir, e *Entry) (bool, error) {
 		return false, nil
 	}
 	dir := s.stagingDir(opID)
+	fsutil.Mutating()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return false, fmt.Errorf("stage %s: %w", e.Path, err)
 	}
@@ -308,7 +316,7 @@ func (s *Store) adoptStaged(opID string) error {
 	if err := s.Flush(); err != nil {
 		return err
 	}
-	return os.RemoveAll(dir)
+	return fsutil.RemoveAll(dir)
 }
 
 // Flush makes every object written so far durable (one syncfs rather than
@@ -345,6 +353,7 @@ func syncFile(p string) error {
 		return err
 	}
 	defer f.Close() // read-only; the sync result is what counts
+	fsutil.Mutating()
 	return f.Sync()
 }
 
@@ -399,6 +408,7 @@ func (s *Store) ReadMeta(id string) (*Meta, error) {
 
 // deleteMeta removes a snapshot record.
 func (s *Store) deleteMeta(id string) error {
+	fsutil.Mutating()
 	err := os.Remove(s.path("snapshots", id+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -1,6 +1,9 @@
 package snapshot
 
-import "golang.org/x/sys/unix"
+import (
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
 
 func syncFS(dir string) error {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -8,5 +11,6 @@ func syncFS(dir string) error {
 		return err
 	}
 	defer unix.Close(fd)
+	fsutil.Mutating()
 	return unix.Syncfs(fd)
 }

@@ -107,6 +107,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 	if err := r.checkTargets(ts); err != nil {
 		return nil, err
 	}
+	fsutil.Mutating()
 	if err := os.MkdirAll(r.targetsDir(owner), 0o700); err != nil {
 		return nil, fmt.Errorf("targets: %w", err)
 	}
@@ -118,6 +119,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 	for i, t := range ts {
 		rel := filepath.Join("targets", owner, strconv.Itoa(i))
 		dir := r.path(rel)
+		fsutil.Mutating()
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
 		}
@@ -129,6 +131,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
 		}
 		data := filepath.Join(dir, "data")
+		fsutil.Mutating()
 		if err := os.Mkdir(data, 0o700); err != nil {
 			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
 		}
@@ -222,10 +225,11 @@ func (r *Repo) releasePayloads(owner string) error {
 				}
 			}
 		}
-		if err := os.RemoveAll(r.path(rel)); err != nil {
+		if err := fsutil.RemoveAll(r.path(rel)); err != nil {
 			return err
 		}
 	}
+	fsutil.Mutating()
 	return os.Remove(dir)
 }
 
