@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -232,26 +233,25 @@ func (a *applier) put(t, c *Entry) error {
 		a.touched[t.Path] = true
 		return nil
 	}
-	tmp := a.tmpName()
-	moved, err := a.fromSource(d, tmp, t)
+	// A commit moves the upper layer's entry straight onto the path: one
+	// rename, so the content is at every instant either in the layer or
+	// in the tree, where a recovery finds it again. (Through a temp name,
+	// a crash between the two renames would leave the only copy in a temp
+	// that recovery sweeps.)
+	moved, err := a.fromSource(d, name, t)
 	if err != nil {
-		d.Unlink(tmp) // best effort, as below
 		return fmt.Errorf("commit %s: %w", t.Path, err)
 	}
-	if moved {
-		// The layer's entry is the target itself; only overlay xattrs and
-		// (for a non-root caller's copy-up) nothing else needs fixing.
-		if err := a.setMeta(&Entry{Path: t.Path, Type: t.Type, Mode: t.Mode, UID: t.UID, GID: t.GID, Mtime: t.Mtime, Xattrs: t.Xattrs}, nil, tmp); err != nil {
-			d.Unlink(tmp)
-			return err
+	if !moved {
+		tmp := a.tmpName()
+		if err := a.create(d, tmp, t); err != nil {
+			d.Unlink(tmp) // best effort; recover also sweeps temps of this op
+			return fmt.Errorf("restore %s: %w", t.Path, err)
 		}
-	} else if err := a.create(d, tmp, t); err != nil {
-		d.Unlink(tmp) // best effort; recover also sweeps temps of this op
-		return fmt.Errorf("restore %s: %w", t.Path, err)
-	}
-	if err := d.Rename(tmp, d, name); err != nil {
-		d.Unlink(tmp)
-		return fmt.Errorf("restore %s: %w", t.Path, err)
+		if err := d.Rename(tmp, d, name); err != nil {
+			d.Unlink(tmp)
+			return fmt.Errorf("restore %s: %w", t.Path, err)
+		}
 	}
 	a.touched[Parent(t.Path)] = true
 	a.written = append(a.written, t.Path)
@@ -310,10 +310,19 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 		if err != nil {
 			return err
 		}
+		// The hash of what was written, computed on the copy itself: a
+		// damaged object must never reach the tree unnoticed.
+		var sum [32]byte
+		var size int64
 		if of, ok := src.(*os.File); ok {
-			err = fsutil.CopyFile(f, of) // sparse files stay sparse
+			sum, size, err = fsutil.CopyHash(f, of) // sparse files stay sparse
 		} else {
-			_, err = io.Copy(f, src)
+			h := sha256.New()
+			size, err = io.Copy(io.MultiWriter(f, h), src)
+			copy(sum[:], h.Sum(nil))
+		}
+		if err == nil && (ObjectID(sum) != t.Object || size != t.Size) {
+			err = &DamagedError{Path: t.Path, Object: t.Object}
 		}
 		if err == nil {
 			err = a.fileMeta(f, t)
@@ -374,15 +383,16 @@ func (a *applier) fileMeta(f *os.File, t *Entry) error {
 }
 
 // setMeta fixes the metadata of an existing entry with the right content.
-func (a *applier) setMeta(t, c *Entry, as ...string) error {
+func (a *applier) setMeta(t, c *Entry) error {
 	d, err := a.dir(Parent(t.Path))
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
-	name := Base(t.Path)
-	if len(as) > 0 {
-		name = as[0] // a temp name standing for t.Path
-	}
+	return a.metaIn(d, Base(t.Path), t, c)
+}
+
+// metaIn gives the entry name in d the metadata of t (c: what it had).
+func (a *applier) metaIn(d *fsutil.Dir, name string, t, c *Entry) error {
 	if t.Type != Symlink {
 		f, err := d.Open(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err == nil {
@@ -405,9 +415,10 @@ func (a *applier) setMeta(t, c *Entry, as ...string) error {
 	return nil
 }
 
-// fromSource moves t's entry from the upper layer to tmp in d. It reports
-// false when the layer no longer has it (moved by an earlier attempt).
-func (a *applier) fromSource(d *fsutil.Dir, tmp string, t *Entry) (bool, error) {
+// fromSource moves t's entry from the upper layer onto name in d, with
+// its metadata made t's first. It reports false when the layer no longer
+// has it (moved by an earlier attempt) or it must be made from the entry.
+func (a *applier) fromSource(d *fsutil.Dir, name string, t *Entry) (bool, error) {
 	if a.src == nil || t.Link != "" {
 		return false, nil
 	}
@@ -422,8 +433,8 @@ func (a *applier) fromSource(d *fsutil.Dir, tmp string, t *Entry) (bool, error) 
 		}
 		a.srcDirs[Parent(t.Path)] = sd
 	}
-	name := Base(t.Path)
-	st, err := sd.Lstat(name)
+	src := Base(t.Path)
+	st, err := sd.Lstat(src)
 	if errors.Is(err, unix.ENOENT) {
 		return false, nil
 	}
@@ -434,29 +445,56 @@ func (a *applier) fromSource(d *fsutil.Dir, tmp string, t *Entry) (bool, error) 
 	if uint32(st.Mode)&unix.S_IFMT != want || t.Type == File && st.Size != t.Size {
 		return false, fmt.Errorf("upper layer entry changed since the changeset was read")
 	}
-	err = sd.Rename(name, d, tmp)
+	// Only overlay xattrs and (for a non-root caller's copy-up) the owner
+	// can differ from t: fixed in the layer, where a repeat is harmless.
+	meta := &Entry{Path: t.Path, Type: t.Type, Mode: t.Mode, UID: t.UID, GID: t.GID, Mtime: t.Mtime, Xattrs: t.Xattrs}
+	if err := a.metaIn(sd, src, meta, nil); err != nil {
+		return false, err
+	}
+	err = sd.Rename(src, d, name)
 	if errors.Is(err, unix.EXDEV) && t.Type == File {
 		// The tree path is on another filesystem (a mount inside the
-		// root): copy instead.
-		src, err := sd.Open(name, unix.O_RDONLY, 0)
-		if err != nil {
+		// root): copy to a temp beside it, then rename. The layer keeps
+		// its entry until the commit is done, so a crash loses nothing.
+		tmp := a.tmpName()
+		if err := a.copyFrom(sd, src, d, tmp, meta); err != nil {
+			d.Unlink(tmp) // best effort; recover sweeps temps of this op
 			return false, err
 		}
-		defer src.Close() // read-only
-		f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
-		if err != nil {
+		if err := d.Rename(tmp, d, name); err != nil {
+			d.Unlink(tmp)
 			return false, err
 		}
-		err = fsutil.CopyFile(f, src)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err == nil, err
+		return true, nil
 	}
 	if errors.Is(err, unix.EXDEV) {
 		return false, nil // a symlink or fifo: recreated from the entry
 	}
 	return err == nil, err
+}
+
+// copyFrom copies the regular file name in sd to tmp in d, with meta.
+func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp string, meta *Entry) error {
+	src, err := sd.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer src.Close() // read-only
+	f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	err = fsutil.CopyFile(f, src)
+	if err == nil {
+		err = a.fileMeta(f, meta)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return d.SetTimes(tmp, time.Unix(0, meta.Mtime))
 }
 
 func (a *applier) treePath() string {

@@ -135,5 +135,10 @@ func (m *Meta) validate() error {
 	if m.CreatedAt.IsZero() {
 		return fmt.Errorf("no created_at")
 	}
+	for i := range m.Targets {
+		if err := m.Targets[i].validate(); err != nil {
+			return fmt.Errorf("target %d: %w", i, err)
+		}
+	}
 	return nil
 }

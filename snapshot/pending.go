@@ -336,22 +336,40 @@ func (r *Repo) DiscardPending(p *Pending) error {
 		return err
 	}
 	j := &journal{Op: "discard", OpID: p.ID, Target: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
-	b, err := json.Marshal(j)
-	if err != nil {
-		return err
-	}
 	if err := r.Flush(); err != nil {
 		return err
 	}
-	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
+	if err := r.writeJournal(j); err != nil {
 		return err
 	}
 	return r.finish(j, nil, Manifest{})
 }
 
-// dropRun removes a run's directory (its upper layer included).
+// dropRun removes a run's directory (its upper layer included). The
+// directory is first renamed into the store's tmp/ (one atomic step: the
+// run is there whole or gone), then deleted; recover sweeps what a crash
+// leaves of it there.
 func (r *Repo) dropRun(id string) error {
-	dir := r.runDir(id)
+	trash := r.path("tmp", "drop-"+id)
+	if err := fsutil.RemoveAll(trash); err != nil {
+		return fmt.Errorf("remove run %s: %w", id, err)
+	}
+	fsutil.Mutating()
+	switch err := os.Rename(r.runDir(id), trash); {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // gone already
+	case err != nil:
+		return fmt.Errorf("remove run %s: %w", id, err)
+	}
+	if err := fsutil.SyncDir(r.path("runs")); err != nil {
+		return err
+	}
+	return removeTrash(trash)
+}
+
+// removeTrash deletes a directory a run left, however its command left
+// the modes in it.
+func removeTrash(dir string) error {
 	if err := fsutil.RemoveAll(dir); err != nil {
 		// overlayfs leaves work/work with mode 0 (and a command may leave
 		// unwritable directories in its layer): open them up, try again.
@@ -363,7 +381,7 @@ func (r *Repo) dropRun(id string) error {
 		})
 		os.Chmod(filepath.Join(dir, "work", "work"), 0o700) // not reachable by the walk while mode 0
 		if err := fsutil.RemoveAll(dir); err != nil {
-			return fmt.Errorf("remove run %s: %w", id, err)
+			return fmt.Errorf("remove %s: %w", dir, err)
 		}
 	}
 	return nil

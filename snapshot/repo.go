@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
@@ -51,6 +54,8 @@ type Repo struct {
 	Targets []config.Target
 	// Ctx bounds the work of target backends (nil: no bound).
 	Ctx context.Context
+	// RecoverNote says what the last [Repo.Recover] did, for the user.
+	RecoverNote string
 	// Working, when set, hears of work that may take a while (a target's
 	// snapshot or restore) and returns the call that marks its end.
 	Working func(what string) (done func())
@@ -178,9 +183,92 @@ type journal struct {
 	Staged bool `json:"staged,omitempty"`
 	// Targets are restored to these states after the tree is applied.
 	Targets []TargetState `json:"targets,omitempty"`
+	// Rollback: the operation found damaged content half-way and now
+	// puts the tree back as it was (Target is its record's manifest);
+	// Failed says why, for the user.
+	Rollback bool   `json:"rollback,omitempty"`
+	Failed   string `json:"failed,omitempty"`
 }
 
 func (r *Repo) journalPath() string { return r.path("journal.json") }
+
+// writeJournal makes j the store's journal, durably: from here on an
+// interruption is finished (or rolled back) by recover. Every operation
+// that changes the tree goes through it.
+func (r *Repo) writeJournal(j *journal) error {
+	if err := j.validate(); err != nil {
+		return err // a bug: never write what recover would refuse
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	crashPoint("before-journal")
+	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
+		return err
+	}
+	crashPoint("journal-written")
+	return nil
+}
+
+// maxJournal bounds the journal read back: it holds a record and a few
+// ids, never more than a few KiB (the target states included).
+const maxJournal = 1 << 20
+
+// validate checks a journal read from the store as input from outside:
+// every name in it becomes a path, and none may lead out of the store.
+func (j *journal) validate() error {
+	bad := func(what string) error { return fmt.Errorf("%w: journal: bad %s", ErrCorrupt, what) }
+	switch j.Op {
+	case "undo", "redo", "restore", "commit", "discard", "run":
+	default:
+		return bad("op " + strconv.Quote(j.Op))
+	}
+	if !ValidID(j.OpID) {
+		return bad("op_id")
+	}
+	if _, ok := ParseObjectID(j.Target); !ok {
+		return bad("target")
+	}
+	if j.Scope != ScopeTree && j.Scope != ScopePaths {
+		return bad("scope")
+	}
+	if j.Done != "" && !ValidID(j.Done) {
+		return bad("done")
+	}
+	if j.Source != "" && (j.Done == "" && j.Op != "commit" || !validSource(j.Source)) {
+		return bad("source")
+	}
+	switch {
+	case j.Rollback:
+		if j.Record != nil || j.Source != "" || j.Done != "" || len(j.Targets) > 0 {
+			return bad("rollback")
+		}
+	case j.Op == "discard":
+		if j.Record != nil || j.Done == "" {
+			return bad("discard")
+		}
+	default:
+		if j.Record == nil {
+			return bad("record")
+		}
+		if err := j.Record.validate(); err != nil {
+			return bad("record: " + err.Error())
+		}
+	}
+	for i := range j.Targets {
+		if err := j.Targets[i].validate(); err != nil {
+			return bad("target state: " + err.Error())
+		}
+	}
+	return nil
+}
+
+// validSource: a commit's source is a run's upper layer, runs/<id>/upper.
+func validSource(s string) bool {
+	parts := strings.Split(s, "/")
+	return len(parts) == 3 && parts[0] == "runs" && ValidID(parts[1]) && parts[2] == "upper"
+}
 
 // HasJournal reports whether an interrupted operation awaits recovery.
 func (r *Repo) HasJournal() bool {
@@ -207,8 +295,10 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	// Every content the apply will write must be in the store. Only those
-	// are checked: an undo of 10 files must not stat 100,000 objects.
+	// Every content the apply will write must be in the store, whole (a
+	// stat: the bytes are checked against the hash as they are written).
+	// Only those are checked: an undo of 10 files must not stat 100,000
+	// objects.
 	var missing []string
 	for i := range target {
 		t := &target[i]
@@ -218,8 +308,18 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
 			continue
 		}
-		if !r.HasObject(t.Object) && !staged[t.Object] && len(missing) < 5 {
-			missing = append(missing, t.Path)
+		if staged[t.Object] {
+			continue
+		}
+		switch size, err := r.objectSize(t.Object); {
+		case errors.Is(err, fs.ErrNotExist):
+			if len(missing) < 5 {
+				missing = append(missing, t.Path)
+			}
+		case err != nil:
+			return fmt.Errorf("%s: %w", op, err)
+		case size != t.Size:
+			return fmt.Errorf("%s: %w (nothing was changed)", op, &DamagedError{Path: t.Path, Object: t.Object})
 		}
 	}
 	if len(missing) > 0 {
@@ -232,15 +332,18 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		return err
 	}
 	j.Target = tid
-	b, err := json.Marshal(j)
-	if err != nil {
+	if j.Staged {
+		// The staged links must be durable before the journal names them.
+		if err := fsutil.SyncDir(r.stagingDir(j.OpID)); err != nil {
+			return err
+		}
+		if err := fsutil.SyncDir(r.path("tmp")); err != nil {
+			return err
+		}
+	}
+	if err := r.writeJournal(j); err != nil {
 		return err
 	}
-	crashPoint("before-journal")
-	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
-		return err
-	}
-	crashPoint("journal-written")
 	return r.finish(j, target, cur)
 }
 
@@ -359,6 +462,16 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		}
 	}
 	if err := a.run(cur); err != nil {
+		var de *DamagedError
+		if errors.As(err, &de) && j.Record != nil && j.Source == "" {
+			// Half-way, a content to write turned out damaged: put back
+			// what the operation replaced (saved before it started), so
+			// that it ends as if it never ran.
+			if rerr := r.rollBack(j, err); rerr != nil {
+				return fmt.Errorf("%s: %w; putting the tree back failed too: %w", j.Op, err, rerr)
+			}
+			return fmt.Errorf("%s: %w (nothing was changed)", j.Op, err)
+		}
 		return fmt.Errorf("%s: %w", j.Op, err)
 	}
 	if err := r.saveCache(cache); err != nil {
@@ -395,6 +508,25 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		return fmt.Errorf("%s: drop journal: %w", j.Op, err)
 	}
 	return fsutil.SyncDir(r.Dir)
+}
+
+// rollBack turns j into a journal that brings the tree back to j's record
+// (what j replaced, all of it saved before j started) and finishes that.
+// The record is not written, nor are j's targets touched (they are
+// restored only after the tree): the operation ends as if never run.
+func (r *Repo) rollBack(j *journal, why error) error {
+	rb := &journal{Op: j.Op, OpID: j.OpID, Target: j.Record.Manifest, Scope: j.Scope, Staged: j.Staged, Rollback: true, Failed: why.Error()}
+	target, err := r.LoadManifest(rb.Target)
+	if err != nil {
+		return err
+	}
+	if err := r.writeJournal(rb); err != nil {
+		return err
+	}
+	if err := r.finish(rb, target, nil); err != nil {
+		return err
+	}
+	return r.releasePayloads(j.OpID)
 }
 
 // current reads the tree's present state of what target governs.
@@ -446,21 +578,85 @@ func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, erro
 	return scan()
 }
 
+// readJournal reads and validates the journal; (nil, nil) when there is
+// none.
+func (r *Repo) readJournal() (*journal, error) {
+	b, err := readBounded(r.journalPath(), maxJournal)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("%w: journal %s: %v", ErrCorrupt, r.journalPath(), err)
+	}
+	if err := j.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", r.journalPath(), err)
+	}
+	return &j, nil
+}
+
+// readBounded reads a small file of the store: a regular file (never a
+// FIFO or a device, never through a symlink) of at most max bytes.
+func readBounded(path string, max int64) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close() // read-only
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, path)
+	}
+	if st.Size() > max {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrCorrupt, path, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrCorrupt, path, max)
+	}
+	return b, nil
+}
+
+// JournalOp names the operation an interrupted journal would finish
+// ("" when there is none): read-only verbs say so instead of recovering.
+func (r *Repo) JournalOp() string {
+	j, err := r.readJournal()
+	switch {
+	case err != nil:
+		return "operation (its journal is unreadable)"
+	case j == nil:
+		return ""
+	case j.Rollback:
+		return j.Op + " (being rolled back)"
+	}
+	return j.Op
+}
+
 // Recover finishes an interrupted operation, if there is one, and clears
-// leftovers. It reports whether there was anything to do.
+// leftovers. It reports whether there was anything to do. The journal is
+// validated first, like everything read from the store: a journal that
+// would lead outside the store or the tree is refused, not followed.
 func (r *Repo) Recover() (bool, error) {
+	j, jerr := r.readJournal()
 	keep := ""
-	if b, err := os.ReadFile(r.journalPath()); err == nil {
-		var j journal
-		if json.Unmarshal(b, &j) == nil && j.Staged {
-			keep = filepath.Base(r.stagingDir(j.OpID)) // what the interrupted operation saves
-		}
+	if jerr == nil && j != nil && j.Staged {
+		keep = filepath.Base(r.stagingDir(j.OpID)) // what the interrupted operation saves
 	}
 	tmp := r.path("tmp")
 	if ents, err := os.ReadDir(tmp); err == nil {
 		for _, e := range ents {
 			if e.Name() != keep {
-				fsutil.RemoveAll(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+				removeTrash(filepath.Join(tmp, e.Name())) // temp objects of a dead process
 			}
 		}
 	}
@@ -468,19 +664,14 @@ func (r *Repo) Recover() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("recover: %w", err)
 	}
-	b, err := os.ReadFile(r.journalPath())
-	if errors.Is(err, fs.ErrNotExist) {
+	if jerr != nil {
+		return false, fmt.Errorf("recover: %w", jerr)
+	}
+	if j == nil {
 		if dead > 0 {
 			return true, r.SweepPayloads()
 		}
 		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("recover: %w", err)
-	}
-	var j journal
-	if err := json.Unmarshal(b, &j); err != nil || j.Record == nil && j.Op != "discard" || j.Record != nil && j.Record.validate() != nil {
-		return false, fmt.Errorf("recover: %w: journal %s", ErrCorrupt, r.journalPath())
 	}
 	target, err := r.LoadManifest(j.Target)
 	if err != nil {
@@ -491,8 +682,12 @@ func (r *Repo) Recover() (bool, error) {
 	if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("recover: %w", err)
 	}
-	if err := r.finish(&j, target, nil); err != nil {
+	if err := r.finish(j, target, nil); err != nil {
 		return false, fmt.Errorf("recover: %w", err)
+	}
+	r.RecoverNote = "finished an interrupted " + j.Op
+	if j.Rollback {
+		r.RecoverNote = fmt.Sprintf("rolled back an interrupted %s: %s", j.Op, j.Failed)
 	}
 	return true, r.SweepPayloads()
 }

@@ -30,6 +30,19 @@ var (
 	ErrMissingObject = errors.New("object missing from the store")
 )
 
+// DamagedError: a stored content does not match its hash (or its size),
+// found while it was being written back to Path. It is an [ErrCorrupt].
+type DamagedError struct {
+	Path   string
+	Object ObjectID
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("the stored content of %q (object %s) is damaged: it does not match its hash; `snapback check` lists what is damaged", e.Path, e.Object)
+}
+
+func (e *DamagedError) Unwrap() error { return ErrCorrupt }
+
 // Store is a project's .snapback directory: content-addressed objects,
 // snapshot records, the stat cache, the journal and the lock.
 //
@@ -103,6 +116,19 @@ func (s *Store) objectPath(id ObjectID) string {
 func (s *Store) HasObject(id ObjectID) bool {
 	_, err := os.Lstat(s.objectPath(id))
 	return err == nil
+}
+
+// objectSize returns the size of a stored object (fs.ErrNotExist when it is
+// missing).
+func (s *Store) objectSize(id ObjectID) (int64, error) {
+	st, err := os.Lstat(s.objectPath(id))
+	if err != nil {
+		return 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%w: object %s is not a regular file", ErrCorrupt, id)
+	}
+	return st.Size(), nil
 }
 
 // OpenObject opens a stored object for reading.

@@ -28,6 +28,22 @@ type TargetState struct {
 	Millis  int64  `json:"millis"` // how long the snapshot took
 }
 
+// validate checks a target state read from the store: its payload must be
+// a payload directory of the store, targets/<owner id>/<n>.
+func (s *TargetState) validate() error {
+	parts := strings.Split(s.Payload, "/")
+	if len(parts) != 3 || parts[0] != "targets" || !ValidID(parts[1]) {
+		return fmt.Errorf("payload %q", s.Payload)
+	}
+	if n, err := strconv.Atoi(parts[2]); err != nil || n < 0 || strconv.Itoa(n) != parts[2] {
+		return fmt.Errorf("payload %q", s.Payload)
+	}
+	if s.Bytes < 0 {
+		return fmt.Errorf("payload %q: negative size", s.Payload)
+	}
+	return nil
+}
+
 // TargetName is how errors and listings name a target.
 func TargetName(t config.Target) string {
 	switch {

@@ -98,7 +98,11 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		repo.Close()
 		return nil, nil, err
 	}
-	if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
+	if op := repo.JournalOp(); op != "" && readOnlyVerbs[what] {
+		// Looking never changes the tree: an interrupted operation is
+		// finished by a verb that changes things, or `snapback recover`.
+		fmt.Fprintf(g.stderr, "snapback: warning: an interrupted %s is not finished yet (`snapback recover` finishes it); showing the tree as it is\n", op)
+	} else if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
 		// Looking must stay possible while a server is down; changing
 		// anything waits until the interrupted operation is finished.
 		fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(err.Error()))
@@ -106,7 +110,11 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		repo.Close()
 		return nil, nil, err
 	} else if did {
-		fmt.Fprintln(g.stderr, "snapback: finished an interrupted operation (recover)")
+		note := repo.RecoverNote
+		if note == "" {
+			note = "finished an interrupted operation"
+		}
+		fmt.Fprintf(g.stderr, "snapback: %s (recover)\n", oneLine(note))
 	}
 	return repo, cfg, nil
 }
