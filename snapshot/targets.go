@@ -213,6 +213,7 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 		}
 		crashPoint("target-restore")
 		done := r.working("restoring target " + s.Name + " (" + t.Backend + ")")
+		fsutil.Mutating() // a target's restore is one kill point of the crash tests (its backend makes it atomic)
 		err = b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data"))
 		done()
 		if err != nil {

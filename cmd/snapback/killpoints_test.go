@@ -1,0 +1,351 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/sys/unix"
+)
+
+// The kill-at-every-system-call test, in the style of ALICE and
+// CrashMonkey: each operation that changes the tree is run once for every
+// state-changing system call it makes, and SIGKILLed just before the 1st,
+// the 2nd, … the N-th of them (SNAPBACK_KILL_AT, counted by
+// fsutil.Mutating around every create, write, fsync, rename, link,
+// symlink, unlink, mkdir, rmdir, chmod, chown, utimes and setxattr), until
+// a run completes untouched. After every kill, `snapback recover` must
+// exit 0; the tree (contents, types, modes, owners, times, link targets,
+// xattrs, hard links) and the SQLite target must be exactly the state
+// before the operation or exactly the state after it; and the store must
+// still work: from "before" the operation itself completes to "after",
+// and from "after" its inverse brings "before" back.
+
+// killScenario is one operation under the kill test.
+type killScenario struct {
+	name string
+	// prepare builds, in root, a project whose next step is op.
+	prepare func(t *testing.T, bin, root string)
+	op      []string
+	// inverse takes the state after op back to the state before it (for
+	// gc, which changes no state: a verb whose result gc must not change).
+	inverse []string
+	// sqlite: the project has a SQLite target, app.db, whose rows are
+	// part of the state.
+	sqlite bool
+}
+
+// killTree is the project the scenarios change: the tricky cases (odd
+// names, symlinks in and out, a fifo, hard links, odd modes, xattrs, a
+// sparse file) and 6 directories of 20 files.
+func killTree(t *testing.T, root string) {
+	treetest.Tricky(t, root, 1<<20)
+	for d := 0; d < 6; d++ {
+		for f := 0; f < 20; f++ {
+			treetest.Write(t, root, fmt.Sprintf("tree/d%d/f%02d.txt", d, f), fmt.Sprintf("%d/%d %s\n", d, f, strings.Repeat("x", 100+f*40)), 0o644)
+		}
+	}
+}
+
+// killChange changes about 100 paths of every kind: contents, deletions,
+// creations (files, directories, symlinks, a fifo, a hard link), modes,
+// renames, a symlink retargeted, a directory replaced by a file and a file
+// by a directory, an xattr. (Every kill point of an operation is run, so
+// its size is what the test's time is made of.)
+const killChange = `set -e
+for d in 0 1 2 3 4 5; do
+  for f in 00 01 02 03 04 05 06 07 08; do
+    case $f in
+      0[0-2]) echo "changed $d $f" > tree/d$d/f$f.txt ;;
+      0[3-4]) rm tree/d$d/f$f.txt ;;
+      0[5-6]) chmod 600 tree/d$d/f$f.txt ;;
+      0[7-8]) mv tree/d$d/f$f.txt tree/d$d/moved$f.txt ;;
+    esac
+  done
+  mkdir -p tree/new$d/sub
+  echo "new $d" > tree/new$d/sub/n.txt
+  ln -s ../f00.txt tree/new$d/link
+done
+ln -sfn plain.txt dangling
+rm -rf deep
+rm plain.txt && mkdir plain.txt && echo inside > plain.txt/f
+rm -rf empty && echo now-a-file > empty
+mkfifo tree/newfifo
+ln exec.sh tree/exec-link
+chmod 700 tree/d0
+setfattr -n user.changed -v yes tree/d1/f15.txt
+`
+
+// sqliteTarget adds a SQLite target inside the tree to root.
+func sqliteTarget(t *testing.T, root string) {
+	treetest.Write(t, root, "snapback.toml", "[[target]]\nname = \"app\"\nbackend = \"sqlite\"\npath = \"app.db\"\n", 0o644)
+	sqliteExec(t, root, `CREATE TABLE t(v TEXT); INSERT INTO t VALUES ('one')`)
+}
+
+func sqliteExec(t *testing.T, root, q string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(root, "app.db"))
+	treetest.Must(t, err)
+	defer db.Close()
+	_, err = db.Exec(q)
+	treetest.Must(t, err)
+}
+
+// killState is what must be before or after: the tree, and the target.
+func killState(t *testing.T, root string, withDB bool) treetest.State {
+	t.Helper()
+	st := treetest.Capture(t, root, snapshot.StoreDir, "app.db", "app.db-wal", "app.db-shm", "app.db-journal")
+	if withDB {
+		db, err := sql.Open("sqlite", filepath.Join(root, "app.db"))
+		treetest.Must(t, err)
+		defer db.Close()
+		var v sql.NullString
+		treetest.Must(t, db.QueryRow(`SELECT group_concat(v) FROM (SELECT v FROM t ORDER BY v)`).Scan(&v))
+		st["<sqlite app.db>"] = v.String
+	}
+	return st
+}
+
+func runSh(t *testing.T, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sh: %v\n%s", err, out)
+	}
+}
+
+func killScenarios(t *testing.T, bin string) []killScenario {
+	modes := map[string]bool{}
+	for _, m := range posixModes(t, bin) {
+		modes[m] = true
+	}
+	// An undo of a snapshot: the change above is reverted.
+	undoPrep := func(t *testing.T, bin, root string) {
+		killTree(t, root)
+		sqliteTarget(t, root)
+		sbT(t, bin, root, "snap", "-m", "base")
+		runSh(t, root, killChange)
+		sqliteExec(t, root, `INSERT INTO t VALUES ('two')`)
+	}
+	pending := func(mode string) func(t *testing.T, bin, root string) {
+		return func(t *testing.T, bin, root string) {
+			killTree(t, root)
+			sbT(t, bin, root, "snap", "-m", "base")
+			sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c", killChange)
+		}
+	}
+	out := []killScenario{
+		{name: "undo", prepare: undoPrep, op: []string{"undo"}, inverse: []string{"redo"}, sqlite: true},
+		{name: "redo", prepare: func(t *testing.T, bin, root string) {
+			undoPrep(t, bin, root)
+			sbT(t, bin, root, "undo")
+		}, op: []string{"redo"}, inverse: []string{"undo"}, sqlite: true},
+		{name: "restore", prepare: func(t *testing.T, bin, root string) {
+			killTree(t, root)
+			sbT(t, bin, root, "snap", "-m", "base")
+			runSh(t, root, killChange)
+			sbT(t, bin, root, "snap", "-m", "changed")
+			runSh(t, root, "echo later > later.txt; rm -rf tree/d7")
+		}, op: []string{"restore", "@base"}, inverse: []string{"undo"}},
+		{name: "gc", prepare: func(t *testing.T, bin, root string) {
+			undoPrep(t, bin, root)
+			sbT(t, bin, root, "snap", "-m", "changed")
+			runSh(t, root, "echo more > more.txt")
+			sbT(t, bin, root, "snap", "-m", "more")
+		}, op: []string{"gc", "--keep", "1"}, inverse: []string{"undo"}, sqlite: true},
+		{name: "run-copy", prepare: func(t *testing.T, bin, root string) {
+			killTree(t, root)
+			sbT(t, bin, root, "snap", "-m", "base")
+		}, op: []string{"run", "--mode", "copy", "--then", "commit", "--", "sh", "-c", killChange}, inverse: []string{"undo"}},
+	}
+	for _, mode := range []string{"overlayfs", "fuse"} {
+		if !modes[mode] {
+			continue
+		}
+		out = append(out,
+			killScenario{name: "commit-" + mode, prepare: pending(mode), op: []string{"commit", "--force"}, inverse: []string{"undo"}},
+			killScenario{name: "discard-" + mode, prepare: func(t *testing.T, bin, root string) {
+				killTree(t, root)
+				sqliteTarget(t, root)
+				sbT(t, bin, root, "snap", "-m", "base")
+				sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c", killChange+"\nsqlite3 app.db \"INSERT INTO t VALUES ('two')\"")
+			}, op: []string{"discard"}, sqlite: true},
+		)
+	}
+	return out
+}
+
+// TestKillAtEverySyscall runs every scenario's kill points; the number
+// covered per operation is logged.
+func TestKillAtEverySyscall(t *testing.T) {
+	if os.Geteuid() != 0 {
+		treetest.Require(t, "root", false, "the kill test's fixtures (hard links across owners, trusted xattrs of overlay layers) need root")
+		t.Skip("SNAPBACK_REQUIRE does not name root")
+	}
+	for _, tool := range []string{"setfattr", "sqlite3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (scripts/test.sh installs it)", tool)
+		}
+	}
+	bin := snapbackBinary(t)
+	for _, sc := range killScenarios(t, bin) {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			killScenarioTest(t, bin, sc)
+		})
+	}
+}
+
+// snapIDs maps each snapshot message in `snapback list` to its id, so a
+// scenario can name a snapshot as @message.
+func snapIDs(t *testing.T, bin, root string) map[string]string {
+	ids := map[string]string{}
+	re := regexp.MustCompile(`(?m)^(\S+) .*? (\S+)$`)
+	for _, m := range re.FindAllStringSubmatch(sb(t, bin, root, "list"), -1) {
+		ids["@"+m[2]] = m[1]
+	}
+	return ids
+}
+
+// shmDir is a tmpfs directory for scratch trees, or "" (the default temp
+// directory) where there is none.
+func shmDir() string {
+	var st unix.Statfs_t
+	if unix.Statfs("/dev/shm", &st) == nil && st.Type == unix.TMPFS_MAGIC {
+		return "/dev/shm"
+	}
+	return ""
+}
+
+// sbT runs snapback like sb, but a call that hangs is ended (SIGQUIT, so
+// it prints where it was) and fails the test.
+func sbT(t *testing.T, bin, root string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-C", root}, args...)...)
+	cmd.Dir = root // a run's command runs where snapback is started
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("snapback %v: %v\n%s", args, err, out.String())
+	}
+	return out.String()
+}
+
+func killScenarioTest(t *testing.T, bin string, sc killScenario) {
+	// On tmpfs where there is one: a process kill tests the same states
+	// on any filesystem, and each of the thousands of runs copies the
+	// project afresh, which a disk shared with other work makes slow.
+	base, err := os.MkdirTemp(shmDir(), "snapback-kill-")
+	treetest.Must(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	tpl := filepath.Join(base, "tpl")
+	treetest.Must(t, os.Mkdir(tpl, 0o755))
+	sc.prepare(t, bin, tpl)
+	ids := snapIDs(t, bin, tpl)
+	op := append([]string(nil), sc.op...)
+	for i, a := range op {
+		if id, ok := ids[a]; ok {
+			op[i] = id
+		}
+	}
+	before := killState(t, tpl, sc.sqlite)
+	// Where the kill test works on a copy: the project and its store.
+	fresh := func(name string) string {
+		dir := filepath.Join(base, name)
+		treetest.Must(t, os.RemoveAll(dir))
+		if out, err := exec.Command("cp", "-a", tpl, dir).CombinedOutput(); err != nil {
+			t.Fatalf("cp -a: %v\n%s", err, out)
+		}
+		return dir
+	}
+	// The uninterrupted operation gives the state after it.
+	ref := fresh("ref")
+	sbT(t, bin, ref, op...)
+	after := killState(t, ref, sc.sqlite)
+	if same(before, after) && sc.name != "gc" && !strings.HasPrefix(sc.name, "discard") {
+		t.Fatalf("the operation changed nothing: the scenario tests nothing")
+	}
+	var afterInverse treetest.State
+	if sc.inverse != nil {
+		sbT(t, bin, ref, sc.inverse...)
+		afterInverse = killState(t, ref, sc.sqlite)
+		if sc.name != "gc" {
+			treetest.Equal(t, "the inverse of the uninterrupted operation", before, afterInverse)
+		}
+	}
+	killed, sawBefore, sawAfter := 0, 0, 0
+	for k := 1; ; k++ {
+		root := fresh("k")
+		cmd := exec.Command(bin, append([]string{"-C", root}, op...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
+			// Past the last state-changing call: the operation completed.
+			if err != nil {
+				t.Fatalf("kill point %d: the operation failed without being killed: %v\n%s", k, err, out.String())
+			}
+			treetest.Equal(t, "the operation run to the end", after, killState(t, root, sc.sqlite))
+			break
+		}
+		killed++
+		if testing.Verbose() && k%50 == 0 {
+			t.Logf("%s: kill point %d", sc.name, k)
+		}
+		rec := exec.Command(bin, "-C", root, "recover")
+		if b, err := rec.CombinedOutput(); err != nil {
+			t.Fatalf("kill point %d: recover: %v\n%s", k, err, b)
+		}
+		got := killState(t, root, sc.sqlite)
+		if k%10 == 0 {
+			// Reading verbs work (every 10th point: each costs a process).
+			for _, verb := range [][]string{{"status"}, {"list"}} {
+				sbT(t, bin, root, verb...)
+			}
+		}
+		switch {
+		case same(got, before) && !same(before, after):
+			sawBefore++
+			// The operation did not happen: it can be done now.
+			sbT(t, bin, root, op...)
+			treetest.Equal(t, fmt.Sprintf("kill point %d: the operation done again after recover", k), after, killState(t, root, sc.sqlite))
+		case same(got, after):
+			sawAfter++
+			if sc.inverse != nil {
+				sbT(t, bin, root, sc.inverse...)
+				treetest.Equal(t, fmt.Sprintf("kill point %d: %v after recover", k, sc.inverse), afterInverse, killState(t, root, sc.sqlite))
+			}
+		default:
+			treetest.Equal(t, fmt.Sprintf("kill point %d: after recover the state is neither before nor after", k), after, got)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%s: %d kill points, each recovered (%d to the state before, %d after)", sc.name, killed, sawBefore, sawAfter)
+	if killed == 0 {
+		t.Fatal("the operation made no state-changing call: the seam is not armed")
+	}
+}
