@@ -39,8 +39,17 @@ type Store struct {
 	Root string // the project root, absolute
 	Dir  string // Root/.snapback
 
+	// Warn, when set, hears what the user should know though nothing
+	// failed (a damaged stat cache discarded, damaged records skipped);
+	// each message once. The library never prints.
+	Warn func(msg string)
+	// SkipDamaged lets verbs that only look skip damaged snapshot records
+	// (with a warning); otherwise listing them is an error.
+	SkipDamaged bool
+
 	lock *os.File
 
+	warned  sync.Map // messages already given to Warn
 	mu      sync.Mutex
 	pending []string    // objects written since the last Flush
 	noClone atomic.Bool // the store's filesystem refused a clone: copy
@@ -88,6 +97,13 @@ func Open(root string, create bool) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// warn passes msg to Warn once.
+func (s *Store) warn(msg string) {
+	if _, dup := s.warned.LoadOrStore(msg, true); !dup && s.Warn != nil {
+		s.Warn(msg)
+	}
 }
 
 func (s *Store) path(parts ...string) string {

@@ -94,6 +94,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	}
 	repo.Targets = cfg.Targets
 	repo.Working = g.working
+	repo.Warn = g.warn
 	if err := repo.Lock(lockWait(), what); err != nil {
 		repo.Close()
 		return nil, nil, err
@@ -101,7 +102,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
 		// Looking must stay possible while a server is down; changing
 		// anything waits until the interrupted operation is finished.
-		fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(err.Error()))
+		g.warn(err.Error())
 	} else if err != nil {
 		repo.Close()
 		return nil, nil, err
@@ -173,6 +174,12 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// warn prints a warning: something the user should know though the verb
+// goes on.
+func (g *globals) warn(msg string) {
+	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
 }
 
 // working shows, on a terminal, what a step that has taken over a second
