@@ -135,5 +135,14 @@ func (m *Meta) validate() error {
 	if m.CreatedAt.IsZero() {
 		return fmt.Errorf("no created_at")
 	}
+	for _, t := range m.Targets {
+		// Restores read and write below the payload: it must be one of
+		// the store's own, never a path out of it.
+		if !payloadPath.MatchString(t.Payload) {
+			return fmt.Errorf("bad target payload %q", t.Payload)
+		}
+	}
 	return nil
 }
+
+var payloadPath = regexp.MustCompile(`^targets/[0-9]{8}-[0-9]{6}-[0-9a-f]{6}/[0-9]+$`)

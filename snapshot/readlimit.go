@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -25,12 +26,17 @@ var errNotRegular = errors.New("not a regular file")
 
 // readLimited reads a regular file of at most max bytes. It refuses
 // anything else without reading it: a symlink is not followed, and a FIFO
-// is opened without blocking. (fsutil is getting an equivalent,
+// is opened without blocking. Errors do not repeat the path: callers name
+// the file in their own terms. (fsutil is getting an equivalent,
 // ReadFileLimit, on another branch.)
 func readLimited(path string, max int64) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("%s: %w (a symlink)", path, errNotRegular)
+		return nil, fmt.Errorf("%w (a symlink)", errNotRegular)
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return nil, pe.Err // (still matches fs.ErrNotExist)
 	}
 	if err != nil {
 		return nil, err
@@ -41,17 +47,17 @@ func readLimited(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w (%s)", path, errNotRegular, st.Mode().Type())
+		return nil, fmt.Errorf("%w (%s)", errNotRegular, st.Mode().Type())
 	}
 	if st.Size() > max {
-		return nil, fmt.Errorf("%s: %w: %d bytes, over the limit of %d", path, errTooLarge, st.Size(), max)
+		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d", errTooLarge, st.Size(), max)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	if int64(len(b)) > max { // it grew while we read
-		return nil, fmt.Errorf("%s: %w: over the limit of %d bytes", path, errTooLarge, max)
+		return nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
 	}
 	return b, nil
 }

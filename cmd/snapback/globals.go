@@ -72,6 +72,13 @@ func (g *globals) rootDir() (string, error) {
 // to restore.
 var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true}
 
+// skipDamagedVerbs go on, with a warning, past snapshot records that
+// cannot be read: verbs that only look (archive create writes outside
+// the store), check, which reports them, and recover, which moves them
+// aside. The others refuse, naming the record and the remedy: undo or
+// gc must not act on a history with a hole in it.
+var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "recover": true, "archive create": true}
+
 // open loads the config and the store, takes the lock and finishes any
 // interrupted operation. The caller must Close the repo.
 func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config, error) {
@@ -95,6 +102,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	repo.Targets = cfg.Targets
 	repo.Working = g.working
 	repo.Warn = g.warn
+	repo.SkipDamaged = skipDamagedVerbs[what]
 	if err := repo.Lock(lockWait(), what); err != nil {
 		repo.Close()
 		return nil, nil, err
