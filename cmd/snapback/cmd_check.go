@@ -34,7 +34,11 @@ type checkJSON struct {
 }
 
 func runCheck(g *globals, o checkOptions) error {
-	repo, _, err := g.open(false, "check")
+	what := "check"
+	if o.repair {
+		what = "check --repair"
+	}
+	repo, _, err := g.open(false, what)
 	if err != nil {
 		return err
 	}

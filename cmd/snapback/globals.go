@@ -70,14 +70,14 @@ func (g *globals) rootDir() (string, error) {
 
 // readOnlyVerbs may run while an interrupted operation still has targets
 // to restore.
-var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true}
+var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true}
 
 // skipDamagedVerbs go on, with a warning, past snapshot records that
 // cannot be read: verbs that only look (archive create writes outside
 // the store), check, which reports them, and recover, which moves them
 // aside. The others refuse, naming the record and the remedy: undo or
 // gc must not act on a history with a hole in it.
-var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "recover": true, "archive create": true}
+var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "check --repair": true, "recover": true, "archive create": true}
 
 // open loads the config and the store, takes the lock and finishes any
 // interrupted operation. The caller must Close the repo.
