@@ -54,13 +54,18 @@ func appendString(b []byte, s string) []byte {
 }
 
 type decoder struct {
-	b   []byte
-	err error
+	b    []byte
+	err  error
+	what string // what is decoded, for errors ("" for a manifest)
 }
 
 func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: manifest: bad %s", ErrCorrupt, what)
+		of := d.what
+		if of == "" {
+			of = "manifest"
+		}
+		d.err = fmt.Errorf("%w: %s: bad %s", ErrCorrupt, of, what)
 	}
 }
 

@@ -270,6 +270,23 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			mf.Objects(func(o ObjectID) { live[o] = true })
 		}
 	}
+	// What damaged records may name stays until the user deletes them
+	// from damaged/: only they can judge what those records were worth.
+	salvaged, _, err := r.salvage()
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	for id := range salvaged {
+		if !r.HasObject(id) {
+			continue
+		}
+		live[id] = true
+		if r.isManifest(id) {
+			if mf, err := r.LoadManifest(id.String()); err == nil {
+				mf.Objects(func(o ObjectID) { live[o] = true })
+			}
+		}
+	}
 	var keptMetas []*Meta
 	for _, m := range h.All {
 		if kept[m.ID] {

@@ -1,7 +1,12 @@
 package snapshot
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 
@@ -14,7 +19,13 @@ import (
 // not read again. As in git, an entry is trusted only if the file's
 // ctime was safely older than the moment it was hashed; otherwise a write
 // in the same clock tick as the hash could go unnoticed.
-const indexMagic = "snapback-index-2\n"
+//
+// The file ends with the SHA-256 of everything before it. A cache that is
+// damaged (a flipped bit, a truncation, an entry pointing at another
+// object) is never believed: it is discarded with a warning and the tree
+// is read again. The checksum guards against damage, not against someone
+// who can write the store: they can change the objects themselves.
+const indexMagic = "snapback-index-3\n"
 
 type statKey struct {
 	Size, Mtime, Ctime int64
@@ -104,12 +115,44 @@ func (c *statCache) entries() map[string]cacheEntry {
 }
 
 func (s *Store) readCache() map[string]cacheEntry {
-	m := map[string]cacheEntry{}
-	b, err := os.ReadFile(s.path("index"))
-	if err != nil || len(b) < len(indexMagic) || string(b[:len(indexMagic)]) != indexMagic {
-		return m // no cache or an old one: it is only an optimization
+	m, err := s.decodeCache()
+	if err != nil {
+		// Only an optimization: drop it, so that the next save writes a
+		// good one and no other load believes it meanwhile.
+		if rerr := os.Remove(s.path("index")); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("%w (and removing it: %v)", err, rerr)
+		}
+		if s.Warn != nil { // not once only: each load that finds it damaged has removed it
+			s.Warn(fmt.Sprintf("stat cache %s is damaged (%v): discarded, every file is read again", s.path("index"), err))
+		}
+		return map[string]cacheEntry{}
 	}
-	d := &decoder{b: b[len(indexMagic):]}
+	return m
+}
+
+// decodeCache reads and checks the stat cache. No file, or one an older
+// version wrote, is an empty cache; anything else that does not check out
+// is an error.
+func (s *Store) decodeCache() (map[string]cacheEntry, error) {
+	m := map[string]cacheEntry{}
+	b, err := readLimited(s.path("index"), maxIndexSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if bytes.HasPrefix(b, []byte("snapback-index-1\n")) || bytes.HasPrefix(b, []byte("snapback-index-2\n")) {
+		return m, nil // no checksum to trust, but no sign of damage either
+	}
+	if len(b) < len(indexMagic)+sha256.Size || string(b[:len(indexMagic)]) != indexMagic {
+		return nil, fmt.Errorf("%w: bad header or truncated", ErrCorrupt)
+	}
+	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
+	if sha256.Sum256(body) != [sha256.Size]byte(sum) {
+		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+	}
+	d := &decoder{b: body[len(indexMagic):], what: "stat cache"}
 	for len(d.b) > 0 && d.err == nil {
 		p := d.str("path")
 		var e cacheEntry
@@ -121,15 +164,23 @@ func (s *Store) readCache() map[string]cacheEntry {
 		e.Mode = d.u32("mode")
 		copy(e.Object[:], d.bytes(32, "object"))
 		e.HashedAt = d.varint("hashed")
-		if x := d.bytes(1, "flags"); d.err == nil {
-			e.NoXattrs = x[0]&1 != 0
-			m[p] = e
+		x := d.bytes(1, "flags")
+		if d.err != nil {
+			break
 		}
+		if !ValidPath(p) {
+			return nil, fmt.Errorf("%w: invalid path %q", ErrCorrupt, p)
+		}
+		if _, dup := m[p]; dup {
+			return nil, fmt.Errorf("%w: %q twice", ErrCorrupt, p)
+		}
+		e.NoXattrs = x[0]&1 != 0
+		m[p] = e
 	}
 	if d.err != nil {
-		return map[string]cacheEntry{}
+		return nil, d.err
 	}
-	return m
+	return m, nil
 }
 
 func (s *Store) saveCache(c *statCache) error {
@@ -156,6 +207,8 @@ func (s *Store) saveCache(c *statCache) error {
 		}
 		b = append(b, flags)
 	}
+	sum := sha256.Sum256(b)
+	b = append(b, sum[:]...)
 	c.changed = false
 	return fsutil.WriteFileAtomic(s.path("index"), b, 0o600)
 }

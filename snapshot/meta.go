@@ -136,9 +136,13 @@ func (m *Meta) validate() error {
 		return fmt.Errorf("no created_at")
 	}
 	for i := range m.Targets {
+		// Restores read and write below the payload: it must be one of
+		// the store's own, never a path out of it.
 		if err := m.Targets[i].validate(); err != nil {
 			return fmt.Errorf("target %d: %w", i, err)
 		}
 	}
 	return nil
 }
+
+var payloadPath = regexp.MustCompile(`^targets/[0-9]{8}-[0-9]{6}-[0-9a-f]{6}/[0-9]+$`)

@@ -127,13 +127,19 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 	}
 	var out []*Pending
 	for _, e := range ents {
-		b, err := os.ReadFile(r.pendingPath(e.Name()))
-		if err != nil {
+		b, err := readLimited(r.pendingPath(e.Name()), maxRunSize)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // a copy-mode run's lock directory, or not ours
 		}
 		var p Pending
-		if err := json.Unmarshal(b, &p); err != nil || p.ID != e.Name() || !ValidID(p.ID) {
-			return nil, fmt.Errorf("%w: run record %s", ErrCorrupt, r.pendingPath(e.Name()))
+		if err == nil {
+			err = json.Unmarshal(b, &p)
+		}
+		if err != nil || p.ID != e.Name() || !ValidID(p.ID) {
+			if err := r.damagedRun(e.Name(), err); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if p.State == "running" && !r.alive(p.ID) {
 			p.State = "pending" // its snapback died; the layer is intact

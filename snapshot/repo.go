@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -581,12 +580,12 @@ func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, erro
 // readJournal reads and validates the journal; (nil, nil) when there is
 // none.
 func (r *Repo) readJournal() (*journal, error) {
-	b, err := readBounded(r.journalPath(), maxJournal)
+	b, err := readLimited(r.journalPath(), maxJournal)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: journal %s: %w", ErrCorrupt, r.journalPath(), err)
 	}
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil {
@@ -596,35 +595,6 @@ func (r *Repo) readJournal() (*journal, error) {
 		return nil, fmt.Errorf("%s: %w", r.journalPath(), err)
 	}
 	return &j, nil
-}
-
-// readBounded reads a small file of the store: a regular file (never a
-// FIFO or a device, never through a symlink) of at most max bytes.
-func readBounded(path string, max int64) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close() // read-only
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrCorrupt, path)
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrCorrupt, path, max)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrCorrupt, path, max)
-	}
-	return b, nil
 }
 
 // JournalOp names the operation an interrupted journal would finish

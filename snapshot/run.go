@@ -167,7 +167,7 @@ func (r *Repo) recordNarrowed(m *Meta, before, after Manifest, changed map[strin
 // finishDeadRuns finishes runs whose snapback process died while their
 // command ran: the changes made up to then become an undoable run.
 func (r *Repo) finishDeadRuns() (int, error) {
-	all, err := r.List()
+	all, _, err := r.records() // a damaged record is none to finish: the verb decides about it
 	if err != nil {
 		return 0, err
 	}

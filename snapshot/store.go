@@ -52,8 +52,17 @@ type Store struct {
 	Root string // the project root, absolute
 	Dir  string // Root/.snapback
 
+	// Warn, when set, hears what the user should know though nothing
+	// failed (a damaged stat cache discarded, damaged records skipped);
+	// each message once. The library never prints.
+	Warn func(msg string)
+	// SkipDamaged lets verbs that only look skip damaged snapshot records
+	// (with a warning); otherwise listing them is an error.
+	SkipDamaged bool
+
 	lock *os.File
 
+	warned  sync.Map // messages already given to Warn
 	mu      sync.Mutex
 	pending []string    // objects written since the last Flush
 	noClone atomic.Bool // the store's filesystem refused a clone: copy
@@ -101,6 +110,13 @@ func Open(root string, create bool) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// warn passes msg to Warn once.
+func (s *Store) warn(msg string) {
+	if _, dup := s.warned.LoadOrStore(msg, true); !dup && s.Warn != nil {
+		s.Warn(msg)
+	}
 }
 
 func (s *Store) path(parts ...string) string {
@@ -394,9 +410,15 @@ func (s *Store) LoadManifest(id string) (Manifest, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: manifest id %q", ErrCorrupt, id)
 	}
-	b, err := s.ReadObject(oid)
+	b, err := readLimited(s.objectPath(oid), maxManifestSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("load manifest: %w: %s", ErrMissingObject, oid)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("load manifest: %w", err)
+		return nil, fmt.Errorf("load manifest %s: %w: %w", oid, ErrCorrupt, err)
+	}
+	if sha256.Sum256(b) != oid {
+		return nil, fmt.Errorf("load manifest: %w: object %s does not match its hash", ErrCorrupt, oid)
 	}
 	return DecodeManifest(b)
 }
@@ -407,7 +429,7 @@ func (s *Store) WriteMeta(m *Meta) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(s.path("snapshots", m.ID+".json"), b, 0o600)
+	return fsutil.WriteFileAtomic(s.recordPath(m.ID), b, 0o600)
 }
 
 // ReadMeta reads the record of one snapshot.
@@ -415,48 +437,86 @@ func (s *Store) ReadMeta(id string) (*Meta, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
-	b, err := os.ReadFile(s.path("snapshots", id+".json"))
+	m, err := s.readRecord(id)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot %s: %w", id, err)
 	}
+	return m, nil
+}
+
+// readRecord reads and checks one record; what is wrong with a damaged
+// one is an ErrCorrupt.
+func (s *Store) readRecord(id string) (*Meta, error) {
+	b, err := readLimited(s.recordPath(id), maxRecordSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	m, err := DecodeMeta(b)
 	if err != nil {
-		return nil, fmt.Errorf("read snapshot %s: %w", id, err)
+		return nil, err
 	}
 	if m.ID != id {
-		return nil, fmt.Errorf("read snapshot %s: %w: it says it is %s", id, ErrCorrupt, m.ID)
+		return nil, fmt.Errorf("%w: it says it is %s", ErrCorrupt, m.ID)
 	}
 	return m, nil
 }
 
+func (s *Store) recordPath(id string) string { return s.path("snapshots", id+".json") }
+
 // deleteMeta removes a snapshot record.
 func (s *Store) deleteMeta(id string) error {
 	fsutil.Mutating()
-	err := os.Remove(s.path("snapshots", id+".json"))
+	err := os.Remove(s.recordPath(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	return err
 }
 
-// List returns every snapshot record, oldest first.
+// List returns every snapshot record, oldest first. A damaged record is
+// an error ([ErrDamaged]) unless SkipDamaged is set; then it is left out,
+// with a warning.
 func (s *Store) List() ([]*Meta, error) {
+	out, damaged, err := s.records()
+	if err != nil {
+		return nil, err
+	}
+	if len(damaged) > 0 {
+		if !s.SkipDamaged {
+			return nil, damagedError(damaged)
+		}
+		s.warn(damagedWarning(damaged))
+	}
+	return out, nil
+}
+
+// records reads every snapshot record, oldest first, and lists apart
+// those that cannot be read.
+func (s *Store) records() ([]*Meta, []DamagedRecord, error) {
 	ents, err := os.ReadDir(s.path("snapshots"))
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
+		return nil, nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	var out []*Meta
+	var damaged []DamagedRecord
 	for _, e := range ents {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok || !ValidID(id) {
 			continue // a temp file of an interrupted write, or not ours
 		}
-		m, err := s.ReadMeta(id)
+		m, err := s.readRecord(id)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile (a gc does so only under the lock)
+		}
 		if err != nil {
-			return nil, err
+			damaged = append(damaged, DamagedRecord{ID: id, Path: s.recordPath(id), Err: err})
+			continue
 		}
 		out = append(out, m)
 	}
@@ -466,7 +526,7 @@ func (s *Store) List() ([]*Meta, error) {
 		}
 		return out[i].ID < out[j].ID
 	})
-	return out, nil
+	return out, damaged, nil
 }
 
 // Resolve finds a snapshot by id or unique id prefix.

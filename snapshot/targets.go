@@ -176,9 +176,9 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 // payloadTarget reads the settings a payload was taken with.
 func (r *Repo) payloadTarget(rel string) (config.Target, error) {
 	var t config.Target
-	b, err := os.ReadFile(r.path(rel, "target.json"))
+	b, err := readLimited(r.path(rel, "target.json"), maxPayloadSize)
 	if err != nil {
-		return t, fmt.Errorf("target payload %s: %w", rel, err)
+		return t, fmt.Errorf("target payload %s: target.json: %w", rel, err)
 	}
 	if err := json.Unmarshal(b, &t); err != nil {
 		return t, fmt.Errorf("target payload %s: %w: %v", rel, ErrCorrupt, err)
@@ -271,7 +271,7 @@ func (r *Repo) SweepPayloads() error {
 	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
 		return nil
 	}
-	all, err := r.List()
+	all, _, err := r.records() // (livePayloads keeps what damaged ones may name)
 	if err != nil {
 		return err
 	}
@@ -303,20 +303,25 @@ func (r *Repo) sweepPayloads(keep map[string]bool) error {
 }
 
 // livePayloads lists the owners of payloads referred to by records in all,
-// pending runs and the journal.
+// damaged records, run directories and the journal.
 func (r *Repo) livePayloads(all []*Meta) (map[string]bool, error) {
-	keep := map[string]bool{}
+	_, keep, err := r.salvage()
+	if err != nil {
+		return nil, err
+	}
 	for _, m := range all {
 		for o := range owners(m.Targets) {
 			keep[o] = true
 		}
 	}
-	runs, err := r.PendingRuns()
-	if err != nil {
+	// Every run directory, its record readable or not: a pending run owns
+	// the payloads named by its id.
+	runs, err := os.ReadDir(r.path("runs"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	for _, p := range runs {
-		keep[p.ID] = true
+	for _, e := range runs {
+		keep[e.Name()] = true
 	}
 	if b, err := os.ReadFile(r.journalPath()); err == nil {
 		var j journal

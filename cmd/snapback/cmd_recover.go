@@ -9,14 +9,21 @@ import (
 func newRecoverCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "recover",
-		Short: "Finish an interrupted undo, redo or restore and clear leftovers",
+		Short: "Finish an interrupted undo, redo or restore, clear leftovers, move damaged records aside",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			repo, _, err := g.open(false, "recover") // open recovers
 			if err != nil {
 				return err
 			}
-			repo.Close()
+			defer repo.Close()
+			moved, err := repo.MoveDamagedAside()
+			for _, m := range moved {
+				fmt.Fprintln(g.stdout, oneLine(m))
+			}
+			if err != nil {
+				return err
+			}
 			fmt.Fprintln(g.stdout, "store is consistent")
 			return nil
 		},

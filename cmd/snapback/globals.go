@@ -68,9 +68,16 @@ func (g *globals) rootDir() (string, error) {
 	}
 }
 
-// readOnlyVerbs may run while an interrupted operation still has targets
-// to restore.
-var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true}
+// readOnlyVerbs never change the tree: they run while an interrupted
+// operation is still unfinished (saying so) instead of finishing it.
+var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true}
+
+// skipDamagedVerbs go on, with a warning, past snapshot records that
+// cannot be read: verbs that only look (archive create writes outside
+// the store), check, which reports them, and recover, which moves them
+// aside. The others refuse, naming the record and the remedy: undo or
+// gc must not act on a history with a hole in it.
+var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "check --repair": true, "recover": true, "archive create": true}
 
 // open loads the config and the store, takes the lock and finishes any
 // interrupted operation. The caller must Close the repo.
@@ -94,6 +101,8 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	}
 	repo.Targets = cfg.Targets
 	repo.Working = g.working
+	repo.Warn = g.warn
+	repo.SkipDamaged = skipDamagedVerbs[what]
 	if err := repo.Lock(lockWait(), what); err != nil {
 		repo.Close()
 		return nil, nil, err
@@ -105,7 +114,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	} else if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
 		// Looking must stay possible while a server is down; changing
 		// anything waits until the interrupted operation is finished.
-		fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(err.Error()))
+		g.warn(err.Error())
 	} else if err != nil {
 		repo.Close()
 		return nil, nil, err
@@ -181,6 +190,12 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// warn prints a warning: something the user should know though the verb
+// goes on.
+func (g *globals) warn(msg string) {
+	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
 }
 
 // working shows, on a terminal, what a step that has taken over a second

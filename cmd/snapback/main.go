@@ -123,6 +123,8 @@ func classify(err error) (int, string) {
 		return 2, "no_store"
 	case errors.Is(err, snapshot.ErrLocked):
 		return 2, "locked"
+	case errors.Is(err, snapshot.ErrDamaged):
+		return 2, "damaged"
 	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
 		return 2, "corrupt"
 	case errors.Is(err, backends.ErrTarget):
@@ -153,7 +155,7 @@ func newRootCmd(g *globals) *cobra.Command {
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
-		newBackendsCmd(g), newArchiveCmd(g),
+		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g),
 	)
 	return root
 }

@@ -1,0 +1,519 @@
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// Kinds of damage [Repo.Check] reports.
+const (
+	DamageObject   = "object"   // a content: missing, or not what its name says
+	DamageManifest = "manifest" // a snapshot's manifest: missing, not its hash, or not decodable
+	DamageRecord   = "record"   // a snapshot record (snapshots/<id>.json) that cannot be read
+	DamageRun      = "run"      // a pending run's record (runs/<id>/run.json) that cannot be read
+	DamagePayload  = "payload"  // a target payload a record or run names: missing or unreadable
+	DamageIndex    = "index"    // the stat cache (a cache: rebuilt by the next snap)
+	DamageFile     = "file"     // something in objects/ that is no object
+)
+
+// Damage is one damaged thing in the store.
+type Damage struct {
+	Kind    string `json:"kind"`
+	ID      string `json:"id"` // object or manifest id, record or run id, payload or file path
+	Problem string `json:"problem"`
+	// Snapshots are the records it touches: those whose manifests name a
+	// damaged object, those a damaged manifest belongs to, a damaged
+	// record itself.
+	Snapshots []string `json:"snapshots"`
+	// Repair says what --repair did about it ("" when not asked).
+	Repair string `json:"repair,omitempty"`
+}
+
+// CheckReport is what [Repo.Check] found.
+type CheckReport struct {
+	ObjectsChecked   int      `json:"objects_checked"`
+	BytesRead        int64    `json:"bytes_read"`
+	SnapshotsChecked int      `json:"snapshots_checked"`
+	RunsChecked      int      `json:"runs_checked"`
+	Damaged          []Damage `json:"damaged"`
+}
+
+// CheckOptions choose how far Check goes.
+type CheckOptions struct {
+	// ReadData re-hashes every object (else: only that each one exists).
+	ReadData bool
+	// Repair moves damaged records, run records and objects aside into
+	// damaged/ (never deleting anything), removes a damaged stat cache,
+	// and stores again, from the tree, contents that are missing or
+	// damaged where a file of the tree still holds them.
+	Repair bool
+}
+
+// Check verifies the whole store, in the manner of restic's `check
+// --read-data`: every object's SHA-256, every manifest's decoding and the
+// objects it names, every snapshot and run record and what it refers to
+// (manifests, target payloads), and the stat cache. It returns an error
+// only when it cannot do its work; damage is in the report.
+func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
+	c := &checker{r: r, rep: &CheckReport{Damaged: []Damage{}}}
+	metas, bad, err := r.records()
+	if err != nil {
+		return nil, err
+	}
+	c.rep.SnapshotsChecked = len(metas) + len(bad)
+	for _, d := range bad {
+		c.add(Damage{Kind: DamageRecord, ID: d.ID, Problem: fmt.Sprintf("%s: %v", d.Path, d.Err), Snapshots: []string{d.ID}})
+	}
+	runs, err := c.runs()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.objects(o.ReadData); err != nil {
+		return nil, err
+	}
+	c.order = map[string]int{}
+	for i, m := range metas {
+		c.order[m.ID] = i
+	}
+	c.manifests(metas)
+	c.payloads(metas, runs)
+	if _, err := r.decodeCache(); err != nil {
+		c.add(Damage{Kind: DamageIndex, ID: r.path("index"), Problem: err.Error()})
+	}
+	sort.SliceStable(c.rep.Damaged, func(i, j int) bool {
+		a, b := c.rep.Damaged[i], c.rep.Damaged[j]
+		if a.Kind != b.Kind {
+			return kindOrder(a.Kind) < kindOrder(b.Kind)
+		}
+		return a.ID < b.ID
+	})
+	if o.Repair {
+		if err := c.repair(); err != nil {
+			return c.rep, err
+		}
+	}
+	return c.rep, nil
+}
+
+func kindOrder(k string) int {
+	return strings.Index("record run manifest object payload index file", k)
+}
+
+type checker struct {
+	r   *Repo
+	rep *CheckReport
+
+	present  map[ObjectID]bool   // every object file, by name
+	damaged  map[ObjectID]string // objects whose content is not their name, and why
+	reported map[ObjectID]bool   // damaged objects already reported (as a manifest)
+	// moveRecords: records --repair moves aside because the state they
+	// return to is gone (their manifest missing or damaged).
+	moveRecords map[string]bool
+	order       map[string]int // a record's place in creation order
+}
+
+func (c *checker) add(d Damage) {
+	if d.Snapshots == nil {
+		d.Snapshots = []string{}
+	}
+	c.rep.Damaged = append(c.rep.Damaged, d)
+}
+
+// runs reads every pending run's record; damaged ones are reported.
+func (c *checker) runs() ([]*Pending, error) {
+	ents, err := os.ReadDir(c.r.path("runs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	var out []*Pending
+	for _, e := range ents {
+		path := c.r.pendingPath(e.Name())
+		b, err := readLimited(path, maxRunSize)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // a copy-mode run's lock directory
+		}
+		c.rep.RunsChecked++
+		var p Pending
+		if err == nil {
+			err = json.Unmarshal(b, &p)
+		}
+		if err == nil && (p.ID != e.Name() || !ValidID(p.ID)) {
+			err = fmt.Errorf("it names run %q", p.ID)
+		}
+		if err != nil {
+			c.add(Damage{Kind: DamageRun, ID: e.Name(), Problem: fmt.Sprintf("%s: %v", path, err)})
+			continue
+		}
+		out = append(out, &p)
+	}
+	return out, nil
+}
+
+// objects lists every object file and, with readData, hashes each.
+func (c *checker) objects(readData bool) error {
+	c.present, c.damaged, c.reported = map[ObjectID]bool{}, map[ObjectID]string{}, map[ObjectID]bool{}
+	dir := c.r.path("objects")
+	subs, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	var names []string
+	for _, sub := range subs {
+		if !sub.IsDir() || len(sub.Name()) != 2 {
+			c.add(Damage{Kind: DamageFile, ID: filepath.Join(dir, sub.Name()), Problem: "not an object directory (left in place)"})
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(dir, sub.Name()))
+		if err != nil {
+			return fmt.Errorf("check: %w", err)
+		}
+		for _, e := range ents {
+			names = append(names, filepath.Join(sub.Name(), e.Name()))
+		}
+	}
+	if readData {
+		defer c.r.working(fmt.Sprintf("reading %d objects", len(names)))()
+	}
+	for _, n := range names {
+		id, ok := ParseObjectID(strings.Replace(n, string(filepath.Separator), "", 1))
+		if !ok {
+			c.add(Damage{Kind: DamageFile, ID: filepath.Join(dir, n), Problem: "not an object name (left in place)"})
+			continue
+		}
+		c.present[id] = true
+		c.rep.ObjectsChecked++
+		if !readData {
+			continue
+		}
+		sum, size, err := hashObject(filepath.Join(dir, n))
+		c.rep.BytesRead += size
+		switch {
+		case err != nil:
+			c.damaged[id] = err.Error()
+		case sum != id:
+			c.damaged[id] = "content does not match its hash"
+		}
+	}
+	return nil
+}
+
+// hashObject hashes a stored object, refusing anything but a regular file.
+func hashObject(path string) ([32]byte, int64, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return [32]byte{}, 0, fmt.Errorf("%w (a symlink)", errNotRegular)
+	}
+	if err != nil {
+		return [32]byte{}, 0, err
+	}
+	defer f.Close() // read-only
+	st, err := f.Stat()
+	if err != nil {
+		return [32]byte{}, 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return [32]byte{}, 0, fmt.Errorf("%w (%s)", errNotRegular, st.Mode().Type())
+	}
+	return fsutil.HashFile(f)
+}
+
+// manifests checks the manifest (and after-state) of every record, and
+// that every object a manifest names is there and intact.
+func (c *checker) manifests(metas []*Meta) {
+	c.moveRecords = map[string]bool{}
+	users := map[string][]string{} // manifest id -> records
+	returnsTo := map[string][]string{}
+	for _, m := range metas {
+		users[m.Manifest] = append(users[m.Manifest], m.ID)
+		returnsTo[m.Manifest] = append(returnsTo[m.Manifest], m.ID)
+		if m.After != "" && m.After != m.Manifest {
+			users[m.After] = append(users[m.After], m.ID)
+		}
+	}
+	objUsers := map[ObjectID]map[string]bool{}
+	ids := make([]string, 0, len(users))
+	for id := range users {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		oid, _ := ParseObjectID(id) // validated with the record
+		problem := ""
+		var mf Manifest
+		switch {
+		case !c.present[oid]:
+			problem = "missing"
+		case c.damaged[oid] != "":
+			problem = c.damaged[oid]
+			c.reported[oid] = true
+		default:
+			if mf, problem = c.loadManifest(oid); problem != "" {
+				c.reported[oid] = true
+			}
+		}
+		if problem != "" {
+			c.add(Damage{Kind: DamageManifest, ID: id, Problem: problem, Snapshots: c.sorted(users[id])})
+			for _, s := range returnsTo[id] {
+				c.moveRecords[s] = true
+			}
+			continue
+		}
+		mf.Objects(func(o ObjectID) {
+			if objUsers[o] == nil {
+				objUsers[o] = map[string]bool{}
+			}
+			for _, s := range users[id] {
+				objUsers[o][s] = true
+			}
+		})
+	}
+	for o, us := range objUsers {
+		var snaps []string
+		for s := range us {
+			snaps = append(snaps, s)
+		}
+		switch {
+		case !c.present[o]:
+			c.add(Damage{Kind: DamageObject, ID: o.String(), Problem: "missing", Snapshots: c.sorted(snaps)})
+		case c.damaged[o] != "":
+			c.add(Damage{Kind: DamageObject, ID: o.String(), Problem: c.damaged[o], Snapshots: c.sorted(snaps)})
+			c.reported[o] = true
+		}
+	}
+	for o, why := range c.damaged {
+		if !c.reported[o] { // named by no snapshot: gc would remove it
+			c.add(Damage{Kind: DamageObject, ID: o.String(), Problem: why})
+		}
+	}
+}
+
+// loadManifest reads a manifest as LoadManifest does, saying what is
+// wrong in check's terms.
+func (c *checker) loadManifest(oid ObjectID) (Manifest, string) {
+	b, err := readLimited(c.r.objectPath(oid), maxManifestSize)
+	if err != nil {
+		return nil, err.Error()
+	}
+	if sha256.Sum256(b) != oid {
+		return nil, "content does not match its hash"
+	}
+	mf, err := DecodeManifest(b)
+	if err != nil {
+		return nil, err.Error()
+	}
+	return mf, ""
+}
+
+// payloads checks that every target payload a record or a run names is
+// there with readable settings and its data directory.
+func (c *checker) payloads(metas []*Meta, runs []*Pending) {
+	users := map[string][]string{}
+	for _, m := range metas {
+		for _, t := range m.Targets {
+			users[t.Payload] = append(users[t.Payload], m.ID)
+		}
+	}
+	for _, p := range runs {
+		for _, t := range p.Targets {
+			users[t.Payload] = append(users[t.Payload], p.ID)
+		}
+	}
+	rels := make([]string, 0, len(users))
+	for rel := range users {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	for _, rel := range rels {
+		if problem := c.payloadProblem(rel); problem != "" {
+			c.add(Damage{Kind: DamagePayload, ID: rel, Problem: problem, Snapshots: c.sorted(users[rel])})
+		}
+	}
+}
+
+func (c *checker) payloadProblem(rel string) string {
+	if !payloadPath.MatchString(rel) {
+		return "not a payload path of the store"
+	}
+	b, err := readLimited(c.r.path(rel, "target.json"), maxPayloadSize)
+	if err != nil {
+		return "target.json: " + err.Error()
+	}
+	var t config.Target
+	if err := json.Unmarshal(b, &t); err != nil {
+		return "target.json: " + err.Error()
+	}
+	st, err := os.Lstat(c.r.path(rel, "data"))
+	if err != nil {
+		return "data: " + err.Error()
+	}
+	if !st.IsDir() {
+		return "data: not a directory"
+	}
+	return ""
+}
+
+// sorted puts record ids in creation order (runs' ids sort after).
+func (c *checker) sorted(s []string) []string {
+	out := append([]string{}, s...)
+	sort.Slice(out, func(i, j int) bool {
+		oi, iok := c.order[out[i]]
+		oj, jok := c.order[out[j]]
+		if iok != jok || !iok {
+			return iok && !jok || !iok && !jok && out[i] < out[j]
+		}
+		return oi < oj
+	})
+	return out
+}
+
+// repair acts on what check found; each Damage says what was done.
+func (c *checker) repair() error {
+	r := c.r
+	moved := map[string]string{} // record id -> where it went
+	moveRecord := func(id string) (string, error) {
+		if to, ok := moved[id]; ok {
+			return to, nil
+		}
+		to, err := r.moveAside(r.recordPath(id), id+".json")
+		if err != nil {
+			return "", err
+		}
+		moved[id] = to
+		return to, nil
+	}
+	want := map[ObjectID]*Damage{} // contents to store again from the tree
+	for i := range c.rep.Damaged {
+		d := &c.rep.Damaged[i]
+		switch d.Kind {
+		case DamageRecord:
+			to, err := moveRecord(d.ID)
+			if err != nil {
+				return err
+			}
+			d.Repair = "moved to " + to
+		case DamageRun:
+			to, err := r.moveAside(r.pendingPath(d.ID), "run-"+d.ID+".json")
+			if err != nil {
+				return err
+			}
+			d.Repair = fmt.Sprintf("moved to %s; the run's changes stay in %s", to, r.UpperDir(d.ID))
+		case DamageManifest:
+			var notes []string
+			oid, _ := ParseObjectID(d.ID)
+			if c.present[oid] {
+				to, err := r.moveAside(r.objectPath(oid), "object-"+d.ID)
+				if err != nil {
+					return err
+				}
+				notes = append(notes, "moved to "+to)
+			}
+			var recs []string
+			for _, s := range d.Snapshots {
+				if c.moveRecords[s] {
+					to, err := moveRecord(s)
+					if err != nil {
+						return err
+					}
+					recs = append(recs, filepath.Base(to))
+				}
+			}
+			if len(recs) > 0 {
+				notes = append(notes, fmt.Sprintf("the records returning to it moved to %s (%s)", r.path(DamagedDir), strings.Join(recs, ", ")))
+			}
+			if len(notes) == 0 {
+				notes = append(notes, "cannot be repaired")
+			}
+			d.Repair = strings.Join(notes, "; ")
+		case DamageObject:
+			oid, _ := ParseObjectID(d.ID)
+			d.Repair = "missing"
+			if c.present[oid] {
+				// Aside, it no longer passes for the content: the next
+				// snapshot of a file holding it stores it again.
+				to, err := r.moveAside(r.objectPath(oid), "object-"+d.ID)
+				if err != nil {
+					return err
+				}
+				d.Repair = "moved to " + to
+			}
+			want[oid] = d
+		case DamageIndex:
+			if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("check: %w", err)
+			}
+			d.Repair = "removed (a cache: the next snap rebuilds it)"
+		case DamagePayload:
+			d.Repair = "cannot be repaired: restoring these snapshots' targets will fail"
+		case DamageFile:
+			d.Repair = "left in place: not snapback's"
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	// The stat cache may vouch for a content that is now gone: a snapshot
+	// must read every file again rather than name it.
+	if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("check: %w", err)
+	}
+	found, err := r.restoreFromTree(want)
+	if err != nil {
+		return err
+	}
+	for oid, d := range want {
+		if p, ok := found[oid]; ok {
+			d.Repair += "; stored again from the tree's " + p
+		} else {
+			d.Repair += "; no file in the tree holds this content: these snapshots cannot restore it"
+		}
+	}
+	return nil
+}
+
+// restoreFromTree stores again the wanted contents that a file of the
+// tree still holds, and returns, for each, the path it was read from.
+func (r *Repo) restoreFromTree(want map[ObjectID]*Damage) (map[ObjectID]string, error) {
+	m, err := r.ScanTree(false)
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	found := map[ObjectID]string{}
+	for i := range m {
+		e := &m[i]
+		if e.Type != File || want[e.Object] == nil || found[e.Object] != "" {
+			continue
+		}
+		d, err := r.root.OpenDir(Parent(e.Path))
+		if err != nil {
+			continue // gone since the scan: another file may hold it
+		}
+		f, err := d.Open(Base(e.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		d.Close()
+		if err != nil {
+			continue
+		}
+		id, _, err := r.PutFile(f)
+		f.Close() // read-only
+		if err != nil {
+			return nil, fmt.Errorf("check: store %s: %w", e.Path, err)
+		}
+		if id == e.Object {
+			found[id] = e.Path
+		}
+	}
+	return found, r.Flush()
+}
