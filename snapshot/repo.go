@@ -481,6 +481,15 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		return fmt.Errorf("%s: %w: %w (the tree is done; `snapback recover` retries the targets)", j.Op, ErrTargetsPending, err)
 	}
 	crashPoint("targets-restored")
+	if len(j.Targets) > 0 && j.Record == nil {
+		// A discard releases the payloads it has just restored from: the
+		// journal forgets the targets first, so that a crash while they
+		// go is never retried from half-released payloads.
+		j.Targets = nil
+		if err := r.writeJournal(j); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	}
 	if j.Staged {
 		if err := r.adoptStaged(j.OpID); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)
