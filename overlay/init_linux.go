@@ -190,6 +190,9 @@ func initRun(spec Spec, argv []string) int {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return failed(fmt.Errorf("mount /proc of the run's PID namespace: %w", err))
 	}
+	if spec.Signals < 3 {
+		return failed(errors.New("init: no signal pipe"))
+	}
 	unix.CloseOnExec(spec.Signals)
 	pipe := os.NewFile(uintptr(spec.Signals), "signals")
 	if err := closeReaching(filepath.Join(spec.Root, snapshot.StoreDir), spec.Signals); err != nil {

@@ -77,21 +77,23 @@ func Run(c Command) (int, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: c.Args, Dir: c.Dir, Env: c.Env,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	wd := ""
+	if c.Outside {
+		// After the lookup: a relative command or PATH entry was resolved
+		// from here, and the command itself starts in Dir.
+		if wd, err = os.Getwd(); err != nil {
+			return StatusFailed, &Error{StatusFailed, fmt.Errorf("working directory: %w", err)}
+		}
+		if cmd.Dir == "" {
+			cmd.Dir = wd
+		}
+	}
 	if c.Prepare != nil {
 		if err := c.Prepare(cmd); err != nil {
 			return StatusFailed, &Error{StatusFailed, err}
 		}
 	}
 	if c.Outside {
-		// After the lookup: a relative command or PATH entry was resolved
-		// from here, and the command itself starts in Dir.
-		wd, err := os.Getwd()
-		if err != nil {
-			return StatusFailed, &Error{StatusFailed, fmt.Errorf("working directory: %w", err)}
-		}
-		if cmd.Dir == "" {
-			cmd.Dir = wd
-		}
 		if err := os.Chdir("/"); err != nil {
 			return StatusFailed, &Error{StatusFailed, fmt.Errorf("leave the tree: %w", err)}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // isoRun is a project with one snapshot, and the real binary to run
@@ -315,4 +316,64 @@ func shellSignal(s syscall.Signal) string {
 		return "HUP"
 	}
 	return strconv.Itoa(int(s))
+}
+
+// TestRunTerminalInterrupt: at a terminal, the command is in the
+// foreground process group: ^C reaches it, and neither snapback nor the
+// run's init (nor the fuse helper) ends because of it. (A second copy
+// forwarded at once would be merged with the first by the kernel: that
+// snapback does not forward it is runner's rule, not checked here.)
+func TestRunTerminalInterrupt(t *testing.T) {
+	eachIsolation(t, func(t *testing.T, r isoRun) {
+		master, tty := openPTY(t)
+		ready, goOn, ints := filepath.Join(r.out, "ready"), filepath.Join(r.out, "go"), filepath.Join(r.out, "ints")
+		cmd := r.command("run", "--mode", r.mode, "--then", "discard", "--", "sh", "-c",
+			`trap 'echo int >> `+ints+`' INT; touch `+ready+`; while [ ! -e `+goOn+` ]; do sleep 0.05; done; exit 7`)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+		cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+		var out bytes.Buffer
+		copied := make(chan struct{})
+		go func() { out.ReadFrom(master); close(copied) }()
+		treetest.Must(t, cmd.Start())
+		tty.Close()
+		for i := 0; ; i++ {
+			if _, err := os.Stat(ready); err == nil {
+				break
+			}
+			if i == 500 {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatal("the command never started")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_, err := master.Write([]byte{3}) // ^C
+		treetest.Must(t, err)
+		time.Sleep(500 * time.Millisecond)
+		treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
+		err = cmd.Wait()
+		master.Close()
+		<-copied
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+			t.Errorf("snapback ended with %v, want the command's status 7\n%s", err, out.String())
+		}
+		if b, _ := os.ReadFile(ints); string(b) != "int\n" {
+			t.Errorf("the command's trap ran %q, want once", b)
+		}
+	})
+}
+
+// openPTY opens a pseudo-terminal: its master and its terminal side.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	treetest.Must(t, err)
+	t.Cleanup(func() { master.Close() })
+	treetest.Must(t, unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0))
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	treetest.Must(t, err)
+	tty, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	treetest.Must(t, err)
+	return master, tty
 }
