@@ -216,6 +216,10 @@ func initRun(spec Spec, argv []string) int {
 	}()
 	proc, err := os.StartProcess(spec.Path, argv, &os.ProcAttr{Dir: spec.Dir, Env: os.Environ(),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}})
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Op == "chdir" {
+		return failed(fmt.Errorf("enter %s in the view: %w", spec.Dir, pe.Err))
+	}
 	if err != nil {
 		st := 126
 		if errors.Is(err, os.ErrNotExist) {
