@@ -5,11 +5,22 @@
 // snapshot.Repo.Changeset for the layer's format).
 //
 // The mount is made by a helper: snapback re-executes itself in a new
-// mount namespace with the hidden verb [HelperVerb]; the helper mounts,
-// hides the store, enters the working directory and execs the command, so
-// the command is the helper process itself and its exit status, signals
-// and terminal are exactly its own. The serving process never enters the
-// view (the FUSE mode's deadlock hazard does not arise here).
+// mount and PID namespace with the hidden verb [HelperVerb]; the helper
+// mounts, hides the store, and stays as the namespace's init (PID 1): it
+// mounts the namespace's own /proc, starts the command as its child in
+// the working directory, forwards the signals snapback passes through a
+// pipe ([Session.Signal]), reaps orphans and exits with the command's
+// status (128+N for signal N). Its exit ends whatever the command left
+// running. The command sees no process outside the run, and no
+// descriptor that leads around the view reaches it (closeReaching), so
+// the real tree and the store are reachable only by going around the
+// view on purpose. The fuse mode runs the same init ([StartInit]) under
+// its own helper.
+//
+// The command stays in snapback's process group, the terminal's
+// foreground: the terminal's ^C and ^Z reach it directly. The init and
+// the fuse helper catch the signals snapback forwards, so that one sent
+// to them directly (those from the terminal) is not delivered twice.
 package overlay
 
 // HelperVerb is the hidden first argument that makes snapback the helper.
@@ -26,4 +37,7 @@ type Spec struct {
 	// the caller's uid and gid (an ordinary user: the command keeps its
 	// identity and gets no capabilities).
 	UserNS bool `json:"userns,omitempty"`
+	// Signals is the descriptor, in the helper, of the pipe snapback
+	// forwards signals through (one byte, the number, each).
+	Signals int `json:"signals,omitempty"`
 }

@@ -16,33 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Prepare makes cmd (built by the runner for the user's command) start the
-// helper in a new mount namespace instead; the helper then execs the
-// command with the same arguments.
-func Prepare(spec Spec) func(*exec.Cmd) error {
-	return func(cmd *exec.Cmd) error {
-		self, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("overlay: find snapback's own binary: %w", err)
-		}
-		spec.Path = cmd.Path
-		b, err := json.Marshal(spec)
-		if err != nil {
-			return err
-		}
-		cmd.Args = append([]string{"snapback", HelperVerb, string(b), "--"}, cmd.Args...)
-		cmd.Path = self
-		if cmd.SysProcAttr == nil {
-			cmd.SysProcAttr = &syscall.SysProcAttr{}
-		}
-		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
-		if spec.UserNS {
-			UserNS(cmd.SysProcAttr)
-		}
-		return nil
-	}
-}
-
 // UserNS makes the helper an ordinary user's: a new user namespace that
 // maps only the caller's own uid and gid (so the command does not become
 // a fake root), with the capabilities the overlay mount needs raised as
@@ -65,37 +38,21 @@ func escape(p string) string {
 	return r.Replace(p)
 }
 
-// Helper is the helper's main: args are what follows HelperVerb. It
-// returns only on failure, with the status to exit with (125).
+// Helper is the helper's main: args are what follows HelperVerb. It is
+// the init of the run's PID namespace: it mounts the view, then runs the
+// command as its child and returns its status (125 if it failed itself).
 func Helper(args []string) int {
-	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "snapback: overlay: %v\n", err)
-		return 125
-	}
 	if len(args) < 3 || args[1] != "--" {
-		return fail(errors.New("helper: bad arguments"))
+		return failed(errors.New("helper: bad arguments"))
 	}
 	var spec Spec
 	if err := json.Unmarshal([]byte(args[0]), &spec); err != nil {
-		return fail(fmt.Errorf("helper: %w", err))
+		return failed(fmt.Errorf("helper: %w", err))
 	}
-	argv := args[2:]
 	if err := mount(spec); err != nil {
-		return fail(err)
+		return failed(err)
 	}
-	if err := os.Chdir(spec.Dir); err != nil {
-		return fail(fmt.Errorf("enter %s in the overlay: %w", spec.Dir, err))
-	}
-	if spec.UserNS {
-		// The command runs with the caller's identity and no capabilities:
-		// without ambient ones, a non-root exec keeps none.
-		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-			return fail(fmt.Errorf("drop capabilities: %w", err))
-		}
-	}
-	env := os.Environ()
-	err := syscall.Exec(spec.Path, argv, env)
-	return fail(fmt.Errorf("exec %s: %w", spec.Path, err))
+	return initRun(spec, args[2:])
 }
 
 func mount(spec Spec) error {
@@ -158,7 +115,8 @@ func Available() (bool, string) {
 // ProbeVerb is the hidden verb of the availability probe's helper.
 const ProbeVerb = "__overlay-probe"
 
-// probe mounts a throwaway overlay in a user namespace, as a run would.
+// probe mounts a throwaway overlay and a /proc in a user and PID
+// namespace, as a run would.
 func probe() error {
 	dir, err := os.MkdirTemp("", "snapback-probe-")
 	if err != nil {
@@ -175,7 +133,7 @@ func probe() error {
 		return err
 	}
 	cmd := exec.Command(self, ProbeVerb, dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID}
 	UserNS(cmd.SysProcAttr)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -193,6 +151,12 @@ func Probe(dir string) int {
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", escape(dir+"/lower"), escape(dir+"/upper"), escape(dir+"/work"))
 	if err := unix.Mount("overlay", dir+"/merged", "overlay", 0, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "mount overlayfs: %v\n", err)
+		return 1
+	}
+	// A run's init mounts its PID namespace's /proc: refused in a user
+	// namespace where /proc is partly covered (mask paths in containers).
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "mount /proc in a PID namespace: %v\n", err)
 		return 1
 	}
 	return 0

@@ -12,10 +12,26 @@ import (
 
 var errNotLinux = errors.New("kernel overlayfs runs need Linux")
 
+// Session is an overlayfs run; here it cannot start.
+type Session struct{}
+
+// NewSession makes a session that fails to start.
+func NewSession(Spec) *Session { return &Session{} }
+
 // Prepare fails: there is no overlayfs here.
-func Prepare(Spec) func(*exec.Cmd) error {
-	return func(*exec.Cmd) error { return errNotLinux }
-}
+func (*Session) Prepare(*exec.Cmd) error { return errNotLinux }
+
+// Signal has nothing to signal.
+func (*Session) Signal(os.Signal) error { return errNotLinux }
+
+// Finish has nothing to do.
+func (*Session) Finish() error { return nil }
+
+// InitVerb is the hidden verb of the init.
+const InitVerb = "__overlay-init"
+
+// Init fails: there are no PID namespaces here.
+func Init([]string) int { return Helper(nil) }
 
 // Helper fails: there is no overlayfs here.
 func Helper([]string) int {

@@ -45,6 +45,16 @@ type Command struct {
 	// Prepare, when set, adjusts the exec.Cmd before it starts (the
 	// overlay modes set namespaces and credentials here).
 	Prepare func(*exec.Cmd) error
+	// Signal, when set, delivers a forwarded signal instead of signalling
+	// the started process (the overlay modes' init takes them through a
+	// pipe: signals sent to it directly are the terminal's, already
+	// delivered to the command).
+	Signal func(os.Signal) error
+	// Outside makes snapback itself wait in / while the command runs, so
+	// that its working directory leads nowhere (an overlay run's command
+	// must not reach the real tree through it); Dir, or the current
+	// directory, stays the command's.
+	Outside bool
 }
 
 // Run runs the command to completion and returns its exit status. An error
@@ -54,6 +64,10 @@ func Run(c Command) (int, error) {
 		return StatusFailed, &Error{StatusFailed, errors.New("no command given")}
 	}
 	path, err := exec.LookPath(c.Args[0])
+	if errors.Is(err, syscall.EISDIR) {
+		// A path naming a directory: a shell says so and exits 126.
+		return StatusNotExec, &Error{StatusNotExec, fmt.Errorf("%s: %w", c.Args[0], syscall.EISDIR)}
+	}
 	if err != nil {
 		st := StatusNotFound
 		if errors.Is(err, fs.ErrPermission) {
@@ -63,10 +77,33 @@ func Run(c Command) (int, error) {
 	}
 	cmd := &exec.Cmd{Path: path, Args: c.Args, Dir: c.Dir, Env: c.Env,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}
+	wd := ""
+	if c.Outside {
+		// After the lookup: a relative command or PATH entry was resolved
+		// from here, and the command itself starts in Dir.
+		if wd, err = os.Getwd(); err != nil {
+			return StatusFailed, &Error{StatusFailed, fmt.Errorf("working directory: %w", err)}
+		}
+		if cmd.Dir == "" {
+			cmd.Dir = wd
+		}
+	}
 	if c.Prepare != nil {
 		if err := c.Prepare(cmd); err != nil {
 			return StatusFailed, &Error{StatusFailed, err}
 		}
+	}
+	if c.Outside {
+		if err := os.Chdir("/"); err != nil {
+			return StatusFailed, &Error{StatusFailed, fmt.Errorf("leave the tree: %w", err)}
+		}
+		// Back for the code after the run; it uses absolute paths, so a
+		// directory gone meanwhile is no failure.
+		defer func() { _ = os.Chdir(wd) }()
+	}
+	deliver := func(s os.Signal) error { return cmd.Process.Signal(s) }
+	if c.Signal != nil {
+		deliver = c.Signal
 	}
 	// Catch signals before the start, so none is lost in between.
 	sigs := make(chan os.Signal, 16)
@@ -92,7 +129,7 @@ func Run(c Command) (int, error) {
 					continue
 				}
 				// The command may have just exited; nothing to deliver then.
-				_ = cmd.Process.Signal(s)
+				_ = deliver(s)
 			case <-done:
 				return
 			}

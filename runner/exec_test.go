@@ -45,6 +45,69 @@ func TestNotFoundAndNotExecutable(t *testing.T) {
 	if got, err := Run(Command{}); got != StatusFailed || err == nil {
 		t.Fatalf("empty command: %d %v, want 125", got, err)
 	}
+	// A directory, as a shell reports it (bash: "Is a directory", 126).
+	dir := t.TempDir()
+	got, err = Run(Command{Args: []string{dir}})
+	if got != StatusNotExec || err == nil || err.Error() != dir+": is a directory" {
+		t.Fatalf("a directory: %d %v, want 126 and %q", got, err, dir+": is a directory")
+	}
+}
+
+// TestOutside: with Outside, snapback waits in / while the command runs
+// (its /proc/PID/cwd leads nowhere), the command still starts in the
+// working directory, a relative command is found from there, and the
+// working directory is back afterwards.
+func TestOutside(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	script := "#!/bin/sh\nreadlink /proc/$PPID/cwd > parent; pwd > own\n"
+	if err := os.WriteFile(filepath.Join(dir, "s"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Run(Command{Args: []string{"./s"}, Outside: true})
+	if err != nil || got != 0 {
+		t.Fatal(got, err)
+	}
+	parent, _ := os.ReadFile(filepath.Join(dir, "parent"))
+	own, _ := os.ReadFile(filepath.Join(dir, "own"))
+	real, _ := filepath.EvalSymlinks(dir)
+	if string(parent) != "/\n" || (string(own) != dir+"\n" && string(own) != real+"\n") {
+		t.Fatalf("snapback waited in %q, the command ran in %q; want / and %s", parent, own, dir)
+	}
+	if wd, _ := os.Getwd(); wd != dir && wd != real {
+		t.Fatalf("working directory after the run: %s, want %s", wd, dir)
+	}
+}
+
+// TestSignalHook: with Signal set, a forwarded signal goes there, not to
+// the started process.
+func TestSignalHook(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	got := make(chan os.Signal, 1)
+	done := make(chan int, 1)
+	go func() {
+		st, _ := Run(Command{Args: []string{"sh", "-c", "touch " + ready + "; sleep 0.5"},
+			Signal: func(s os.Signal) error { got <- s; return nil }})
+		done <- st
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if i == 500 {
+			t.Fatal("command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != syscall.SIGUSR1 {
+		t.Fatalf("hook got %v, want SIGUSR1", s)
+	}
+	if st := <-done; st != 0 {
+		t.Fatalf("the command exited %d: the signal reached it", st)
+	}
 }
 
 func TestDirAndEnv(t *testing.T) {

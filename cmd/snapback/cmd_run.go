@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
@@ -181,13 +182,16 @@ func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []s
 	}
 	spec.Dir = wd
 	repo.Unlock() // the command may run for hours: do not hold others off
-	prepare, finish := overlay.Prepare(spec), func() error { return nil }
+	var s interface {
+		Prepare(*exec.Cmd) error
+		Signal(os.Signal) error
+		Finish() error
+	} = overlay.NewSession(spec)
 	if p.Mode == "fuse" {
-		s := fuse.NewSession(spec)
-		prepare, finish = s.Prepare, s.Finish
+		s = fuse.NewSession(spec)
 	}
-	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: prepare})
-	if err := finish(); err != nil { // the upper layer is complete only once the server is gone
+	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: s.Prepare, Signal: s.Signal, Outside: true})
+	if err := s.Finish(); err != nil { // the upper layer is complete only once the server is gone
 		return 0, err
 	}
 	if err := repo.Lock(lockWait(), "run (finishing)"); err != nil {

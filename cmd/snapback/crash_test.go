@@ -240,15 +240,28 @@ func TestCrashDuringRun(t *testing.T) {
 			treetest.Write(t, root, "b", "untouched\n", 0o644)
 			sb(t, bin, root, "snap", "-m", "base")
 			before := treetest.Capture(t, root, snapshot.StoreDir)
-			// The command is snapback's child: it kills its parent, then goes on.
-			cmd := exec.Command(bin, "-C", root, "run", "--mode", mode, "--", "sh", "-c", `echo during > a; echo new > c; kill -9 $PPID; sleep 0.2; echo late > d`)
+			// snapback is killed mid-run (from outside: an overlay run's
+			// command cannot see it), and the command goes on.
+			ready := filepath.Join(t.TempDir(), "ready")
+			cmd := exec.Command(bin, "-C", root, "run", "--mode", mode, "--", "sh", "-c", `echo during > a; echo new > c; touch `+ready+`; sleep 0.4; echo late > d`)
 			cmd.Dir = root
-			out, err := cmd.CombinedOutput()
+			var outb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &outb, &outb
+			treetest.Must(t, cmd.Start())
+			for i := 0; i < 500; i++ {
+				if _, err := os.Stat(ready); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			treetest.Must(t, cmd.Process.Kill())
+			err := cmd.Wait()
+			out := outb.String()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
 				t.Fatalf("snapback was not killed: %v\n%s", err, out)
 			}
-			time.Sleep(400 * time.Millisecond) // let the orphaned command finish
+			time.Sleep(600 * time.Millisecond) // let the orphaned command finish
 			if mode == "overlayfs" {
 				treetest.Equal(t, "tree while the run is pending", before, treetest.Capture(t, root, snapshot.StoreDir))
 				if st := sb(t, bin, root, "status"); !bytes.Contains([]byte(st), []byte("pending")) {

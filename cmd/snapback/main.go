@@ -30,6 +30,9 @@ func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == overlay.HelperVerb {
 		return overlay.Helper(os.Args[2:]) // inside a run's mount namespace
 	}
+	if len(os.Args) > 1 && os.Args[1] == overlay.InitVerb {
+		return overlay.Init(os.Args[2:]) // a fuse run's init, in its PID namespace
+	}
 	if len(os.Args) > 1 && os.Args[1] == fuse.ExecVerb {
 		return fuse.Helper(os.Args[2:]) // inside a fuse run's mount namespace
 	}

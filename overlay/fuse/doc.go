@@ -37,9 +37,11 @@
 // shell's `wait` would wait for it). So:
 //
 //  1. snapback (the runner's parent) starts the exec helper ([ExecVerb]) in
-//     a new mount namespace, handing it two pipes: "alive" (snapback holds
-//     the write end for as long as the command runs) and "done" (the
-//     server holds the write end until it exits). snapback becomes a child
+//     a new mount namespace, handing it three pipes, each at its own
+//     descriptor number (overlay.Pass: the caller's descriptors 3 and up
+//     keep theirs): "alive" (snapback holds the write end for as long as
+//     the command runs), "done" (the server holds the write end until it
+//     exits) and the init's signal pipe. snapback becomes a child
 //     subreaper so it can reap the server.
 //  2. The helper makes every mount private, opens /dev/fuse and starts the
 //     server ([ServeVerb]) through an intermediate process that exits at
@@ -49,13 +51,16 @@
 //     is in its own session: Ctrl-C at the terminal does not reach it.
 //  3. The helper mounts FUSE on the root with that descriptor, waits for
 //     the server to answer the kernel's INIT and say so on a third pipe,
-//     then enters the working directory and execs the command.
-//  4. When the command ends, snapback closes "alive"; the server exits
-//     (the kernel then fails any request of a leftover background process
-//     with ENOTCONN), and snapback waits for "done" before it reads the
-//     upper layer. The mount exists only in the command's namespace: it
-//     goes with the last process in it, and nothing is ever mounted in the
-//     caller's namespace, whatever is killed when.
+//     then starts the overlay package's init (overlay.StartInit) in a new
+//     PID and mount namespace, which runs the command in the working
+//     directory; the server stays out of that PID namespace. The helper
+//     exits with the init's status.
+//  4. When the command ends, the init exits and the kernel ends what the
+//     command left running; snapback closes "alive", the server exits,
+//     and snapback waits for "done" before it reads the upper layer. The
+//     mount exists only in the helper's namespaces: it goes with the last
+//     process in them, and nothing is ever mounted in the caller's
+//     namespace, whatever is killed when.
 //
 // Only root can do this for now; an unprivileged path through a user
 // namespace (as overlay's) is future work, as is macOS (macFUSE).

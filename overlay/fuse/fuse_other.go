@@ -25,6 +25,9 @@ func NewSession(overlay.Spec) *Session { return &Session{} }
 // Prepare fails: no fuse runs here.
 func (*Session) Prepare(*exec.Cmd) error { return errNotLinux }
 
+// Signal has nothing to signal.
+func (*Session) Signal(os.Signal) error { return errNotLinux }
+
 // Finish has nothing to do.
 func (*Session) Finish() error { return nil }
 

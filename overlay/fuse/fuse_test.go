@@ -30,6 +30,8 @@ func TestMain(m *testing.M) {
 		os.Exit(Helper(os.Args[2:]))
 	case len(os.Args) > 1 && os.Args[1] == ServeVerb:
 		os.Exit(Serve(os.Args[2:]))
+	case len(os.Args) > 1 && os.Args[1] == overlay.InitVerb:
+		os.Exit(overlay.Init(os.Args[2:]))
 	}
 	if p := os.Getenv("FUSETEST_MMAP"); p != "" {
 		if err := mmapWrite(p); err != nil {

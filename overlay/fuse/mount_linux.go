@@ -62,6 +62,7 @@ func Mount(lower, upper, work, mnt string) (*gofuse.Server, error) {
 // upper layer is complete and still.
 type Session struct {
 	spec           overlay.Spec
+	signals        overlay.Session // only its signal pipe
 	aliveR, aliveW *os.File
 	doneR, doneW   *os.File
 	prepared       bool
@@ -96,9 +97,19 @@ func (s *Session) Prepare(cmd *exec.Cmd) error {
 	s.prepared = true
 	a := helperArgs{Spec: s.spec}
 	a.Path = cmd.Path
-	a.Alive = 3 + len(cmd.ExtraFiles)
-	a.Done = a.Alive + 1
-	cmd.ExtraFiles = append(cmd.ExtraFiles, s.aliveR, s.doneW)
+	if a.Alive, err = overlay.Pass(s.aliveR); err != nil {
+		return err
+	}
+	if a.Done, err = overlay.Pass(s.doneW); err != nil {
+		return err
+	}
+	if a.Signals, err = s.signals.SignalPipe(cmd); err != nil {
+		return err
+	}
+	if a.Dir == "" {
+		a.Dir = cmd.Dir
+	}
+	cmd.Dir = "/" // the helper is no process of the tree: the view is entered by the command alone
 	b, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -122,6 +133,9 @@ func (s *Session) Prepare(cmd *exec.Cmd) error {
 	return nil
 }
 
+// Signal forwards sig to the command (through its init).
+func (s *Session) Signal(sig os.Signal) error { return s.signals.Signal(sig) }
+
 // Finish stops the server (if it still runs) and waits for it to exit.
 // Call it once the command has ended, before reading the upper layer.
 func (s *Session) Finish() error {
@@ -129,6 +143,7 @@ func (s *Session) Finish() error {
 		return nil
 	}
 	s.prepared = false
+	s.signals.Finish()
 	s.aliveR.Close()
 	s.doneW.Close()
 	s.aliveW.Close() // the server's signal to stop
@@ -179,8 +194,10 @@ func describe(ws unix.WaitStatus) string {
 	return fmt.Sprintf("exit status %d", ws.ExitStatus())
 }
 
-// Helper is the exec helper's main (args follow ExecVerb). It returns
-// only on failure, with the status to exit with (125).
+// Helper is the exec helper's main (args follow ExecVerb): it mounts the
+// view, then runs the command under an init of its own in a new PID
+// namespace (overlay.StartInit; the server stays out of it), and returns
+// the command's status (125 if it failed itself).
 func Helper(args []string) int {
 	fail := func(err error) int {
 		fmt.Fprintf(os.Stderr, "snapback: fuse: %v\n", err)
@@ -194,23 +211,15 @@ func Helper(args []string) int {
 		return fail(fmt.Errorf("helper: %w", err))
 	}
 	argv := args[2:]
+	// Not the server's: the init gets it (overlay.StartInit).
+	unix.CloseOnExec(a.Signals)
 	if err := mountView(a); err != nil {
 		return fail(err)
 	}
 	// The command holds neither pipe: snapback's EOFs depend on it.
 	unix.CloseOnExec(a.Alive)
 	unix.CloseOnExec(a.Done)
-	if err := os.Chdir(a.Dir); err != nil {
-		return fail(fmt.Errorf("enter %s in the view: %w", a.Dir, err))
-	}
-	if os.Getuid() != 0 {
-		// The command keeps the caller's identity and no capabilities.
-		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-			return fail(fmt.Errorf("drop capabilities: %w", err))
-		}
-	}
-	err := syscall.Exec(a.Path, argv, os.Environ())
-	return fail(fmt.Errorf("exec %s: %w", a.Path, err))
+	return overlay.StartInit(a.Spec, argv)
 }
 
 // mountView starts the server and mounts the view on the root (in the
