@@ -93,6 +93,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Codes.
 const (
 	CodeInsecure   = "catalog_insecure"  // the catalog directory is not private or has a symlink
+	CodeArchiveIns = "archive_insecure"  // an archive in the catalog not owned by you or not mode 0600
+	CodeNotRegular = "not_regular"       // a name like an archive's that is a symlink, FIFO, directory or device
 	CodeChanged    = "catalog_changed"   // the catalog changed during a scan or since a preview
 	CodeNotFound   = "not_found"         // no such archive or snapshot
 	CodeBadName    = "bad_name"          // not an archive name, or the name does not match the content

@@ -159,7 +159,7 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 	n := 0
 	for _, e := range ents {
 		id, ok := IDOf(e.name)
-		if !ok || !e.mode.IsRegular() && e.mode&fs.ModeSymlink == 0 {
+		if !ok {
 			continue // not a candidate: unknown files are none of our business
 		}
 		if n == MaxCandidates {
@@ -171,6 +171,12 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 			break
 		}
 		n++
+		if err := regularMode(e.name, e.mode); err != nil {
+			// Looked at, never opened: a FIFO would block, a symlink lead
+			// out of the catalog.
+			l.Rejected = append(l.Rejected, Rejected{ID: id, File: e.name, Error: CodeOf(err), Msg: err.Error()})
+			continue
+		}
 		scanned += e.size
 		s, err := c.verifyFile(e.name, progress)
 		if err != nil {

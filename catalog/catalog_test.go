@@ -310,7 +310,7 @@ func TestPrune(t *testing.T) {
 	// An invalid candidate is never deleted.
 	treetest.Must(t, os.WriteFile(c.Path("0000000000000000000000000000dead"), []byte("junk"), 0o600))
 
-	plan, err := c.PrunePreview(2, tokens, nil)
+	plan, err := c.PrunePreview(PruneOptions{Keep: 2}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 || plan.Delete[0].ID != ids[0] || plan.Delete[1].ID != ids[1] || len(plan.Rejected) != 1 {
 		t.Fatalf("plan deletes %v (rejected %v), want the two oldest", plan.Delete, plan.Rejected)
@@ -333,7 +333,7 @@ func TestPrune(t *testing.T) {
 	// That token is spent; a fresh preview and its token work once.
 	_, err = c.PruneApply(plan.Token, tokens, nil)
 	code(t, err, CodeToken)
-	plan, err = c.PrunePreview(2, tokens, nil)
+	plan, err = c.PrunePreview(PruneOptions{Keep: 2}, tokens, nil)
 	treetest.Must(t, err)
 	res, err := c.PruneApply(plan.Token, tokens, nil)
 	treetest.Must(t, err)
@@ -356,7 +356,7 @@ func TestPrune(t *testing.T) {
 	code(t, err, CodeToken)
 
 	// An expired token (its record aged on disk) is refused.
-	plan, err = c.PrunePreview(1, tokens, nil)
+	plan, err = c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	p := filepath.Join(tokens, plan.Token+".json")
 	b, _ := os.ReadFile(p)
@@ -410,7 +410,7 @@ func TestPruneFailsHalfWay(t *testing.T) {
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}
-	plan, err := c.PrunePreview(1, tokens, nil)
+	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 {
 		t.Fatalf("plan deletes %d", len(plan.Delete))

@@ -41,11 +41,17 @@ type tokenRecord struct {
 	Expires     time.Time `json:"expires"`
 }
 
-// PrunePreview plans keeping the keep newest valid archives and deleting
+// PruneOptions say what a prune keeps.
+type PruneOptions struct {
+	Keep int // the newest valid archives kept
+}
+
+// PrunePreview plans keeping the Keep newest valid archives and deleting
 // the other valid ones, and stores a one-time token for it in tokenDir
 // (a private directory of the user's: the preview and its application are
 // separate processes).
-func (c *Catalog) PrunePreview(keep int, tokenDir string, progress Progress) (*PrunePlan, error) {
+func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progress) (*PrunePlan, error) {
+	keep := o.Keep
 	if keep < 0 {
 		return nil, errf(CodeNotFound, "prune: --keep must be 0 or more")
 	}

@@ -281,9 +281,9 @@ func (r *Restic) pushOne(ctx context.Context, cat *Catalog, name, host string, h
 	p := filepath.Join(cat.Dir, name)
 	// Archives are written whole and renamed in, never changed in place:
 	// holding the file verified (the same inode) is holding what we push.
-	f, err := os.Open(p)
+	f, _, err := openRegular(p, true)
 	if err != nil {
-		return false, false, wrap(CodeIO, err, "archive %s", name)
+		return false, true, err
 	}
 	defer f.Close() // read-only
 	if _, err := cat.Verify(name, progress); err != nil {
@@ -322,9 +322,9 @@ func (r *Restic) pushOne(ctx context.Context, cat *Catalog, name, host string, h
 }
 
 func hashPath(p string) (string, error) {
-	f, err := os.Open(p)
+	f, _, err := openRegular(p, false)
 	if err != nil {
-		return "", wrap(CodeIO, err, "archive %s", filepath.Base(p))
+		return "", err
 	}
 	defer f.Close() // read-only
 	sum, err := hashFile(f)

@@ -39,7 +39,7 @@ const TargetsDirName = ".snapback-targets"
 // missing) unless merge is set: then files of the archive replace those
 // of the same name, and the rest of into is kept.
 func (c *Catalog) Restore(name, into string, merge bool, progress Progress) (*RestoreResult, error) {
-	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}

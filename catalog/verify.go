@@ -10,13 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/sys/unix"
 )
 
 // Progress hears how many more bytes were read or written (nil: nothing).
@@ -69,17 +72,13 @@ func validEntryName(n string) bool {
 	return false
 }
 
-// openArchive opens an archive file and checks its structure.
-func openArchive(p string, lim Limits) (*reader, error) {
+// openArchive opens an archive file and checks its structure. A catalog
+// member (private) must also be the user's own, mode 0600.
+func openArchive(p string, lim Limits, private bool) (*reader, error) {
 	name := filepath.Base(p)
-	f, err := os.Open(p)
+	f, st, err := openRegular(p, private)
 	if err != nil {
-		return nil, wrap(CodeIO, err, "archive %s", name)
-	}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, errf(CodeBadZip, "archive %s: not a regular file", name)
+		return nil, err
 	}
 	r, err := newReader(f, st.Size(), name, lim)
 	if err != nil {
@@ -88,6 +87,77 @@ func openArchive(p string, lim Limits) (*reader, error) {
 	}
 	r.f = f
 	return r, nil
+}
+
+// openRegular opens p for reading only if it is a regular file: it is
+// looked at with lstat and opened with O_NOFOLLOW|O_NONBLOCK, so a
+// symlink is never followed and a FIFO never blocks the open; what was
+// opened must be what was looked at. With private, the file must be the
+// user's own with mode 0600, like the catalog directory.
+func openRegular(p string, private bool) (*os.File, os.FileInfo, error) {
+	name := filepath.Base(p)
+	lst, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, errf(CodeNotFound, "archive %s: no such file", name)
+	}
+	if err != nil {
+		return nil, nil, wrap(CodeIO, err, "archive %s", name)
+	}
+	if err := regularMode(name, lst.Mode()); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, wrap(CodeIO, err, "archive %s", name)
+	}
+	st, err := f.Stat()
+	if err == nil {
+		err = regularMode(name, st.Mode())
+	}
+	if err == nil && !os.SameFile(st, lst) {
+		err = errf(CodeChanged, "archive %s was replaced while it was opened; try again", name)
+	}
+	if err == nil && private {
+		err = privateFile(name, st)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// regularMode refuses anything but a regular file, saying what it is.
+func regularMode(name string, m fs.FileMode) error {
+	if m.IsRegular() {
+		return nil
+	}
+	what := "not a regular file"
+	switch {
+	case m&fs.ModeSymlink != 0:
+		what = "a symlink (never followed)"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a FIFO"
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	}
+	return errf(CodeNotRegular, "archive %s: %s, not an archive; left in place", name, what)
+}
+
+// privateFile refuses an archive others could have written or swapped.
+func privateFile(name string, st os.FileInfo) error {
+	uid := st.Sys().(*syscall.Stat_t).Uid
+	if int(uid) != os.Geteuid() {
+		return errf(CodeArchiveIns, "archive %s: owned by uid %d, not by you (uid %d); left in place", name, uid, os.Geteuid())
+	}
+	if st.Mode().Perm() != 0o600 || st.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return errf(CodeArchiveIns, "archive %s: mode %04o, want 0600 (chmod 600 it if it is yours); left in place", name, st.Mode().Perm())
+	}
+	return nil
 }
 
 // newReader checks the structure of the archive held by ra.
@@ -350,7 +420,7 @@ func (c *Catalog) Verify(name string, progress Progress) (*Summary, error) {
 }
 
 func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
-	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +433,7 @@ func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
 
 // readSummary reads an archive's summary without verifying the rest.
 func (c *Catalog) readSummary(name string) (*Summary, error) {
-	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}

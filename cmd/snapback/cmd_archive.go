@@ -337,7 +337,7 @@ func newArchivePruneCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				fmt.Fprintf(g.stdout, "%d archive(s) deleted\n", len(res.Deleted))
 				return nil
 			}
-			plan, err := cat.PrunePreview(keep, tokens, p)
+			plan, err := cat.PrunePreview(catalog.PruneOptions{Keep: keep}, tokens, p)
 			if err != nil {
 				return err
 			}
