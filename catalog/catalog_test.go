@@ -192,7 +192,7 @@ func writeZip(t *testing.T, p string, entries [][2]string) {
 	var buf bytes.Buffer
 	z := zip.NewWriter(&buf)
 	for _, e := range entries {
-		w, err := z.CreateHeader(&zip.FileHeader{Name: e[0], Method: zip.Store})
+		w, err := z.CreateHeader(&zip.FileHeader{Name: e[0], Method: zip.Store, Modified: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)})
 		treetest.Must(t, err)
 		io.WriteString(w, e[1])
 	}

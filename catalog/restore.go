@@ -84,11 +84,11 @@ func (c *Catalog) Restore(name, into string, merge bool, progress Progress) (*Re
 		}
 	}()
 	open := func(o snapshot.ObjectID) (io.ReadCloser, error) {
-		rc, _, err := r.open(objectsDir + o.String())
+		rc, zf, err := r.open(objectsDir + o.String())
 		if err != nil {
 			return nil, err
 		}
-		return &checkedReader{rc: rc, want: o, h: sha256.New()}, nil
+		return &checkedReader{rc: rc, want: o, h: sha256.New(), left: int64(zf.UncompressedSize64)}, nil
 	}
 	if err := snapshot.Materialize(stage, m, open); err != nil {
 		return nil, wrap(CodeIO, err, "restore into %s", into)
@@ -290,10 +290,14 @@ type checkedReader struct {
 	rc   io.ReadCloser
 	want snapshot.ObjectID
 	h    hash.Hash
+	left int64 // bytes the verified entry holds: never more is written
 }
 
 func (c *checkedReader) Read(p []byte) (int, error) {
 	n, err := c.rc.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return 0, errf(CodeTooLarge, "object %s holds more than its verified size", c.want)
+	}
 	c.h.Write(p[:n])
 	if err == io.EOF && hex.EncodeToString(c.h.Sum(nil)) != c.want.String() {
 		return n, errf(CodeChecksum, "object %s changed since it was verified", c.want)

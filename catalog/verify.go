@@ -46,6 +46,7 @@ type reader struct {
 	meta     *snapshot.Meta
 	index    []indexLine
 	rawIdx   []byte
+	layout   *layout
 }
 
 // validEntryName reports whether an entry name is one an archive may
@@ -189,7 +190,9 @@ func newReader(ra io.ReaderAt, size int64, name string, lim Limits) (*reader, er
 				return fail(errf(CodeBadZip, "archive %s: entry %q: stored sizes disagree", name, n))
 			}
 		case zip.Deflate:
-			if zf.UncompressedSize64 > 1<<20 && float64(zf.UncompressedSize64) > lim.MaxRatio*float64(zf.CompressedSize64+1) {
+			// Whatever the size: a bomb of many entries of 1 MiB each is
+			// as large as one of 300 MiB.
+			if float64(zf.UncompressedSize64) > lim.MaxRatio*float64(zf.CompressedSize64+1) {
 				return fail(errf(CodeTooLarge, "archive %s: entry %q expands %d times: a decompression bomb", name, n, zf.UncompressedSize64/(zf.CompressedSize64+1)))
 			}
 		default:
@@ -202,6 +205,9 @@ func newReader(ra io.ReaderAt, size int64, name string, lim Limits) (*reader, er
 			return fail(errf(CodeTooLarge, "archive %s: more than %d bytes in all", name, lim.MaxTotal))
 		}
 		r.byName[n] = zf
+	}
+	if r.layout, err = checkLayout(ra, size, z.File); err != nil {
+		return fail(prefix(name, err).(*Error))
 	}
 	return r, nil
 }
@@ -322,6 +328,9 @@ func (r *reader) check(fileName string, progress Progress) error {
 	}
 	if id := identity(s.Snapshot, s.Project, r.rawIdx); id != s.ID {
 		return errf(CodeBadName, "the summary's id %s is not the archive's identity %s", s.ID, id)
+	}
+	if !r.layout.matches(s.CreatedAt) {
+		return errf(CodeBadSummary, "the entries' time is not the summary's created_at")
 	}
 	if fileName != "" {
 		if id, _ := IDOf(fileName); id != s.ID {
