@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Catalog is a directory of archives. The directory is the truth: there
@@ -140,9 +141,19 @@ type Listing struct {
 	Archives    []Listed
 	Rejected    []Rejected
 	Fingerprint string
-	// Truncated says why the scan stopped early, if it did: the
-	// candidates past the bound are neither listed nor rejected.
-	Truncated string
+	// VerifiedAt is when this scan finished verifying them.
+	VerifiedAt time.Time
+}
+
+// Of returns the archives of the project with this id, oldest first.
+func (l *Listing) Of(projectID string) []Listed {
+	var out []Listed
+	for _, a := range l.Archives {
+		if a.ProjectID == projectID {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // List verifies every candidate (a file named like an archive), within
@@ -162,13 +173,13 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 		if !ok {
 			continue // not a candidate: unknown files are none of our business
 		}
+		// Past the bounds the scan refuses rather than list part of the
+		// catalog as if it were all of it.
 		if n == MaxCandidates {
-			l.Truncated = fmt.Sprintf("more than %d archives: the rest were not read", MaxCandidates)
-			break
+			return nil, errf(CodeTooLarge, "catalog %s: more than %d archives; split the catalog (move some archives to another directory)", c.Dir, MaxCandidates)
 		}
 		if scanned+e.size > MaxScanBytes {
-			l.Truncated = fmt.Sprintf("the scan stopped at %d GiB: the rest were not read", MaxScanBytes>>30)
-			break
+			return nil, errf(CodeTooLarge, "catalog %s: more than %d GiB of archives; split the catalog (move some archives to another directory)", c.Dir, MaxScanBytes>>30)
 		}
 		n++
 		if err := regularMode(e.name, e.mode); err != nil {
@@ -191,6 +202,7 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 		return nil, errf(CodeChanged, "catalog %s changed during the scan; try again", c.Dir)
 	}
 	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].CreatedAt.Before(l.Archives[j].CreatedAt) })
+	l.VerifiedAt = time.Now().UTC()
 	return l, nil
 }
 

@@ -47,9 +47,17 @@ func create(t *testing.T, c *Catalog, repo *snapshot.Repo, m *snapshot.Meta) *Su
 	t.Helper()
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	s, _, err := c.Create(repo, p, repo.Root, nil)
+	s, _, err := c.Create(repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	return s
+}
+
+// projectOf names the repo's project, its id made on first use.
+func projectOf(t testing.TB, repo *snapshot.Repo) Project {
+	t.Helper()
+	id, err := ProjectID(repo.Root, true)
+	treetest.Must(t, err)
+	return Project{Root: repo.Root, ID: id}
 }
 
 func code(t *testing.T, err error, want string) {
@@ -80,7 +88,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	// The same snapshot again: the same identity, kept as it is.
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	s2, existed, err := c.Create(repo, p, repo.Root, nil)
+	s2, existed, err := c.Create(repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	if !existed || s2.ID != s.ID {
 		t.Errorf("second create: existed=%v id %s, want the same archive %s", existed, s2.ID, s.ID)

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -110,10 +109,22 @@ func PlanArchive(src Source, m *snapshot.Meta) (*Plan, error) {
 	return p, nil
 }
 
+// Project names the project an archive comes from: its root, and the
+// stable id kept in its store (see ProjectID) that scopes listing and
+// retention.
+type Project struct {
+	Root string
+	ID   string
+}
+
 // Create writes an archive of the planned snapshot into the catalog:
-// into a temp file, synced, then renamed to its name (mode 0600). An
-// archive with the same identity already there is kept (existed true).
-func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress) (s *Summary, existed bool, err error) {
+// into a temp file, synced, then renamed to its name (mode 0600). When
+// the catalog already holds a valid archive of the same snapshot from the
+// same project, that one is kept (existed true) and nothing is written.
+func (c *Catalog) Create(src Source, p *Plan, proj Project, progress Progress) (s *Summary, existed bool, err error) {
+	if s := c.existing(p.meta.ID, proj.ID); s != nil {
+		return s, true, nil
+	}
 	var rb [8]byte
 	rand.Read(rb[:])
 	tmp := filepath.Join(c.Dir, ".tmp-"+hex.EncodeToString(rb[:])+".zip")
@@ -166,19 +177,15 @@ func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress)
 	}
 	sum := sha256.Sum256(idx)
 	s = &Summary{
-		Format: Format, Snapshot: p.meta.ID, Kind: string(p.meta.Kind), Message: p.meta.Message, Project: project,
+		Format: Format, Snapshot: p.meta.ID, Kind: string(p.meta.Kind), Message: p.meta.Message, Project: proj.Root, ProjectID: proj.ID,
 		SnapshotCreatedAt: p.meta.CreatedAt, CreatedAt: now, Files: p.files, Objects: len(p.objects), Targets: len(p.meta.Targets),
 		Entries: len(w.index), Bytes: w.bytes, ArchiveSHA256: hex.EncodeToString(sum[:]),
 	}
-	s.ID = identity(s.Snapshot, project, idx)
-	sj, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return nil, false, err
-	}
+	s.ID = identity(s)
 	for _, e := range []struct {
 		name string
 		b    []byte
-	}{{indexName, idx}, {summaryName, append(sj, '\n')}} {
+	}{{indexName, idx}, {summaryName, encodeSummary(s)}} {
 		hw, err := w.z.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Store, Modified: now})
 		if err == nil {
 			_, err = hw.Write(e.b)
@@ -208,6 +215,26 @@ func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress)
 		return nil, false, wrap(CodeIO, err, "write archive")
 	}
 	return s, false, nil
+}
+
+// existing finds a valid archive of the snapshot from the project.
+func (c *Catalog) existing(snap, projectID string) *Summary {
+	ents, _, err := c.readDir()
+	if err != nil {
+		return nil // the create that follows reports it
+	}
+	for _, e := range ents {
+		if _, ok := IDOf(e.name); !ok || !e.mode.IsRegular() {
+			continue
+		}
+		if s, err := c.readSummary(e.name); err != nil || s.Snapshot != snap || s.ProjectID != projectID {
+			continue
+		}
+		if s, err := c.verifyFile(e.name, nil); err == nil {
+			return s
+		}
+	}
+	return nil
 }
 
 // archiveWriter writes stored entries and indexes them.

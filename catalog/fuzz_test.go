@@ -15,7 +15,7 @@ import (
 // FuzzDecodeSummary: any input is either refused or a summary that
 // passes its own checks.
 func FuzzDecodeSummary(f *testing.F) {
-	f.Add([]byte(`{"format":"snapback-archive/1","id":"0123456789abcdef0123456789abcdef","snapshot":"20261130-000000-abcdef","kind":"snap","project":"/p","snapshot_created_at":"2026-11-30T00:00:00Z","created_at":"2026-11-30T00:00:00Z","files":1,"objects":1,"targets":0,"entries":3,"bytes":10,"archive_sha256":"` + strings.Repeat("a", 64) + `"}`))
+	f.Add([]byte(`{"format":"snapback-archive/1","id":"0123456789abcdef0123456789abcdef","snapshot":"20261130-000000-abcdef","kind":"snap","project":"/p","project_id":"0123456789abcdef0123456789abcdef","snapshot_created_at":"2026-11-30T00:00:00Z","created_at":"2026-11-30T00:00:00Z","files":1,"objects":1,"targets":0,"entries":3,"bytes":10,"archive_sha256":"` + strings.Repeat("a", 64) + `"}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"format":"snapback-archive/1","files":-1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -93,7 +93,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	c := &Catalog{Dir: f.TempDir(), Limits: DefaultLimits}
 	p, err := PlanArchive(repo, m)
 	treetest.Must(f, err)
-	s, _, err := c.Create(repo, p, root, nil)
+	s, _, err := c.Create(repo, p, projectOf(f, repo), nil)
 	treetest.Must(f, err)
 	b, err := os.ReadFile(c.Path(s.ID))
 	treetest.Must(f, err)

@@ -254,6 +254,9 @@ func (r *reader) readSmall(n string, code string) ([]byte, error) {
 
 // DecodeSummary parses and checks a summary.
 func DecodeSummary(b []byte) (*Summary, error) {
+	if err := noDuplicateKeys(b); err != nil {
+		return nil, err
+	}
 	var s Summary
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -270,6 +273,8 @@ func DecodeSummary(b []byte) (*Summary, error) {
 		return nil, errf(CodeBadSummary, "summary: bad id %q", s.ID)
 	case !snapshot.ValidID(s.Snapshot):
 		return nil, errf(CodeBadSummary, "summary: bad snapshot id %q", s.Snapshot)
+	case !projectIDRE.MatchString(s.ProjectID):
+		return nil, errf(CodeBadSummary, "summary: bad project_id %q", s.ProjectID)
 	case len(s.ArchiveSHA256) != 64 || strings.Trim(s.ArchiveSHA256, "0123456789abcdef") != "":
 		return nil, errf(CodeBadSummary, "summary: bad archive_sha256")
 	case s.Files < 0 || s.Objects < 0 || s.Targets < 0 || s.Entries < 0 || s.Bytes < 0:
@@ -278,6 +283,56 @@ func DecodeSummary(b []byte) (*Summary, error) {
 		return nil, errf(CodeBadSummary, "summary: no created_at")
 	}
 	return &s, nil
+}
+
+// noDuplicateKeys refuses a JSON text in which an object names a key
+// twice: decoders disagree on which one wins, so one reader could see a
+// time another does not.
+func noDuplicateKeys(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		key    bool // the next token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return wrap(CodeBadSummary, err, "summary")
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := tok.(string)
+			if top.keys[k] {
+				return errf(CodeBadSummary, "summary: the key %q appears twice", k)
+			}
+			top.keys[k] = true
+			top.key = false
+			continue
+		}
+		if top != nil && top.object {
+			top.key = true // this token is the value; a key comes next
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, object: true, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 // parseIndex reads "<sha256 hex> <size> <name>" lines.
@@ -326,7 +381,10 @@ func (r *reader) check(fileName string, progress Progress) error {
 	if sum := sha256.Sum256(r.rawIdx); hex.EncodeToString(sum[:]) != s.ArchiveSHA256 {
 		return errf(CodeChecksum, "the index does not match the summary's archive_sha256")
 	}
-	if id := identity(s.Snapshot, s.Project, r.rawIdx); id != s.ID {
+	if !bytes.Equal(sb, encodeSummary(s)) {
+		return errf(CodeBadSummary, "the summary is not in its canonical encoding")
+	}
+	if id := identity(s); id != s.ID {
 		return errf(CodeBadName, "the summary's id %s is not the archive's identity %s", s.ID, id)
 	}
 	if !r.layout.matches(s.CreatedAt) {
@@ -384,8 +442,8 @@ func (r *reader) check(fileName string, progress Progress) error {
 		return err
 	}
 	r.manifest, r.meta = m, meta
-	if meta.ID != s.Snapshot {
-		return errf(CodeBadSummary, "the summary names snapshot %s, the record is %s", s.Snapshot, meta.ID)
+	if err := agrees(s, meta, m, r.index); err != nil {
+		return err
 	}
 	var missing []string
 	m.Objects(func(o snapshot.ObjectID) {
@@ -395,6 +453,34 @@ func (r *reader) check(fileName string, progress Progress) error {
 	})
 	if len(missing) > 0 {
 		return errf(CodeIncomplete, "contents the manifest needs are missing: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// agrees checks the summary against what the archive holds: its fields
+// are no one's word.
+func agrees(s *Summary, meta *snapshot.Meta, m snapshot.Manifest, index []indexLine) error {
+	files, objects := 0, 0
+	for i := range m {
+		if m[i].Type == snapshot.File {
+			files++
+		}
+		if p := m[i].Path; p == snapshot.StoreDir || strings.HasPrefix(p, snapshot.StoreDir+"/") {
+			return errf(CodeStoreEntry, "path %q: an archive never writes a project's store", p)
+		}
+	}
+	for _, l := range index {
+		if strings.HasPrefix(l.name, objectsDir) {
+			objects++
+		}
+	}
+	switch {
+	case meta.ID != s.Snapshot:
+		return errf(CodeBadSummary, "the summary names snapshot %s, the record is %s", s.Snapshot, meta.ID)
+	case string(meta.Kind) != s.Kind || meta.Message != s.Message || !meta.CreatedAt.Equal(s.SnapshotCreatedAt):
+		return errf(CodeBadSummary, "the summary's kind, message or snapshot time is not the record's")
+	case files != s.Files || objects != s.Objects || len(meta.Targets) != s.Targets:
+		return errf(CodeBadSummary, "the summary counts %d files, %d objects, %d targets; the archive holds %d, %d, %d", s.Files, s.Objects, s.Targets, files, objects, len(meta.Targets))
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ type archiveJSON struct {
 	Kind              string    `json:"kind"`
 	Message           string    `json:"message,omitempty"`
 	Project           string    `json:"project"`
+	ProjectID         string    `json:"project_id"`
 	CreatedAt         time.Time `json:"created_at"`
 	SnapshotCreatedAt time.Time `json:"snapshot_created_at"`
 	Files             int       `json:"files"`
@@ -34,7 +35,7 @@ type archiveJSON struct {
 }
 
 func mkArchiveJSON(s *catalog.Summary, file string) archiveJSON {
-	return archiveJSON{ID: s.ID, File: file, Snapshot: s.Snapshot, Kind: s.Kind, Message: s.Message, Project: s.Project,
+	return archiveJSON{ID: s.ID, File: file, Snapshot: s.Snapshot, Kind: s.Kind, Message: s.Message, Project: s.Project, ProjectID: s.ProjectID,
 		CreatedAt: s.CreatedAt, SnapshotCreatedAt: s.SnapshotCreatedAt, Files: s.Files, Targets: s.Targets, Bytes: s.Bytes,
 		ArchiveSHA256: s.ArchiveSHA256}
 }
@@ -143,7 +144,11 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				return err
 			}
 			p, done := g.progress("archive "+m.ID, plan.Bytes)
-			s, existed, err := cat.Create(repo, plan, repo.Root, p)
+			pid, err := catalog.ProjectID(repo.Root, true)
+			if err != nil {
+				return err
+			}
+			s, existed, err := cat.Create(repo, plan, catalog.Project{Root: repo.Root, ID: pid}, p)
 			done()
 			if err != nil {
 				return err
@@ -181,8 +186,7 @@ func newArchiveListCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				out := struct {
 					Archives  []archiveJSON      `json:"archives"`
 					Rejected  []catalog.Rejected `json:"rejected"`
-					Truncated string             `json:"truncated,omitempty"`
-				}{Archives: []archiveJSON{}, Rejected: []catalog.Rejected{}, Truncated: l.Truncated}
+				}{Archives: []archiveJSON{}, Rejected: []catalog.Rejected{}}
 				for i := len(l.Archives) - 1; i >= 0; i-- {
 					out.Archives = append(out.Archives, mkArchiveJSON(&l.Archives[i].Summary, l.Archives[i].File))
 				}
@@ -198,9 +202,6 @@ func newArchiveListCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			tw.Flush()
 			for _, r := range l.Rejected {
 				fmt.Fprintf(g.stdout, "rejected %s: %s: %s\n", r.File, r.Error, oneLine(r.Msg))
-			}
-			if l.Truncated != "" {
-				fmt.Fprintf(g.stdout, "(%s)\n", l.Truncated)
 			}
 			return nil
 		},
