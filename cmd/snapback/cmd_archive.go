@@ -184,8 +184,8 @@ func newArchiveListCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			}
 			if g.json {
 				out := struct {
-					Archives  []archiveJSON      `json:"archives"`
-					Rejected  []catalog.Rejected `json:"rejected"`
+					Archives []archiveJSON      `json:"archives"`
+					Rejected []catalog.Rejected `json:"rejected"`
 				}{Archives: []archiveJSON{}, Rejected: []catalog.Rejected{}}
 				for i := len(l.Archives) - 1; i >= 0; i-- {
 					out.Archives = append(out.Archives, mkArchiveJSON(&l.Archives[i].Summary, l.Archives[i].File))
