@@ -96,7 +96,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 
 	into := filepath.Join(t.TempDir(), "out")
 	var read int64
-	res, err := c.Restore(FileName(s.ID), into, false, func(n int64) { read += n })
+	res, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, func(n int64) { read += n })
 	treetest.Must(t, err)
 	if res.Files != m.Files || read != s.Bytes {
 		t.Errorf("restored %d files reading %d bytes, want %d files, %d bytes", res.Files, read, m.Files, s.Bytes)
@@ -119,11 +119,11 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	}
 
 	// Not into a non-empty directory, unless merging.
-	_, err = c.Restore(FileName(s.ID), into, false, nil)
+	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
 	code(t, err, CodeNotEmpty)
 	treetest.Write(t, into, "mine.txt", "kept\n", 0o644)
 	treetest.Write(t, into, "plain.txt", "replaced\n", 0o644)
-	_, err = c.Restore(FileName(s.ID), into, true, nil)
+	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{Merge: true}, nil)
 	treetest.Must(t, err)
 	if b, _ := os.ReadFile(filepath.Join(into, "plain.txt")); string(b) != "hello\n" {
 		t.Errorf("merge: plain.txt = %q, want the archive's", b)
@@ -136,32 +136,41 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	}
 }
 
-// An archive holding a symlink that points out of the restore directory
-// is refused whole, and nothing is written.
-func TestRestoreRefusesOutsideSymlinks(t *testing.T) {
+// Symlinks are data: an archive of a tree whose symlinks point anywhere
+// (absolute, up and out, like a virtualenv's) verifies and restores
+// exactly; restore never follows one while writing: merging into a
+// directory where a name is a symlink to elsewhere replaces the link and
+// leaves elsewhere alone.
+func TestRestoreKeepsSymlinks(t *testing.T) {
 	repo, m := project(t, true)
 	c := newCatalog(t)
 	s := create(t, c, repo, m)
 	into := filepath.Join(t.TempDir(), "out")
-	_, err := c.Restore(FileName(s.ID), into, false, nil)
-	code(t, err, CodeUnsafe)
-	if ents, _ := os.ReadDir(into); len(ents) > 0 {
-		t.Fatalf("a refused restore wrote %d entries", len(ents))
-	}
-}
-
-func TestSymlinkStaysInside(t *testing.T) {
-	for _, tc := range []struct {
-		p, target string
-		ok        bool
-	}{
-		{"a", "b", true}, {"d/a", "../b", true}, {"d/e/a", "../../b/c", true}, {"a", "./b/./c", true},
-		{"a", "../b", false}, {"d/a", "../../b", false}, {"a", "/etc/passwd", false}, {"a", "", false},
-		{"a", "s/..", false}, {"d/a", "b/../../c", false}, {"d/a", "../b/..", false},
-	} {
-		if got := symlinkStaysInside(tc.p, tc.target); got != tc.ok {
-			t.Errorf("symlinkStaysInside(%q, %q) = %v, want %v", tc.p, tc.target, got, tc.ok)
+	_, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+	treetest.Must(t, err)
+	want := treetest.Capture(t, repo.Root, snapshot.StoreDir)
+	got := treetest.Capture(t, into)
+	delete(want, "")
+	delete(got, "")
+	treetest.Equal(t, "restored tree vs project", want, got)
+	for _, l := range []string{"abs-out", "rel-out", "deep/to-root"} {
+		w, _ := os.Readlink(filepath.Join(repo.Root, l))
+		g, err := os.Readlink(filepath.Join(into, l))
+		if err != nil || g != w {
+			t.Errorf("%s -> %q (%v), want -> %q", l, g, err, w)
 		}
+	}
+	// Merge into a directory whose "deep" is a symlink to elsewhere.
+	elsewhere := t.TempDir()
+	into2 := t.TempDir()
+	treetest.Must(t, os.Symlink(elsewhere, filepath.Join(into2, "deep")))
+	_, err = c.Restore(FileName(s.ID), into2, RestoreOptions{Merge: true}, nil)
+	treetest.Must(t, err)
+	if ents, _ := os.ReadDir(elsewhere); len(ents) > 0 {
+		t.Fatalf("restore wrote through a symlink: %d entries in its target", len(ents))
+	}
+	if st, err := os.Lstat(filepath.Join(into2, "deep")); err != nil || !st.IsDir() {
+		t.Errorf("deep is not the archive's directory: %v %v", st, err)
 	}
 }
 

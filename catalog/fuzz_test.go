@@ -68,7 +68,7 @@ func FuzzArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 		outer := t.TempDir()
-		if _, err := c.Restore(name, filepath.Join(outer, "into"), false, nil); err != nil && CodeOf(err) == "" {
+		if _, err := c.Restore(name, filepath.Join(outer, "into"), RestoreOptions{}, nil); err != nil && CodeOf(err) == "" {
 			t.Fatalf("restore error without a code: %v", err)
 		}
 		if ents, _ := os.ReadDir(outer); len(ents) > 1 {

@@ -52,12 +52,12 @@ func TestNotRegularCandidates(t *testing.T) {
 		})
 	}
 	within(t, "restore of a FIFO", func() {
-		_, err := c.Restore(FileName(fifo), filepath.Join(t.TempDir(), "into"), false, nil)
+		_, err := c.Restore(FileName(fifo), filepath.Join(t.TempDir(), "into"), RestoreOptions{}, nil)
 		code(t, err, CodeNotRegular)
 	})
 	within(t, "restore through a symlink", func() {
 		into := filepath.Join(t.TempDir(), "into")
-		_, err := c.Restore(FileName(s.ID), into, false, nil)
+		_, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
 		code(t, err, CodeNotRegular)
 		if ents, _ := os.ReadDir(into); len(ents) > 0 {
 			t.Errorf("a refused restore wrote %d entries", len(ents))
@@ -112,7 +112,7 @@ func TestInsecureArchives(t *testing.T) {
 		if len(l.Archives) != 0 || len(l.Rejected) != 1 || l.Rejected[0].Error != CodeArchiveIns || l.Rejected[0].ID != s.ID {
 			t.Errorf("mode %04o: listed %v, rejected %v", mode, l.Archives, l.Rejected)
 		}
-		_, err = c.Restore(FileName(s.ID), filepath.Join(t.TempDir(), "into"), false, nil)
+		_, err = c.Restore(FileName(s.ID), filepath.Join(t.TempDir(), "into"), RestoreOptions{}, nil)
 		code(t, err, CodeArchiveIns)
 	}
 	treetest.Must(t, os.Chmod(p, 0o600))

@@ -172,7 +172,7 @@ func TestBombsRefused(t *testing.T) {
 	c := newCatalog(t)
 	treetest.Must(t, os.WriteFile(c.Path("0000000000000000000000000000b0b0"), shared, 0o600))
 	into := filepath.Join(t.TempDir(), "into")
-	if _, err := c.Restore(FileName("0000000000000000000000000000b0b0"), into, false, nil); err == nil {
+	if _, err := c.Restore(FileName("0000000000000000000000000000b0b0"), into, RestoreOptions{}, nil); err == nil {
 		t.Fatal("restored a bomb")
 	}
 	if ents, _ := os.ReadDir(into); len(ents) > 0 {

@@ -278,7 +278,7 @@ func newArchiveRestoreCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				return err
 			}
 			p, done := g.progress("restore", fileSize(filepath.Join(cat.Dir, name)))
-			res, err := cat.Restore(name, into, merge, p)
+			res, err := cat.Restore(name, into, catalog.RestoreOptions{Merge: merge}, p)
 			done()
 			if err != nil {
 				return err
