@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
@@ -546,7 +547,20 @@ func moveInto(root *fsutil.Dir, stage, rel string, merge bool) error {
 				if err := moveInto(root, stage, filepath.Join(rel, n), merge); err != nil {
 					return err
 				}
-				if err := src.Rmdir(n); err != nil { // emptied: the directory there stays as it is
+				// Emptied: the directory there takes the archive's mode,
+				// owner and time, which moving entries in has disturbed.
+				if err := dst.Chmod(n, sst.Mode&07777); err != nil {
+					return err
+				}
+				if os.Geteuid() == 0 {
+					if err := dst.Lchown(n, int(sst.Uid), int(sst.Gid)); err != nil {
+						return err
+					}
+				}
+				if err := dst.SetTimes(n, time.Unix(sst.Mtim.Unix())); err != nil {
+					return err
+				}
+				if err := src.Rmdir(n); err != nil {
 					return err
 				}
 				continue
@@ -568,6 +582,7 @@ func moveInto(root *fsutil.Dir, stage, rel string, merge bool) error {
 		if err := src.Rename(n, dst, n); err != nil {
 			return err
 		}
+		crashPoint("archive-restore-move")
 	}
 	return nil
 }
