@@ -155,6 +155,7 @@ type Limits struct {
 	MaxTotal     int64   // all entries, uncompressed
 	MaxRatio     float64 // uncompressed / compressed size of a compressed entry
 	MaxMeta      int64   // summary, index, meta and manifest
+	MaxArchive   int64   // one archive file, as pulled
 }
 
 // DefaultLimits are generous for a project snapshot and small enough that
@@ -165,4 +166,5 @@ var DefaultLimits = Limits{
 	MaxTotal:     1 << 40,
 	MaxRatio:     200,
 	MaxMeta:      1 << 30,
+	MaxArchive:   MaxScanBytes, // a bigger one could never be listed
 }

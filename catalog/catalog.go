@@ -34,12 +34,20 @@ const (
 // create, a missing directory is made so (its missing parents 0700 too).
 func Open(dir string, create bool) (*Catalog, error) {
 	if dir == "" {
-		return nil, errf(CodeInsecure, "no catalog: give --catalog DIR or set [archive] destination in snapback.toml")
+		return nil, errf(CodeNoCatalog, "no catalog: give --catalog DIR or set [archive] destination in snapback.toml")
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, wrap(CodeIO, err, "catalog %s", dir)
+	// The path is taken as written: a ".." after a symlink would lead
+	// where the kernel goes, not where the text says, and a relative path
+	// would depend on the working directory.
+	if !filepath.IsAbs(dir) {
+		return nil, errf(CodeBadPath, "catalog %s: not an absolute path", dir)
 	}
+	for _, c := range strings.Split(dir, "/") {
+		if c == ".." {
+			return nil, errf(CodeBadPath, "catalog %s: a path with \"..\" is refused (write it without)", dir)
+		}
+	}
+	abs := filepath.Clean(dir)
 	// Each component, from the top: never a symlink.
 	parts := strings.Split(strings.TrimPrefix(abs, "/"), "/")
 	p := "/"

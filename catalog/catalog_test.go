@@ -3,6 +3,7 @@ package catalog
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,7 +48,7 @@ func create(t *testing.T, c *Catalog, repo *snapshot.Repo, m *snapshot.Meta) *Su
 	t.Helper()
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	s, _, err := c.Create(repo, p, projectOf(t, repo), nil)
+	s, _, err := c.Create(context.Background(), repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	return s
 }
@@ -88,7 +89,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	// The same snapshot again: the same identity, kept as it is.
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	s2, existed, err := c.Create(repo, p, projectOf(t, repo), nil)
+	s2, existed, err := c.Create(context.Background(), repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	if !existed || s2.ID != s.ID {
 		t.Errorf("second create: existed=%v id %s, want the same archive %s", existed, s2.ID, s.ID)

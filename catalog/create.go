@@ -3,6 +3,7 @@ package catalog
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -121,7 +123,12 @@ type Project struct {
 // into a temp file, synced, then renamed to its name (mode 0600). When
 // the catalog already holds a valid archive of the same snapshot from the
 // same project, that one is kept (existed true) and nothing is written.
-func (c *Catalog) Create(src Source, p *Plan, proj Project, progress Progress) (s *Summary, existed bool, err error) {
+//
+// Cancelling ctx (Ctrl-C) stops the write and removes the temp file;
+// temp files older than TempAge, left by a create that was killed, are
+// removed by the next create.
+func (c *Catalog) Create(ctx context.Context, src Source, p *Plan, proj Project, progress Progress) (s *Summary, existed bool, err error) {
+	sweepTemps(c.Dir, TempAge)
 	if s := c.existing(p.meta.ID, proj.ID); s != nil {
 		return s, true, nil
 	}
@@ -138,7 +145,7 @@ func (c *Catalog) Create(src Source, p *Plan, proj Project, progress Progress) (
 			os.Remove(tmp)
 		}
 	}()
-	w := &archiveWriter{z: zip.NewWriter(f), progress: progress, buf: make([]byte, 1<<20)}
+	w := &archiveWriter{ctx: ctx, z: zip.NewWriter(f), progress: progress, buf: make([]byte, 1<<20)}
 	now := time.Now().UTC()
 	if err := w.add(metaName, now, bytes.NewReader(p.metaJSON)); err != nil {
 		return nil, false, err
@@ -239,6 +246,7 @@ func (c *Catalog) existing(snap, projectID string) *Summary {
 
 // archiveWriter writes stored entries and indexes them.
 type archiveWriter struct {
+	ctx      context.Context
 	z        *zip.Writer
 	index    []indexLine
 	bytes    int64
@@ -252,7 +260,10 @@ func (w *archiveWriter) add(name string, mod time.Time, r io.Reader) error {
 		return wrap(CodeIO, err, "write archive")
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(hw, h, progressWriter(w.progress)), r, w.buf)
+	n, err := io.CopyBuffer(io.MultiWriter(hw, h, progressWriter(w.progress)), ctxReader{w.ctx, r}, w.buf)
+	if w.ctx.Err() != nil {
+		return wrap(CodeIO, w.ctx.Err(), "write archive: interrupted; the partial archive was removed")
+	}
 	if err != nil {
 		return wrap(CodeIO, err, "write archive entry %s", name)
 	}
@@ -261,6 +272,38 @@ func (w *archiveWriter) add(name string, mod time.Time, r io.Reader) error {
 	w.index = append(w.index, l)
 	w.bytes += n
 	return nil
+}
+
+// ctxReader stops reading once its context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// TempAge is how old an archive temp file must be to be another create's
+// leftover rather than a live create's.
+const TempAge = time.Hour
+
+// sweepTemps removes the catalog's temp files older than age: a create
+// killed while writing left them, and they never held a name.
+func sweepTemps(dir string, age time.Duration) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(n, ".tmp-") || !strings.HasSuffix(n, ".zip") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > age {
+			os.Remove(filepath.Join(dir, n)) // best effort: the next create tries again
+		}
+	}
 }
 
 type progressWriter Progress

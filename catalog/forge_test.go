@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -39,7 +40,7 @@ func forge(t *testing.T, repo *snapshot.Repo, m *snapshot.Meta, edit func(snapsh
 		}
 	}
 	c := newCatalog(t)
-	s, _, err := c.Create(repo, p, projectOf(t, repo), nil)
+	s, _, err := c.Create(context.Background(), repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	return c, s
 }

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,7 +94,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	c := &Catalog{Dir: f.TempDir(), Limits: DefaultLimits}
 	p, err := PlanArchive(repo, m)
 	treetest.Must(f, err)
-	s, _, err := c.Create(repo, p, projectOf(f, repo), nil)
+	s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
 	treetest.Must(f, err)
 	b, err := os.ReadFile(c.Path(s.ID))
 	treetest.Must(f, err)

@@ -514,6 +514,22 @@ func (c *Catalog) Verify(name string, progress Progress) (*Summary, error) {
 	return c.verifyFile(name, progress)
 }
 
+// VerifyFile fully verifies the archive file at p, anywhere (a copy on a
+// USB stick), in place: as a catalog's, but for its owner and mode, and
+// its name is checked only when it is named like an archive.
+func VerifyFile(p string, lim Limits, progress Progress) (*Summary, error) {
+	r, err := openArchive(p, lim, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	name := looseName(p)
+	if err := r.check(name, progress); err != nil {
+		return nil, prefix(filepath.Base(p), err)
+	}
+	return r.summary, nil
+}
+
 func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
 	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
