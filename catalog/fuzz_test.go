@@ -60,6 +60,18 @@ func FuzzArchive(f *testing.F) {
 		if r.manifest == nil && r.meta == nil {
 			t.Fatal("verified, but its snapshot was not read")
 		}
+		// Every byte counts: the same bytes with one more before or
+		// after, or holding a path in a project's store, do not verify.
+		for _, c := range [][]byte{append([]byte{0}, b...), append(bytes.Clone(b), 0)} {
+			if r2, err := newReader(bytes.NewReader(c), int64(len(c)), "fuzz", lim); err == nil && r2.check("", nil) == nil {
+				t.Fatal("verified with a byte added")
+			}
+		}
+		for _, e := range r.manifest {
+			if e.Path == snapshot.StoreDir || strings.HasPrefix(e.Path, snapshot.StoreDir+"/") {
+				t.Fatalf("verified with %q in it", e.Path)
+			}
+		}
 		if checkRestorable(r.manifest) != nil || restored.Add(1) > 20 {
 			return // restoring writes and syncs files: a few per process tell enough
 		}
@@ -98,5 +110,10 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	treetest.Must(f, err)
 	b, err := os.ReadFile(c.Path(s.ID))
 	treetest.Must(f, err)
-	return [][]byte{b, []byte("PK\x03\x04"), {}}
+	// The shapes the layout check refuses, for the fuzzer to start from.
+	comment := append(bytes.Clone(b), "payload"...)
+	comment[len(b)-2] = 7
+	flipped := bytes.Clone(b)
+	flipped[31] ^= 1
+	return [][]byte{b, []byte("PK\x03\x04"), {}, append([]byte("prefix"), b...), append(bytes.Clone(b), "suffix"...), comment, flipped}
 }
