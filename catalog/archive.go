@@ -13,13 +13,17 @@
 //	                       archive_sha256: the SHA-256 of the index
 //
 // The index commits to every entry's content, the summary to the index,
-// and the name to the summary: verifying an archive re-reads every byte.
-// Archives are not encrypted.
+// and the name to the whole summary (every field, in its one canonical
+// encoding); the summary's fields must agree with the record and the
+// manifest; and the zip structure around the entries must be exactly
+// what create writes (see checkLayout): verifying an archive checks every
+// byte of the file. Archives are not encrypted.
 package catalog
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -27,7 +31,7 @@ import (
 )
 
 // Format names the archive layout in summaries.
-const Format = "snapback-archive/1"
+const Format = "snapback-archive/2"
 
 // Entry names of the fixed parts.
 const (
@@ -39,7 +43,10 @@ const (
 	targetsDir  = "targets/"
 )
 
-var nameRE = regexp.MustCompile(`^backup-([0-9a-f]{32})\.zip$`)
+var (
+	nameRE      = regexp.MustCompile(`^backup-([0-9a-f]{32})\.zip$`)
+	projectIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+)
 
 // IDOf returns the id in an archive's file name, if it is one.
 func IDOf(name string) (string, bool) {
@@ -60,7 +67,8 @@ type Summary struct {
 	Snapshot          string    `json:"snapshot"`
 	Kind              string    `json:"kind"`
 	Message           string    `json:"message,omitempty"`
-	Project           string    `json:"project"`
+	Project           string    `json:"project"`    // the project's root when archived
+	ProjectID         string    `json:"project_id"` // the project's stable id (its store's project-id)
 	SnapshotCreatedAt time.Time `json:"snapshot_created_at"`
 	CreatedAt         time.Time `json:"created_at"`
 	Files             int       `json:"files"`   // files in the manifest
@@ -71,13 +79,21 @@ type Summary struct {
 	ArchiveSHA256     string    `json:"archive_sha256"`
 }
 
-// identity derives an archive's id from what it holds: the same snapshot
-// with the same contents always gets the same id.
-func identity(snapshot, project string, index []byte) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", Format, snapshot, project)
-	h.Write(index)
-	return hex.EncodeToString(h.Sum(nil)[:16])
+// identity derives an archive's id from its whole summary (but the id):
+// changing any field, the time or the message included, changes the name
+// the archive must have.
+func identity(s *Summary) string {
+	c := *s
+	c.ID = ""
+	b, _ := json.Marshal(&c) // a struct of strings, numbers and times: always marshals
+	h := sha256.Sum256(append([]byte(Format+"\n"), b...))
+	return hex.EncodeToString(h[:16])
+}
+
+// encodeSummary is a summary's one canonical encoding, as stored.
+func encodeSummary(s *Summary) []byte {
+	b, _ := json.MarshalIndent(s, "", "  ") // as in identity
+	return append(b, '\n')
 }
 
 // Error is a catalog error with a stable code (the "error" of --json).
@@ -93,6 +109,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // Codes.
 const (
 	CodeInsecure   = "catalog_insecure"  // the catalog directory is not private or has a symlink
+	CodeArchiveIns = "archive_insecure"  // an archive in the catalog not owned by you or not mode 0600
+	CodeNotRegular = "not_regular"       // a name like an archive's that is a symlink, FIFO, directory or device
 	CodeChanged    = "catalog_changed"   // the catalog changed during a scan or since a preview
 	CodeNotFound   = "not_found"         // no such archive or snapshot
 	CodeBadName    = "bad_name"          // not an archive name, or the name does not match the content
@@ -103,9 +121,14 @@ const (
 	CodeBadIndex   = "bad_index"         // index missing, malformed, or not matching the entries
 	CodeChecksum   = "checksum_mismatch" // an entry's content does not match its SHA-256
 	CodeIncomplete = "incomplete"        // a content the manifest needs is missing
+	CodeStoreEntry = "store_entry"       // an archived path inside .snapback/: an archive never writes a project's store
 	CodeNotEmpty   = "dir_not_empty"     // restore into a non-empty directory without --merge
 	CodeToken      = "bad_token"         // unknown, used or expired prune token
 	CodeIO         = "io_error"
+	CodeUsage      = "usage"         // an option out of its range
+	CodeNoCatalog  = "no_catalog"    // no --catalog and no [archive] destination
+	CodeBadPath    = "bad_path"      // a catalog path with "..", or relative outside a project
+	CodeOther      = "other_project" // an archive of another project, without --all
 )
 
 func errf(code string, format string, a ...any) *Error {
@@ -132,6 +155,7 @@ type Limits struct {
 	MaxTotal     int64   // all entries, uncompressed
 	MaxRatio     float64 // uncompressed / compressed size of a compressed entry
 	MaxMeta      int64   // summary, index, meta and manifest
+	MaxArchive   int64   // one archive file, as pulled
 }
 
 // DefaultLimits are generous for a project snapshot and small enough that
@@ -142,4 +166,5 @@ var DefaultLimits = Limits{
 	MaxTotal:     1 << 40,
 	MaxRatio:     200,
 	MaxMeta:      1 << 30,
+	MaxArchive:   MaxScanBytes, // a bigger one could never be listed
 }

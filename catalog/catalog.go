@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Catalog is a directory of archives. The directory is the truth: there
@@ -33,12 +34,20 @@ const (
 // create, a missing directory is made so (its missing parents 0700 too).
 func Open(dir string, create bool) (*Catalog, error) {
 	if dir == "" {
-		return nil, errf(CodeInsecure, "no catalog: give --catalog DIR or set [archive] destination in snapback.toml")
+		return nil, errf(CodeNoCatalog, "no catalog: give --catalog DIR or set [archive] destination in snapback.toml")
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, wrap(CodeIO, err, "catalog %s", dir)
+	// The path is taken as written: a ".." after a symlink would lead
+	// where the kernel goes, not where the text says, and a relative path
+	// would depend on the working directory.
+	if !filepath.IsAbs(dir) {
+		return nil, errf(CodeBadPath, "catalog %s: not an absolute path", dir)
 	}
+	for _, c := range strings.Split(dir, "/") {
+		if c == ".." {
+			return nil, errf(CodeBadPath, "catalog %s: a path with \"..\" is refused (write it without)", dir)
+		}
+	}
+	abs := filepath.Clean(dir)
 	// Each component, from the top: never a symlink.
 	parts := strings.Split(strings.TrimPrefix(abs, "/"), "/")
 	p := "/"
@@ -140,9 +149,19 @@ type Listing struct {
 	Archives    []Listed
 	Rejected    []Rejected
 	Fingerprint string
-	// Truncated says why the scan stopped early, if it did: the
-	// candidates past the bound are neither listed nor rejected.
-	Truncated string
+	// VerifiedAt is when this scan finished verifying them.
+	VerifiedAt time.Time
+}
+
+// Of returns the archives of the project with this id, oldest first.
+func (l *Listing) Of(projectID string) []Listed {
+	var out []Listed
+	for _, a := range l.Archives {
+		if a.ProjectID == projectID {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // List verifies every candidate (a file named like an archive), within
@@ -159,18 +178,24 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 	n := 0
 	for _, e := range ents {
 		id, ok := IDOf(e.name)
-		if !ok || !e.mode.IsRegular() && e.mode&fs.ModeSymlink == 0 {
+		if !ok {
 			continue // not a candidate: unknown files are none of our business
 		}
+		// Past the bounds the scan refuses rather than list part of the
+		// catalog as if it were all of it.
 		if n == MaxCandidates {
-			l.Truncated = fmt.Sprintf("more than %d archives: the rest were not read", MaxCandidates)
-			break
+			return nil, errf(CodeTooLarge, "catalog %s: more than %d archives; split the catalog (move some archives to another directory)", c.Dir, MaxCandidates)
 		}
 		if scanned+e.size > MaxScanBytes {
-			l.Truncated = fmt.Sprintf("the scan stopped at %d GiB: the rest were not read", MaxScanBytes>>30)
-			break
+			return nil, errf(CodeTooLarge, "catalog %s: more than %d GiB of archives; split the catalog (move some archives to another directory)", c.Dir, MaxScanBytes>>30)
 		}
 		n++
+		if err := regularMode(e.name, e.mode); err != nil {
+			// Looked at, never opened: a FIFO would block, a symlink lead
+			// out of the catalog.
+			l.Rejected = append(l.Rejected, Rejected{ID: id, File: e.name, Error: CodeOf(err), Msg: err.Error()})
+			continue
+		}
 		scanned += e.size
 		s, err := c.verifyFile(e.name, progress)
 		if err != nil {
@@ -185,6 +210,7 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 		return nil, errf(CodeChanged, "catalog %s changed during the scan; try again", c.Dir)
 	}
 	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].CreatedAt.Before(l.Archives[j].CreatedAt) })
+	l.VerifiedAt = time.Now().UTC()
 	return l, nil
 }
 

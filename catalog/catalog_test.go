@@ -3,6 +3,7 @@ package catalog
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,9 +48,17 @@ func create(t *testing.T, c *Catalog, repo *snapshot.Repo, m *snapshot.Meta) *Su
 	t.Helper()
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	s, _, err := c.Create(repo, p, repo.Root, nil)
+	s, _, err := c.Create(context.Background(), repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	return s
+}
+
+// projectOf names the repo's project, its id made on first use.
+func projectOf(t testing.TB, repo *snapshot.Repo) Project {
+	t.Helper()
+	id, err := ProjectID(repo.Root, true)
+	treetest.Must(t, err)
+	return Project{Root: repo.Root, ID: id}
 }
 
 func code(t *testing.T, err error, want string) {
@@ -80,7 +89,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	// The same snapshot again: the same identity, kept as it is.
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	s2, existed, err := c.Create(repo, p, repo.Root, nil)
+	s2, existed, err := c.Create(context.Background(), repo, p, projectOf(t, repo), nil)
 	treetest.Must(t, err)
 	if !existed || s2.ID != s.ID {
 		t.Errorf("second create: existed=%v id %s, want the same archive %s", existed, s2.ID, s.ID)
@@ -88,7 +97,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 
 	into := filepath.Join(t.TempDir(), "out")
 	var read int64
-	res, err := c.Restore(FileName(s.ID), into, false, func(n int64) { read += n })
+	res, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, func(n int64) { read += n })
 	treetest.Must(t, err)
 	if res.Files != m.Files || read != s.Bytes {
 		t.Errorf("restored %d files reading %d bytes, want %d files, %d bytes", res.Files, read, m.Files, s.Bytes)
@@ -111,11 +120,11 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	}
 
 	// Not into a non-empty directory, unless merging.
-	_, err = c.Restore(FileName(s.ID), into, false, nil)
+	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
 	code(t, err, CodeNotEmpty)
 	treetest.Write(t, into, "mine.txt", "kept\n", 0o644)
 	treetest.Write(t, into, "plain.txt", "replaced\n", 0o644)
-	_, err = c.Restore(FileName(s.ID), into, true, nil)
+	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{Merge: true}, nil)
 	treetest.Must(t, err)
 	if b, _ := os.ReadFile(filepath.Join(into, "plain.txt")); string(b) != "hello\n" {
 		t.Errorf("merge: plain.txt = %q, want the archive's", b)
@@ -128,32 +137,41 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	}
 }
 
-// An archive holding a symlink that points out of the restore directory
-// is refused whole, and nothing is written.
-func TestRestoreRefusesOutsideSymlinks(t *testing.T) {
+// Symlinks are data: an archive of a tree whose symlinks point anywhere
+// (absolute, up and out, like a virtualenv's) verifies and restores
+// exactly; restore never follows one while writing: merging into a
+// directory where a name is a symlink to elsewhere replaces the link and
+// leaves elsewhere alone.
+func TestRestoreKeepsSymlinks(t *testing.T) {
 	repo, m := project(t, true)
 	c := newCatalog(t)
 	s := create(t, c, repo, m)
 	into := filepath.Join(t.TempDir(), "out")
-	_, err := c.Restore(FileName(s.ID), into, false, nil)
-	code(t, err, CodeUnsafe)
-	if ents, _ := os.ReadDir(into); len(ents) > 0 {
-		t.Fatalf("a refused restore wrote %d entries", len(ents))
-	}
-}
-
-func TestSymlinkStaysInside(t *testing.T) {
-	for _, tc := range []struct {
-		p, target string
-		ok        bool
-	}{
-		{"a", "b", true}, {"d/a", "../b", true}, {"d/e/a", "../../b/c", true}, {"a", "./b/./c", true},
-		{"a", "../b", false}, {"d/a", "../../b", false}, {"a", "/etc/passwd", false}, {"a", "", false},
-		{"a", "s/..", false}, {"d/a", "b/../../c", false}, {"d/a", "../b/..", false},
-	} {
-		if got := symlinkStaysInside(tc.p, tc.target); got != tc.ok {
-			t.Errorf("symlinkStaysInside(%q, %q) = %v, want %v", tc.p, tc.target, got, tc.ok)
+	_, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+	treetest.Must(t, err)
+	want := treetest.Capture(t, repo.Root, snapshot.StoreDir)
+	got := treetest.Capture(t, into)
+	delete(want, "")
+	delete(got, "")
+	treetest.Equal(t, "restored tree vs project", want, got)
+	for _, l := range []string{"abs-out", "rel-out", "deep/to-root"} {
+		w, _ := os.Readlink(filepath.Join(repo.Root, l))
+		g, err := os.Readlink(filepath.Join(into, l))
+		if err != nil || g != w {
+			t.Errorf("%s -> %q (%v), want -> %q", l, g, err, w)
 		}
+	}
+	// Merge into a directory whose "deep" is a symlink to elsewhere.
+	elsewhere := t.TempDir()
+	into2 := t.TempDir()
+	treetest.Must(t, os.Symlink(elsewhere, filepath.Join(into2, "deep")))
+	_, err = c.Restore(FileName(s.ID), into2, RestoreOptions{Merge: true}, nil)
+	treetest.Must(t, err)
+	if ents, _ := os.ReadDir(elsewhere); len(ents) > 0 {
+		t.Fatalf("restore wrote through a symlink: %d entries in its target", len(ents))
+	}
+	if st, err := os.Lstat(filepath.Join(into2, "deep")); err != nil || !st.IsDir() {
+		t.Errorf("deep is not the archive's directory: %v %v", st, err)
 	}
 }
 
@@ -192,7 +210,7 @@ func writeZip(t *testing.T, p string, entries [][2]string) {
 	var buf bytes.Buffer
 	z := zip.NewWriter(&buf)
 	for _, e := range entries {
-		w, err := z.CreateHeader(&zip.FileHeader{Name: e[0], Method: zip.Store})
+		w, err := z.CreateHeader(&zip.FileHeader{Name: e[0], Method: zip.Store, Modified: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)})
 		treetest.Must(t, err)
 		io.WriteString(w, e[1])
 	}
@@ -310,7 +328,7 @@ func TestPrune(t *testing.T) {
 	// An invalid candidate is never deleted.
 	treetest.Must(t, os.WriteFile(c.Path("0000000000000000000000000000dead"), []byte("junk"), 0o600))
 
-	plan, err := c.PrunePreview(2, tokens, nil)
+	plan, err := c.PrunePreview(PruneOptions{Keep: 2}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 || plan.Delete[0].ID != ids[0] || plan.Delete[1].ID != ids[1] || len(plan.Rejected) != 1 {
 		t.Fatalf("plan deletes %v (rejected %v), want the two oldest", plan.Delete, plan.Rejected)
@@ -333,7 +351,7 @@ func TestPrune(t *testing.T) {
 	// That token is spent; a fresh preview and its token work once.
 	_, err = c.PruneApply(plan.Token, tokens, nil)
 	code(t, err, CodeToken)
-	plan, err = c.PrunePreview(2, tokens, nil)
+	plan, err = c.PrunePreview(PruneOptions{Keep: 2}, tokens, nil)
 	treetest.Must(t, err)
 	res, err := c.PruneApply(plan.Token, tokens, nil)
 	treetest.Must(t, err)
@@ -356,7 +374,7 @@ func TestPrune(t *testing.T) {
 	code(t, err, CodeToken)
 
 	// An expired token (its record aged on disk) is refused.
-	plan, err = c.PrunePreview(1, tokens, nil)
+	plan, err = c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	p := filepath.Join(tokens, plan.Token+".json")
 	b, _ := os.ReadFile(p)
@@ -410,7 +428,7 @@ func TestPruneFailsHalfWay(t *testing.T) {
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}
-	plan, err := c.PrunePreview(1, tokens, nil)
+	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 {
 		t.Fatalf("plan deletes %d", len(plan.Delete))

@@ -3,16 +3,17 @@ package catalog
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -110,10 +111,27 @@ func PlanArchive(src Source, m *snapshot.Meta) (*Plan, error) {
 	return p, nil
 }
 
+// Project names the project an archive comes from: its root, and the
+// stable id kept in its store (see ProjectID) that scopes listing and
+// retention.
+type Project struct {
+	Root string
+	ID   string
+}
+
 // Create writes an archive of the planned snapshot into the catalog:
-// into a temp file, synced, then renamed to its name (mode 0600). An
-// archive with the same identity already there is kept (existed true).
-func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress) (s *Summary, existed bool, err error) {
+// into a temp file, synced, then renamed to its name (mode 0600). When
+// the catalog already holds a valid archive of the same snapshot from the
+// same project, that one is kept (existed true) and nothing is written.
+//
+// Cancelling ctx (Ctrl-C) stops the write and removes the temp file;
+// temp files older than TempAge, left by a create that was killed, are
+// removed by the next create.
+func (c *Catalog) Create(ctx context.Context, src Source, p *Plan, proj Project, progress Progress) (s *Summary, existed bool, err error) {
+	sweepTemps(c.Dir, TempAge)
+	if s := c.existing(p.meta.ID, proj.ID); s != nil {
+		return s, true, nil
+	}
 	var rb [8]byte
 	rand.Read(rb[:])
 	tmp := filepath.Join(c.Dir, ".tmp-"+hex.EncodeToString(rb[:])+".zip")
@@ -127,7 +145,7 @@ func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress)
 			os.Remove(tmp)
 		}
 	}()
-	w := &archiveWriter{z: zip.NewWriter(f), progress: progress, buf: make([]byte, 1<<20)}
+	w := &archiveWriter{ctx: ctx, z: zip.NewWriter(f), progress: progress, buf: make([]byte, 1<<20)}
 	now := time.Now().UTC()
 	if err := w.add(metaName, now, bytes.NewReader(p.metaJSON)); err != nil {
 		return nil, false, err
@@ -166,19 +184,15 @@ func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress)
 	}
 	sum := sha256.Sum256(idx)
 	s = &Summary{
-		Format: Format, Snapshot: p.meta.ID, Kind: string(p.meta.Kind), Message: p.meta.Message, Project: project,
+		Format: Format, Snapshot: p.meta.ID, Kind: string(p.meta.Kind), Message: p.meta.Message, Project: proj.Root, ProjectID: proj.ID,
 		SnapshotCreatedAt: p.meta.CreatedAt, CreatedAt: now, Files: p.files, Objects: len(p.objects), Targets: len(p.meta.Targets),
 		Entries: len(w.index), Bytes: w.bytes, ArchiveSHA256: hex.EncodeToString(sum[:]),
 	}
-	s.ID = identity(s.Snapshot, project, idx)
-	sj, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return nil, false, err
-	}
+	s.ID = identity(s)
 	for _, e := range []struct {
 		name string
 		b    []byte
-	}{{indexName, idx}, {summaryName, append(sj, '\n')}} {
+	}{{indexName, idx}, {summaryName, encodeSummary(s)}} {
 		hw, err := w.z.CreateHeader(&zip.FileHeader{Name: e.name, Method: zip.Store, Modified: now})
 		if err == nil {
 			_, err = hw.Write(e.b)
@@ -210,8 +224,29 @@ func (c *Catalog) Create(src Source, p *Plan, project string, progress Progress)
 	return s, false, nil
 }
 
+// existing finds a valid archive of the snapshot from the project.
+func (c *Catalog) existing(snap, projectID string) *Summary {
+	ents, _, err := c.readDir()
+	if err != nil {
+		return nil // the create that follows reports it
+	}
+	for _, e := range ents {
+		if _, ok := IDOf(e.name); !ok || !e.mode.IsRegular() {
+			continue
+		}
+		if s, err := c.readSummary(e.name); err != nil || s.Snapshot != snap || s.ProjectID != projectID {
+			continue
+		}
+		if s, err := c.verifyFile(e.name, nil); err == nil {
+			return s
+		}
+	}
+	return nil
+}
+
 // archiveWriter writes stored entries and indexes them.
 type archiveWriter struct {
+	ctx      context.Context
 	z        *zip.Writer
 	index    []indexLine
 	bytes    int64
@@ -225,7 +260,10 @@ func (w *archiveWriter) add(name string, mod time.Time, r io.Reader) error {
 		return wrap(CodeIO, err, "write archive")
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(io.MultiWriter(hw, h, progressWriter(w.progress)), r, w.buf)
+	n, err := io.CopyBuffer(io.MultiWriter(hw, h, progressWriter(w.progress)), ctxReader{w.ctx, r}, w.buf)
+	if w.ctx.Err() != nil {
+		return wrap(CodeIO, w.ctx.Err(), "write archive: interrupted; the partial archive was removed")
+	}
 	if err != nil {
 		return wrap(CodeIO, err, "write archive entry %s", name)
 	}
@@ -234,6 +272,38 @@ func (w *archiveWriter) add(name string, mod time.Time, r io.Reader) error {
 	w.index = append(w.index, l)
 	w.bytes += n
 	return nil
+}
+
+// ctxReader stops reading once its context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// TempAge is how old an archive temp file must be to be another create's
+// leftover rather than a live create's.
+const TempAge = time.Hour
+
+// sweepTemps removes the catalog's temp files older than age: a create
+// killed while writing left them, and they never held a name.
+func sweepTemps(dir string, age time.Duration) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(n, ".tmp-") || !strings.HasSuffix(n, ".zip") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > age {
+			os.Remove(filepath.Join(dir, n)) // best effort: the next create tries again
+		}
+	}
 }
 
 type progressWriter Progress

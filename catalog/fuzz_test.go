@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +16,7 @@ import (
 // FuzzDecodeSummary: any input is either refused or a summary that
 // passes its own checks.
 func FuzzDecodeSummary(f *testing.F) {
-	f.Add([]byte(`{"format":"snapback-archive/1","id":"0123456789abcdef0123456789abcdef","snapshot":"20261130-000000-abcdef","kind":"snap","project":"/p","snapshot_created_at":"2026-11-30T00:00:00Z","created_at":"2026-11-30T00:00:00Z","files":1,"objects":1,"targets":0,"entries":3,"bytes":10,"archive_sha256":"` + strings.Repeat("a", 64) + `"}`))
+	f.Add([]byte(`{"format":"snapback-archive/1","id":"0123456789abcdef0123456789abcdef","snapshot":"20261130-000000-abcdef","kind":"snap","project":"/p","project_id":"0123456789abcdef0123456789abcdef","snapshot_created_at":"2026-11-30T00:00:00Z","created_at":"2026-11-30T00:00:00Z","files":1,"objects":1,"targets":0,"entries":3,"bytes":10,"archive_sha256":"` + strings.Repeat("a", 64) + `"}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"format":"snapback-archive/1","files":-1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -59,6 +60,18 @@ func FuzzArchive(f *testing.F) {
 		if r.manifest == nil && r.meta == nil {
 			t.Fatal("verified, but its snapshot was not read")
 		}
+		// Every byte counts: the same bytes with one more before or
+		// after, or holding a path in a project's store, do not verify.
+		for _, c := range [][]byte{append([]byte{0}, b...), append(bytes.Clone(b), 0)} {
+			if r2, err := newReader(bytes.NewReader(c), int64(len(c)), "fuzz", lim); err == nil && r2.check("", nil) == nil {
+				t.Fatal("verified with a byte added")
+			}
+		}
+		for _, e := range r.manifest {
+			if e.Path == snapshot.StoreDir || strings.HasPrefix(e.Path, snapshot.StoreDir+"/") {
+				t.Fatalf("verified with %q in it", e.Path)
+			}
+		}
 		if checkRestorable(r.manifest) != nil || restored.Add(1) > 20 {
 			return // restoring writes and syncs files: a few per process tell enough
 		}
@@ -68,7 +81,7 @@ func FuzzArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 		outer := t.TempDir()
-		if _, err := c.Restore(name, filepath.Join(outer, "into"), false, nil); err != nil && CodeOf(err) == "" {
+		if _, err := c.Restore(name, filepath.Join(outer, "into"), RestoreOptions{}, nil); err != nil && CodeOf(err) == "" {
 			t.Fatalf("restore error without a code: %v", err)
 		}
 		if ents, _ := os.ReadDir(outer); len(ents) > 1 {
@@ -93,9 +106,14 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	c := &Catalog{Dir: f.TempDir(), Limits: DefaultLimits}
 	p, err := PlanArchive(repo, m)
 	treetest.Must(f, err)
-	s, _, err := c.Create(repo, p, root, nil)
+	s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
 	treetest.Must(f, err)
 	b, err := os.ReadFile(c.Path(s.ID))
 	treetest.Must(f, err)
-	return [][]byte{b, []byte("PK\x03\x04"), {}}
+	// The shapes the layout check refuses, for the fuzzer to start from.
+	comment := append(bytes.Clone(b), "payload"...)
+	comment[len(b)-2] = 7
+	flipped := bytes.Clone(b)
+	flipped[31] ^= 1
+	return [][]byte{b, []byte("PK\x03\x04"), {}, append([]byte("prefix"), b...), append(bytes.Clone(b), "suffix"...), comment, flipped}
 }

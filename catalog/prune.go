@@ -23,9 +23,13 @@ var tokenRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // PrunePlan is a previewed retention: what would go and the token that
 // makes it happen.
 type PrunePlan struct {
-	Keep     int
-	Delete   []Listed
-	Kept     []Listed
+	Keep   int
+	Delete []Listed
+	Kept   []Listed
+	// Later are archives past MaxDelete that a next prune will delete.
+	Later []Listed
+	// Others are other projects' archives, left alone.
+	Others   int
 	Rejected []Rejected // left alone, never deleted
 	Token    string
 	Expires  time.Time
@@ -41,28 +45,53 @@ type tokenRecord struct {
 	Expires     time.Time `json:"expires"`
 }
 
-// PrunePreview plans keeping the keep newest valid archives and deleting
+// PruneOptions say what a prune keeps.
+type PruneOptions struct {
+	Keep      int    // the newest valid archives kept, 1 to MaxKeep
+	MaxDelete int    // at most this many deleted, 1 to MaxDeletions (0: MaxDeletions)
+	Project   string // the id of the project whose archives are pruned ("": every project's)
+}
+
+// Bounds of a prune, as in the catalog snapback's was modelled on.
+const (
+	MaxKeep      = 1000
+	MaxDeletions = 100
+)
+
+// PrunePreview plans keeping the Keep newest valid archives and deleting
 // the other valid ones, and stores a one-time token for it in tokenDir
 // (a private directory of the user's: the preview and its application are
 // separate processes).
-func (c *Catalog) PrunePreview(keep int, tokenDir string, progress Progress) (*PrunePlan, error) {
-	if keep < 0 {
-		return nil, errf(CodeNotFound, "prune: --keep must be 0 or more")
+func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progress) (*PrunePlan, error) {
+	keep := o.Keep
+	if keep < 1 || keep > MaxKeep {
+		return nil, errf(CodeUsage, "prune: --keep must be 1 to %d, not %d", MaxKeep, keep)
+	}
+	if o.MaxDelete == 0 {
+		o.MaxDelete = MaxDeletions
+	}
+	if o.MaxDelete < 1 || o.MaxDelete > MaxDeletions {
+		return nil, errf(CodeUsage, "prune: --max-delete must be 1 to %d, not %d", MaxDeletions, o.MaxDelete)
 	}
 	l, err := c.List(progress)
 	if err != nil {
 		return nil, err
 	}
-	if l.Truncated != "" {
-		return nil, errf(CodeTooLarge, "prune: %s; prune needs a complete listing", l.Truncated)
-	}
 	p := &PrunePlan{Keep: keep, Rejected: l.Rejected}
-	n := len(l.Archives)
-	for i, a := range l.Archives { // oldest first
-		if i < n-keep {
-			p.Delete = append(p.Delete, a)
-		} else {
+	mine := l.Archives
+	if o.Project != "" {
+		mine = l.Of(o.Project)
+		p.Others = len(l.Archives) - len(mine)
+	}
+	n := len(mine)
+	for i, a := range mine { // oldest first
+		switch {
+		case i >= n-keep:
 			p.Kept = append(p.Kept, a)
+		case len(p.Delete) < o.MaxDelete:
+			p.Delete = append(p.Delete, a)
+		default:
+			p.Later = append(p.Later, a)
 		}
 	}
 	var b [16]byte

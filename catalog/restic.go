@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"net/url"
@@ -281,9 +282,9 @@ func (r *Restic) pushOne(ctx context.Context, cat *Catalog, name, host string, h
 	p := filepath.Join(cat.Dir, name)
 	// Archives are written whole and renamed in, never changed in place:
 	// holding the file verified (the same inode) is holding what we push.
-	f, err := os.Open(p)
+	f, _, err := openRegular(p, true)
 	if err != nil {
-		return false, false, wrap(CodeIO, err, "archive %s", name)
+		return false, true, err
 	}
 	defer f.Close() // read-only
 	if _, err := cat.Verify(name, progress); err != nil {
@@ -322,9 +323,9 @@ func (r *Restic) pushOne(ctx context.Context, cat *Catalog, name, host string, h
 }
 
 func hashPath(p string) (string, error) {
-	f, err := os.Open(p)
+	f, _, err := openRegular(p, false)
 	if err != nil {
-		return "", wrap(CodeIO, err, "archive %s", filepath.Base(p))
+		return "", err
 	}
 	defer f.Close() // read-only
 	sum, err := hashFile(f)
@@ -425,13 +426,13 @@ func (r *Restic) pullOne(ctx context.Context, cat *Catalog, stage, id string, sn
 			}
 		}
 		// No tag says so: fetch the newest copy to compare.
-		remote, err := r.dump(ctx, snaps[0], staged)
+		remote, err := r.dump(ctx, snaps[0], staged, cat.Limits.MaxArchive)
 		os.Remove(staged) // only compared
 		return false, remote == local, err
 	}
 	var firstErr error
 	for _, s := range snaps {
-		sum, err := r.dump(ctx, s, staged)
+		sum, err := r.dump(ctx, s, staged, cat.Limits.MaxArchive)
 		if err == nil {
 			_, err = (&Catalog{Dir: stage, Limits: cat.Limits}).Verify(name, progress)
 		}
@@ -471,14 +472,25 @@ func pullErr(err error, name, where string) error {
 }
 
 // dump writes the archive a snapshot holds into a new private file at p,
-// synced, and returns its SHA-256.
-func (r *Restic) dump(ctx context.Context, s resticSnapshot, p string) (string, error) {
+// synced, and returns its SHA-256. It stops as soon as what comes is not
+// an archive (it does not start as one) or passes max bytes, and says so
+// (or what failed writing, a full disk) rather than restic's complaint
+// about the pipe it was writing into.
+func (r *Restic) dump(ctx context.Context, s resticSnapshot, p string, max int64) (string, error) {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", wrap(CodeIO, err, "staging %s", p)
 	}
 	h := sha256.New()
-	_, err = r.run(ctx, nil, io.MultiWriter(f, h), "dump", s.ID, s.Paths[0])
+	sw := &stagingWriter{f: f, h: h, max: max, name: filepath.Base(p)}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sw.stop = cancel
+	// --no-lock: a dump stopped at a limit must not leave a stale lock.
+	_, err = r.run(ctx, nil, sw, "dump", "--no-lock", s.ID, s.Paths[0])
+	if sw.err != nil {
+		err = sw.err
+	}
 	if err == nil {
 		if serr := f.Sync(); serr != nil {
 			err = wrap(CodeIO, serr, "staging %s", p)
@@ -491,6 +503,47 @@ func (r *Restic) dump(ctx context.Context, s resticSnapshot, p string) (string, 
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// stagingWriter writes a pulled archive, refusing it early.
+type stagingWriter struct {
+	f    *os.File
+	h    hash.Hash
+	n    int64
+	max  int64
+	name string
+	err  error
+	stop func() // ends restic at once
+}
+
+func (w *stagingWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	const magic = "PK\x03\x04"
+	if w.n < int64(len(magic)) {
+		head := p[:min(len(p), len(magic)-int(w.n))]
+		if !bytes.Equal(head, []byte(magic[w.n:int(w.n)+len(head)])) {
+			w.fail(errf(CodeBadZip, "archive %s: what the repository holds does not start as an archive; refused after %d bytes", w.name, w.n+int64(len(head))))
+			return 0, w.err
+		}
+	}
+	if w.n+int64(len(p)) > w.max {
+		w.fail(errf(CodeTooLarge, "archive %s: more than %d bytes; refused while pulling, at the limit", w.name, w.max))
+		return 0, w.err
+	}
+	n, err := w.f.Write(p)
+	w.h.Write(p[:n])
+	w.n += int64(n)
+	if err != nil {
+		w.fail(wrap(CodeIO, err, "write the pulled archive %s", w.name))
+	}
+	return n, w.err
+}
+
+func (w *stagingWriter) fail(err error) {
+	w.err = err
+	w.stop()
 }
 
 // sweepStaging removes staging directories named prefix* in dir that are

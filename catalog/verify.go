@@ -10,13 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/sys/unix"
 )
 
 // Progress hears how many more bytes were read or written (nil: nothing).
@@ -43,6 +46,7 @@ type reader struct {
 	meta     *snapshot.Meta
 	index    []indexLine
 	rawIdx   []byte
+	layout   *layout
 }
 
 // validEntryName reports whether an entry name is one an archive may
@@ -69,17 +73,13 @@ func validEntryName(n string) bool {
 	return false
 }
 
-// openArchive opens an archive file and checks its structure.
-func openArchive(p string, lim Limits) (*reader, error) {
+// openArchive opens an archive file and checks its structure. A catalog
+// member (private) must also be the user's own, mode 0600.
+func openArchive(p string, lim Limits, private bool) (*reader, error) {
 	name := filepath.Base(p)
-	f, err := os.Open(p)
+	f, st, err := openRegular(p, private)
 	if err != nil {
-		return nil, wrap(CodeIO, err, "archive %s", name)
-	}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, errf(CodeBadZip, "archive %s: not a regular file", name)
+		return nil, err
 	}
 	r, err := newReader(f, st.Size(), name, lim)
 	if err != nil {
@@ -88,6 +88,77 @@ func openArchive(p string, lim Limits) (*reader, error) {
 	}
 	r.f = f
 	return r, nil
+}
+
+// openRegular opens p for reading only if it is a regular file: it is
+// looked at with lstat and opened with O_NOFOLLOW|O_NONBLOCK, so a
+// symlink is never followed and a FIFO never blocks the open; what was
+// opened must be what was looked at. With private, the file must be the
+// user's own with mode 0600, like the catalog directory.
+func openRegular(p string, private bool) (*os.File, os.FileInfo, error) {
+	name := filepath.Base(p)
+	lst, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, errf(CodeNotFound, "archive %s: no such file", name)
+	}
+	if err != nil {
+		return nil, nil, wrap(CodeIO, err, "archive %s", name)
+	}
+	if err := regularMode(name, lst.Mode()); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, wrap(CodeIO, err, "archive %s", name)
+	}
+	st, err := f.Stat()
+	if err == nil {
+		err = regularMode(name, st.Mode())
+	}
+	if err == nil && !os.SameFile(st, lst) {
+		err = errf(CodeChanged, "archive %s was replaced while it was opened; try again", name)
+	}
+	if err == nil && private {
+		err = privateFile(name, st)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// regularMode refuses anything but a regular file, saying what it is.
+func regularMode(name string, m fs.FileMode) error {
+	if m.IsRegular() {
+		return nil
+	}
+	what := "not a regular file"
+	switch {
+	case m&fs.ModeSymlink != 0:
+		what = "a symlink (never followed)"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a FIFO"
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeDevice != 0:
+		what = "a device"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	}
+	return errf(CodeNotRegular, "archive %s: %s, not an archive; left in place", name, what)
+}
+
+// privateFile refuses an archive others could have written or swapped.
+func privateFile(name string, st os.FileInfo) error {
+	uid := st.Sys().(*syscall.Stat_t).Uid
+	if int(uid) != os.Geteuid() {
+		return errf(CodeArchiveIns, "archive %s: owned by uid %d, not by you (uid %d); left in place", name, uid, os.Geteuid())
+	}
+	if st.Mode().Perm() != 0o600 || st.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+		return errf(CodeArchiveIns, "archive %s: mode %04o, want 0600 (chmod 600 it if it is yours); left in place", name, st.Mode().Perm())
+	}
+	return nil
 }
 
 // newReader checks the structure of the archive held by ra.
@@ -119,7 +190,9 @@ func newReader(ra io.ReaderAt, size int64, name string, lim Limits) (*reader, er
 				return fail(errf(CodeBadZip, "archive %s: entry %q: stored sizes disagree", name, n))
 			}
 		case zip.Deflate:
-			if zf.UncompressedSize64 > 1<<20 && float64(zf.UncompressedSize64) > lim.MaxRatio*float64(zf.CompressedSize64+1) {
+			// Whatever the size: a bomb of many entries of 1 MiB each is
+			// as large as one of 300 MiB.
+			if float64(zf.UncompressedSize64) > lim.MaxRatio*float64(zf.CompressedSize64+1) {
 				return fail(errf(CodeTooLarge, "archive %s: entry %q expands %d times: a decompression bomb", name, n, zf.UncompressedSize64/(zf.CompressedSize64+1)))
 			}
 		default:
@@ -132,6 +205,9 @@ func newReader(ra io.ReaderAt, size int64, name string, lim Limits) (*reader, er
 			return fail(errf(CodeTooLarge, "archive %s: more than %d bytes in all", name, lim.MaxTotal))
 		}
 		r.byName[n] = zf
+	}
+	if r.layout, err = checkLayout(ra, size, z.File); err != nil {
+		return fail(prefix(name, err).(*Error))
 	}
 	return r, nil
 }
@@ -178,6 +254,9 @@ func (r *reader) readSmall(n string, code string) ([]byte, error) {
 
 // DecodeSummary parses and checks a summary.
 func DecodeSummary(b []byte) (*Summary, error) {
+	if err := noDuplicateKeys(b); err != nil {
+		return nil, err
+	}
 	var s Summary
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -194,6 +273,8 @@ func DecodeSummary(b []byte) (*Summary, error) {
 		return nil, errf(CodeBadSummary, "summary: bad id %q", s.ID)
 	case !snapshot.ValidID(s.Snapshot):
 		return nil, errf(CodeBadSummary, "summary: bad snapshot id %q", s.Snapshot)
+	case !projectIDRE.MatchString(s.ProjectID):
+		return nil, errf(CodeBadSummary, "summary: bad project_id %q", s.ProjectID)
 	case len(s.ArchiveSHA256) != 64 || strings.Trim(s.ArchiveSHA256, "0123456789abcdef") != "":
 		return nil, errf(CodeBadSummary, "summary: bad archive_sha256")
 	case s.Files < 0 || s.Objects < 0 || s.Targets < 0 || s.Entries < 0 || s.Bytes < 0:
@@ -202,6 +283,56 @@ func DecodeSummary(b []byte) (*Summary, error) {
 		return nil, errf(CodeBadSummary, "summary: no created_at")
 	}
 	return &s, nil
+}
+
+// noDuplicateKeys refuses a JSON text in which an object names a key
+// twice: decoders disagree on which one wins, so one reader could see a
+// time another does not.
+func noDuplicateKeys(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		keys   map[string]bool
+		object bool
+		key    bool // the next token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return wrap(CodeBadSummary, err, "summary")
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.key {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k, _ := tok.(string)
+			if top.keys[k] {
+				return errf(CodeBadSummary, "summary: the key %q appears twice", k)
+			}
+			top.keys[k] = true
+			top.key = false
+			continue
+		}
+		if top != nil && top.object {
+			top.key = true // this token is the value; a key comes next
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, object: true, key: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 // parseIndex reads "<sha256 hex> <size> <name>" lines.
@@ -250,8 +381,14 @@ func (r *reader) check(fileName string, progress Progress) error {
 	if sum := sha256.Sum256(r.rawIdx); hex.EncodeToString(sum[:]) != s.ArchiveSHA256 {
 		return errf(CodeChecksum, "the index does not match the summary's archive_sha256")
 	}
-	if id := identity(s.Snapshot, s.Project, r.rawIdx); id != s.ID {
+	if !bytes.Equal(sb, encodeSummary(s)) {
+		return errf(CodeBadSummary, "the summary is not in its canonical encoding")
+	}
+	if id := identity(s); id != s.ID {
 		return errf(CodeBadName, "the summary's id %s is not the archive's identity %s", s.ID, id)
+	}
+	if !r.layout.matches(s.CreatedAt) {
+		return errf(CodeBadSummary, "the entries' time is not the summary's created_at")
 	}
 	if fileName != "" {
 		if id, _ := IDOf(fileName); id != s.ID {
@@ -305,8 +442,8 @@ func (r *reader) check(fileName string, progress Progress) error {
 		return err
 	}
 	r.manifest, r.meta = m, meta
-	if meta.ID != s.Snapshot {
-		return errf(CodeBadSummary, "the summary names snapshot %s, the record is %s", s.Snapshot, meta.ID)
+	if err := agrees(s, meta, m, r.index); err != nil {
+		return err
 	}
 	var missing []string
 	m.Objects(func(o snapshot.ObjectID) {
@@ -316,6 +453,34 @@ func (r *reader) check(fileName string, progress Progress) error {
 	})
 	if len(missing) > 0 {
 		return errf(CodeIncomplete, "contents the manifest needs are missing: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// agrees checks the summary against what the archive holds: its fields
+// are no one's word.
+func agrees(s *Summary, meta *snapshot.Meta, m snapshot.Manifest, index []indexLine) error {
+	files, objects := 0, 0
+	for i := range m {
+		if m[i].Type == snapshot.File {
+			files++
+		}
+		if p := m[i].Path; p == snapshot.StoreDir || strings.HasPrefix(p, snapshot.StoreDir+"/") {
+			return errf(CodeStoreEntry, "path %q: an archive never writes a project's store", p)
+		}
+	}
+	for _, l := range index {
+		if strings.HasPrefix(l.name, objectsDir) {
+			objects++
+		}
+	}
+	switch {
+	case meta.ID != s.Snapshot:
+		return errf(CodeBadSummary, "the summary names snapshot %s, the record is %s", s.Snapshot, meta.ID)
+	case string(meta.Kind) != s.Kind || meta.Message != s.Message || !meta.CreatedAt.Equal(s.SnapshotCreatedAt):
+		return errf(CodeBadSummary, "the summary's kind, message or snapshot time is not the record's")
+	case files != s.Files || objects != s.Objects || len(meta.Targets) != s.Targets:
+		return errf(CodeBadSummary, "the summary counts %d files, %d objects, %d targets; the archive holds %d, %d, %d", s.Files, s.Objects, s.Targets, files, objects, len(meta.Targets))
 	}
 	return nil
 }
@@ -349,8 +514,24 @@ func (c *Catalog) Verify(name string, progress Progress) (*Summary, error) {
 	return c.verifyFile(name, progress)
 }
 
+// VerifyFile fully verifies the archive file at p, anywhere (a copy on a
+// USB stick), in place: as a catalog's, but for its owner and mode, and
+// its name is checked only when it is named like an archive.
+func VerifyFile(p string, lim Limits, progress Progress) (*Summary, error) {
+	r, err := openArchive(p, lim, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	name := looseName(p)
+	if err := r.check(name, progress); err != nil {
+		return nil, prefix(filepath.Base(p), err)
+	}
+	return r.summary, nil
+}
+
 func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
-	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +544,7 @@ func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
 
 // readSummary reads an archive's summary without verifying the rest.
 func (c *Catalog) readSummary(name string) (*Summary, error) {
-	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits)
+	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}

@@ -186,8 +186,8 @@ func (c *Config) validate(src []byte) error {
 			return bad("target", i, "path", "target %s: invalid path %q", name, t.Path)
 		}
 	}
-	if c.Archive.Keep < 0 {
-		return bad("archive", -1, "keep", "archive.keep: must be 0 or more, not %d", c.Archive.Keep)
+	if c.Archive.Keep < 0 || c.Archive.Keep > 1000 {
+		return bad("archive", -1, "keep", "archive.keep: must be 1 to 1000 (0: unset), not %d", c.Archive.Keep)
 	}
 	return nil
 }

@@ -104,6 +104,7 @@ func TestParseErrorLines(t *testing.T) {
 		{"key for another backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\nvolume = \"v\"\n", 4, "target 1: volume does not apply to backend sqlite"},
 		{"same name twice", "[[target]]\nname = \"x\"\nbackend = \"sqlite\"\npath = \"a.db\"\n[[target]]\nname = \"x\"\nbackend = \"sqlite\"\npath = \"b.db\"\n", 6, "target x: the name is used twice"},
 		{"negative keep", "[archive]\ndestination = \"/a\"\nkeep = -1\n", 3, "archive.keep"},
+		{"keep past 1000", "[archive]\ndestination = \"/a\"\nkeep = 1001\n", 3, "archive.keep"},
 		{"dotted key", "snapshot.mode = \"nope\"\n", 1, `unknown mode "nope"`},
 		{"inline table", "\nsnapshot = { mode = \"nope\" }\n", 2, `unknown mode "nope"`},
 		{"inline array of tables", "target = [\n  { backend = \"sqlite\", path = \"a\" },\n  { backend = \"oracle\" },\n]\n", 3, `target 2: unknown backend "oracle"`},

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
-	"strings"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
@@ -138,9 +137,10 @@ func classify(err error) (int, string) {
 	return 2, "error"
 }
 
-// oneLine keeps an error message on one line (paths may hold newlines).
+// oneLine keeps an error message on one line (paths may hold newlines)
+// with no control character reaching the terminal (see printable).
 func oneLine(s string) string {
-	return strings.ReplaceAll(s, "\n", `\n`)
+	return printable(s)
 }
 
 func newRootCmd(g *globals) *cobra.Command {
