@@ -50,6 +50,10 @@ type killScenario struct {
 	// runs: op runs a command, whose writes carry the time it ran: the
 	// state after it is compared without times.
 	runs bool
+	// project, when set, is the project's directory below the prepared
+	// one (where snapback runs), and observe the directory whose state
+	// is compared (relative to the project; "": the project itself).
+	project, observe string
 }
 
 var mtimeField = regexp.MustCompile(` mtime=[0-9]+`)
@@ -187,6 +191,18 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 			sbT(t, bin, root, "snap", "-m", "base")
 		}, op: []string{"run", "--mode", "copy", "--then", "commit", "--", "sh", "-c", killChange}, inverse: []string{"undo"}, runs: true},
 	}
+	out = append(out, killScenario{name: "archive-restore", project: "proj", observe: "../out", prepare: func(t *testing.T, bin, root string) {
+		proj := filepath.Join(root, "proj")
+		killTree(t, proj)
+		sbT(t, bin, proj, "snap", "-m", "base")
+		sbT(t, bin, proj, "archive", "create", "--catalog", filepath.Join(root, "cat"))
+		names, err := filepath.Glob(filepath.Join(root, "cat", "backup-*.zip"))
+		treetest.Must(t, err)
+		if len(names) != 1 {
+			t.Fatalf("archive create made %d archives", len(names))
+		}
+		treetest.Must(t, os.Rename(names[0], filepath.Join(root, "cat", "the.zip")))
+	}, op: []string{"archive", "restore", "../cat/the.zip", "--into", "../out"}})
 	for _, mode := range []string{"overlayfs", "fuse"} {
 		if !modes[mode] {
 			continue
@@ -264,6 +280,17 @@ func sbT(t *testing.T, bin, root string, args ...string) string {
 	return out.String()
 }
 
+// observed is the state a scenario compares, in a copy of its prepared
+// directory: a directory that does not exist is a state of its own.
+func observed(t *testing.T, root string, sc killScenario) treetest.State {
+	t.Helper()
+	dir := filepath.Join(root, sc.project, sc.observe)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return treetest.State{"<absent>": ""}
+	}
+	return killState(t, dir, sc.sqlite)
+}
+
 func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	// On tmpfs where there is one: a process kill tests the same states
 	// on any filesystem, and each of the thousands of runs copies the
@@ -274,7 +301,7 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	tpl := filepath.Join(base, "tpl")
 	treetest.Must(t, os.Mkdir(tpl, 0o755))
 	sc.prepare(t, bin, tpl)
-	ids := snapIDs(t, bin, tpl)
+	ids := snapIDs(t, bin, filepath.Join(tpl, sc.project))
 	op := append([]string(nil), sc.op...)
 	for i, a := range op {
 		if id, ok := ids[a]; ok {
@@ -283,13 +310,13 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	}
 	// state is what is compared: for a run, without times.
 	state := func(root string) treetest.State {
-		st := killState(t, root, sc.sqlite)
+		st := observed(t, root, sc)
 		if sc.runs {
 			st = withoutTimes(st)
 		}
 		return st
 	}
-	before := killState(t, tpl, sc.sqlite)
+	before := observed(t, tpl, sc)
 	// Where the kill test works on a copy: the project and its store.
 	fresh := func(name string) string {
 		dir := filepath.Join(base, name)
@@ -301,15 +328,15 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	}
 	// The uninterrupted operation gives the state after it.
 	ref := fresh("ref")
-	sbT(t, bin, ref, op...)
+	sbT(t, bin, filepath.Join(ref, sc.project), op...)
 	after := state(ref)
 	if same(before, after) && sc.name != "gc" && !strings.HasPrefix(sc.name, "discard") {
 		t.Fatalf("the operation changed nothing: the scenario tests nothing")
 	}
 	var afterInverse treetest.State
 	if sc.inverse != nil {
-		sbT(t, bin, ref, sc.inverse...)
-		afterInverse = killState(t, ref, sc.sqlite)
+		sbT(t, bin, filepath.Join(ref, sc.project), sc.inverse...)
+		afterInverse = observed(t, ref, sc)
 		if sc.name != "gc" {
 			treetest.Equal(t, "the inverse of the uninterrupted operation", before, afterInverse)
 		}
@@ -317,8 +344,9 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	killed, sawBefore, sawAfter := 0, 0, 0
 	for k := 1; ; k++ {
 		root := fresh("k")
-		cmd := exec.Command(bin, append([]string{"-C", root}, op...)...)
-		cmd.Dir = root
+		proj := filepath.Join(root, sc.project)
+		cmd := exec.Command(bin, append([]string{"-C", proj}, op...)...)
+		cmd.Dir = proj
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -336,11 +364,11 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		if testing.Verbose() && k%50 == 0 {
 			t.Logf("%s: kill point %d", sc.name, k)
 		}
-		rec := exec.Command(bin, "-C", root, "recover")
+		rec := exec.Command(bin, "-C", proj, "recover")
 		if b, err := rec.CombinedOutput(); err != nil {
 			t.Fatalf("kill point %d: recover: %v\n%s", k, err, b)
 		}
-		got := killState(t, root, sc.sqlite)
+		got := observed(t, root, sc)
 		gotLoose := got
 		if sc.runs {
 			gotLoose = withoutTimes(got)
@@ -348,20 +376,20 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		if k%10 == 0 {
 			// Reading verbs work (every 10th point: each costs a process).
 			for _, verb := range [][]string{{"status"}, {"list"}} {
-				sbT(t, bin, root, verb...)
+				sbT(t, bin, filepath.Join(root, sc.project), verb...)
 			}
 		}
 		switch {
 		case same(got, before) && !same(before, after):
 			sawBefore++
 			// The operation did not happen: it can be done now.
-			sbT(t, bin, root, op...)
+			sbT(t, bin, filepath.Join(root, sc.project), op...)
 			treetest.Equal(t, fmt.Sprintf("kill point %d: the operation done again after recover", k), after, state(root))
 		case same(gotLoose, after):
 			sawAfter++
 			if sc.inverse != nil {
-				sbT(t, bin, root, sc.inverse...)
-				treetest.Equal(t, fmt.Sprintf("kill point %d: %v after recover", k, sc.inverse), afterInverse, killState(t, root, sc.sqlite))
+				sbT(t, bin, filepath.Join(root, sc.project), sc.inverse...)
+				treetest.Equal(t, fmt.Sprintf("kill point %d: %v after recover", k, sc.inverse), afterInverse, observed(t, root, sc))
 			}
 		default:
 			treetest.Equal(t, fmt.Sprintf("kill point %d: after recover the state is neither before nor after", k), after, gotLoose)
