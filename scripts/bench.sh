@@ -17,6 +17,10 @@
 #                 there and removed at the end.
 #   BENCH_KEEP=1  keep the work directory
 #   SNAPBACK      snapback binary to use (default: build it from this repo)
+#   BENCH_BASELINE  a git revision: undo/redo of the 10,000-file edit is
+#                 also measured with snapback built from it, in the same run
+#                 (what a change of the restore path costs; e.g. the hash
+#                 check of every content written back)
 #
 # Smoke test (under a minute):
 #   BENCH_FILES=2000 BENCH_BYTES=50000000 scripts/bench.sh
@@ -91,7 +95,16 @@ else
 	log "building snapback"
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
 fi
-sb() { "$SB" -C "$TREE" "$@"; }
+SBX=$SB # the binary sb runs: the baseline's for its rows
+sb() { "$SBX" -C "$TREE" "$@"; }
+SB_BASE=
+if [[ -n ${BENCH_BASELINE:-} ]]; then
+	log "building snapback at $BENCH_BASELINE (baseline)"
+	mkdir -p "$WORK/base-src"
+	git -C "$REPO" archive "$BENCH_BASELINE" | tar -x -C "$WORK/base-src"
+	SB_BASE=$WORK/snapback-base
+	(cd "$WORK/base-src" && CGO_ENABLED=0 go build -o "$SB_BASE" ./cmd/snapback)
+fi
 
 # ---- generator -------------------------------------------------------------
 mkdir -p "$WORK/gen"
@@ -369,6 +382,12 @@ log "undo/redo of $N10 files x$REPS"
 undo_cycles "$N10" "$N10 files"
 log "undo/redo of $N10K files x$REPS"
 undo_cycles "$N10K" "$N10K files"
+if [[ -n $SB_BASE ]]; then
+	log "undo/redo of $N10K files x$REPS, baseline $BENCH_BASELINE"
+	SBX=$SB_BASE
+	undo_cycles "$N10K" "$N10K files (baseline $BENCH_BASELINE)"
+	SBX=$SB
+fi
 
 # ---- run -- true --------------------------------------------------------------------
 log "run -- true x$REPS"

@@ -466,10 +466,10 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 			// Half-way, a content to write turned out damaged: put back
 			// what the operation replaced (saved before it started), so
 			// that it ends as if it never ran.
-			if rerr := r.rollBack(j, err); rerr != nil {
-				return fmt.Errorf("%s: %w; putting the tree back failed too: %w", j.Op, err, rerr)
+			if rerr := r.rollBack(j, de); rerr != nil {
+				return fmt.Errorf("%s: %w; putting the tree back failed too: %w", j.Op, de, rerr)
 			}
-			return fmt.Errorf("%s: %w (nothing was changed)", j.Op, err)
+			return fmt.Errorf("%s: %w (nothing was changed)", j.Op, de)
 		}
 		return fmt.Errorf("%s: %w", j.Op, err)
 	}
@@ -490,7 +490,14 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 			return fmt.Errorf("%s: %w", j.Op, err)
 		}
 	}
-	if j.Staged {
+	switch {
+	case j.Staged && j.Rollback:
+		// What was staged is back in the tree (or never left it): the
+		// links go, none of them becomes an object.
+		if err := fsutil.RemoveAll(r.stagingDir(j.OpID)); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	case j.Staged:
 		if err := r.adoptStaged(j.OpID); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)
 		}
@@ -662,6 +669,13 @@ func (r *Repo) Recover() (bool, error) {
 		return false, fmt.Errorf("recover: %w", err)
 	}
 	if err := r.finish(j, target, nil); err != nil {
+		var de *DamagedError
+		if errors.As(err, &de) && !r.HasJournal() {
+			// Finishing it met damaged content, and it was rolled back:
+			// the store is consistent, the operation did not happen.
+			r.RecoverNote = fmt.Sprintf("rolled back an interrupted %s: %v", j.Op, de)
+			return true, r.SweepPayloads()
+		}
 		return false, fmt.Errorf("recover: %w", err)
 	}
 	r.RecoverNote = "finished an interrupted " + j.Op

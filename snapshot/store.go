@@ -351,7 +351,20 @@ func (s *Store) adoptStaged(opID string) error {
 		if !ok {
 			continue
 		}
-		if err := s.adopt(filepath.Join(dir, e.Name()), id); err != nil {
+		p := filepath.Join(dir, e.Name())
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return fmt.Errorf("adopt staged contents: %w", err)
+		}
+		if st.Nlink > 1 {
+			// The tree still has this inode: as an object it would change
+			// with the file. Store a copy; the link goes with the rest.
+			if err := s.copyStaged(p, id); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.adopt(p, id); err != nil {
 			return err
 		}
 	}
@@ -359,6 +372,26 @@ func (s *Store) adoptStaged(opID string) error {
 		return err
 	}
 	return fsutil.RemoveAll(dir)
+}
+
+// copyStaged stores a copy of the staged file p, which must hold id.
+func (s *Store) copyStaged(p string, id ObjectID) error {
+	if s.HasObject(id) {
+		return nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("adopt staged contents: %w", err)
+	}
+	defer f.Close() // read-only
+	got, _, err := s.PutFile(f)
+	if err != nil {
+		return fmt.Errorf("adopt staged contents: %w", err)
+	}
+	if got != id {
+		return fmt.Errorf("adopt staged contents: %w", &DamagedError{Path: p, Object: id})
+	}
+	return nil
 }
 
 // Flush makes every object written so far durable (one syncfs rather than

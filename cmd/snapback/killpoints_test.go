@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"context"
 	"database/sql"
 	"errors"
@@ -54,6 +55,8 @@ type killScenario struct {
 	// one (where snapback runs), and observe the directory whose state
 	// is compared (relative to the project; "": the project itself).
 	project, observe string
+	// fails: op, run to the end, refuses (exit 2) and changes nothing.
+	fails bool
 }
 
 var mtimeField = regexp.MustCompile(` mtime=[0-9]+`)
@@ -107,6 +110,19 @@ ln exec.sh tree/exec-link
 chmod 700 tree/d0
 setfattr -n user.changed -v yes tree/d1/f15.txt
 `
+
+// damageObject flips a byte of the stored object holding content (its
+// size stays: the damage is found only while it is written back).
+func damageObject(t *testing.T, root string, content []byte) {
+	t.Helper()
+	h := fmt.Sprintf("%x", sha256.Sum256(content))
+	p := filepath.Join(root, snapshot.StoreDir, "objects", h[:2], h[2:])
+	treetest.Must(t, os.Chmod(p, 0o600))
+	b, err := os.ReadFile(p)
+	treetest.Must(t, err)
+	b[0] ^= 1
+	treetest.Must(t, os.WriteFile(p, b, 0o400))
+}
 
 // sqliteTarget adds a SQLite target inside the tree to root.
 func sqliteTarget(t *testing.T, root string) {
@@ -169,6 +185,15 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 	}
 	out := []killScenario{
 		{name: "undo", prepare: undoPrep, op: []string{"undo"}, inverse: []string{"redo"}, sqlite: true},
+		// Damaged content met half-way: the undo rolls back what it did.
+		{name: "undo-damaged", prepare: func(t *testing.T, bin, root string) {
+			killTree(t, root)
+			sbT(t, bin, root, "snap", "-m", "base")
+			old, err := os.ReadFile(filepath.Join(root, "tree/d5/f01.txt"))
+			treetest.Must(t, err)
+			runSh(t, root, killChange)
+			damageObject(t, root, old)
+		}, op: []string{"undo"}, fails: true},
 		{name: "redo", prepare: func(t *testing.T, bin, root string) {
 			undoPrep(t, bin, root)
 			sbT(t, bin, root, "undo")
@@ -328,9 +353,18 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	}
 	// The uninterrupted operation gives the state after it.
 	ref := fresh("ref")
-	sbT(t, bin, filepath.Join(ref, sc.project), op...)
+	if sc.fails {
+		cmd := exec.Command(bin, append([]string{"-C", filepath.Join(ref, sc.project)}, op...)...)
+		if out, err := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 2 {
+			t.Fatalf("the operation should refuse with status 2: %v\n%s", err, out)
+		}
+	} else {
+		sbT(t, bin, filepath.Join(ref, sc.project), op...)
+	}
 	after := state(ref)
-	if same(before, after) && sc.name != "gc" && !strings.HasPrefix(sc.name, "discard") {
+	if sc.fails {
+		treetest.Equal(t, "an operation that refused", before, after)
+	} else if same(before, after) && sc.name != "gc" && !strings.HasPrefix(sc.name, "discard") {
 		t.Fatalf("the operation changed nothing: the scenario tests nothing")
 	}
 	var afterInverse treetest.State
@@ -354,7 +388,7 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
 			// Past the last state-changing call: the operation completed.
-			if err != nil {
+			if err != nil && !(sc.fails && cmd.ProcessState.ExitCode() == 2) {
 				t.Fatalf("kill point %d: the operation failed without being killed: %v\n%s", k, err, out.String())
 			}
 			treetest.Equal(t, "the operation run to the end", after, state(root))
@@ -380,6 +414,9 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 			}
 		}
 		switch {
+		case sc.fails:
+			treetest.Equal(t, fmt.Sprintf("kill point %d: after recover, an operation that refuses", k), before, got)
+			sawBefore++
 		case same(got, before) && !same(before, after):
 			sawBefore++
 			// The operation did not happen: it can be done now.
