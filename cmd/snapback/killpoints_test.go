@@ -4,8 +4,8 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
