@@ -25,6 +25,7 @@ const (
 	DamagePayload  = "payload"  // a target payload a record or run names: missing or unreadable
 	DamageIndex    = "index"    // the stat cache (a cache: rebuilt by the next snap)
 	DamageFile     = "file"     // something in objects/ that is no object
+	DamageJournal  = "journal"  // a journal snapback will not follow (unreadable, or leading out of the store)
 )
 
 // Damage is one damaged thing in the store.
@@ -72,6 +73,9 @@ func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
 		return nil, err
 	}
 	c.rep.SnapshotsChecked = len(metas) + len(bad)
+	if _, err := r.readJournal(); err != nil {
+		c.add(Damage{Kind: DamageJournal, ID: r.journalPath(), Problem: err.Error(), Snapshots: []string{}})
+	}
 	for _, d := range bad {
 		c.add(Damage{Kind: DamageRecord, ID: d.ID, Problem: fmt.Sprintf("%s: %v", d.Path, d.Err), Snapshots: []string{d.ID}})
 	}
@@ -107,7 +111,7 @@ func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
 }
 
 func kindOrder(k string) int {
-	return strings.Index("record run manifest object payload index file", k)
+	return strings.Index("journal record run manifest object payload index file", k)
 }
 
 type checker struct {
@@ -383,6 +387,15 @@ func (c *checker) sorted(s []string) []string {
 // repair acts on what check found; each Damage says what was done.
 func (c *checker) repair() error {
 	r := c.r
+	for i := range c.rep.Damaged {
+		if d := &c.rep.Damaged[i]; d.Kind == DamageJournal {
+			to, err := r.SetAsideBadJournal()
+			if err != nil {
+				return err
+			}
+			d.Repair = "moved to " + to + "; the operation it describes is not finished"
+		}
+	}
 	moved := map[string]string{} // record id -> where it went
 	moveRecord := func(id string) (string, error) {
 		if to, ok := moved[id]; ok {

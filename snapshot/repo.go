@@ -217,7 +217,7 @@ const maxJournal = 1 << 20
 // validate checks a journal read from the store as input from outside:
 // every name in it becomes a path, and none may lead out of the store.
 func (j *journal) validate() error {
-	bad := func(what string) error { return fmt.Errorf("%w: journal: bad %s", ErrCorrupt, what) }
+	bad := func(what string) error { return fmt.Errorf("bad %s", what) }
 	switch j.Op {
 	case "undo", "redo", "restore", "commit", "discard", "run":
 	default:
@@ -608,24 +608,35 @@ func (r *Repo) readJournal() (*journal, error) {
 		return nil, fmt.Errorf("%w: journal %s: %v", ErrCorrupt, r.journalPath(), err)
 	}
 	if err := j.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", r.journalPath(), err)
+		return nil, fmt.Errorf("%w: journal %s: %w", ErrCorrupt, r.journalPath(), err)
 	}
 	return &j, nil
 }
 
+// SetAsideBadJournal moves a journal that snapback would refuse to follow
+// (unreadable, or naming paths out of the store or the tree) into
+// damaged/, and says where; a good journal, or none, stays ("").
+func (r *Repo) SetAsideBadJournal() (string, error) {
+	if _, err := r.readJournal(); err == nil || errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return r.moveAside(r.journalPath(), "journal.json")
+}
+
 // JournalOp names the operation an interrupted journal would finish
-// ("" when there is none): read-only verbs say so instead of recovering.
-func (r *Repo) JournalOp() string {
+// ("" when there is none), or why the journal will not be followed:
+// reading verbs say so instead of recovering.
+func (r *Repo) JournalOp() (string, error) {
 	j, err := r.readJournal()
 	switch {
 	case err != nil:
-		return "operation (its journal is unreadable)"
+		return "", err
 	case j == nil:
-		return ""
+		return "", nil
 	case j.Rollback:
-		return j.Op + " (being rolled back)"
+		return j.Op + " (being rolled back)", nil
 	}
-	return j.Op
+	return j.Op, nil
 }
 
 // Recover finishes an interrupted operation, if there is one, and clears
@@ -651,7 +662,7 @@ func (r *Repo) Recover() (bool, error) {
 		return false, fmt.Errorf("recover: %w", err)
 	}
 	if jerr != nil {
-		return false, fmt.Errorf("recover: %w", jerr)
+		return false, fmt.Errorf("recover: %w (snapback did not write it as it is; `snapback check --repair` sets it aside)", jerr)
 	}
 	if j == nil {
 		if dead > 0 {

@@ -107,10 +107,15 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		repo.Close()
 		return nil, nil, err
 	}
-	if op := repo.JournalOp(); op != "" && readOnlyVerbs[what] {
+	op, jerr := repo.JournalOp()
+	if jerr != nil && what == "check --repair" {
+		// check reports the journal, and --repair sets it aside.
+	} else if jerr != nil && readOnlyVerbs[what] {
+		g.warn(jerr.Error() + " (not followed; `snapback check --repair` sets it aside)")
+	} else if op != "" && readOnlyVerbs[what] {
 		// Looking never changes the tree: an interrupted operation is
 		// finished by a verb that changes things, or `snapback recover`.
-		fmt.Fprintf(g.stderr, "snapback: warning: an interrupted %s is not finished yet (`snapback recover` finishes it); showing the tree as it is\n", op)
+		g.warn("an interrupted " + op + " is not finished yet (`snapback recover` finishes it); showing the tree as it is")
 	} else if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
 		// Looking must stay possible while a server is down; changing
 		// anything waits until the interrupted operation is finished.
