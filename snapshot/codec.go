@@ -139,7 +139,7 @@ func DecodeManifest(b []byte) (Manifest, error) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var e Entry
 		e.Path = d.str("path")
-		if d.err == nil && !ValidPath(e.Path) {
+		if d.err == nil && (!ValidPath(e.Path) || Under(e.Path, StoreDir)) {
 			return nil, fmt.Errorf("%w: manifest: invalid path %q", ErrCorrupt, e.Path)
 		}
 		if len(m) > 0 && d.err == nil && m[len(m)-1].Path >= e.Path {

@@ -178,3 +178,17 @@ func TestDecodeManifestHugeCountAllocatesLittle(t *testing.T) {
 		t.Errorf("%v allocations to reject a huge count", allocs)
 	}
 }
+
+// A manifest read from the store is input from outside: no entry of it may
+// name the store itself (a restore would write there).
+func TestDecodeManifestRefusesStorePaths(t *testing.T) {
+	for _, p := range []string{snapshot.StoreDir, snapshot.StoreDir + "/journal.json", snapshot.StoreDir + "/snapshots/x.json"} {
+		b := snapshot.EncodeManifest(snapshot.Manifest{{Path: p, Type: snapshot.Dir, Mode: 0o755}})
+		if _, err := snapshot.DecodeManifest(b); !errors.Is(err, snapshot.ErrCorrupt) {
+			t.Errorf("%s: decoded without error (%v)", p, err)
+		}
+	}
+	if _, err := snapshot.DecodeManifest(snapshot.EncodeManifest(snapshot.Manifest{{Path: snapshot.StoreDir + "x", Type: snapshot.Dir, Mode: 0o755}})); err != nil {
+		t.Errorf("a sibling named like the store is an ordinary path: %v", err)
+	}
+}
