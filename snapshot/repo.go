@@ -275,15 +275,10 @@ func (r *Repo) HasJournal() bool {
 	return err == nil
 }
 
-// transition changes the tree to target (scope) as one crash-safe step:
-// cur is the current state, already saved by record's manifest. It writes
-// the journal, applies, writes the record, and drops the journal.
-func (r *Repo) transition(op string, target, cur Manifest, scope Scope, record *Meta) error {
-	return r.transitionFrom(&journal{Op: op, OpID: record.ID, Scope: scope, Record: record}, target, cur)
-}
-
-// transitionFrom is transition with a journal prepared by the caller (a
-// commit names its upper layer there).
+// transitionFrom changes the tree to target (j's scope) as one crash-safe
+// step: cur is the current state, which j's record saves. It saves what
+// the apply replaces, writes the journal, applies, writes the record, and
+// drops the journal. (A commit names its upper layer in j.)
 func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	op := j.Op
 	tid, err := r.record(target)
