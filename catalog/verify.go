@@ -14,8 +14,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/snapback/snapback/snapshot"
@@ -402,37 +405,49 @@ func (r *reader) check(fileName string, progress Progress) error {
 		return errf(CodeBadIndex, "the index lists %d entries, the archive has %d, the summary says %d", len(r.index), len(r.byName)-2, s.Entries)
 	}
 	seen := map[string]bool{}
-	var bytesTotal int64
-	buf := make([]byte, 1<<20)
 	for _, l := range r.index {
 		if seen[l.name] || l.name == indexName || l.name == summaryName {
 			return errf(CodeBadIndex, "the index lists %q twice or lists itself", l.name)
 		}
 		seen[l.name] = true
-		rc, zf, err := r.open(l.name)
-		if err != nil {
-			return &Error{Code: CodeBadIndex, Msg: "the index lists " + err.Error()}
+	}
+	// Hashing is the work: the entries are hashed on every CPU at once
+	// (each reads its own range of the file), and the first failure in
+	// index order is the one reported, as a sequential check would.
+	errs := make([]error, len(r.index))
+	sizes := make([]int64, len(r.index))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for w := 0; w < min(runtime.GOMAXPROCS(0), len(r.index)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1<<20)
+			for i := range next {
+				sizes[i], errs[i] = r.checkEntry(r.index[i], buf)
+				if errs[i] != nil {
+					failed.Store(true)
+				} else if progress != nil {
+					progress(sizes[i])
+				}
+			}
+		}()
+	}
+	for i := range r.index {
+		if failed.Load() {
+			break
 		}
-		if int64(zf.UncompressedSize64) != l.size {
-			rc.Close()
-			return errf(CodeBadIndex, "entry %q: %d bytes, the index says %d", l.name, zf.UncompressedSize64, l.size)
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var bytesTotal int64
+	for i := range r.index {
+		if errs[i] != nil {
+			return errs[i]
 		}
-		h := sha256.New()
-		n, err := io.CopyBuffer(h, io.LimitReader(rc, l.size+1), buf)
-		rc.Close()
-		if err != nil {
-			return wrap(CodeChecksum, err, "entry %q", l.name)
-		}
-		if n != l.size || !bytes.Equal(h.Sum(nil), l.sum[:]) {
-			return errf(CodeChecksum, "entry %q does not match its SHA-256", l.name)
-		}
-		if oid, ok := strings.CutPrefix(l.name, objectsDir); ok && oid != hex.EncodeToString(l.sum[:]) {
-			return errf(CodeChecksum, "object %q holds content %x", l.name, l.sum)
-		}
-		bytesTotal += n
-		if progress != nil {
-			progress(n)
-		}
+		bytesTotal += sizes[i]
 	}
 	if bytesTotal != s.Bytes {
 		return errf(CodeBadSummary, "the summary counts %d bytes, the entries hold %d", s.Bytes, bytesTotal)
@@ -455,6 +470,31 @@ func (r *reader) check(fileName string, progress Progress) error {
 		return errf(CodeIncomplete, "contents the manifest needs are missing: %s", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// checkEntry reads the entry l names and checks it against l's size and
+// SHA-256 (and, for a content, its name); it returns the bytes read.
+func (r *reader) checkEntry(l indexLine, buf []byte) (int64, error) {
+	rc, zf, err := r.open(l.name)
+	if err != nil {
+		return 0, &Error{Code: CodeBadIndex, Msg: "the index lists " + err.Error()}
+	}
+	defer rc.Close()
+	if int64(zf.UncompressedSize64) != l.size {
+		return 0, errf(CodeBadIndex, "entry %q: %d bytes, the index says %d", l.name, zf.UncompressedSize64, l.size)
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, io.LimitReader(rc, l.size+1), buf)
+	if err != nil {
+		return 0, wrap(CodeChecksum, err, "entry %q", l.name)
+	}
+	if n != l.size || !bytes.Equal(h.Sum(nil), l.sum[:]) {
+		return 0, errf(CodeChecksum, "entry %q does not match its SHA-256", l.name)
+	}
+	if oid, ok := strings.CutPrefix(l.name, objectsDir); ok && oid != hex.EncodeToString(l.sum[:]) {
+		return 0, errf(CodeChecksum, "object %q holds content %x", l.name, l.sum)
+	}
+	return n, nil
 }
 
 // agrees checks the summary against what the archive holds: its fields
@@ -503,6 +543,9 @@ func (r *reader) snapshot() (snapshot.Manifest, *snapshot.Meta, error) {
 		return nil, nil, errf(CodeChecksum, "the manifest is not the one the record names")
 	}
 	m, err := snapshot.DecodeManifest(raw)
+	if errors.Is(err, snapshot.ErrStorePath) {
+		return nil, nil, wrap(CodeStoreEntry, err, "manifest: an archive never writes a project's store")
+	}
 	if err != nil {
 		return nil, nil, wrap(CodeBadSummary, err, "manifest")
 	}

@@ -20,6 +20,10 @@ const manifestMagic = "snapback-manifest-1\n"
 // ErrCorrupt is returned for a manifest, meta or index that does not decode.
 var ErrCorrupt = errors.New("corrupt data")
 
+// ErrStorePath: a manifest names a path inside the store (.snapback/),
+// which no snapshot holds and no restore may write.
+var ErrStorePath = errors.New("a path inside the store")
+
 // EncodeManifest serializes m (which must be sorted).
 func EncodeManifest(m Manifest) []byte {
 	b := make([]byte, 0, 64+len(m)*96)
@@ -139,8 +143,11 @@ func DecodeManifest(b []byte) (Manifest, error) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var e Entry
 		e.Path = d.str("path")
-		if d.err == nil && (!ValidPath(e.Path) || Under(e.Path, StoreDir)) {
+		if d.err == nil && !ValidPath(e.Path) {
 			return nil, fmt.Errorf("%w: manifest: invalid path %q", ErrCorrupt, e.Path)
+		}
+		if d.err == nil && Under(e.Path, StoreDir) {
+			return nil, fmt.Errorf("%w: manifest: path %q: %w", ErrCorrupt, e.Path, ErrStorePath)
 		}
 		if len(m) > 0 && d.err == nil && m[len(m)-1].Path >= e.Path {
 			return nil, fmt.Errorf("%w: manifest: paths not sorted at %q", ErrCorrupt, e.Path)
