@@ -21,13 +21,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
+	"github.com/snapback/snapback/fsutil"
 )
 
 // FileName is the config file's name in the project root.
@@ -75,6 +75,7 @@ type Error struct {
 	Path string
 	Line int
 	Msg  string
+	Err  error // the cause, when the file could not be read
 }
 
 func (e *Error) Error() string {
@@ -84,17 +85,31 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.Path, e.Msg)
 }
 
+func (e *Error) Unwrap() error { return e.Err }
+
+// MaxSize bounds snapback.toml: a settings file is a few hundred bytes,
+// and a bound keeps a huge file (or /dev/zero) from exhausting memory.
+const MaxSize = 1 << 20
+
 // Load reads root/snapback.toml; a missing file is the default config.
+// A symbolic link is followed (a user may keep the file elsewhere), but
+// what it leads to must be a regular file of at most MaxSize bytes: a
+// FIFO, a device or a directory is refused rather than read.
 func Load(root string) (*Config, error) {
 	p := filepath.Join(root, FileName)
-	b, err := os.ReadFile(p)
+	b, err := fsutil.ReadFileLimitFollow(p, MaxSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		c := &Config{path: p}
 		c.Snapshot.Mode = "auto"
 		return c, c.compile()
 	}
 	if err != nil {
-		return nil, &Error{Path: p, Msg: err.Error()}
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error() // Error adds the path
+		}
+		return nil, &Error{Path: p, Msg: msg, Err: err}
 	}
 	return Parse(p, b)
 }

@@ -9,4 +9,8 @@
 //     to the tree.
 //   - [CopyFile]: a copy that clones (FICLONE) where the filesystem can, keeps
 //     holes of sparse files, and hashes what it copies in the same pass.
+//   - [ReadFileLimit]: a read of a small file snapback keeps that refuses,
+//     with one line naming it, a FIFO, a device, a directory or a file over
+//     a size bound, so an odd file can neither hang a command nor exhaust
+//     its memory.
 package fsutil

@@ -135,6 +135,9 @@ func (m *Meta) validate() error {
 	if m.CreatedAt.IsZero() {
 		return fmt.Errorf("no created_at")
 	}
+	if _, err := m.CreatedAt.MarshalJSON(); err != nil {
+		return fmt.Errorf("created_at: %w", err) // an offset of 24h or more: it could never be written back
+	}
 	for i := range m.Targets {
 		// Restores read and write below the payload: it must be one of
 		// the store's own, never a path out of it.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
@@ -18,6 +19,7 @@ import (
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 var version = "0.1.0-dev"
@@ -160,5 +162,95 @@ func newRootCmd(g *globals) *cobra.Command {
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
 		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g),
 	)
+	refuseEmpty(root)
 	return root
+}
+
+// emptyAllowed are the string flags whose empty value means something:
+// a snapshot without a note.
+var emptyAllowed = map[string]bool{"message": true}
+
+// commandLine are the verbs whose words after -- are a command line of
+// the user's, where an empty word is an argument like any other.
+var commandLine = map[string]bool{"run": true}
+
+// refuseEmpty makes every verb refuse an empty argument or an empty flag
+// value before it does anything: "" names no snapshot, run, archive,
+// path or directory, and a lookup that reads it as "the default" would
+// act on something the user did not name (undo "" undid the newest
+// snapshot, -C "" chose the working directory). It runs first among the
+// verb's own argument checks, so `redo ""` says what is wrong too.
+func refuseEmpty(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseEmpty(sub)
+	}
+	if !c.Runnable() {
+		return
+	}
+	check, names := c.Args, argNames(c.Use)
+	c.Args = func(c *cobra.Command, args []string) error {
+		verb := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+		var err error
+		c.Flags().Visit(func(f *pflag.Flag) {
+			if err == nil && f.Value.Type() == "string" && f.Value.String() == "" && !emptyAllowed[f.Name] {
+				name := "--" + f.Name
+				if f.Shorthand != "" {
+					name = "-" + f.Shorthand + "/" + name
+				}
+				err = usageErr("%s: %s is empty", verb, name)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		n := len(args)
+		if d := c.ArgsLenAtDash(); d >= 0 && commandLine[c.Name()] {
+			n = d
+		}
+		for i, a := range args[:n] {
+			if a != "" {
+				continue
+			}
+			if len(names) == 0 {
+				return usageErr("%s: argument %d is empty", verb, i+1)
+			}
+			return usageErr("%s: argument %d (%s) is empty", verb, i+1, names[min(i, len(names)-1)])
+		}
+		if check == nil {
+			return nil
+		}
+		return check(c, args)
+	}
+}
+
+// argNames lists the positional arguments a usage line names: "commit
+// [ID] [PATH...]" gives ID, PATH (the last one repeats). Flags and their
+// values ("--into DIR", "[--repo REPO]") are not arguments.
+func argNames(use string) []string {
+	words := strings.Fields(use)
+	var names []string
+	for i := 1; i < len(words); i++ {
+		w := strings.Trim(words[i], "[]")
+		switch {
+		case w == "--":
+			return names // what follows is a command line
+		case strings.HasPrefix(w, "-"):
+			// A value after a flag in the same brackets, or after a
+			// flag outside brackets, is the flag's: skip it.
+			if next := i + 1; next < len(words) && !strings.HasSuffix(words[i], "]") && !strings.HasPrefix(words[next], "[") &&
+				isPlaceholder(strings.Trim(words[next], "[]")) {
+				i++
+			}
+		case isPlaceholder(strings.TrimSuffix(w, "...")):
+			names = append(names, strings.TrimSuffix(w, "..."))
+		}
+	}
+	return names
+}
+
+// isPlaceholder: a usage word standing for a value, such as ID, PATH or
+// ARCHIVE|ID (a choice may hold a literal: ID|all).
+func isPlaceholder(w string) bool {
+	first, _, _ := strings.Cut(w, "|")
+	return first != "" && strings.ToUpper(first) == first && strings.ToLower(first) != first
 }
