@@ -179,8 +179,12 @@ gofmt_clean() {
 step "gofmt" gofmt_clean
 step "go vet" go vet ./...
 step "go vet (darwin)" env GOOS=darwin go vet ./...
-step "go test -race (fsutil config runner backends)" go test -race -count=1 -timeout 10m ./fsutil/ ./config/ ./runner/ ./backends/
-step "go test" go test -count=1 -timeout 15m ./...
+# The packages whose code runs concurrently are tested under the race
+# detector; the rest without (each package is tested once).
+raced=(./fsutil/ ./config/ ./runner/ ./backends/)
+step "go test -race (${raced[*]})" go test -race -count=1 -timeout 10m "${raced[@]}"
+mapfile -t rest < <(go list ./... | grep -v -e '/fsutil$' -e '/config$' -e '/runner$' -e '/backends$')
+step "go test (the other packages)" go test -count=1 -timeout 15m "${rest[@]}"
 
 # Each fuzz target, found in the test files, briefly: its checked-in seeds
 # (testdata/fuzz/FuzzX/), then a fixed number of new inputs. A failure
