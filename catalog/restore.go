@@ -262,9 +262,9 @@ func restoreAside(parent, base string, st os.FileInfo, build func(string) error)
 	}
 	crashPoint("archive-restore-built")
 	if st == nil {
-		err = unix.Renameat2(pd.Fd(), stageName, pd.Fd(), base, unix.RENAME_NOREPLACE)
+		err = pd.RenameNoReplace(stageName, pd, base)
 	} else {
-		err = unix.Renameat(pd.Fd(), stageName, pd.Fd(), base)
+		err = pd.Rename(stageName, pd, base)
 	}
 	switch {
 	case errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY):
@@ -549,7 +549,7 @@ func moveInto(root *fsutil.Dir, stage, rel string, merge bool) error {
 				}
 				// Emptied: the directory there takes the archive's mode,
 				// owner and time, which moving entries in has disturbed.
-				if err := dst.Chmod(n, sst.Mode&07777); err != nil {
+				if err := dst.Chmod(n, uint32(sst.Mode)&07777); err != nil {
 					return err
 				}
 				if os.Geteuid() == 0 {

@@ -139,6 +139,16 @@ func (d *Dir) Rename(oldname string, to *Dir, newname string) error {
 	return nil
 }
 
+// RenameNoReplace renames oldname in d to newname in to, failing with
+// EEXIST when newname exists (never replacing it).
+func (d *Dir) RenameNoReplace(oldname string, to *Dir, newname string) error {
+	Mutating()
+	if err := renameNoReplace(d, oldname, to, newname); err != nil {
+		return &os.LinkError{Op: "rename", Old: d.join(oldname), New: to.join(newname), Err: err}
+	}
+	return nil
+}
+
 // Link makes newname in to a hard link to oldname in d (never following).
 func (d *Dir) Link(oldname string, to *Dir, newname string) error {
 	Mutating()

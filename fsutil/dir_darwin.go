@@ -8,3 +8,7 @@ import "golang.org/x/sys/unix"
 func mkfifoat(d *Dir, name string, perm uint32) error {
 	return unix.Mkfifo(d.join(name), perm)
 }
+
+func renameNoReplace(from *Dir, oldname string, to *Dir, newname string) error {
+	return unix.RenameatxNp(from.fd, oldname, to.fd, newname, unix.RENAME_EXCL)
+}
