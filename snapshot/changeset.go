@@ -1,73 +1,57 @@
 package snapshot
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/overlay/layer"
 	"golang.org/x/sys/unix"
 )
 
 // The upper layer of an overlay run is read in the format of Linux
-// overlayfs, which every overlay mode writes (the FUSE overlay too):
-//
-//   - a character device 0/0 is a whiteout: the path was deleted; so is
-//     an empty regular file carrying the xattr user.overlay.whiteout or
-//     trusted.overlay.whiteout (overlayfs's "xwhiteout" form, which the
-//     FUSE overlay writes when it cannot make device nodes);
-//   - a directory with the xattr trusted.overlay.opaque or
-//     user.overlay.opaque set to "y" replaced the directory below it:
-//     nothing of the lower directory shows through;
-//   - a directory with the xattr trusted.overlay.redirect (or user.…) was
-//     renamed: its contents are the lower directory the redirect names
-//     (relative to the parent's own lower directory, or absolute from the
-//     root when it starts with "/"), under what the layer itself holds;
-//   - anything else is the whole new state of its path (a copied-up file
-//     holds all of its content, not a delta).
-//
-// The changeset is the manifest of the new state of every changed path,
-// with Absent entries for deletions: the same target that undo and redo
-// apply, so a commit is one more application of the one restore path.
+// overlayfs, which every overlay mode writes; package layer is its one
+// reader. The changeset is the manifest of the new state of every changed
+// path, with Absent entries for deletions: the same target that undo and
+// redo apply, so a commit is one more application of the one restore
+// path.
 
+// isWhiteout reports whether name in d, with stat st, is a whiteout.
 func isWhiteout(d *fsutil.Dir, name string, st *unix.Stat_t) bool {
-	switch uint32(st.Mode) & unix.S_IFMT {
-	case unix.S_IFCHR:
-		return st.Rdev == 0
-	case unix.S_IFREG:
-		if st.Size != 0 {
-			return false
+	var xs []fsutil.Xattr
+	read := false
+	return layer.IsWhiteout(st.Mode, st.Rdev, st.Size, func(x string) ([]byte, bool) {
+		if !read { // only for an empty file, once
+			xs, _ = d.Xattrs(name) // unreadable xattrs: an ordinary empty file
+			read = true
 		}
-		xs, _ := d.Xattrs(name) // unreadable xattrs: an ordinary empty file
-		for _, x := range xs {
-			if x.Name == "user.overlay.whiteout" || x.Name == "trusted.overlay.whiteout" {
-				return true
-			}
-		}
-	}
-	return false
+		return layer.ListGetter(xs)(x)
+	})
 }
 
-// overlayXattrs drops overlayfs's own attributes (and notes opaqueness).
+// overlayXattrs drops overlayfs's own marks (and notes opaqueness and
+// redirects).
 func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr {
+	get := layer.ListGetter(xs)
+	opaque := layer.IsOpaque(get)
+	redirect, renamed := layer.Redirect(get)
+	if opaque || renamed {
+		sc.mu.Lock()
+		if opaque {
+			sc.opaque[path] = true
+		}
+		if renamed {
+			sc.redirect[path] = redirect
+		}
+		sc.mu.Unlock()
+	}
 	out := xs[:0]
 	for _, x := range xs {
-		if strings.HasPrefix(x.Name, "trusted.overlay.") || strings.HasPrefix(x.Name, "user.overlay.") {
-			if strings.HasSuffix(x.Name, ".opaque") && bytes.Equal(x.Value, []byte("y")) {
-				sc.mu.Lock()
-				sc.opaque[path] = true
-				sc.mu.Unlock()
-			}
-			if strings.HasSuffix(x.Name, ".redirect") && len(x.Value) > 0 {
-				sc.mu.Lock()
-				sc.redirect[path] = string(x.Value)
-				sc.mu.Unlock()
-			}
-			continue
+		if !layer.IsMark(x.Name) {
+			out = append(out, x)
 		}
-		out = append(out, x)
 	}
 	if len(out) == 0 {
 		return nil
@@ -82,25 +66,25 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
-	layer, err := sc.scanTree()
+	inLayer, err := sc.scanTree()
 	if err != nil {
 		return nil, fmt.Errorf("read upper layer: %w", err)
 	}
 	if len(sc.redirect) > 0 {
-		if layer, err = r.followRedirects(layer, sc); err != nil {
+		if inLayer, err = r.followRedirects(inLayer, sc); err != nil {
 			return nil, err
 		}
 	}
 	// What the layer hides of the tree: everything below a whiteout, a
 	// non-directory or an opaque directory, unless the layer has it again.
 	var hidden []string
-	for i := range layer {
+	for i := range inLayer {
 		// (A non-directory hides what a directory of the tree held there.)
-		if layer[i].Type != Dir || sc.opaque[layer[i].Path] {
-			hidden = append(hidden, layer[i].Path)
+		if inLayer[i].Type != Dir || sc.opaque[inLayer[i].Path] {
+			hidden = append(hidden, inLayer[i].Path)
 		}
 	}
-	paths := layer.Paths()
+	paths := inLayer.Paths()
 	real, err := r.ScanPaths(paths, true, false)
 	if err != nil {
 		return nil, err
@@ -114,12 +98,12 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 	var out Manifest
 	for i := range below {
 		b := &below[i]
-		if b.Type != Absent && layer.Find(b.Path) == nil {
+		if b.Type != Absent && inLayer.Find(b.Path) == nil {
 			out = append(out, Entry{Path: b.Path, Type: Absent})
 		}
 	}
-	for i := range layer {
-		e := &layer[i]
+	for i := range inLayer {
+		e := &inLayer[i]
 		t := real.Find(e.Path)
 		if t == nil {
 			t = &Entry{Path: e.Path, Type: Absent}
@@ -149,23 +133,20 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 // stored, since the commit that moves them away may delete their origin.
 // A renamed directory then counts as opaque: what the tree has at its new
 // path and the view does not show goes.
-func (r *Repo) followRedirects(layer Manifest, sc *scanner) (Manifest, error) {
+func (r *Repo) followRedirects(inLayer Manifest, sc *scanner) (Manifest, error) {
 	var origin func(p string) string
 	origin = func(p string) string {
 		if p == "" {
 			return ""
 		}
 		if v, ok := sc.redirect[p]; ok {
-			if strings.HasPrefix(v, "/") {
-				return strings.Trim(v, "/")
-			}
-			return joinPath(origin(Parent(p)), v)
+			return layer.Origin(v, origin(Parent(p)))
 		}
 		return joinPath(origin(Parent(p)), Base(p))
 	}
 	covered := func(d, vp string) bool {
 		for a := vp; a != d && a != ""; a = Parent(a) {
-			e := layer.Find(a)
+			e := inLayer.Find(a)
 			if e == nil {
 				continue
 			}
@@ -178,7 +159,7 @@ func (r *Repo) followRedirects(layer Manifest, sc *scanner) (Manifest, error) {
 		}
 		return false
 	}
-	out := append(Manifest{}, layer...)
+	out := append(Manifest{}, inLayer...)
 	for d := range sc.redirect {
 		lo := origin(d)
 		if !ValidPath(lo) {
@@ -300,23 +281,13 @@ func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string,
 		return ud.Unlink(name)
 	}
 	if isDir {
-		var opaque bool
-		var redirect string
 		xs, _ := ud.Xattrs(name) // unreadable xattrs: treat as a plain directory
-		for _, x := range xs {
-			opaque = opaque || strings.HasSuffix(x.Name, "overlay.opaque") && string(x.Value) == "y"
-			if strings.HasSuffix(x.Name, "overlay.redirect") {
-				redirect = string(x.Value)
-			}
-		}
-		if redirect != "" && rerr != nil {
+		get := layer.ListGetter(xs)
+		opaque := layer.IsOpaque(get)
+		if redirect, ok := layer.Redirect(get); ok && rerr != nil {
 			// Renamed from elsewhere: bring what the view showed of the
 			// origin here first, then what the layer adds.
-			origin := strings.Trim(redirect, "/")
-			if !strings.HasPrefix(redirect, "/") {
-				origin = joinPath(dir, redirect)
-			}
-			if err := r.bringOver(origin, p); err != nil {
+			if err := r.bringOver(layer.Origin(redirect, dir), p); err != nil {
 				return err
 			}
 			return r.writeThrough(pr, upper, p, true)
@@ -333,10 +304,7 @@ func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string,
 	}
 	if isDir { // overlay's own marks must not follow it into the tree
 		if f, err := td.Open(name, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
-			for _, x := range []string{"opaque", "redirect", "origin", "impure"} {
-				_ = unix.Fremovexattr(int(f.Fd()), "trusted.overlay."+x) // absent on most directories
-				_ = unix.Fremovexattr(int(f.Fd()), "user.overlay."+x)
-			}
+			layer.ClearDirMarks(int(f.Fd()))
 			f.Close()
 		}
 	}

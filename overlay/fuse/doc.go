@@ -2,9 +2,9 @@
 // copy-on-write overlay filesystem served with go-fuse, mounted at the
 // project root's own path in a private mount namespace. The lower layer is
 // the real tree (never written); the upper layer is the run's upper
-// directory, written in the format of Linux overlayfs that
-// snapshot.Repo.Changeset reads, so commit, discard and diff are the same
-// for every overlay mode.
+// directory, written in the format of Linux overlayfs through package
+// layer, which snapshot.Repo.Changeset reads with, so commit, discard and
+// diff are the same for every overlay mode.
 //
 // # Upper-layer format
 //
