@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 
-	"github.com/snapback/snapback/backends"
-	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
+	"github.com/snapback/snapback/runner/isolation"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -51,63 +51,33 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 			return runRun(g, o, args)
 		},
 	}
-	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: auto, overlayfs, fuse or copy (default: snapshot.mode from snapback.toml, else auto)")
+	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: "+strings.Join(isolation.Names(), ", ")+" (default: snapshot.mode from snapback.toml, else auto; snapback doctor says which work here)")
+	_ = c.RegisterFlagCompletionFunc("mode", completeMode) // the flag exists: no error
 	c.Flags().StringVar(&o.then, "then", "commit", "after an overlay run: commit, review (keep pending) or discard")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
 	return c
 }
 
-// pickMode resolves the isolation mode: auto takes the first that works
-// here; a mode named explicitly that cannot work is an error, never a
-// silent fallback, so a user who asked for isolation knows.
+// pickMode resolves the isolation mode (see isolation.Pick).
 func pickMode(flag, configured, root string) (string, error) {
 	m := flag
 	if m == "" {
 		m = configured
 	}
-	switch m {
-	case "", "auto":
-		if ok, _ := overlay.Available(); ok {
-			return "overlayfs", nil
-		}
-		if ok, _ := fuse.Available(); ok {
-			return "fuse", nil
-		}
-		if ok, _ := backends.IsSubvolume(root); ok {
-			return "btrfs", nil
-		}
-		return "copy", nil
-	case "copy":
-		return "copy", nil
-	case "btrfs":
-		if ok, why := backends.IsSubvolume(root); !ok {
-			return "", usageErr("run: --mode btrfs: %s", why)
-		}
-		return m, nil
-	case "overlayfs":
-		if ok, why := overlay.Available(); !ok {
-			return "", usageErr("run: --mode overlayfs: %s", why)
-		}
-		return m, nil
-	case "fuse":
-		if ok, why := fuse.Available(); !ok {
-			return "", usageErr("run: --mode fuse: %s", why)
-		}
-		return m, nil
+	mode, err := isolation.Pick(m, root)
+	if err != nil {
+		return "", usageErr("run: --mode %s: %w", m, err)
 	}
-	if !contains(config.Modes, m) {
-		return "", usageErr("run: --mode %s: unknown mode (one of auto, overlayfs, fuse, copy)", m)
-	}
-	return "", usageErr("run: --mode %s: not available in this build (available: auto, overlayfs, fuse, copy)", m)
+	return mode.Name, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
+// completeMode offers every mode name, with what it does.
+func completeMode(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	out := []string{isolation.Auto + "\tthe first mode that works here (snapback doctor)"}
+	for _, m := range isolation.All {
+		out = append(out, m.Name+"\t"+m.Help)
 	}
-	return false
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
 func runRun(g *globals, o runOptions, argv []string) error {
@@ -131,7 +101,7 @@ func runRun(g *globals, o runOptions, argv []string) error {
 	} else if err := repo.CheckTargets(); err != nil {
 		return err // before anything runs or changes
 	}
-	if mode == "copy" || mode == "btrfs" {
+	if m := isolation.Find(mode); m != nil && !m.View {
 		// These modes run on the tree itself: nothing can wait for
 		// review, and discarding means undoing at once.
 		if o.then == "review" {
@@ -187,7 +157,7 @@ func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []s
 		Signal(os.Signal) error
 		Finish() error
 	} = overlay.NewSession(spec)
-	if p.Mode == "fuse" {
+	if p.Mode == isolation.Fuse {
 		s = fuse.NewSession(spec)
 	}
 	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: s.Prepare, Signal: s.Signal, Outside: true})
