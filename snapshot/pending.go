@@ -17,8 +17,7 @@ import (
 
 // Pending is an overlay run: the command's changes wait in an upper
 // layer under .snapback/runs/<id>/ until they are committed into the tree
-// or discarded. State is "running" while a command works in it, then
-// "pending".
+// or discarded. Its states are in runstate.go.
 type Pending struct {
 	ID         string    `json:"id"`
 	Command    []string  `json:"command"`
@@ -52,7 +51,7 @@ func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{ID: m.ID, Command: command, Mode: mode, State: "running", StartedAt: time.Now()}
+	p := &Pending{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now()}
 	if p.lock, err = r.lockRun(p.ID); err != nil {
 		return nil, err
 	}
@@ -94,7 +93,7 @@ func (r *Repo) Resume(p *Pending) error {
 		return err
 	}
 	p.lock = f
-	p.State = "running"
+	p.State = StateRunning
 	return r.SavePending(p)
 }
 
@@ -104,6 +103,18 @@ func (r *Repo) Release(p *Pending) {
 		p.lock.Close()
 		p.lock = nil
 	}
+}
+
+// EndCommand records that the run's command ended with status: the run
+// is pending, its lock released, and what the command wrote to ignored
+// paths is in the tree (see [Repo.WriteThrough]).
+func (r *Repo) EndCommand(p *Pending, status int) error {
+	p.ExitStatus, p.State = &status, StatePending
+	r.Release(p)
+	if err := r.SavePending(p); err != nil {
+		return err
+	}
+	return r.WriteThrough(p)
 }
 
 // SavePending writes the run's record.
@@ -116,7 +127,7 @@ func (r *Repo) SavePending(p *Pending) error {
 }
 
 // PendingRuns lists overlay runs not yet committed or discarded, oldest
-// first. A run whose process died while "running" is reported pending.
+// first. A run whose process died while running is reported pending.
 func (r *Repo) PendingRuns() ([]*Pending, error) {
 	ents, err := os.ReadDir(r.path("runs"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -141,8 +152,8 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 			}
 			continue
 		}
-		if p.State == "running" && !r.alive(p.ID) {
-			p.State = "pending" // its snapback died; the layer is intact
+		if p.State == StateRunning && !r.alive(p.ID) {
+			p.State = StatePending // its snapback died; the layer is intact
 		}
 		out = append(out, &p)
 	}
@@ -196,7 +207,7 @@ func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
 func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, error) {
-	if p.State == "running" {
+	if p.State == StateRunning {
 		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
@@ -260,7 +271,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 	if err != nil {
 		return nil, err
 	}
-	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, "done"
+	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, StateDone
 	rec.Targets = p.Targets
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
@@ -324,7 +335,7 @@ func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
 // DiscardPending throws a pending run's changes away and brings its
 // targets back to their state before the command, as one crash-safe step.
 func (r *Repo) DiscardPending(p *Pending) error {
-	if p.State == "running" {
+	if p.State == StateRunning {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	if len(p.Targets) == 0 {

@@ -50,7 +50,7 @@ func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Command, m.Mode, m.State = command, mode, "running"
+	m.Command, m.Mode, m.State = command, mode, StateRunning
 	f, err := r.lockRun(m.ID)
 	if err != nil {
 		return nil, err
@@ -108,9 +108,9 @@ func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
 		return err
 	}
 	m.ExitStatus = exitStatus
-	m.State = "done"
+	m.State = StateDone
 	if exitStatus == nil {
-		m.State = "interrupted"
+		m.State = StateInterrupted
 	}
 	if err := r.WriteMeta(m); err != nil {
 		return err
@@ -173,7 +173,7 @@ func (r *Repo) finishDeadRuns() (int, error) {
 	}
 	n := 0
 	for _, m := range all {
-		if m.State != "running" || r.alive(m.ID) {
+		if m.State != StateRunning || r.alive(m.ID) {
 			continue
 		}
 		if err := r.FinishRun(&Run{Meta: m}, nil); err != nil {
