@@ -41,7 +41,7 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 }
 
 // BeginRun records the state of the tree before a command runs in copy
-// mode (or the btrfs mode: see subvolrun.go): a tree snapshot of kind
+// mode (or the btrfs mode: see treerun_btrfs.go): a tree snapshot of kind
 // run, state running. While the command
 // runs, this process holds the run's lock; if it dies, the next snapback
 // finds the lock free and finishes the run (see [Repo.Recover]).
