@@ -93,14 +93,15 @@ type Status struct {
 	Reason    string `json:"reason"`
 }
 
-// Statuses reports every backend named in config.Backends: built ones
-// with their own answer, the rest as not built yet.
+// Statuses reports every backend, in the order of config.Backends (the
+// names snapback.toml accepts, each of which has its backend in All: a
+// test checks it).
 func Statuses() []Status {
 	var out []Status
 	for _, name := range config.Backends {
 		b, err := Get(name)
 		if err != nil {
-			out = append(out, Status{Name: name, Reason: "not built yet"})
+			out = append(out, Status{Name: name, Reason: err.Error()})
 			continue
 		}
 		ok, why := b.Available()
