@@ -61,7 +61,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 		}
 	} else {
 		for i := len(h.All) - 1; i >= 0; i-- {
-			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != "running" {
+			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning {
 				s = m
 				break
 			}
