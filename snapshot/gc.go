@@ -42,7 +42,7 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 		kept[p.ID] = true
 	}
 	for _, m := range h.All {
-		if m.State == "running" {
+		if m.State == StateRunning {
 			kept[m.ID] = true // a run in progress (or one that died: recover it)
 		}
 	}
