@@ -510,7 +510,7 @@ func (r *Repo) restoreFromTree(want map[ObjectID]*Damage) (map[ObjectID]string, 
 		if e.Type != File || want[e.Object] == nil || found[e.Object] != "" {
 			continue
 		}
-		d, err := r.root.OpenDir(Parent(e.Path))
+		d, err := r.treeDir.OpenDir(Parent(e.Path))
 		if err != nil {
 			continue // gone since the scan: another file may hold it
 		}

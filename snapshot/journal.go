@@ -15,12 +15,14 @@ import (
 )
 
 // journal is the plan of a tree-changing operation, written (and synced)
-// before the first change: recover finishes it by applying Target again
+// before the first change: recover finishes it by applying Apply again
 // and then writing Record, the snapshot that saved what it replaced.
 type journal struct {
-	Op     string `json:"op"`
-	OpID   string `json:"op_id"`
-	Target string `json:"target"` // manifest object id
+	Op   string `json:"op"`
+	OpID string `json:"op_id"`
+	// Apply is the manifest (object id) the tree is brought to. (Targets,
+	// below, are the states outside the tree.)
+	Apply  string `json:"target"`
 	Scope  Scope  `json:"scope"`
 	Record *Meta  `json:"record"`
 	// Source, for a commit, is the upper layer (relative to the store)
@@ -34,7 +36,7 @@ type journal struct {
 	// Targets are restored to these states after the tree is applied.
 	Targets []TargetState `json:"targets,omitempty"`
 	// Rollback: the operation found damaged content half-way and now
-	// puts the tree back as it was (Target is its record's manifest);
+	// puts the tree back as it was (Apply is its record's manifest);
 	// Failed says why, for the user.
 	Rollback bool   `json:"rollback,omitempty"`
 	Failed   string `json:"failed,omitempty"`
@@ -77,7 +79,7 @@ func (j *journal) validate() error {
 	if !ValidID(j.OpID) {
 		return bad("op_id")
 	}
-	if _, ok := ParseObjectID(j.Target); !ok {
+	if _, ok := ParseObjectID(j.Apply); !ok {
 		return bad("target")
 	}
 	if j.Scope != ScopeTree && j.Scope != ScopePaths {
@@ -176,7 +178,7 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	if err := r.Flush(); err != nil {
 		return err
 	}
-	j.Target = tid
+	j.Apply = tid
 	if j.Staged {
 		// The staged links must be durable before the journal names them.
 		if err := fsutil.SyncDir(r.stagingDir(j.OpID)); err != nil {
@@ -204,7 +206,7 @@ func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool,
 		if c.Type != File || c.Link != "" || staged[c.Object] || r.HasObject(c.Object) {
 			continue
 		}
-		d, err := r.root.OpenDir(Parent(c.Path))
+		d, err := r.treeDir.OpenDir(Parent(c.Path))
 		if err != nil {
 			return nil, fmt.Errorf("save %s: %w", c.Path, err)
 		}
@@ -286,14 +288,14 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		// Recovering. Temps of the interrupted attempt go first: they must
 		// not collide with this attempt's names, and removing them moves
 		// their directories' mtimes, which the apply then sets right.
-		r.sweepTemps(r.root, target, j.OpID)
+		r.sweepTemps(r.treeDir, target, j.OpID)
 		var err error
 		if cur, err = r.current(target, j.Scope, false); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)
 		}
 	}
 	cache := r.loadCache()
-	a := &applier{s: r.Store, root: r.root, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged}
+	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {
@@ -376,8 +378,8 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 // The record is not written, nor are j's targets touched (they are
 // restored only after the tree): the operation ends as if never run.
 func (r *Repo) rollBack(j *journal, why error) error {
-	rb := &journal{Op: j.Op, OpID: j.OpID, Target: j.Record.Manifest, Scope: j.Scope, Staged: j.Staged, Rollback: true, Failed: why.Error()}
-	target, err := r.LoadManifest(rb.Target)
+	rb := &journal{Op: j.Op, OpID: j.OpID, Apply: j.Record.Manifest, Scope: j.Scope, Staged: j.Staged, Rollback: true, Failed: why.Error()}
+	target, err := r.LoadManifest(rb.Apply)
 	if err != nil {
 		return err
 	}
@@ -467,7 +469,7 @@ func (r *Repo) Recover() (bool, error) {
 		}
 		return false, nil
 	}
-	target, err := r.LoadManifest(j.Target)
+	target, err := r.LoadManifest(j.Apply)
 	if err != nil {
 		return false, fmt.Errorf("recover: %w", err)
 	}

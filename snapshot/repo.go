@@ -35,8 +35,8 @@ func (e *ConflictError) Error() string {
 // CLI drives. Operations that change anything expect the store lock held.
 type Repo struct {
 	*Store
-	root *fsutil.Dir
-	ign  Ignorer
+	treeDir *fsutil.Dir // the tree at Root, held open: every path below it is resolved beneath it
+	ign     Ignorer
 
 	// LastScan says what the most recent scan of the tree had to read.
 	LastScan ScanStats
@@ -64,13 +64,13 @@ func OpenRepo(root string, ign Ignorer, create bool) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Repo{Store: s, root: d, ign: ign}, nil
+	return &Repo{Store: s, treeDir: d, ign: ign}, nil
 }
 
 // Close releases the root and the lock.
 func (r *Repo) Close() {
 	r.Unlock()
-	r.root.Close()
+	r.treeDir.Close()
 }
 
 // ScanTree reads the whole tree; with store set, contents not yet in the
@@ -88,7 +88,7 @@ func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error
 // scan runs one scan of the tree, notes what it read, and keeps what it
 // learned in the stat cache when it stored contents.
 func (r *Repo) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
-	sc := r.newScanner(r.root, r.ign, store)
+	sc := r.newScanner(r.treeDir, r.ign, store)
 	m, err := fn(sc)
 	if err != nil {
 		return nil, err

@@ -352,7 +352,7 @@ func (r *Repo) DiscardPending(p *Pending) error {
 	if err != nil {
 		return err
 	}
-	j := &journal{Op: "discard", OpID: p.ID, Target: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
+	j := &journal{Op: "discard", OpID: p.ID, Apply: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
 	if err := r.Flush(); err != nil {
 		return err
 	}

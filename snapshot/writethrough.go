@@ -78,7 +78,7 @@ func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string,
 	if err := r.makeParents(pr, upper, dir); err != nil {
 		return err
 	}
-	td, err := r.root.OpenDir(dir)
+	td, err := r.treeDir.OpenDir(dir)
 	if err != nil {
 		return err
 	}
@@ -138,12 +138,12 @@ func (r *Repo) bringOver(from, to string) error {
 		return fmt.Errorf("bad redirect %q", from)
 	}
 	if r.ign.Ignored(from, true) {
-		fd, err := r.root.OpenDir(Parent(from))
+		fd, err := r.treeDir.OpenDir(Parent(from))
 		if err != nil {
 			return nil // gone already: nothing to bring
 		}
 		defer fd.Close()
-		td, err := r.root.OpenDir(Parent(to))
+		td, err := r.treeDir.OpenDir(Parent(to))
 		if err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func (r *Repo) bringOver(from, to string) error {
 		target = append(target, e)
 	}
 	target.Sort()
-	a := &applier{s: r.Store, root: r.root, opID: NewID(time.Now()), target: target, scope: ScopePaths}
+	a := &applier{s: r.Store, root: r.treeDir, opID: NewID(time.Now()), target: target, scope: ScopePaths}
 	return a.run(nil)
 }
 
@@ -178,14 +178,14 @@ func (r *Repo) makeParents(pr *Pending, upper *fsutil.Dir, dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if d, err := r.root.OpenDir(dir); err == nil {
+	if d, err := r.treeDir.OpenDir(dir); err == nil {
 		d.Close()
 		return nil
 	}
 	if err := r.makeParents(pr, upper, Parent(dir)); err != nil {
 		return err
 	}
-	pd, err := r.root.OpenDir(Parent(dir))
+	pd, err := r.treeDir.OpenDir(Parent(dir))
 	if err != nil {
 		return err
 	}
