@@ -43,7 +43,7 @@ type Result struct {
 	// the run is recorded all the same (it changed nothing).
 	StartErr error
 	// Pending is the run kept for review (ThenReview), else nil.
-	Pending *snapshot.Pending
+	Pending *snapshot.ViewRun
 }
 
 // BadInputError is a run refused before anything ran or changed.
@@ -60,7 +60,7 @@ func badInput(format string, a ...any) error {
 // leaves it locked again. An error means snapback failed (or refused,
 // [*BadInputError]); the command's own failure is only its status.
 func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
-	var p *snapshot.Pending
+	var p *snapshot.ViewRun
 	var mode *isolation.Mode
 	if o.Continue != "" {
 		var err error
@@ -155,7 +155,7 @@ type view interface {
 
 // runInView runs the command in p's view and leaves p pending, with the
 // store unlocked while the command runs.
-func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.Pending, o Options) (Result, error) {
+func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.ViewRun, o Options) (Result, error) {
 	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0}
 	wd, err := os.Getwd()
 	if err != nil {

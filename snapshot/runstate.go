@@ -14,7 +14,7 @@ package snapshot
 //	                                     command changed until then is
 //	                                     recorded the same way
 //
-// A run in a view (overlay modes: [Pending]) keeps its changes in its
+// A run in a view (overlay modes: [ViewRun]) keeps its changes in its
 // upper layer, with its state in runs/<id>/run.json, until they are
 // committed or discarded:
 //

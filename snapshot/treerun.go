@@ -12,9 +12,10 @@ import (
 // ErrRunning is returned for a run whose command is still executing.
 var ErrRunning = errors.New("its command is still running")
 
-// Run is a copy-mode run in progress: its snapshot and the lock that tells
-// other snapback processes the command is still alive.
-type Run struct {
+// TreeRun is a run on the tree itself (copy or btrfs mode) in progress:
+// its snapshot and the lock that tells other snapback processes the
+// command is still alive. (A run in a view is a [ViewRun].)
+type TreeRun struct {
 	Meta *Meta
 	lock *os.File
 }
@@ -45,7 +46,7 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 // run, state running. While the command
 // runs, this process holds the run's lock; if it dies, the next snapback
 // finds the lock free and finishes the run (see [Repo.Recover]).
-func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
+func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 	m, err := r.newMeta(KindRun, ScopeTree)
 	if err != nil {
 		return nil, err
@@ -55,7 +56,7 @@ func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := &Run{Meta: m, lock: f}
+	run := &TreeRun{Meta: m, lock: f}
 	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
 		run.release(r)
 		return nil, err
@@ -73,7 +74,7 @@ func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
 	return run, nil
 }
 
-func (run *Run) release(r *Repo) {
+func (run *TreeRun) release(r *Repo) {
 	if run.lock == nil {
 		return
 	}
@@ -98,7 +99,7 @@ func (r *Repo) alive(id string) bool {
 // command left them in. `undo` then reverts exactly those paths, keeps
 // later edits to other files, and sees later edits to the same paths as
 // conflicts. exitStatus is nil when the command's end was not seen.
-func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
+func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	m := run.Meta
 	narrow := r.narrowRun
 	if m.Mode == ModeBtrfs {
@@ -176,7 +177,7 @@ func (r *Repo) finishDeadRuns() (int, error) {
 		if m.State != StateRunning || r.alive(m.ID) {
 			continue
 		}
-		if err := r.FinishRun(&Run{Meta: m}, nil); err != nil {
+		if err := r.FinishRun(&TreeRun{Meta: m}, nil); err != nil {
 			return n, err
 		}
 		fsutil.RemoveAll(r.runDir(m.ID)) // the dead process's lock

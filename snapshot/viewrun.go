@@ -15,10 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Pending is an overlay run: the command's changes wait in an upper
-// layer under .snapback/runs/<id>/ until they are committed into the tree
-// or discarded. Its states are in runstate.go.
-type Pending struct {
+// ViewRun is a run in a view (an overlay mode): the command's changes
+// wait in an upper layer under .snapback/runs/<id>/ until they are
+// committed into the tree or discarded; until then it is a pending run.
+// Its states are in runstate.go. (A run on the tree is a [TreeRun].)
+type ViewRun struct {
 	ID         string    `json:"id"`
 	Command    []string  `json:"command"`
 	Mode       string    `json:"mode"`
@@ -46,12 +47,12 @@ func (r *Repo) pendingPath(id string) string { return r.path("runs", id, "run.js
 
 // StartPending makes a new overlay run and takes its lock (held until
 // [Repo.Release] or the process ends).
-func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
+func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 	m, err := r.newMeta(KindRun, ScopePaths)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now()}
+	p := &ViewRun{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now()}
 	if p.lock, err = r.lockRun(p.ID); err != nil {
 		return nil, err
 	}
@@ -87,7 +88,7 @@ func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
 }
 
 // Resume takes the lock of a pending run for another command in it.
-func (r *Repo) Resume(p *Pending) error {
+func (r *Repo) Resume(p *ViewRun) error {
 	f, err := r.lockRun(p.ID)
 	if err != nil {
 		return err
@@ -98,7 +99,7 @@ func (r *Repo) Resume(p *Pending) error {
 }
 
 // Release drops the run's lock (its state stays as saved).
-func (r *Repo) Release(p *Pending) {
+func (r *Repo) Release(p *ViewRun) {
 	if p.lock != nil {
 		p.lock.Close()
 		p.lock = nil
@@ -108,7 +109,7 @@ func (r *Repo) Release(p *Pending) {
 // EndCommand records that the run's command ended with status: the run
 // is pending, its lock released, and what the command wrote to ignored
 // paths is in the tree (see [Repo.WriteThrough]).
-func (r *Repo) EndCommand(p *Pending, status int) error {
+func (r *Repo) EndCommand(p *ViewRun, status int) error {
 	p.ExitStatus, p.State = &status, StatePending
 	r.Release(p)
 	if err := r.SavePending(p); err != nil {
@@ -118,7 +119,7 @@ func (r *Repo) EndCommand(p *Pending, status int) error {
 }
 
 // SavePending writes the run's record.
-func (r *Repo) SavePending(p *Pending) error {
+func (r *Repo) SavePending(p *ViewRun) error {
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
@@ -128,7 +129,7 @@ func (r *Repo) SavePending(p *Pending) error {
 
 // PendingRuns lists overlay runs not yet committed or discarded, oldest
 // first. A run whose process died while running is reported pending.
-func (r *Repo) PendingRuns() ([]*Pending, error) {
+func (r *Repo) PendingRuns() ([]*ViewRun, error) {
 	ents, err := os.ReadDir(r.path("runs"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -136,13 +137,13 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	var out []*Pending
+	var out []*ViewRun
 	for _, e := range ents {
 		b, err := readLimited(r.pendingPath(e.Name()), maxRunSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // a copy-mode run's lock directory, or not ours
 		}
-		var p Pending
+		var p ViewRun
 		if err == nil {
 			err = json.Unmarshal(b, &p)
 		}
@@ -163,12 +164,12 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 
 // FindPending finds a pending run by id or unique prefix; "" means the
 // newest.
-func (r *Repo) FindPending(ref string) (*Pending, error) {
+func (r *Repo) FindPending(ref string) (*ViewRun, error) {
 	all, err := r.PendingRuns()
 	if err != nil {
 		return nil, err
 	}
-	var found []*Pending
+	var found []*ViewRun
 	for _, p := range all {
 		if ref == "" || strings.HasPrefix(p.ID, ref) {
 			found = append(found, p)
@@ -187,7 +188,7 @@ func (r *Repo) FindPending(ref string) (*Pending, error) {
 
 // PendingChanges reads a pending run's changeset and the tree's state of
 // the same paths.
-func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
+func (r *Repo) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, nil, err
@@ -206,7 +207,7 @@ func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
 // step, first saving what they replace as a run snapshot that `undo`
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
-func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, error) {
+func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, error) {
 	if p.State == StateRunning {
 		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
@@ -300,7 +301,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 // (whiteouts and emptied directories; moved entries are gone already) and
 // notes the paths, so a later commit of the rest does not see them as
 // conflicts.
-func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
+func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest) error {
 	if p.Committed == nil {
 		p.Committed = map[string]int64{}
 	}
@@ -334,7 +335,7 @@ func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
 
 // DiscardPending throws a pending run's changes away and brings its
 // targets back to their state before the command, as one crash-safe step.
-func (r *Repo) DiscardPending(p *Pending) error {
+func (r *Repo) DiscardPending(p *ViewRun) error {
 	if p.State == StateRunning {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}

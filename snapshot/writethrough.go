@@ -15,7 +15,7 @@ import (
 // layer into the tree, where it stays whatever becomes of the run (an
 // audit log must survive a discard or an undo). Whiteouts of ignored paths
 // delete them in the tree. Nothing here is recorded for undo.
-func (r *Repo) WriteThrough(p *Pending) error {
+func (r *Repo) WriteThrough(p *ViewRun) error {
 	if r.ign == nil {
 		return nil
 	}
@@ -32,7 +32,7 @@ func (r *Repo) WriteThrough(p *Pending) error {
 
 // writeThrough walks dir of the layer; below an ignored directory (all)
 // everything writes through.
-func (r *Repo) writeThrough(pr *Pending, upper *fsutil.Dir, dir string, all bool) error {
+func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool) error {
 	ud, err := upper.OpenDir(dir)
 	if err != nil {
 		return err
@@ -70,7 +70,7 @@ func (r *Repo) writeThrough(pr *Pending, upper *fsutil.Dir, dir string, all bool
 	return nil
 }
 
-func (r *Repo) moveThrough(pr *Pending, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error {
+func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error {
 	p := name
 	if dir != "" {
 		p = dir + "/" + name
@@ -174,7 +174,7 @@ func (r *Repo) bringOver(from, to string) error {
 // that only the run has made so far (with the layer's modes), and notes
 // them as the run's own, so committing the run later does not see them as
 // changed by someone else.
-func (r *Repo) makeParents(pr *Pending, upper *fsutil.Dir, dir string) error {
+func (r *Repo) makeParents(pr *ViewRun, upper *fsutil.Dir, dir string) error {
 	if dir == "" {
 		return nil
 	}
