@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 
 	"github.com/snapback/snapback/config"
@@ -108,6 +109,20 @@ func Statuses() []Status {
 		out = append(out, Status{Name: name, Available: ok, Reason: why})
 	}
 	return out
+}
+
+// TargetPath resolves the path setting of a target whose backend takes a
+// path: relative to the project root, cleaned. It is the one resolution
+// of a target path.
+func TargetPath(t Target, root string) (string, error) {
+	if t.Path == "" {
+		return "", targetErr(t, "no path")
+	}
+	p := t.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(root, p)
+	}
+	return filepath.Abs(p)
 }
 
 // targetErr makes a one-line error naming the target.
