@@ -26,6 +26,51 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 	if err != nil {
 		return st, err
 	}
+	kept := keptRecords(h, keep, protect)
+	live, err := r.liveObjects(h, kept)
+	if err != nil {
+		return st, err
+	}
+	var keptMetas []*Meta
+	for _, m := range h.All {
+		if kept[m.ID] {
+			keptMetas = append(keptMetas, m)
+			continue
+		}
+		if err := r.deleteMeta(m.ID); err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		st.Snapshots++
+	}
+	// Target payloads of the collected records go too (a snapshot
+	// database on a server is dropped by its backend).
+	livePayloads, err := r.livePayloads(keptMetas)
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if err := r.sweepPayloads(livePayloads); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if err := r.sweepObjects(live, &st); err != nil {
+		return st, err
+	}
+	// The stat cache must not vouch for objects that are gone.
+	c := r.loadCache()
+	for p, e := range c.entries() {
+		if !live[e.Object] {
+			c.drop(p)
+		}
+	}
+	if err := r.saveCache(c); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// keptRecords chooses the records gc keeps: the keep newest that `list`
+// shows, those named in protect, what redo and runs in progress need, and
+// the bookkeeping records the kept ones depend on.
+func keptRecords(h *History, keep int, protect []string) map[string]bool {
 	kept := map[string]bool{}
 	for _, id := range protect {
 		kept[id] = true
@@ -60,6 +105,12 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			}
 		}
 	}
+	return kept
+}
+
+// liveObjects lists the objects the kept records reference (their
+// manifests and every content in them), and those damaged records may.
+func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[ObjectID]bool, error) {
 	live := map[ObjectID]bool{}
 	for _, m := range h.All {
 		if !kept[m.ID] {
@@ -73,7 +124,7 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			live[oid] = true
 			mf, err := r.LoadManifest(id)
 			if err != nil {
-				return st, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
+				return nil, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
 			}
 			mf.Objects(func(o ObjectID) { live[o] = true })
 		}
@@ -82,7 +133,7 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 	// from damaged/: only they can judge what those records were worth.
 	salvaged, _, err := r.salvage()
 	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
+		return nil, fmt.Errorf("gc: %w", err)
 	}
 	for id := range salvaged {
 		if !r.HasObject(id) {
@@ -95,30 +146,15 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			}
 		}
 	}
-	var keptMetas []*Meta
-	for _, m := range h.All {
-		if kept[m.ID] {
-			keptMetas = append(keptMetas, m)
-			continue
-		}
-		if err := r.deleteMeta(m.ID); err != nil {
-			return st, fmt.Errorf("gc: %w", err)
-		}
-		st.Snapshots++
-	}
-	// Target payloads of the collected records go too (a snapshot
-	// database on a server is dropped by its backend).
-	livePayloads, err := r.livePayloads(keptMetas)
-	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	if err := r.sweepPayloads(livePayloads); err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
+	return live, nil
+}
+
+// sweepObjects deletes every object not live, counting them in st.
+func (r *Repo) sweepObjects(live map[ObjectID]bool, st *GCStats) error {
 	objDir := r.path("objects")
 	subs, err := os.ReadDir(objDir)
 	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
+		return fmt.Errorf("gc: %w", err)
 	}
 	for _, sub := range subs {
 		if len(sub.Name()) != 2 || !sub.IsDir() {
@@ -126,7 +162,7 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 		}
 		ents, err := os.ReadDir(filepath.Join(objDir, sub.Name()))
 		if err != nil {
-			return st, fmt.Errorf("gc: %w", err)
+			return fmt.Errorf("gc: %w", err)
 		}
 		for _, e := range ents {
 			oid, ok := ParseObjectID(sub.Name() + e.Name())
@@ -138,20 +174,10 @@ func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
 			}
 			fsutil.Mutating()
 			if err := os.Remove(filepath.Join(objDir, sub.Name(), e.Name())); err != nil {
-				return st, fmt.Errorf("gc: %w", err)
+				return fmt.Errorf("gc: %w", err)
 			}
 			st.Objects++
 		}
 	}
-	// The stat cache must not vouch for objects that are gone.
-	c := r.loadCache()
-	for p, e := range c.entries() {
-		if !live[e.Object] {
-			c.drop(p)
-		}
-	}
-	if err := r.saveCache(c); err != nil {
-		return st, err
-	}
-	return st, nil
+	return nil
 }

@@ -221,24 +221,8 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if len(only) > 0 {
-		var sel Manifest
-		for _, o := range only {
-			n := len(sel)
-			for i := range target {
-				if Under(target[i].Path, o) {
-					sel = append(sel, target[i])
-				}
-			}
-			if len(sel) == n {
-				return nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
-			}
-		}
-		sel.Sort()
-		target = sel[:0]
-		for i := range sel { // drop duplicates of overlapping paths
-			if len(target) == 0 || target[len(target)-1].Path != sel[i].Path {
-				target = append(target, sel[i])
-			}
+		if target, err = selectPaths(p, target, only); err != nil {
+			return nil, err
 		}
 	}
 	if len(target) == 0 && len(only) == 0 && len(p.Targets) == 0 {
@@ -252,19 +236,7 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if !force {
-		var conflicts []string
-		start := p.StartedAt.UnixNano()
-		for i := range cur {
-			c := &cur[i]
-			if c.Type == Absent || c.Type == Dir || c.Ctime < start {
-				continue // a directory's ctime moves with any child: only its type counts
-			}
-			if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
-				continue // changed by this run's own earlier commit
-			}
-			conflicts = append(conflicts, c.Path)
-		}
-		if len(conflicts) > 0 {
+		if conflicts := changedSince(p, cur); len(conflicts) > 0 {
 			return nil, &ConflictError{Op: "commit", Paths: conflicts}
 		}
 	}
@@ -295,6 +267,50 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		}
 	}
 	return rec, nil
+}
+
+// selectPaths keeps of a changeset what is at or below the given paths,
+// each of which the run must have changed.
+func selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, error) {
+	var sel Manifest
+	for _, o := range only {
+		n := len(sel)
+		for i := range target {
+			if Under(target[i].Path, o) {
+				sel = append(sel, target[i])
+			}
+		}
+		if len(sel) == n {
+			return nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+		}
+	}
+	sel.Sort()
+	out := sel[:0]
+	for i := range sel { // drop duplicates of overlapping paths
+		if len(out) == 0 || out[len(out)-1].Path != sel[i].Path {
+			out = append(out, sel[i])
+		}
+	}
+	return out, nil
+}
+
+// changedSince lists the paths of cur (the tree's state of what a commit
+// writes) changed in the tree since the run started, but by the run's
+// own earlier commits: the commit's conflicts.
+func changedSince(p *ViewRun, cur Manifest) []string {
+	var conflicts []string
+	start := p.StartedAt.UnixNano()
+	for i := range cur {
+		c := &cur[i]
+		if c.Type == Absent || c.Type == Dir || c.Ctime < start {
+			continue // a directory's ctime moves with any child: only its type counts
+		}
+		if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
+			continue // changed by this run's own earlier commit
+		}
+		conflicts = append(conflicts, c.Path)
+	}
+	return conflicts
 }
 
 // afterPartialCommit removes what was committed from the upper layer
