@@ -20,7 +20,7 @@ import (
 func isWhiteout(d *fsutil.Dir, name string, st *unix.Stat_t) bool {
 	var xs []fsutil.Xattr
 	read := false
-	return layer.IsWhiteout(st.Mode, st.Rdev, st.Size, func(x string) ([]byte, bool) {
+	return layer.IsWhiteout(uint32(st.Mode), uint64(st.Rdev), st.Size, func(x string) ([]byte, bool) {
 		if !read { // only for an empty file, once
 			xs, _ = d.Xattrs(name) // unreadable xattrs: an ordinary empty file
 			read = true

@@ -165,12 +165,6 @@ func MakeWhiteout(p string, device bool) error {
 	return nil
 }
 
-// RenameLeavingWhiteout renames from to to and leaves a 0/0 whiteout
-// device at from, in one step (RENAME_WHITEOUT; it takes CAP_MKNOD).
-func RenameLeavingWhiteout(from, to string) error {
-	return unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_WHITEOUT)
-}
-
 // SetOpaque makes the directory at p opaque.
 func SetOpaque(p string) error {
 	return unix.Lsetxattr(p, userNS+markOpaque, []byte("y"), 0)
