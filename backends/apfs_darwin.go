@@ -16,25 +16,13 @@ const (
 	apfsRestorePrefix = ".snapback-restore-"
 )
 
-// apfsPath resolves the target's path setting.
-func apfsPath(t Target, root string) (string, error) {
-	if t.Path == "" {
-		return "", targetErr(t, "no path")
-	}
-	p := t.Path
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(root, p)
-	}
-	return filepath.Abs(p)
-}
-
 // Available implements Backend: the filesystem decides per path (Check).
 func (*APFS) Available() (bool, string) { return true, "" }
 
 // Check implements Backend: the path is a directory on APFS, in a parent
 // directory it can write.
 func (*APFS) Check(_ context.Context, t Target, root string) error {
-	p, err := apfsPath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return err
 	}
@@ -70,7 +58,7 @@ func (a *APFS) Snapshot(ctx context.Context, t Target, root, dir string) error {
 	if err := a.Check(ctx, t, root); err != nil {
 		return err
 	}
-	p, _ := apfsPath(t, root) // checked above
+	p, _ := TargetPath(t, root) // checked above
 	out := filepath.Join(dir, apfsPayload)
 	// A leftover is from an earlier attempt into this payload dir, which
 	// the caller owns.
@@ -91,7 +79,7 @@ func (a *APFS) Snapshot(ctx context.Context, t Target, root, dir string) error {
 
 // Restore implements Backend. A target that is gone is made anew.
 func (a *APFS) Restore(ctx context.Context, t Target, root, dir string) error {
-	p, err := apfsPath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return err
 	}
@@ -139,7 +127,7 @@ func (a *APFS) Restore(ctx context.Context, t Target, root, dir string) error {
 // Release implements Backend: the clone is inside dir, which the caller
 // removes; an old tree a restore left beside the target goes too.
 func (*APFS) Release(_ context.Context, t Target, root, _ string) error {
-	p, err := apfsPath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return nil // no target: nothing beside it
 	}

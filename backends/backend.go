@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sort"
 
 	"github.com/snapback/snapback/config"
@@ -93,20 +94,35 @@ type Status struct {
 	Reason    string `json:"reason"`
 }
 
-// Statuses reports every backend named in config.Backends: built ones
-// with their own answer, the rest as not built yet.
+// Statuses reports every backend, in the order of config.Backends (the
+// names snapback.toml accepts, each of which has its backend in All: a
+// test checks it).
 func Statuses() []Status {
 	var out []Status
 	for _, name := range config.Backends {
 		b, err := Get(name)
 		if err != nil {
-			out = append(out, Status{Name: name, Reason: "not built yet"})
+			out = append(out, Status{Name: name, Reason: err.Error()})
 			continue
 		}
 		ok, why := b.Available()
 		out = append(out, Status{Name: name, Available: ok, Reason: why})
 	}
 	return out
+}
+
+// TargetPath resolves the path setting of a target whose backend takes a
+// path: relative to the project root, cleaned. It is the one resolution
+// of a target path.
+func TargetPath(t Target, root string) (string, error) {
+	if t.Path == "" {
+		return "", targetErr(t, "no path")
+	}
+	p := t.Path
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(root, p)
+	}
+	return filepath.Abs(p)
 }
 
 // targetErr makes a one-line error naming the target.

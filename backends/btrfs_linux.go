@@ -125,25 +125,13 @@ func btrfsExists(dirFd int, name string) (bool, error) {
 	return err == nil, err
 }
 
-// btrfsPath resolves the target's path setting.
-func btrfsPath(t Target, root string) (string, error) {
-	if t.Path == "" {
-		return "", targetErr(t, "no path")
-	}
-	p := t.Path
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(root, p)
-	}
-	return filepath.Abs(p)
-}
-
 // Available implements Backend: the kernel decides per path (Check).
 func (*Btrfs) Available() (bool, string) { return true, "" }
 
 // Check implements Backend: the path is a directory on btrfs, the root of
 // a subvolume and not a mount point, in a parent directory it can write.
 func (*Btrfs) Check(_ context.Context, t Target, root string) error {
-	p, err := btrfsPath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return err
 	}
@@ -197,7 +185,7 @@ func (b *Btrfs) Snapshot(ctx context.Context, t Target, root, dir string) (err e
 	if err := b.Check(ctx, t, root); err != nil {
 		return err
 	}
-	p, _ := btrfsPath(t, root) // checked above
+	p, _ := TargetPath(t, root) // checked above
 	dir, err = filepath.Abs(dir)
 	if err != nil {
 		return fmt.Errorf("snapshot btrfs %s: %w", p, err)
@@ -313,7 +301,7 @@ func btrfsRemoveLeftover(parent int, parentPath, name string) error {
 
 // Restore implements Backend. A target that is gone is made anew.
 func (b *Btrfs) Restore(ctx context.Context, t Target, root, dir string) error {
-	p, err := btrfsPath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return err
 	}
@@ -375,7 +363,7 @@ func (*Btrfs) Release(_ context.Context, t Target, root, dir string) error {
 	if errors.Is(err, os.ErrNotExist) {
 		// No payload file: a snapshot that failed; its leftover, if any,
 		// has the derived name.
-		p, perr := btrfsPath(t, root)
+		p, perr := TargetPath(t, root)
 		adir, aerr := filepath.Abs(dir)
 		if perr != nil || aerr != nil {
 			return nil

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 )
 
@@ -153,6 +156,20 @@ func TestStatusesListEveryBackend(t *testing.T) {
 	}
 	if !names["sqlite"].Available {
 		t.Error("sqlite is pure Go: it is always available")
+	}
+}
+
+// TestBackendNames: the names snapback.toml accepts are exactly the
+// backends of All.
+func TestBackendNames(t *testing.T) {
+	var all []string
+	for _, b := range backends.All() {
+		all = append(all, b.Name())
+	}
+	accepted := append([]string{}, config.Backends...)
+	sort.Strings(accepted)
+	if strings.Join(all, ",") != strings.Join(accepted, ",") {
+		t.Fatalf("backends built: %v; names snapback.toml accepts: %v", all, accepted)
 	}
 }
 

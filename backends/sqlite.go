@@ -32,21 +32,10 @@ func (*SQLite) Name() string { return "sqlite" }
 // Available implements Backend: the driver is pure Go, always here.
 func (*SQLite) Available() (bool, string) { return true, "" }
 
-func sqlitePath(t Target, root string) (string, error) {
-	if t.Path == "" {
-		return "", targetErr(t, "no path")
-	}
-	p := t.Path
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(root, p)
-	}
-	return p, nil
-}
-
 // Check implements Backend: the file exists, can be read, and is a SQLite
 // database.
 func (s *SQLite) Check(ctx context.Context, t Target, root string) error {
-	p, err := sqlitePath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return err
 	}
@@ -134,7 +123,7 @@ func (s *SQLite) Snapshot(ctx context.Context, t Target, root, dir string) error
 	if err := s.Check(ctx, t, root); err != nil {
 		return err
 	}
-	p, _ := sqlitePath(t, root) // checked above
+	p, _ := TargetPath(t, root) // checked above
 	db, err := openSQLite(p, false)
 	if err != nil {
 		return fmt.Errorf("snapshot sqlite %s: %w", p, err)
@@ -152,7 +141,7 @@ func (s *SQLite) Snapshot(ctx context.Context, t Target, root, dir string) error
 
 // Restore implements Backend. A database file that is gone is made anew.
 func (s *SQLite) Restore(ctx context.Context, t Target, root, dir string) error {
-	p, err := sqlitePath(t, root)
+	p, err := TargetPath(t, root)
 	if err != nil {
 		return err
 	}

@@ -28,13 +28,11 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/runner/isolation"
 )
 
 // FileName is the config file's name in the project root.
 const FileName = "snapback.toml"
-
-// Modes are the isolation modes `run` knows, in the order auto tries them.
-var Modes = []string{"auto", "overlayfs", "fuse", "btrfs", "apfs", "zfs", "copy"}
 
 // Config is a parsed snapback.toml.
 type Config struct {
@@ -100,7 +98,7 @@ func Load(root string) (*Config, error) {
 	b, err := fsutil.ReadFileLimitFollow(p, MaxSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		c := &Config{path: p}
-		c.Snapshot.Mode = "auto"
+		c.Snapshot.Mode = isolation.Auto
 		return c, c.compile()
 	}
 	if err != nil {
@@ -137,7 +135,7 @@ func Parse(path string, b []byte) (*Config, error) {
 		return nil, &Error{Path: path, Msg: err.Error()}
 	}
 	if c.Snapshot.Mode == "" {
-		c.Snapshot.Mode = "auto"
+		c.Snapshot.Mode = isolation.Auto
 	}
 	if err := c.validate(b); err != nil {
 		return nil, err
@@ -163,8 +161,8 @@ func (c *Config) validate(src []byte) error {
 	bad := func(table string, index int, key, format string, a ...any) error {
 		return &Error{Path: c.path, Line: keyLine(src, table, index, key), Msg: fmt.Sprintf(format, a...)}
 	}
-	if !contains(Modes, c.Snapshot.Mode) {
-		return bad("snapshot", -1, "mode", "snapshot.mode: unknown mode %q (one of %s)", c.Snapshot.Mode, strings.Join(Modes, ", "))
+	if modes := isolation.Names(); !contains(modes, c.Snapshot.Mode) {
+		return bad("snapshot", -1, "mode", "snapshot.mode: unknown mode %q (one of %s)", c.Snapshot.Mode, strings.Join(modes, ", "))
 	}
 	for i, p := range c.Snapshot.Ignore {
 		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\x00\n") {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/snapback/snapback/runner/isolation"
 )
 
 // FuzzParse checks that no snapback.toml makes Parse panic, and that every
@@ -47,7 +49,7 @@ func FuzzParse(f *testing.F) {
 		if c == nil {
 			t.Fatal("Parse returned neither a config nor an error")
 		}
-		if !contains(Modes, c.Snapshot.Mode) {
+		if !contains(isolation.Names(), c.Snapshot.Mode) {
 			t.Fatalf("accepted mode %q", c.Snapshot.Mode)
 		}
 		for _, tg := range c.Targets {

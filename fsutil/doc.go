@@ -7,10 +7,13 @@
 //     resolved one component at a time with O_NOFOLLOW, so no operation ever
 //     follows a symlink or leaves the root, whatever a concurrent process does
 //     to the tree.
-//   - [CopyFile]: a copy that clones (FICLONE) where the filesystem can, keeps
-//     holes of sparse files, and hashes what it copies in the same pass.
+//   - [CopyHash]: a copy that clones (FICLONE) where the filesystem can, keeps
+//     holes of sparse files, and hashes what it copies in the same pass
+//     ([CopyFile] when the hash is not needed).
 //   - [ReadFileLimit]: a read of a small file snapback keeps that refuses,
 //     with one line naming it, a FIFO, a device, a directory or a file over
 //     a size bound, so an odd file can neither hang a command nor exhaust
 //     its memory.
+//   - [Mutating]: called before every state-changing system call, so that
+//     the kill test (SNAPBACK_KILL_AT=N) can stop the process before each.
 package fsutil

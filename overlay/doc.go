@@ -1,8 +1,8 @@
 // Package overlay runs a command inside a copy-on-write view of the
 // project: kernel overlayfs mounted at the root's own path in a private
 // mount namespace, so the command sees the tree at its usual absolute
-// path while every change lands in the run's upper layer (see
-// snapshot.Repo.Changeset for the layer's format).
+// path while every change lands in the run's upper layer (package layer,
+// below this one, reads and writes the layer's format).
 //
 // The mount is made by a helper: snapback re-executes itself in a new
 // mount and PID namespace with the hidden verb [HelperVerb]; the helper

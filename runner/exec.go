@@ -1,11 +1,7 @@
-// Package runner executes the user's command the way a shell would, so
-// that snapback is invisible to it: same stdin, stdout, stderr and
-// terminal, same environment and working directory, signals forwarded, and
-// an exit status that tells the caller exactly what happened (the code, or
-// 128+N for a signal N; 126 and 127 as a shell reports them).
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -57,9 +53,14 @@ type Command struct {
 	Outside bool
 }
 
-// Run runs the command to completion and returns its exit status. An error
-// means it could not be started; its *Error carries the status to use.
-func Run(c Command) (int, error) {
+// Exec runs the command to completion, the way a shell would, and returns
+// its exit status. An error means it could not be started; its *Error
+// carries the status to use. When ctx ends while the command runs, the
+// command gets SIGTERM, as a forwarded signal.
+func Exec(ctx context.Context, c Command) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return StatusFailed, &Error{StatusFailed, err}
+	}
 	if len(c.Args) == 0 {
 		return StatusFailed, &Error{StatusFailed, errors.New("no command given")}
 	}
@@ -119,8 +120,12 @@ func Run(c Command) (int, error) {
 	tty := foregroundOfTerminal()
 	done := make(chan struct{})
 	go func() {
+		cancel := ctx.Done()
 		for {
 			select {
+			case <-cancel:
+				_ = deliver(syscall.SIGTERM) // (as below: it may have just exited)
+				cancel = nil                 // once
 			case s := <-sigs:
 				// A terminal sends ^C and ^\ to its whole foreground process
 				// group, the command included: sending them again would

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ func TestExitStatusPassesThrough(t *testing.T) {
 		{"kill -TERM $$", 128 + int(syscall.SIGTERM)},
 		{"kill -KILL $$", 128 + int(syscall.SIGKILL)},
 	} {
-		got, err := Run(Command{Args: []string{"sh", "-c", c.script}})
+		got, err := Exec(context.Background(), Command{Args: []string{"sh", "-c", c.script}})
 		if err != nil || got != c.want {
 			t.Errorf("%q: status %d, %v; want %d", c.script, got, err, c.want)
 		}
@@ -29,7 +30,7 @@ func TestExitStatusPassesThrough(t *testing.T) {
 }
 
 func TestNotFoundAndNotExecutable(t *testing.T) {
-	got, err := Run(Command{Args: []string{"snapback-no-such-command-xyz"}})
+	got, err := Exec(context.Background(), Command{Args: []string{"snapback-no-such-command-xyz"}})
 	var re *Error
 	if got != StatusNotFound || !errors.As(err, &re) || re.Status != StatusNotFound {
 		t.Fatalf("missing command: %d %v, want 127", got, err)
@@ -38,16 +39,16 @@ func TestNotFoundAndNotExecutable(t *testing.T) {
 	if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got, err = Run(Command{Args: []string{p}})
+	got, err = Exec(context.Background(), Command{Args: []string{p}})
 	if got != StatusNotExec || err == nil {
 		t.Fatalf("non-executable: %d %v, want 126", got, err)
 	}
-	if got, err := Run(Command{}); got != StatusFailed || err == nil {
+	if got, err := Exec(context.Background(), Command{}); got != StatusFailed || err == nil {
 		t.Fatalf("empty command: %d %v, want 125", got, err)
 	}
 	// A directory, as a shell reports it (bash: "Is a directory", 126).
 	dir := t.TempDir()
-	got, err = Run(Command{Args: []string{dir}})
+	got, err = Exec(context.Background(), Command{Args: []string{dir}})
 	if got != StatusNotExec || err == nil || err.Error() != dir+": is a directory" {
 		t.Fatalf("a directory: %d %v, want 126 and %q", got, err, dir+": is a directory")
 	}
@@ -64,7 +65,7 @@ func TestOutside(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "s"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Run(Command{Args: []string{"./s"}, Outside: true})
+	got, err := Exec(context.Background(), Command{Args: []string{"./s"}, Outside: true})
 	if err != nil || got != 0 {
 		t.Fatal(got, err)
 	}
@@ -86,7 +87,7 @@ func TestSignalHook(t *testing.T) {
 	got := make(chan os.Signal, 1)
 	done := make(chan int, 1)
 	go func() {
-		st, _ := Run(Command{Args: []string{"sh", "-c", "touch " + ready + "; sleep 0.5"},
+		st, _ := Exec(context.Background(), Command{Args: []string{"sh", "-c", "touch " + ready + "; sleep 0.5"},
 			Signal: func(s os.Signal) error { got <- s; return nil }})
 		done <- st
 	}()
@@ -112,7 +113,7 @@ func TestSignalHook(t *testing.T) {
 
 func TestDirAndEnv(t *testing.T) {
 	dir := t.TempDir()
-	got, err := Run(Command{Args: []string{"sh", "-c", `pwd > out; echo "$SNAPBACK_TEST_VAR" >> out`}, Dir: dir,
+	got, err := Exec(context.Background(), Command{Args: []string{"sh", "-c", `pwd > out; echo "$SNAPBACK_TEST_VAR" >> out`}, Dir: dir,
 		Env: append(os.Environ(), "SNAPBACK_TEST_VAR=kept")})
 	if err != nil || got != 0 {
 		t.Fatal(got, err)
@@ -133,7 +134,7 @@ func TestSignalsAreForwarded(t *testing.T) {
 		script := `trap 'exit 42' ` + sigName(sig) + `; touch ` + ready + `; while :; do sleep 0.02; done`
 		done := make(chan int, 1)
 		go func() {
-			st, _ := Run(Command{Args: []string{"sh", "-c", script}})
+			st, _ := Exec(context.Background(), Command{Args: []string{"sh", "-c", script}})
 			done <- st
 		}()
 		deadline := time.Now().Add(10 * time.Second)
@@ -170,4 +171,43 @@ func sigName(s syscall.Signal) string {
 		return "USR1"
 	}
 	return ""
+}
+
+// TestCancel: a context that ends while the command runs sends it SIGTERM;
+// one ended before never starts it.
+func TestCancel(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		st, _ := Exec(ctx, Command{Args: []string{"sh", "-c", "trap 'exit 42' TERM; touch " + ready + "; while :; do sleep 0.02; done"}})
+		done <- st
+	}()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case st := <-done:
+		if st != 42 {
+			t.Fatalf("command exited %d, want 42 from its TERM trap", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel did not reach the command")
+	}
+	marker := filepath.Join(dir, "ran")
+	st, err := Exec(ctx, Command{Args: []string{"touch", marker}})
+	if st != StatusFailed || !errors.Is(err, context.Canceled) {
+		t.Fatalf("after cancel: %d %v, want 125 and context.Canceled", st, err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran after its context ended")
+	}
 }

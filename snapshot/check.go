@@ -135,7 +135,7 @@ func (c *checker) add(d Damage) {
 }
 
 // runs reads every pending run's record; damaged ones are reported.
-func (c *checker) runs() ([]*Pending, error) {
+func (c *checker) runs() ([]*ViewRun, error) {
 	ents, err := os.ReadDir(c.r.path("runs"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -143,7 +143,7 @@ func (c *checker) runs() ([]*Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	var out []*Pending
+	var out []*ViewRun
 	for _, e := range ents {
 		path := c.r.pendingPath(e.Name())
 		b, err := readLimited(path, maxRunSize)
@@ -151,7 +151,7 @@ func (c *checker) runs() ([]*Pending, error) {
 			continue // a copy-mode run's lock directory
 		}
 		c.rep.RunsChecked++
-		var p Pending
+		var p ViewRun
 		if err == nil {
 			err = json.Unmarshal(b, &p)
 		}
@@ -324,7 +324,7 @@ func (c *checker) loadManifest(oid ObjectID) (Manifest, string) {
 
 // payloads checks that every target payload a record or a run names is
 // there with readable settings and its data directory.
-func (c *checker) payloads(metas []*Meta, runs []*Pending) {
+func (c *checker) payloads(metas []*Meta, runs []*ViewRun) {
 	users := map[string][]string{}
 	for _, m := range metas {
 		for _, t := range m.Targets {
@@ -510,7 +510,7 @@ func (r *Repo) restoreFromTree(want map[ObjectID]*Damage) (map[ObjectID]string, 
 		if e.Type != File || want[e.Object] == nil || found[e.Object] != "" {
 			continue
 		}
-		d, err := r.root.OpenDir(Parent(e.Path))
+		d, err := r.treeDir.OpenDir(Parent(e.Path))
 		if err != nil {
 			continue // gone since the scan: another file may hold it
 		}

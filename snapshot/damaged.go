@@ -101,6 +101,7 @@ func (r *Repo) MoveDamagedAside() ([]string, error) {
 // taken) and returns its new path.
 func (s *Store) moveAside(path, name string) (string, error) {
 	dir := s.path(DamagedDir)
+	fsutil.Mutating()
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("move aside %s: %w", path, err)
 	}
@@ -111,6 +112,7 @@ func (s *Store) moveAside(path, name string) (string, error) {
 		}
 		to = filepath.Join(dir, fmt.Sprintf("%s.%d", name, n))
 	}
+	fsutil.Mutating()
 	if err := os.Rename(path, to); err != nil {
 		return "", fmt.Errorf("move aside %s: %w", path, err)
 	}

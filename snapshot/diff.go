@@ -98,7 +98,7 @@ func (r *Repo) Diff(m *Meta) ([]Change, error) {
 // ReadTreeFile reads up to limit bytes of the tree's file at path, never
 // following a symlink.
 func (r *Repo) ReadTreeFile(path string, limit int64) ([]byte, error) {
-	return readBeneath(r.root, path, limit)
+	return readBeneath(r.treeDir, path, limit)
 }
 
 // ReadFileBeneath reads up to limit bytes of the file at path below the

@@ -2,10 +2,6 @@ package snapshot
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-
-	"github.com/snapback/snapback/fsutil"
 )
 
 // History is the snapshot list with undo state derived from it: which
@@ -65,7 +61,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 		}
 	} else {
 		for i := len(h.All) - 1; i >= 0; i-- {
-			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != "running" {
+			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning {
 				s = m
 				break
 			}
@@ -198,154 +194,6 @@ func Conflicts(after, target, cur Manifest) []string {
 		}
 	}
 	return out
-}
-
-// GCStats says what gc removed.
-type GCStats struct {
-	Snapshots int
-	Objects   int
-	Bytes     int64
-}
-
-// GC keeps the keep newest snapshots, plus the records undo and redo still
-// need, and deletes every object no kept manifest references.
-func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
-	var st GCStats
-	if r.HasJournal() {
-		return st, fmt.Errorf("gc: an interrupted operation awaits `snapback recover`")
-	}
-	h, err := r.History()
-	if err != nil {
-		return st, err
-	}
-	kept := map[string]bool{}
-	for _, id := range protect {
-		kept[id] = true
-	}
-	// keep counts what `list` shows (snaps, runs, pre-restores), not the
-	// bookkeeping records; those are kept below as far as undo needs them.
-	for i, n := len(h.All)-1, 0; i >= 0 && n < keep; i-- {
-		if h.All[i].Kind.Undoable() {
-			kept[h.All[i].ID] = true
-			n++
-		}
-	}
-	for _, p := range h.Redo {
-		kept[p.ID] = true
-	}
-	for _, m := range h.All {
-		if m.State == "running" {
-			kept[m.ID] = true // a run in progress (or one that died: recover it)
-		}
-	}
-	// A kept undone snapshot needs the record that undid it, or it would
-	// look not undone; a kept pre-undo needs the pre-redo that reverted it.
-	for changed := true; changed; {
-		changed = false
-		for _, m := range h.All {
-			if kept[m.ID] {
-				continue
-			}
-			if m.Kind == KindPreUndo && kept[m.Undoes] && h.Undone[m.Undoes] || m.Kind == KindPreRedo && kept[m.Redoes] {
-				kept[m.ID] = true
-				changed = true
-			}
-		}
-	}
-	live := map[ObjectID]bool{}
-	for _, m := range h.All {
-		if !kept[m.ID] {
-			continue
-		}
-		for _, id := range []string{m.Manifest, m.After} {
-			if id == "" {
-				continue
-			}
-			oid, _ := ParseObjectID(id)
-			live[oid] = true
-			mf, err := r.LoadManifest(id)
-			if err != nil {
-				return st, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
-			}
-			mf.Objects(func(o ObjectID) { live[o] = true })
-		}
-	}
-	// What damaged records may name stays until the user deletes them
-	// from damaged/: only they can judge what those records were worth.
-	salvaged, _, err := r.salvage()
-	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	for id := range salvaged {
-		if !r.HasObject(id) {
-			continue
-		}
-		live[id] = true
-		if r.isManifest(id) {
-			if mf, err := r.LoadManifest(id.String()); err == nil {
-				mf.Objects(func(o ObjectID) { live[o] = true })
-			}
-		}
-	}
-	var keptMetas []*Meta
-	for _, m := range h.All {
-		if kept[m.ID] {
-			keptMetas = append(keptMetas, m)
-			continue
-		}
-		if err := r.deleteMeta(m.ID); err != nil {
-			return st, fmt.Errorf("gc: %w", err)
-		}
-		st.Snapshots++
-	}
-	// Target payloads of the collected records go too (a snapshot
-	// database on a server is dropped by its backend).
-	livePayloads, err := r.livePayloads(keptMetas)
-	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	if err := r.sweepPayloads(livePayloads); err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	objDir := r.path("objects")
-	subs, err := os.ReadDir(objDir)
-	if err != nil {
-		return st, fmt.Errorf("gc: %w", err)
-	}
-	for _, sub := range subs {
-		if len(sub.Name()) != 2 || !sub.IsDir() {
-			continue
-		}
-		ents, err := os.ReadDir(filepath.Join(objDir, sub.Name()))
-		if err != nil {
-			return st, fmt.Errorf("gc: %w", err)
-		}
-		for _, e := range ents {
-			oid, ok := ParseObjectID(sub.Name() + e.Name())
-			if !ok || live[oid] {
-				continue
-			}
-			if info, err := e.Info(); err == nil {
-				st.Bytes += info.Size()
-			}
-			fsutil.Mutating()
-			if err := os.Remove(filepath.Join(objDir, sub.Name(), e.Name())); err != nil {
-				return st, fmt.Errorf("gc: %w", err)
-			}
-			st.Objects++
-		}
-	}
-	// The stat cache must not vouch for objects that are gone.
-	c := r.loadCache()
-	for p, e := range c.entries() {
-		if !live[e.Object] {
-			c.drop(p)
-		}
-	}
-	if err := r.saveCache(c); err != nil {
-		return st, err
-	}
-	return st, nil
 }
 
 // belowRemoved reports whether an ancestor of p is, in m, absent or not a

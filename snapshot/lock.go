@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,6 +19,7 @@ var ErrLocked = errors.New("store is locked")
 // process to finish. what describes this process to whoever waits on it.
 // The lock is an flock, so it dies with its holder.
 func (s *Store) Lock(wait time.Duration, what string) error {
+	fsutil.Mutating()
 	f, err := os.OpenFile(s.path("lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return fmt.Errorf("lock store: %w", err)

@@ -46,7 +46,7 @@ type Meta struct {
 	Command    []string  `json:"command,omitempty"`
 	ExitStatus *int      `json:"exit_status,omitempty"`
 	Mode       string    `json:"mode,omitempty"`  // run: the isolation mode
-	State      string    `json:"state,omitempty"` // run: running, done
+	State      string    `json:"state,omitempty"` // run: running, done or interrupted (runstate.go)
 	CreatedAt  time.Time `json:"created_at"`
 	Scope      Scope     `json:"scope"`
 	// Manifest is the state this snapshot returns to.

@@ -92,12 +92,14 @@ func Open(root string, create bool) (*Store, error) {
 	}
 	for _, d := range []string{"", "objects", "snapshots", "tmp"} {
 		p := filepath.Join(s.Dir, d)
+		fsutil.Mutating()
 		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
 	// The store holds copies of every file: keep it private even if a
 	// umask or a user made it wider.
+	fsutil.Mutating()
 	if err := os.Chmod(s.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}

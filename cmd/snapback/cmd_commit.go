@@ -30,7 +30,7 @@ overwrites is still saved).`,
 
 // pendingAndPaths splits [ID] [PATH...]: the first argument is an ID when
 // it names a pending run.
-func pendingAndPaths(g *globals, repo *snapshot.Repo, args []string) (*snapshot.Pending, []string, error) {
+func pendingAndPaths(g *globals, repo *snapshot.Repo, args []string) (*snapshot.ViewRun, []string, error) {
 	if len(args) > 0 {
 		if p, err := repo.FindPending(args[0]); err == nil {
 			return p, args[1:], nil

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/snapback/snapback/backends"
-	"github.com/snapback/snapback/overlay"
-	"github.com/snapback/snapback/overlay/fuse"
+	"github.com/snapback/snapback/runner/isolation"
 	"github.com/spf13/cobra"
 )
 
@@ -19,17 +17,12 @@ type modeJSON struct {
 // modes reports, in the order auto tries them, which isolation modes work
 // here (for the project at root) and why not.
 func modes(root string) []modeJSON {
-	ok, why := overlay.Available()
-	fok, fwhy := fuse.Available()
-	bok, bwhy := backends.IsSubvolume(root)
-	return []modeJSON{
-		{Name: "overlayfs", Available: ok, Reason: why},
-		{Name: "fuse", Available: fok, Reason: fwhy},
-		{Name: "btrfs", Available: bok, Reason: bwhy},
-		{Name: "apfs", Reason: "not built yet"},
-		{Name: "zfs", Reason: "not built yet"},
-		{Name: "copy", Available: true},
+	var out []modeJSON
+	for i := range isolation.All {
+		ok, why := isolation.All[i].Available(root)
+		out = append(out, modeJSON{Name: isolation.All[i].Name, Available: ok, Reason: why})
 	}
+	return out
 }
 
 func newDoctorCmd(g *globals) *cobra.Command {

@@ -3,15 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
+	"strings"
 
-	"github.com/snapback/snapback/backends"
-	"github.com/snapback/snapback/config"
-	"github.com/snapback/snapback/overlay"
-	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/runner/isolation"
 	"github.com/spf13/cobra"
 )
 
@@ -48,199 +43,58 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 			default:
 				return usageErr("run: --then %s: must be commit, review or discard", o.then)
 			}
-			return runRun(g, o, args)
+			return runRun(c, g, o, args)
 		},
 	}
-	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: auto, overlayfs, fuse or copy (default: snapshot.mode from snapback.toml, else auto)")
+	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: "+strings.Join(isolation.Names(), ", ")+" (default: snapshot.mode from snapback.toml, else auto; snapback doctor says which work here)")
+	_ = c.RegisterFlagCompletionFunc("mode", completeMode) // the flag exists: no error
 	c.Flags().StringVar(&o.then, "then", "commit", "after an overlay run: commit, review (keep pending) or discard")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
 	return c
 }
 
-// pickMode resolves the isolation mode: auto takes the first that works
-// here; a mode named explicitly that cannot work is an error, never a
-// silent fallback, so a user who asked for isolation knows.
-func pickMode(flag, configured, root string) (string, error) {
-	m := flag
-	if m == "" {
-		m = configured
+// completeMode offers every mode name, with what it does.
+func completeMode(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	out := []string{isolation.Auto + "\tthe first mode that works here (snapback doctor)"}
+	for _, m := range isolation.All {
+		out = append(out, m.Name+"\t"+m.Help)
 	}
-	switch m {
-	case "", "auto":
-		if ok, _ := overlay.Available(); ok {
-			return "overlayfs", nil
-		}
-		if ok, _ := fuse.Available(); ok {
-			return "fuse", nil
-		}
-		if ok, _ := backends.IsSubvolume(root); ok {
-			return "btrfs", nil
-		}
-		return "copy", nil
-	case "copy":
-		return "copy", nil
-	case "btrfs":
-		if ok, why := backends.IsSubvolume(root); !ok {
-			return "", usageErr("run: --mode btrfs: %s", why)
-		}
-		return m, nil
-	case "overlayfs":
-		if ok, why := overlay.Available(); !ok {
-			return "", usageErr("run: --mode overlayfs: %s", why)
-		}
-		return m, nil
-	case "fuse":
-		if ok, why := fuse.Available(); !ok {
-			return "", usageErr("run: --mode fuse: %s", why)
-		}
-		return m, nil
-	}
-	if !contains(config.Modes, m) {
-		return "", usageErr("run: --mode %s: unknown mode (one of auto, overlayfs, fuse, copy)", m)
-	}
-	return "", usageErr("run: --mode %s: not available in this build (available: auto, overlayfs, fuse, copy)", m)
+	return out, cobra.ShellCompDirectiveNoFileComp
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func runRun(g *globals, o runOptions, argv []string) error {
+func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	repo, cfg, err := g.open(true, "run")
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
-	var p *snapshot.Pending
-	mode := ""
-	if o.continue_ != "" {
-		if p, err = repo.FindPending(o.continue_); err != nil {
-			return err
-		}
-		mode = p.Mode
-		if err := repo.Resume(p); err != nil {
-			return err
-		}
-	} else if mode, err = pickMode(o.mode, cfg.Snapshot.Mode, repo.Root); err != nil {
-		return err
-	} else if err := repo.CheckTargets(); err != nil {
-		return err // before anything runs or changes
+	mode := o.mode
+	if mode == "" {
+		mode = cfg.Snapshot.Mode
 	}
-	if mode == "copy" || mode == "btrfs" {
-		// These modes run on the tree itself: nothing can wait for
-		// review, and discarding means undoing at once.
-		if o.then == "review" {
-			return usageErr("run: --then review needs an overlay mode; the %s mode changes the tree itself (snapback doctor says which modes work here)", mode)
-		}
-		return runCopy(g, repo, argv, mode, o.then == "discard")
-	}
-	if p == nil {
-		if p, err = repo.StartPending(argv, mode); err != nil {
-			return err
-		}
-	}
-	status, err := runInOverlay(g, repo, p, argv)
-	if err != nil {
-		return err
-	}
-	switch o.then {
-	case "commit":
-		rec, err := repo.CommitPending(p, nil, false)
-		var ce *snapshot.ConflictError
-		if errors.As(err, &ce) {
-			return fmt.Errorf("%w; the run stays pending as %s (snapback diff, commit --force, discard)", err, p.ID)
-		}
-		if err != nil {
-			return err
-		}
-		_ = rec // quiet on success, as the command would be without snapback
-	case "review":
-		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard\n", p.ID)
-	case "discard":
-		if err := repo.DiscardPending(p); err != nil {
-			return err
-		}
-	}
-	if status != 0 {
-		return &statusError{status: status}
-	}
-	return nil
+	res, err := runner.Run(c.Context(), repo, runner.Options{Args: argv, Mode: mode, Then: runner.Then(o.then),
+		Continue: o.continue_, LockWait: lockWait()})
+	return runOutcome(g, res, err)
 }
 
-// runInOverlay runs argv in p's view and leaves p pending, with the
-// store unlocked while the command runs.
-func runInOverlay(g *globals, repo *snapshot.Repo, p *snapshot.Pending, argv []string) (int, error) {
-	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0}
-	wd, err := os.Getwd()
-	if err != nil {
-		return 0, err
+// runOutcome says what became of a run, and ends snapback with the
+// command's status.
+func runOutcome(g *globals, res runner.Result, err error) error {
+	if res.StartErr != nil {
+		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(res.StartErr.Error()))
 	}
-	spec.Dir = wd
-	repo.Unlock() // the command may run for hours: do not hold others off
-	var s interface {
-		Prepare(*exec.Cmd) error
-		Signal(os.Signal) error
-		Finish() error
-	} = overlay.NewSession(spec)
-	if p.Mode == "fuse" {
-		s = fuse.NewSession(spec)
+	var bad *runner.BadInputError
+	if errors.As(err, &bad) {
+		return &exitError{code: 2, kind: "usage", err: err}
 	}
-	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd, Prepare: s.Prepare, Signal: s.Signal, Outside: true})
-	if err := s.Finish(); err != nil { // the upper layer is complete only once the server is gone
-		return 0, err
-	}
-	if err := repo.Lock(lockWait(), "run (finishing)"); err != nil {
-		return 0, err
-	}
-	if runErr != nil {
-		var re *runner.Error
-		if errors.As(runErr, &re) && re.Status != runner.StatusFailed {
-			fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(runErr.Error()))
-		} else {
-			return 0, runErr
-		}
-	}
-	p.ExitStatus, p.State = &status, "pending"
-	repo.Release(p)
-	if err := repo.SavePending(p); err != nil {
-		return 0, err
-	}
-	if err := repo.WriteThrough(p); err != nil {
-		return 0, err
-	}
-	return status, nil
-}
-
-// runCopy: snapshot, run on the real tree, record what changed.
-func runCopy(g *globals, repo *snapshot.Repo, argv []string, mode string, discard bool) error {
-	run, err := repo.BeginRun(argv, mode)
 	if err != nil {
 		return err
 	}
-	repo.Unlock()       // the command may run for hours: do not hold others off
-	wd, _ := os.Getwd() // the command's cwd: ours, as without snapback
-	status, runErr := runner.Run(runner.Command{Args: argv, Dir: wd})
-	if runErr != nil {
-		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(runErr.Error()))
+	if res.Pending != nil {
+		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard\n", res.Pending.ID)
 	}
-	if err := repo.Lock(lockWait(), "run (finishing)"); err != nil {
-		return err
-	}
-	if err := repo.FinishRun(run, &status); err != nil {
-		return err
-	}
-	if discard {
-		if _, _, err := repo.Undo(run.Meta.ID, false); err != nil {
-			return fmt.Errorf("run --then discard: %w", err)
-		}
-	}
-	if status != 0 {
-		return &statusError{status: status}
+	if res.Status != 0 {
+		return &statusError{status: res.Status}
 	}
 	return nil
 }

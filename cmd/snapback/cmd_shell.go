@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 
+	"github.com/snapback/snapback/runner"
+
 	"github.com/spf13/cobra"
 )
 
@@ -14,28 +16,21 @@ func newShellCmd(g *globals) *cobra.Command {
 look around, test, fix things up. What it changes joins the run's pending
 changes; nothing is committed when it exits.`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
 			g.runStarted = true
 			repo, p, err := g.openPending("shell", args)
 			if err != nil {
 				return err
 			}
 			defer repo.Close()
-			if err := repo.Resume(p); err != nil {
-				return err
-			}
 			sh := os.Getenv("SHELL")
 			if sh == "" {
 				sh = "/bin/sh"
 			}
-			status, err := runInOverlay(g, repo, p, []string{sh})
-			if err != nil {
-				return err
-			}
-			if status != 0 {
-				return &statusError{status: status}
-			}
-			return nil
+			res, err := runner.Run(c.Context(), repo, runner.Options{Args: []string{sh}, Continue: p.ID,
+				Then: runner.ThenReview, LockWait: lockWait()})
+			res.Pending = nil // it was pending before: nothing to say
+			return runOutcome(g, res, err)
 		},
 	}
 }

@@ -226,7 +226,7 @@ func TestCrashDuringRun(t *testing.T) {
 	for _, mode := range []string{"copy", "overlayfs", "btrfs"} {
 		t.Run(mode, func(t *testing.T) {
 			if mode == "overlayfs" && os.Geteuid() != 0 {
-				treetest.Require(t, "overlayfs", false, "overlayfs runs need root in this build")
+				treetest.Require(t, "overlayfs", false, "not root: this test makes its overlay runs as root only")
 				t.Skip("SNAPBACK_REQUIRE does not name overlayfs: not root")
 			}
 			root := t.TempDir()
@@ -301,7 +301,7 @@ const describe = `find . -path ./.snapback -prune -o -type d -printf '%p d %m\n'
 func TestCrashDuringCommit(t *testing.T) {
 	bin := snapbackBinary(t)
 	if os.Geteuid() != 0 {
-		treetest.Require(t, "overlayfs", false, "overlayfs runs need root in this build")
+		treetest.Require(t, "overlayfs", false, "not root: this test makes its overlay runs as root only")
 		t.Skip("SNAPBACK_REQUIRE does not name overlayfs: not root")
 	}
 	change := `for d in $(seq 0 19); do for f in $(seq 0 19); do case $((f % 4)) in 0) rm tree/d$d/f$f;; 1) chmod 600 tree/d$d/f$f;; *) echo changed > tree/d$d/f$f;; esac; done; mkdir -p tree/new$d; echo new > tree/new$d/g; done; rm -rf deep; rm plain.txt; mkdir plain.txt`

@@ -136,7 +136,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 // openPending opens the store and finds the pending run named by the
 // optional first argument (default: the newest). The caller must Close
 // the repo.
-func (g *globals) openPending(what string, args []string) (*snapshot.Repo, *snapshot.Pending, error) {
+func (g *globals) openPending(what string, args []string) (*snapshot.Repo, *snapshot.ViewRun, error) {
 	repo, _, err := g.open(false, what)
 	if err != nil {
 		return nil, nil, err

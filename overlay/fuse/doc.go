@@ -2,9 +2,9 @@
 // copy-on-write overlay filesystem served with go-fuse, mounted at the
 // project root's own path in a private mount namespace. The lower layer is
 // the real tree (never written); the upper layer is the run's upper
-// directory, written in the format of Linux overlayfs that
-// snapshot.Repo.Changeset reads, so commit, discard and diff are the same
-// for every overlay mode.
+// directory, written in the format of Linux overlayfs through package
+// layer, which snapshot.Repo.Changeset reads with, so commit, discard and
+// diff are the same for every overlay mode.
 //
 // # Upper-layer format
 //
@@ -62,8 +62,11 @@
 //     process in them, and nothing is ever mounted in the caller's
 //     namespace, whatever is killed when.
 //
-// Only root can do this for now; an unprivileged path through a user
-// namespace (as overlay's) is future work, as is macOS (macFUSE).
+// An ordinary user's helper does the same in a user namespace of its own
+// that maps only the user's ids (overlay.UserNS, as the overlayfs mode);
+// /dev/fuse must then be open to users. Its server cannot make device
+// nodes, so its whiteouts are xwhiteouts. macOS (macFUSE) has no fuse
+// mode.
 //
 // # Caching
 //

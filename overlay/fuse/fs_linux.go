@@ -20,6 +20,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/overlay/layer"
 	"golang.org/x/sys/unix"
 )
 
@@ -166,36 +167,9 @@ func exists(p string) bool {
 	return syscall.Lstat(p, &st) == nil
 }
 
-func isOverlayXattr(name string) bool {
-	return strings.HasPrefix(name, "user.overlay.") || strings.HasPrefix(name, "trusted.overlay.")
-}
-
-// isWhiteout reads both whiteout forms (see snapshot's changeset reader).
+// isWhiteout reads both whiteout forms.
 func isWhiteout(p string, st *syscall.Stat_t) bool {
-	switch st.Mode & syscall.S_IFMT {
-	case syscall.S_IFCHR:
-		return st.Rdev == 0
-	case syscall.S_IFREG:
-		if st.Size != 0 {
-			return false
-		}
-		for _, x := range []string{"user.overlay.whiteout", "trusted.overlay.whiteout"} {
-			if _, err := unix.Lgetxattr(p, x, nil); err == nil {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-func isOpaque(p string) bool {
-	var v [1]byte
-	for _, x := range []string{"user.overlay.opaque", "trusted.overlay.opaque"} {
-		if n, err := unix.Lgetxattr(p, x, v[:]); err == nil && n == 1 && v[0] == 'y' {
-			return true
-		}
-	}
-	return false
+	return layer.IsWhiteout(st.Mode, st.Rdev, st.Size, layer.PathGetter(p))
 }
 
 // upperState says what the upper layer has at p: nothing (ENOENT), a
@@ -217,20 +191,13 @@ func (n *node) lowerHas(name string) bool {
 }
 
 // redirect reads an upper directory's overlay redirect: the lower
-// directory it shows (absolute from the root when it starts with "/",
-// else relative to parentLower).
+// directory it shows.
 func redirect(p, parentLower string) (string, bool) {
-	buf := make([]byte, 4096)
-	for _, x := range []string{"user.overlay.redirect", "trusted.overlay.redirect"} {
-		if n, err := unix.Lgetxattr(p, x, buf); err == nil && n > 0 {
-			v := string(buf[:n])
-			if strings.HasPrefix(v, "/") {
-				return strings.Trim(v, "/"), true
-			}
-			return join(parentLower, v), true
-		}
+	r, ok := layer.Redirect(layer.PathGetter(p))
+	if !ok {
+		return "", false
 	}
-	return "", false
+	return layer.Origin(r, parentLower), true
 }
 
 func isLowerDir(p string) bool {
@@ -245,30 +212,14 @@ func (ov *overlayFS) tmpName() string {
 // makeWhiteout replaces whatever non-directory is at p with a whiteout.
 func (ov *overlayFS) makeWhiteout(p string) error {
 	tmp := ov.tmpName()
-	if ov.asRoot {
-		if err := unix.Mknod(tmp, syscall.S_IFCHR, 0); err != nil {
-			return err
-		}
-	} else {
-		// Readable by its owner: user.* xattrs are read only where the
-		// file is, and the changeset reader runs without capabilities.
-		if err := os.WriteFile(tmp, nil, 0o600); err != nil {
-			return err
-		}
-		if err := unix.Lsetxattr(tmp, "user.overlay.whiteout", []byte("y"), 0); err != nil {
-			os.Remove(tmp)
-			return err
-		}
+	if err := layer.MakeWhiteout(tmp, ov.asRoot); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	return nil
-}
-
-func setOpaque(p string) error {
-	return unix.Lsetxattr(p, "user.overlay.opaque", []byte("y"), 0)
 }
 
 // stable is the view's inode number for an upper entry.
@@ -325,7 +276,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 	lower := join(n.lower, name)
 	if has {
 		lowerOK := false
-		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && !isOpaque(n.ov.up(rel)) {
+		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && !layer.IsOpaque(layer.PathGetter(n.ov.up(rel))) {
 			if r, ok := redirect(n.ov.up(rel), n.lower); ok {
 				lower, lowerOK = r, isLowerDir(n.ov.low(r))
 			} else {
@@ -379,7 +330,7 @@ func (ov *overlayFS) list(rel, lower string, lowerOK bool) ([]gofuse.DirEntry, s
 				continue
 			}
 			seen[e.Name] = true
-			if upper && (e.Mode == syscall.S_IFCHR || e.Mode == syscall.S_IFREG) {
+			if upper && layer.MayBeWhiteout(e.Mode) {
 				p := filepath.Join(dir, e.Name)
 				var st syscall.Stat_t
 				if syscall.Lstat(p, &st) == nil && isWhiteout(p, &st) {
@@ -508,7 +459,7 @@ func copyXattrs(src, dst string) error {
 	}
 	for _, name := range bytes.Split(buf[:sz], []byte{0}) {
 		x := string(name)
-		if x == "" || isOverlayXattr(x) {
+		if x == "" || layer.IsMark(x) {
 			continue
 		}
 		vs, err := unix.Lgetxattr(src, x, nil)
@@ -846,7 +797,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 			return err
 		}
 		if overWhiteout {
-			return setOpaque(p) // nothing of the lower directory shows through
+			return layer.SetOpaque(p) // nothing of the lower directory shows through
 		}
 		return nil
 	})
@@ -1047,7 +998,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	srcLower := n.lowerHas(name)
 	if srcLower && ov.asRoot {
-		if err := unix.Renameat2(unix.AT_FDCWD, ov.up(srel), unix.AT_FDCWD, ov.up(drel), unix.RENAME_WHITEOUT); err != nil {
+		if err := layer.RenameLeavingWhiteout(ov.up(srel), ov.up(drel)); err != nil {
 			return fs.ToErrno(err)
 		}
 	} else {
@@ -1062,11 +1013,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	if dir && src.lowerOK {
 		// Its lower children stay where they are: the redirect names them.
-		if err := unix.Lsetxattr(ov.up(drel), "user.overlay.redirect", []byte("/"+src.lower), 0); err != nil {
+		if err := layer.SetRedirect(ov.up(drel), src.lower); err != nil {
 			return fs.ToErrno(err)
 		}
 	} else if dir && dstLower {
-		if err := setOpaque(ov.up(drel)); err != nil {
+		if err := layer.SetOpaque(ov.up(drel)); err != nil {
 			return fs.ToErrno(err)
 		}
 	}
@@ -1098,7 +1049,7 @@ func (n *node) exchange(ctx context.Context, src *node, srel string, np *node, n
 func base(rel string) string { return rel[strings.LastIndexByte(rel, '/')+1:] }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if isOverlayXattr(attr) {
+	if layer.IsMark(attr) {
 		return 0, syscall.ENODATA
 	}
 	sz, err := unix.Lgetxattr(n.path(), attr, dest)
@@ -1117,7 +1068,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	}
 	var out []byte
 	for _, x := range bytes.Split(buf[:sz], []byte{0}) {
-		if len(x) > 0 && !isOverlayXattr(string(x)) {
+		if len(x) > 0 && !layer.IsMark(string(x)) {
 			out = append(append(out, x...), 0)
 		}
 	}
@@ -1131,7 +1082,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if isOverlayXattr(attr) {
+	if layer.IsMark(attr) {
 		return syscall.EPERM
 	}
 	if errno := n.copyUp(); errno != 0 {
@@ -1141,7 +1092,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if isOverlayXattr(attr) {
+	if layer.IsMark(attr) {
 		return syscall.EPERM
 	}
 	if errno := n.copyUp(); errno != 0 {

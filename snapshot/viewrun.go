@@ -15,11 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Pending is an overlay run: the command's changes wait in an upper
-// layer under .snapback/runs/<id>/ until they are committed into the tree
-// or discarded. State is "running" while a command works in it, then
-// "pending".
-type Pending struct {
+// ViewRun is a run in a view (an overlay mode): the command's changes
+// wait in an upper layer under .snapback/runs/<id>/ until they are
+// committed into the tree or discarded; until then it is a pending run.
+// Its states are in runstate.go. (A run on the tree is a [TreeRun].)
+type ViewRun struct {
 	ID         string    `json:"id"`
 	Command    []string  `json:"command"`
 	Mode       string    `json:"mode"`
@@ -47,12 +47,12 @@ func (r *Repo) pendingPath(id string) string { return r.path("runs", id, "run.js
 
 // StartPending makes a new overlay run and takes its lock (held until
 // [Repo.Release] or the process ends).
-func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
+func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 	m, err := r.newMeta(KindRun, ScopePaths)
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{ID: m.ID, Command: command, Mode: mode, State: "running", StartedAt: time.Now()}
+	p := &ViewRun{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now()}
 	if p.lock, err = r.lockRun(p.ID); err != nil {
 		return nil, err
 	}
@@ -88,26 +88,38 @@ func (r *Repo) StartPending(command []string, mode string) (*Pending, error) {
 }
 
 // Resume takes the lock of a pending run for another command in it.
-func (r *Repo) Resume(p *Pending) error {
+func (r *Repo) Resume(p *ViewRun) error {
 	f, err := r.lockRun(p.ID)
 	if err != nil {
 		return err
 	}
 	p.lock = f
-	p.State = "running"
+	p.State = StateRunning
 	return r.SavePending(p)
 }
 
 // Release drops the run's lock (its state stays as saved).
-func (r *Repo) Release(p *Pending) {
+func (r *Repo) Release(p *ViewRun) {
 	if p.lock != nil {
 		p.lock.Close()
 		p.lock = nil
 	}
 }
 
+// EndCommand records that the run's command ended with status: the run
+// is pending, its lock released, and what the command wrote to ignored
+// paths is in the tree (see [Repo.WriteThrough]).
+func (r *Repo) EndCommand(p *ViewRun, status int) error {
+	p.ExitStatus, p.State = &status, StatePending
+	r.Release(p)
+	if err := r.SavePending(p); err != nil {
+		return err
+	}
+	return r.WriteThrough(p)
+}
+
 // SavePending writes the run's record.
-func (r *Repo) SavePending(p *Pending) error {
+func (r *Repo) SavePending(p *ViewRun) error {
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
@@ -116,8 +128,8 @@ func (r *Repo) SavePending(p *Pending) error {
 }
 
 // PendingRuns lists overlay runs not yet committed or discarded, oldest
-// first. A run whose process died while "running" is reported pending.
-func (r *Repo) PendingRuns() ([]*Pending, error) {
+// first. A run whose process died while running is reported pending.
+func (r *Repo) PendingRuns() ([]*ViewRun, error) {
 	ents, err := os.ReadDir(r.path("runs"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -125,13 +137,13 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	var out []*Pending
+	var out []*ViewRun
 	for _, e := range ents {
 		b, err := readLimited(r.pendingPath(e.Name()), maxRunSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // a copy-mode run's lock directory, or not ours
 		}
-		var p Pending
+		var p ViewRun
 		if err == nil {
 			err = json.Unmarshal(b, &p)
 		}
@@ -141,8 +153,8 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 			}
 			continue
 		}
-		if p.State == "running" && !r.alive(p.ID) {
-			p.State = "pending" // its snapback died; the layer is intact
+		if p.State == StateRunning && !r.alive(p.ID) {
+			p.State = StatePending // its snapback died; the layer is intact
 		}
 		out = append(out, &p)
 	}
@@ -152,12 +164,12 @@ func (r *Repo) PendingRuns() ([]*Pending, error) {
 
 // FindPending finds a pending run by id or unique prefix; "" means the
 // newest.
-func (r *Repo) FindPending(ref string) (*Pending, error) {
+func (r *Repo) FindPending(ref string) (*ViewRun, error) {
 	all, err := r.PendingRuns()
 	if err != nil {
 		return nil, err
 	}
-	var found []*Pending
+	var found []*ViewRun
 	for _, p := range all {
 		if ref == "" || strings.HasPrefix(p.ID, ref) {
 			found = append(found, p)
@@ -176,7 +188,7 @@ func (r *Repo) FindPending(ref string) (*Pending, error) {
 
 // PendingChanges reads a pending run's changeset and the tree's state of
 // the same paths.
-func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
+func (r *Repo) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, nil, err
@@ -195,8 +207,8 @@ func (r *Repo) PendingChanges(p *Pending) (target, cur Manifest, err error) {
 // step, first saving what they replace as a run snapshot that `undo`
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
-func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, error) {
-	if p.State == "running" {
+func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, error) {
+	if p.State == StateRunning {
 		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
@@ -209,24 +221,8 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if len(only) > 0 {
-		var sel Manifest
-		for _, o := range only {
-			n := len(sel)
-			for i := range target {
-				if Under(target[i].Path, o) {
-					sel = append(sel, target[i])
-				}
-			}
-			if len(sel) == n {
-				return nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
-			}
-		}
-		sel.Sort()
-		target = sel[:0]
-		for i := range sel { // drop duplicates of overlapping paths
-			if len(target) == 0 || target[len(target)-1].Path != sel[i].Path {
-				target = append(target, sel[i])
-			}
+		if target, err = selectPaths(p, target, only); err != nil {
+			return nil, err
 		}
 	}
 	if len(target) == 0 && len(only) == 0 && len(p.Targets) == 0 {
@@ -240,19 +236,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if !force {
-		var conflicts []string
-		start := p.StartedAt.UnixNano()
-		for i := range cur {
-			c := &cur[i]
-			if c.Type == Absent || c.Type == Dir || c.Ctime < start {
-				continue // a directory's ctime moves with any child: only its type counts
-			}
-			if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
-				continue // changed by this run's own earlier commit
-			}
-			conflicts = append(conflicts, c.Path)
-		}
-		if len(conflicts) > 0 {
+		if conflicts := changedSince(p, cur); len(conflicts) > 0 {
 			return nil, &ConflictError{Op: "commit", Paths: conflicts}
 		}
 	}
@@ -260,7 +244,7 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 	if err != nil {
 		return nil, err
 	}
-	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, "done"
+	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, StateDone
 	rec.Targets = p.Targets
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
@@ -285,11 +269,55 @@ func (r *Repo) CommitPending(p *Pending, only []string, force bool) (*Meta, erro
 	return rec, nil
 }
 
+// selectPaths keeps of a changeset what is at or below the given paths,
+// each of which the run must have changed.
+func selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, error) {
+	var sel Manifest
+	for _, o := range only {
+		n := len(sel)
+		for i := range target {
+			if Under(target[i].Path, o) {
+				sel = append(sel, target[i])
+			}
+		}
+		if len(sel) == n {
+			return nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+		}
+	}
+	sel.Sort()
+	out := sel[:0]
+	for i := range sel { // drop duplicates of overlapping paths
+		if len(out) == 0 || out[len(out)-1].Path != sel[i].Path {
+			out = append(out, sel[i])
+		}
+	}
+	return out, nil
+}
+
+// changedSince lists the paths of cur (the tree's state of what a commit
+// writes) changed in the tree since the run started, but by the run's
+// own earlier commits: the commit's conflicts.
+func changedSince(p *ViewRun, cur Manifest) []string {
+	var conflicts []string
+	start := p.StartedAt.UnixNano()
+	for i := range cur {
+		c := &cur[i]
+		if c.Type == Absent || c.Type == Dir || c.Ctime < start {
+			continue // a directory's ctime moves with any child: only its type counts
+		}
+		if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
+			continue // changed by this run's own earlier commit
+		}
+		conflicts = append(conflicts, c.Path)
+	}
+	return conflicts
+}
+
 // afterPartialCommit removes what was committed from the upper layer
 // (whiteouts and emptied directories; moved entries are gone already) and
 // notes the paths, so a later commit of the rest does not see them as
 // conflicts.
-func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
+func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest) error {
 	if p.Committed == nil {
 		p.Committed = map[string]int64{}
 	}
@@ -323,8 +351,8 @@ func (r *Repo) afterPartialCommit(p *Pending, done Manifest) error {
 
 // DiscardPending throws a pending run's changes away and brings its
 // targets back to their state before the command, as one crash-safe step.
-func (r *Repo) DiscardPending(p *Pending) error {
-	if p.State == "running" {
+func (r *Repo) DiscardPending(p *ViewRun) error {
+	if p.State == StateRunning {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	if len(p.Targets) == 0 {
@@ -341,7 +369,7 @@ func (r *Repo) DiscardPending(p *Pending) error {
 	if err != nil {
 		return err
 	}
-	j := &journal{Op: "discard", OpID: p.ID, Target: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
+	j := &journal{Op: "discard", OpID: p.ID, Apply: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
 	if err := r.Flush(); err != nil {
 		return err
 	}
@@ -381,10 +409,12 @@ func removeTrash(dir string) error {
 		// unwritable directories in its layer): open them up, try again.
 		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if d != nil && d.IsDir() {
+				fsutil.Mutating()
 				os.Chmod(p, 0o700) // best effort: RemoveAll below says what failed
 			}
 			return nil
 		})
+		fsutil.Mutating()
 		os.Chmod(filepath.Join(dir, "work", "work"), 0o700) // not reachable by the walk while mode 0
 		if err := fsutil.RemoveAll(dir); err != nil {
 			return fmt.Errorf("remove %s: %w", dir, err)

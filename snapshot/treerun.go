@@ -12,9 +12,10 @@ import (
 // ErrRunning is returned for a run whose command is still executing.
 var ErrRunning = errors.New("its command is still running")
 
-// Run is a copy-mode run in progress: its snapshot and the lock that tells
-// other snapback processes the command is still alive.
-type Run struct {
+// TreeRun is a run on the tree itself (copy or btrfs mode) in progress:
+// its snapshot and the lock that tells other snapback processes the
+// command is still alive. (A run in a view is a [ViewRun].)
+type TreeRun struct {
 	Meta *Meta
 	lock *os.File
 }
@@ -28,6 +29,7 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 	if err := os.MkdirAll(r.runDir(id), 0o700); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
+	fsutil.Mutating()
 	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
@@ -41,21 +43,21 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 }
 
 // BeginRun records the state of the tree before a command runs in copy
-// mode (or the btrfs mode: see subvolrun.go): a tree snapshot of kind
+// mode (or the btrfs mode: see treerun_btrfs.go): a tree snapshot of kind
 // run, state running. While the command
 // runs, this process holds the run's lock; if it dies, the next snapback
 // finds the lock free and finishes the run (see [Repo.Recover]).
-func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
+func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 	m, err := r.newMeta(KindRun, ScopeTree)
 	if err != nil {
 		return nil, err
 	}
-	m.Command, m.Mode, m.State = command, mode, "running"
+	m.Command, m.Mode, m.State = command, mode, StateRunning
 	f, err := r.lockRun(m.ID)
 	if err != nil {
 		return nil, err
 	}
-	run := &Run{Meta: m, lock: f}
+	run := &TreeRun{Meta: m, lock: f}
 	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
 		run.release(r)
 		return nil, err
@@ -73,7 +75,7 @@ func (r *Repo) BeginRun(command []string, mode string) (*Run, error) {
 	return run, nil
 }
 
-func (run *Run) release(r *Repo) {
+func (run *TreeRun) release(r *Repo) {
 	if run.lock == nil {
 		return
 	}
@@ -98,7 +100,7 @@ func (r *Repo) alive(id string) bool {
 // command left them in. `undo` then reverts exactly those paths, keeps
 // later edits to other files, and sees later edits to the same paths as
 // conflicts. exitStatus is nil when the command's end was not seen.
-func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
+func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	m := run.Meta
 	narrow := r.narrowRun
 	if m.Mode == ModeBtrfs {
@@ -108,9 +110,9 @@ func (r *Repo) FinishRun(run *Run, exitStatus *int) error {
 		return err
 	}
 	m.ExitStatus = exitStatus
-	m.State = "done"
+	m.State = StateDone
 	if exitStatus == nil {
-		m.State = "interrupted"
+		m.State = StateInterrupted
 	}
 	if err := r.WriteMeta(m); err != nil {
 		return err
@@ -173,10 +175,10 @@ func (r *Repo) finishDeadRuns() (int, error) {
 	}
 	n := 0
 	for _, m := range all {
-		if m.State != "running" || r.alive(m.ID) {
+		if m.State != StateRunning || r.alive(m.ID) {
 			continue
 		}
-		if err := r.FinishRun(&Run{Meta: m}, nil); err != nil {
+		if err := r.FinishRun(&TreeRun{Meta: m}, nil); err != nil {
 			return n, err
 		}
 		fsutil.RemoveAll(r.runDir(m.ID)) // the dead process's lock

@@ -1,0 +1,49 @@
+// Package snapshot is the store of a project and everything that reads or
+// changes it: content-addressed objects, snapshot records, the stat cache,
+// the scanner that reads the tree, the one applier that writes it, the
+// journal that makes every change of the tree crash-safe, the history that
+// undo, redo and restore walk, and the records of runs. It stays one
+// package because these parts share invariants (an object is whole before
+// a record names it; a journal is durable before the tree changes; the
+// stat cache is trusted only where the applier or scanner wrote it).
+//
+// # The store: <root>/.snapback/
+//
+//	lock              flock held by the snapback that changes the store (lock.go)
+//	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go, codec.go)
+//	snapshots/ID.json one record (Meta) per snapshot (meta.go)
+//	index             the stat cache, checksummed (statcache.go)
+//	journal.json      the plan of the tree change in progress (journal.go)
+//	runs/ID/          a run: lock (held while its command works), and
+//	                  for a run in a view run.json, upper/ and work/
+//	                  (viewrun.go), for a btrfs run before/ (treerun_btrfs.go)
+//	targets/ID/N/     payloads: the saved states of targets (targets.go)
+//	tmp/              temporary files, staged links (stage-OPID/) and
+//	                  runs being dropped (drop-ID/); recover sweeps it
+//	damaged/          what check --repair set aside (damaged.go)
+//
+// # The journal protocol
+//
+// Every operation that changes the tree (undo, redo, restore, commit,
+// discard, recover) is one transition (journal.go):
+//
+//  1. read the current state of the paths the target governs, and save
+//     every content the change replaces (staged as hard links where the
+//     apply removes the file, copied otherwise); check that every
+//     content to write is in the store and that the space is there;
+//  2. make all of it durable, then write journal.json (Repo.writeJournal,
+//     the one writer; it is validated on write and on read): the plan,
+//     with the target manifest and the record to write;
+//  3. apply the target (apply.go: the one applier, used by every verb);
+//     restore the targets; adopt the staged links as objects; write the
+//     record; drop the run a commit or discard completes;
+//  4. remove the journal.
+//
+// A crash anywhere leaves either no journal (nothing changed) or one that
+// Repo.Recover finishes by applying the same target again: applying is
+// idempotent. A content found damaged half-way rolls the tree back to the
+// saved state instead. Every state-changing system call is preceded by
+// fsutil.Mutating, so that the kill test can stop the process before each.
+//
+// The states of runs are in runstate.go.
+package snapshot

@@ -1,0 +1,183 @@
+package snapshot
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/snapback/snapback/fsutil"
+)
+
+// GCStats says what gc removed.
+type GCStats struct {
+	Snapshots int
+	Objects   int
+	Bytes     int64
+}
+
+// GC keeps the keep newest snapshots, plus the records undo and redo still
+// need, and deletes every object no kept manifest references.
+func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
+	var st GCStats
+	if r.HasJournal() {
+		return st, fmt.Errorf("gc: an interrupted operation awaits `snapback recover`")
+	}
+	h, err := r.History()
+	if err != nil {
+		return st, err
+	}
+	kept := keptRecords(h, keep, protect)
+	live, err := r.liveObjects(h, kept)
+	if err != nil {
+		return st, err
+	}
+	var keptMetas []*Meta
+	for _, m := range h.All {
+		if kept[m.ID] {
+			keptMetas = append(keptMetas, m)
+			continue
+		}
+		if err := r.deleteMeta(m.ID); err != nil {
+			return st, fmt.Errorf("gc: %w", err)
+		}
+		st.Snapshots++
+	}
+	// Target payloads of the collected records go too (a snapshot
+	// database on a server is dropped by its backend).
+	livePayloads, err := r.livePayloads(keptMetas)
+	if err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if err := r.sweepPayloads(livePayloads); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
+	if err := r.sweepObjects(live, &st); err != nil {
+		return st, err
+	}
+	// The stat cache must not vouch for objects that are gone.
+	c := r.loadCache()
+	for p, e := range c.entries() {
+		if !live[e.Object] {
+			c.drop(p)
+		}
+	}
+	if err := r.saveCache(c); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// keptRecords chooses the records gc keeps: the keep newest that `list`
+// shows, those named in protect, what redo and runs in progress need, and
+// the bookkeeping records the kept ones depend on.
+func keptRecords(h *History, keep int, protect []string) map[string]bool {
+	kept := map[string]bool{}
+	for _, id := range protect {
+		kept[id] = true
+	}
+	// keep counts what `list` shows (snaps, runs, pre-restores), not the
+	// bookkeeping records; those are kept below as far as undo needs them.
+	for i, n := len(h.All)-1, 0; i >= 0 && n < keep; i-- {
+		if h.All[i].Kind.Undoable() {
+			kept[h.All[i].ID] = true
+			n++
+		}
+	}
+	for _, p := range h.Redo {
+		kept[p.ID] = true
+	}
+	for _, m := range h.All {
+		if m.State == StateRunning {
+			kept[m.ID] = true // a run in progress (or one that died: recover it)
+		}
+	}
+	// A kept undone snapshot needs the record that undid it, or it would
+	// look not undone; a kept pre-undo needs the pre-redo that reverted it.
+	for changed := true; changed; {
+		changed = false
+		for _, m := range h.All {
+			if kept[m.ID] {
+				continue
+			}
+			if m.Kind == KindPreUndo && kept[m.Undoes] && h.Undone[m.Undoes] || m.Kind == KindPreRedo && kept[m.Redoes] {
+				kept[m.ID] = true
+				changed = true
+			}
+		}
+	}
+	return kept
+}
+
+// liveObjects lists the objects the kept records reference (their
+// manifests and every content in them), and those damaged records may.
+func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[ObjectID]bool, error) {
+	live := map[ObjectID]bool{}
+	for _, m := range h.All {
+		if !kept[m.ID] {
+			continue
+		}
+		for _, id := range []string{m.Manifest, m.After} {
+			if id == "" {
+				continue
+			}
+			oid, _ := ParseObjectID(id)
+			live[oid] = true
+			mf, err := r.LoadManifest(id)
+			if err != nil {
+				return nil, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
+			}
+			mf.Objects(func(o ObjectID) { live[o] = true })
+		}
+	}
+	// What damaged records may name stays until the user deletes them
+	// from damaged/: only they can judge what those records were worth.
+	salvaged, _, err := r.salvage()
+	if err != nil {
+		return nil, fmt.Errorf("gc: %w", err)
+	}
+	for id := range salvaged {
+		if !r.HasObject(id) {
+			continue
+		}
+		live[id] = true
+		if r.isManifest(id) {
+			if mf, err := r.LoadManifest(id.String()); err == nil {
+				mf.Objects(func(o ObjectID) { live[o] = true })
+			}
+		}
+	}
+	return live, nil
+}
+
+// sweepObjects deletes every object not live, counting them in st.
+func (r *Repo) sweepObjects(live map[ObjectID]bool, st *GCStats) error {
+	objDir := r.path("objects")
+	subs, err := os.ReadDir(objDir)
+	if err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	for _, sub := range subs {
+		if len(sub.Name()) != 2 || !sub.IsDir() {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(objDir, sub.Name()))
+		if err != nil {
+			return fmt.Errorf("gc: %w", err)
+		}
+		for _, e := range ents {
+			oid, ok := ParseObjectID(sub.Name() + e.Name())
+			if !ok || live[oid] {
+				continue
+			}
+			if info, err := e.Info(); err == nil {
+				st.Bytes += info.Size()
+			}
+			fsutil.Mutating()
+			if err := os.Remove(filepath.Join(objDir, sub.Name(), e.Name())); err != nil {
+				return fmt.Errorf("gc: %w", err)
+			}
+			st.Objects++
+		}
+	}
+	return nil
+}

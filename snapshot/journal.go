@@ -1,0 +1,496 @@
+package snapshot
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// journal is the plan of a tree-changing operation, written (and synced)
+// before the first change: recover finishes it by applying Apply again
+// and then writing Record, the snapshot that saved what it replaced.
+type journal struct {
+	Op   string `json:"op"`
+	OpID string `json:"op_id"`
+	// Apply is the manifest (object id) the tree is brought to. (Targets,
+	// below, are the states outside the tree.)
+	Apply  string `json:"target"`
+	Scope  Scope  `json:"scope"`
+	Record *Meta  `json:"record"`
+	// Source, for a commit, is the upper layer (relative to the store)
+	// whose entries are moved into the tree.
+	Source string `json:"source,omitempty"`
+	// Done, for a commit, is the pending run the commit completes.
+	Done string `json:"done,omitempty"`
+	// Staged: contents the operation saves are hard links in the store's
+	// staging area, adopted as objects once the apply has run.
+	Staged bool `json:"staged,omitempty"`
+	// Targets are restored to these states after the tree is applied.
+	Targets []TargetState `json:"targets,omitempty"`
+	// Rollback: the operation found damaged content half-way and now
+	// puts the tree back as it was (Apply is its record's manifest);
+	// Failed says why, for the user.
+	Rollback bool   `json:"rollback,omitempty"`
+	Failed   string `json:"failed,omitempty"`
+}
+
+func (r *Repo) journalPath() string { return r.path("journal.json") }
+
+// writeJournal makes j the store's journal, durably: from here on an
+// interruption is finished (or rolled back) by recover. Every operation
+// that changes the tree goes through it.
+func (r *Repo) writeJournal(j *journal) error {
+	if err := j.validate(); err != nil {
+		return err // a bug: never write what recover would refuse
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	crashPoint("before-journal")
+	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
+		return err
+	}
+	crashPoint("journal-written")
+	return nil
+}
+
+// maxJournal bounds the journal read back: it holds a record and a few
+// ids, never more than a few KiB (the target states included).
+const maxJournal = 1 << 20
+
+// validate checks a journal read from the store as input from outside:
+// every name in it becomes a path, and none may lead out of the store.
+func (j *journal) validate() error {
+	bad := func(what string) error { return fmt.Errorf("bad %s", what) }
+	switch j.Op {
+	case "undo", "redo", "restore", "commit", "discard", "run":
+	default:
+		return bad("op " + strconv.Quote(j.Op))
+	}
+	if !ValidID(j.OpID) {
+		return bad("op_id")
+	}
+	if _, ok := ParseObjectID(j.Apply); !ok {
+		return bad("target")
+	}
+	if j.Scope != ScopeTree && j.Scope != ScopePaths {
+		return bad("scope")
+	}
+	if j.Done != "" && !ValidID(j.Done) {
+		return bad("done")
+	}
+	if j.Source != "" && (j.Done == "" && j.Op != "commit" || !validSource(j.Source)) {
+		return bad("source")
+	}
+	switch {
+	case j.Rollback:
+		if j.Record != nil || j.Source != "" || j.Done != "" || len(j.Targets) > 0 {
+			return bad("rollback")
+		}
+	case j.Op == "discard":
+		if j.Record != nil || j.Done == "" {
+			return bad("discard")
+		}
+	default:
+		if j.Record == nil {
+			return bad("record")
+		}
+		if err := j.Record.validate(); err != nil {
+			return bad("record: " + err.Error())
+		}
+	}
+	for i := range j.Targets {
+		if err := j.Targets[i].validate(); err != nil {
+			return bad("target state: " + err.Error())
+		}
+	}
+	return nil
+}
+
+// validSource: a commit's source is a run's upper layer, runs/<id>/upper.
+func validSource(s string) bool {
+	parts := strings.Split(s, "/")
+	return len(parts) == 3 && parts[0] == "runs" && ValidID(parts[1]) && parts[2] == "upper"
+}
+
+// HasJournal reports whether an interrupted operation awaits recovery.
+func (r *Repo) HasJournal() bool {
+	_, err := os.Lstat(r.journalPath())
+	return err == nil
+}
+
+// transitionFrom changes the tree to target (j's scope) as one crash-safe
+// step: cur is the current state, which j's record saves. It saves what
+// the apply replaces, writes the journal, applies, writes the record, and
+// drops the journal. (A commit names its upper layer in j.)
+func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
+	op := j.Op
+	tid, err := r.record(target)
+	if err != nil {
+		return err
+	}
+	staged, err := r.saveCurrent(j, target, cur)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	// Every content the apply will write must be in the store, whole (a
+	// stat: the bytes are checked against the hash as they are written).
+	// Only those are checked: an undo of 10 files must not stat 100,000
+	// objects.
+	var missing []string
+	for i := range target {
+		t := &target[i]
+		if t.Type != File || t.Link != "" || j.Source != "" {
+			continue // (a commit's contents come from its upper layer)
+		}
+		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
+			continue
+		}
+		if staged[t.Object] {
+			continue
+		}
+		switch size, err := r.objectSize(t.Object); {
+		case errors.Is(err, fs.ErrNotExist):
+			if len(missing) < 5 {
+				missing = append(missing, t.Path)
+			}
+		case err != nil:
+			return fmt.Errorf("%s: %w", op, err)
+		case size != t.Size:
+			return fmt.Errorf("%s: %w (nothing was changed)", op, &DamagedError{Path: t.Path, Object: t.Object})
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%s: %w: the contents of %q", op, ErrMissingObject, missing)
+	}
+	if err := r.checkSpace(j, target, cur); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := r.Flush(); err != nil {
+		return err
+	}
+	j.Apply = tid
+	if j.Staged {
+		// The staged links must be durable before the journal names them.
+		if err := fsutil.SyncDir(r.stagingDir(j.OpID)); err != nil {
+			return err
+		}
+		if err := fsutil.SyncDir(r.path("tmp")); err != nil {
+			return err
+		}
+	}
+	if err := r.writeJournal(j); err != nil {
+		return err
+	}
+	return r.finish(j, target, cur)
+}
+
+// saveCurrent makes sure the store will hold every content of cur (the
+// state the operation replaces, which its record keeps). A file the apply
+// replaces or removes is staged as a hard link, to become an object when
+// its tree name has gone: no copy. Anything else is copied now.
+func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool, error) {
+	staged := map[ObjectID]bool{}
+	a := &applier{target: target, scope: j.Scope}
+	for i := range cur {
+		c := &cur[i]
+		if c.Type != File || c.Link != "" || staged[c.Object] || r.HasObject(c.Object) {
+			continue
+		}
+		d, err := r.treeDir.OpenDir(Parent(c.Path))
+		if err != nil {
+			return nil, fmt.Errorf("save %s: %w", c.Path, err)
+		}
+		t := target.Find(c.Path)
+		replaced := a.covered(c.Path) && (t == nil || !t.SameContent(c))
+		ok := false
+		if replaced {
+			if ok, err = r.stageLink(j.OpID, d, c); err != nil {
+				d.Close()
+				return nil, err
+			}
+		}
+		if ok {
+			staged[c.Object] = true
+			j.Staged = true
+		} else {
+			err = r.copyIn(d, c)
+		}
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return staged, nil
+}
+
+// checkSpace refuses, before anything changes, an apply that would write
+// more bytes than the filesystem has free: the journal would finish it,
+// but only once space is freed, and the tree would wait half-changed.
+// (Clones need no space: on a filesystem that has them the estimate is
+// pessimistic.)
+func (r *Repo) checkSpace(j *journal, target, cur Manifest) error {
+	var need int64
+	for i := range target {
+		t := &target[i]
+		if t.Type != File || t.Link != "" {
+			continue
+		}
+		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
+			continue
+		}
+		need += t.Size
+	}
+	if j.Source != "" || need == 0 {
+		return nil // a commit moves its files into place
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.Root, &st); err != nil {
+		return nil // unknown: let the writes themselves tell
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); need > free {
+		return fmt.Errorf("needs %d bytes, %d free on %s: %w", need, free, r.Root, unix.ENOSPC)
+	}
+	return nil
+}
+
+// copyIn stores the content of the tree's file c (in d), checking it is
+// still what the scan saw.
+func (r *Repo) copyIn(d *fsutil.Dir, c *Entry) error {
+	f, err := d.Open(Base(c.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("save %s: %w", c.Path, err)
+	}
+	defer f.Close() // read-only
+	id, _, err := r.PutFile(f)
+	if err != nil {
+		return err
+	}
+	if id != c.Object {
+		return fmt.Errorf("save %s: it changed during the operation; nothing was changed, try again", c.Path)
+	}
+	return nil
+}
+
+// finish applies a journal's target and completes it. Idempotent. cur is
+// the tree's state as just scanned, or nil to scan it (recover).
+func (r *Repo) finish(j *journal, target, cur Manifest) error {
+	if cur == nil {
+		// Recovering. Temps of the interrupted attempt go first: they must
+		// not collide with this attempt's names, and removing them moves
+		// their directories' mtimes, which the apply then sets right.
+		r.sweepTemps(r.treeDir, target, j.OpID)
+		var err error
+		if cur, err = r.current(target, j.Scope, false); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	}
+	cache := r.loadCache()
+	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged}
+	if j.Source != "" {
+		src, err := fsutil.OpenRoot(r.path(j.Source))
+		switch {
+		case err == nil:
+			defer src.Close()
+			a.src = src
+		case errors.Is(err, fs.ErrNotExist):
+			// Dropped after a finished apply: everything is in the tree.
+		default:
+			return fmt.Errorf("%s: upper layer: %w", j.Op, err)
+		}
+	}
+	if err := a.run(cur); err != nil {
+		var de *DamagedError
+		if errors.As(err, &de) && j.Record != nil && j.Source == "" {
+			// Half-way, a content to write turned out damaged: put back
+			// what the operation replaced (saved before it started), so
+			// that it ends as if it never ran.
+			if rerr := r.rollBack(j, de); rerr != nil {
+				return fmt.Errorf("%s: %w; putting the tree back failed too: %w", j.Op, de, rerr)
+			}
+			return fmt.Errorf("%s: %w (nothing was changed)", j.Op, de)
+		}
+		return fmt.Errorf("%s: %w", j.Op, err)
+	}
+	if err := r.saveCache(cache); err != nil {
+		return err
+	}
+	crashPoint("applied")
+	if err := r.restoreTargets(j.Targets); err != nil {
+		return fmt.Errorf("%s: %w: %w (the tree is done; `snapback recover` retries the targets)", j.Op, ErrTargetsPending, err)
+	}
+	crashPoint("targets-restored")
+	if len(j.Targets) > 0 && j.Record == nil {
+		// A discard releases the payloads it has just restored from: the
+		// journal forgets the targets first, so that a crash while they
+		// go is never retried from half-released payloads.
+		j.Targets = nil
+		if err := r.writeJournal(j); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	}
+	switch {
+	case j.Staged && j.Rollback:
+		// What was staged is back in the tree (or never left it): the
+		// links go, none of them becomes an object.
+		if err := fsutil.RemoveAll(r.stagingDir(j.OpID)); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	case j.Staged:
+		if err := r.adoptStaged(j.OpID); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+	}
+	if j.Record != nil {
+		if err := r.WriteMeta(j.Record); err != nil {
+			return err
+		}
+	}
+	crashPoint("recorded")
+	if j.Done != "" {
+		if err := r.dropRun(j.Done); err != nil {
+			return fmt.Errorf("%s: %w", j.Op, err)
+		}
+		if j.Record == nil { // a discard: the run's payloads go with it
+			if err := r.releasePayloads(j.Done); err != nil {
+				return fmt.Errorf("%s: %w", j.Op, err)
+			}
+		}
+	}
+	fsutil.Mutating()
+	if err := os.Remove(r.journalPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: drop journal: %w", j.Op, err)
+	}
+	return fsutil.SyncDir(r.Dir)
+}
+
+// rollBack turns j into a journal that brings the tree back to j's record
+// (what j replaced, all of it saved before j started) and finishes that.
+// The record is not written, nor are j's targets touched (they are
+// restored only after the tree): the operation ends as if never run.
+func (r *Repo) rollBack(j *journal, why error) error {
+	rb := &journal{Op: j.Op, OpID: j.OpID, Apply: j.Record.Manifest, Scope: j.Scope, Staged: j.Staged, Rollback: true, Failed: why.Error()}
+	target, err := r.LoadManifest(rb.Apply)
+	if err != nil {
+		return err
+	}
+	if err := r.writeJournal(rb); err != nil {
+		return err
+	}
+	if err := r.finish(rb, target, nil); err != nil {
+		return err
+	}
+	return r.releasePayloads(j.OpID)
+}
+
+// readJournal reads and validates the journal; (nil, nil) when there is
+// none.
+func (r *Repo) readJournal() (*journal, error) {
+	b, err := readLimited(r.journalPath(), maxJournal)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: journal %s: %w", ErrCorrupt, r.journalPath(), err)
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("%w: journal %s: %v", ErrCorrupt, r.journalPath(), err)
+	}
+	if err := j.validate(); err != nil {
+		return nil, fmt.Errorf("%w: journal %s: %w", ErrCorrupt, r.journalPath(), err)
+	}
+	return &j, nil
+}
+
+// SetAsideBadJournal moves a journal that snapback would refuse to follow
+// (unreadable, or naming paths out of the store or the tree) into
+// damaged/, and says where; a good journal, or none, stays ("").
+func (r *Repo) SetAsideBadJournal() (string, error) {
+	if _, err := r.readJournal(); err == nil || errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return r.moveAside(r.journalPath(), "journal.json")
+}
+
+// JournalOp names the operation an interrupted journal would finish
+// ("" when there is none), or why the journal will not be followed:
+// reading verbs say so instead of recovering.
+func (r *Repo) JournalOp() (string, error) {
+	j, err := r.readJournal()
+	switch {
+	case err != nil:
+		return "", err
+	case j == nil:
+		return "", nil
+	case j.Rollback:
+		return j.Op + " (being rolled back)", nil
+	}
+	return j.Op, nil
+}
+
+// Recover finishes an interrupted operation, if there is one, and clears
+// leftovers. It reports whether there was anything to do. The journal is
+// validated first, like everything read from the store: a journal that
+// would lead outside the store or the tree is refused, not followed.
+func (r *Repo) Recover() (bool, error) {
+	j, jerr := r.readJournal()
+	keep := ""
+	if jerr == nil && j != nil && j.Staged {
+		keep = filepath.Base(r.stagingDir(j.OpID)) // what the interrupted operation saves
+	}
+	tmp := r.path("tmp")
+	if ents, err := os.ReadDir(tmp); err == nil {
+		for _, e := range ents {
+			if e.Name() != keep {
+				removeTrash(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+			}
+		}
+	}
+	dead, err := r.finishDeadRuns()
+	if err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	if jerr != nil {
+		return false, fmt.Errorf("recover: %w (snapback did not write it as it is; `snapback check --repair` sets it aside)", jerr)
+	}
+	if j == nil {
+		if dead > 0 {
+			return true, r.SweepPayloads()
+		}
+		return false, nil
+	}
+	target, err := r.LoadManifest(j.Apply)
+	if err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	// After a crash, trust no stat cache entry: compare real contents.
+	fsutil.Mutating()
+	if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	if err := r.finish(j, target, nil); err != nil {
+		var de *DamagedError
+		if errors.As(err, &de) && !r.HasJournal() {
+			// Finishing it met damaged content, and it was rolled back:
+			// the store is consistent, the operation did not happen.
+			r.RecoverNote = fmt.Sprintf("rolled back an interrupted %s: %v", j.Op, de)
+			return true, r.SweepPayloads()
+		}
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	r.RecoverNote = "finished an interrupted " + j.Op
+	if j.Rollback {
+		r.RecoverNote = fmt.Sprintf("rolled back an interrupted %s: %s", j.Op, j.Failed)
+	}
+	return true, r.SweepPayloads()
+}

@@ -1,0 +1,40 @@
+package snapshot
+
+// The states of a run, in one place. Both kinds of run start "running":
+// snapback holds the run's lock (runs/<id>/lock) for as long as the
+// command works, so that another snapback can tell a live run from one
+// whose process died.
+//
+// A run on the tree itself (copy and btrfs modes: [TreeRun]) is a record
+// in snapshots/ from the start:
+//
+//	running ──FinishRun──> done          the command ended; the record
+//	                                     holds the paths it changed
+//	running ──recover────> interrupted   its snapback died; what the
+//	                                     command changed until then is
+//	                                     recorded the same way
+//
+// A run in a view (overlay modes: [ViewRun]) keeps its changes in its
+// upper layer, with its state in runs/<id>/run.json, until they are
+// committed or discarded:
+//
+//	(none) ──StartPending──> running     the view's directories and the
+//	                                     targets' states are made first
+//	running ──EndCommand──> pending      the command ended: the lock is
+//	                                     released, ignored paths written
+//	                                     through, the rest waits
+//	running (process dead) ─> pending    reported so by PendingRuns: the
+//	                                     layer is intact
+//	pending ──Resume──────> running      another command in the same view
+//	pending ──CommitPending─> a run record, state done, and the run's
+//	                          directory goes (a selective commit leaves
+//	                          the rest pending)
+//	pending ──DiscardPending─> the directory goes; targets are restored
+//
+// Package runner drives these steps; nothing else changes a run's state.
+const (
+	StateRunning     = "running"
+	StatePending     = "pending"
+	StateDone        = "done"
+	StateInterrupted = "interrupted"
+)

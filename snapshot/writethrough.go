@@ -1,0 +1,212 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/overlay/layer"
+	"golang.org/x/sys/unix"
+)
+
+// WriteThrough moves what a run wrote to ignored paths out of its upper
+// layer into the tree, where it stays whatever becomes of the run (an
+// audit log must survive a discard or an undo). Whiteouts of ignored paths
+// delete them in the tree. Nothing here is recorded for undo.
+func (r *Repo) WriteThrough(p *ViewRun) error {
+	if r.ign == nil {
+		return nil
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return err
+	}
+	defer upper.Close()
+	if err := r.writeThrough(p, upper, "", false); err != nil {
+		return err
+	}
+	return r.SavePending(p)
+}
+
+// writeThrough walks dir of the layer; below an ignored directory (all)
+// everything writes through.
+func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool) error {
+	ud, err := upper.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer ud.Close()
+	names, err := ud.ReadDirNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		p := name
+		if dir != "" {
+			p = dir + "/" + name
+		}
+		if excluded(p) {
+			continue
+		}
+		st, err := ud.Lstat(name)
+		if err != nil {
+			return err
+		}
+		isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
+		if !all && !r.ign.Ignored(p, isDir) {
+			if isDir {
+				if err := r.writeThrough(pr, upper, p, false); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if err := r.moveThrough(pr, upper, ud, dir, name, &st); err != nil {
+			return fmt.Errorf("write through %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error {
+	p := name
+	if dir != "" {
+		p = dir + "/" + name
+	}
+	if err := r.makeParents(pr, upper, dir); err != nil {
+		return err
+	}
+	td, err := r.treeDir.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer td.Close()
+	isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
+	rs, rerr := td.Lstat(name)
+	realDir := rerr == nil && uint32(rs.Mode)&unix.S_IFMT == unix.S_IFDIR
+	if isWhiteout(ud, name, st) {
+		if realDir {
+			// A directory may have been renamed away rather than deleted
+			// (its new name follows it by a redirect): never delete an
+			// ignored directory on a whiteout alone.
+			return ud.Unlink(name)
+		}
+		if err := td.RemoveAll(name); err != nil {
+			return err
+		}
+		return ud.Unlink(name)
+	}
+	if isDir {
+		xs, _ := ud.Xattrs(name) // unreadable xattrs: treat as a plain directory
+		get := layer.ListGetter(xs)
+		opaque := layer.IsOpaque(get)
+		if redirect, ok := layer.Redirect(get); ok && rerr != nil {
+			// Renamed from elsewhere: bring what the view showed of the
+			// origin here first, then what the layer adds.
+			if err := r.bringOver(layer.Origin(redirect, dir), p); err != nil {
+				return err
+			}
+			return r.writeThrough(pr, upper, p, true)
+		}
+		if realDir && !opaque {
+			return r.writeThrough(pr, upper, p, true) // merge into the existing directory
+		}
+	}
+	if err := td.RemoveAll(name); err != nil {
+		return err
+	}
+	if err := ud.Rename(name, td, name); err != nil {
+		return err
+	}
+	if isDir { // overlay's own marks must not follow it into the tree
+		if f, err := td.Open(name, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+			layer.ClearDirMarks(int(f.Fd()))
+			f.Close()
+		}
+	}
+	return nil
+}
+
+// bringOver makes the tree's directory to a copy of its directory from
+// (for an ignored directory the run renamed): an ignored origin is simply
+// renamed, as everything ignored writes through; a tracked one is copied,
+// since it stays the run's to commit or discard.
+func (r *Repo) bringOver(from, to string) error {
+	if !ValidPath(from) {
+		return fmt.Errorf("bad redirect %q", from)
+	}
+	if r.ign.Ignored(from, true) {
+		fd, err := r.treeDir.OpenDir(Parent(from))
+		if err != nil {
+			return nil // gone already: nothing to bring
+		}
+		defer fd.Close()
+		td, err := r.treeDir.OpenDir(Parent(to))
+		if err != nil {
+			return err
+		}
+		defer td.Close()
+		if err := fd.Rename(Base(from), td, Base(to)); err != nil && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+		return nil
+	}
+	src, err := r.ScanPaths([]string{from}, true, true)
+	if err != nil {
+		return err
+	}
+	var target Manifest
+	for _, e := range src {
+		if e.Type == Absent {
+			return nil
+		}
+		e.Path, e.Link = to+strings.TrimPrefix(e.Path, from), ""
+		target = append(target, e)
+	}
+	target.Sort()
+	a := &applier{s: r.Store, root: r.treeDir, opID: NewID(time.Now()), target: target, scope: ScopePaths}
+	return a.run(nil)
+}
+
+// makeParents creates in the tree the directories above an ignored path
+// that only the run has made so far (with the layer's modes), and notes
+// them as the run's own, so committing the run later does not see them as
+// changed by someone else.
+func (r *Repo) makeParents(pr *ViewRun, upper *fsutil.Dir, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if d, err := r.treeDir.OpenDir(dir); err == nil {
+		d.Close()
+		return nil
+	}
+	if err := r.makeParents(pr, upper, Parent(dir)); err != nil {
+		return err
+	}
+	pd, err := r.treeDir.OpenDir(Parent(dir))
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	mode := uint32(0o755)
+	if ud, err := upper.OpenDir(Parent(dir)); err == nil {
+		if st, err := ud.Lstat(Base(dir)); err == nil {
+			mode = uint32(st.Mode) & 0o7777
+		}
+		ud.Close()
+	}
+	if err := pd.Mkdir(Base(dir), mode); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	st, err := pd.Lstat(Base(dir))
+	if err != nil {
+		return err
+	}
+	if pr.Committed == nil {
+		pr.Committed = map[string]int64{}
+	}
+	pr.Committed[dir] = statOf(&st).Ctime
+	return nil
+}
