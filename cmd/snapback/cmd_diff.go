@@ -29,7 +29,7 @@ func newDiffCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file")
-	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "unified diffs of text files")
+	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "a patch in git's format (git apply takes it)")
 	return c
 }
 
@@ -103,8 +103,16 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	}
 	switch {
 	case o.patch:
+		// git's format, which `git apply` takes; what a patch cannot say
+		// (a fifo) is named on stderr rather than dropped unseen.
 		for _, c := range changes {
-			fmt.Fprint(g.stdout, d.patch(c))
+			fmt.Fprint(g.stdout, d.gitPatch(c))
+			for _, e := range []*snapshot.Entry{c.Old, c.New} {
+				if e != nil && e.Type == snapshot.Fifo {
+					g.warn(fmt.Sprintf("diff -p: %s is a fifo: a patch cannot hold it", quote(c.Path)))
+					break
+				}
+			}
 		}
 	case o.stat:
 		var files, adds, dels int
@@ -210,56 +218,6 @@ func (d *differ) lineCounts(c snapshot.Change) (added, removed int, ok bool) {
 		}
 	}
 	return added, removed, true
-}
-
-func (d *differ) patch(c snapshot.Change) string {
-	var sb strings.Builder
-	from, to := "a/"+c.Path, "b/"+c.Path
-	if c.Old == nil {
-		from = "/dev/null"
-	}
-	if c.New == nil {
-		to = "/dev/null"
-	}
-	fmt.Fprintf(&sb, "diff --snapback %s\n", quote(c.Path))
-	if c.Old != nil && c.New != nil && c.Old.Mode != c.New.Mode && c.Old.Type == c.New.Type {
-		fmt.Fprintf(&sb, "old mode %o\nnew mode %o\n", c.Old.Mode, c.New.Mode)
-	}
-	if c.Old != nil && c.New != nil && c.Old.Type != c.New.Type {
-		// A type change is not a content diff: a file that became a
-		// directory is not a "binary file".
-		fmt.Fprintf(&sb, "T %s -> %s\n", c.Old.Type, c.New.Type)
-		if c.New.Type == snapshot.Symlink {
-			fmt.Fprintf(&sb, "-> %s\n", quote(c.New.Target))
-		}
-		return sb.String()
-	}
-	if (c.Old == nil || c.Old.Type != snapshot.File) && (c.New == nil || c.New.Type != snapshot.File) {
-		fmt.Fprintf(&sb, "%s %s\n", c.Op, entryType(c))
-		if c.New != nil && c.New.Type == snapshot.Symlink {
-			fmt.Fprintf(&sb, "-> %s\n", quote(c.New.Target))
-		}
-		return sb.String()
-	}
-	a, b, ok := d.sides(c)
-	if !ok {
-		fmt.Fprintf(&sb, "Binary files %s and %s differ\n", quote(from), quote(to))
-		return sb.String()
-	}
-	if a == b {
-		return sb.String()
-	}
-	ud := difflib.UnifiedDiff{A: splitLines(a), B: splitLines(b), FromFile: quote(from), ToFile: quote(to), Context: 3}
-	text, err := difflib.GetUnifiedDiffString(ud)
-	if err != nil {
-		fmt.Fprintf(&sb, "(diff failed: %v)\n", err)
-		return sb.String()
-	}
-	sb.WriteString(text)
-	if !strings.HasSuffix(text, "\n") {
-		sb.WriteString("\n\\ No newline at end of file\n")
-	}
-	return sb.String()
 }
 
 // splitLines splits text into lines that keep their newline; unlike

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// git's patch format, as `git diff` writes it and `git apply` reads it:
+// `diff --git` headers, new/deleted file modes, mode changes, hunks with
+// `\ No newline at end of file`, names quoted as git quotes them. A
+// directory has no patch of its own (the files in it do); a fifo cannot
+// be said in a patch, nor can a binary file's content (`Binary files …
+// differ`, which git apply refuses).
+
+// gitMode is the mode git records for an entry ("" for what git cannot
+// track).
+func gitMode(e *snapshot.Entry) string {
+	switch {
+	case e == nil:
+		return ""
+	case e.Type == snapshot.Symlink:
+		return "120000"
+	case e.Type != snapshot.File:
+		return ""
+	case e.Mode&0o100 != 0:
+		return "100755"
+	}
+	return "100644"
+}
+
+// gitQuote quotes a name in a patch header as git does (core.quotePath):
+// in double quotes with C escapes when it holds a quote, a backslash, a
+// control character or a byte outside ASCII.
+func gitQuote(s string) string {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\a':
+			b.WriteString(`\a`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\t':
+			b.WriteString(`\t`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\v':
+			b.WriteString(`\v`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		default:
+			if c < 0x20 || c >= 0x7f {
+				fmt.Fprintf(&b, `\%03o`, c)
+			} else {
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// gitPatch is the patch of one change in git's format ("" when git has
+// nothing to say about it: a directory, a fifo, a mode bit git does not
+// track). A change of type is a deletion followed by a creation, as git
+// writes it.
+func (d *differ) gitPatch(c snapshot.Change) string {
+	om, nm := gitMode(c.Old), gitMode(c.New)
+	if om != "" && nm != "" && (c.Old.Type != c.New.Type) {
+		return d.gitFilePatch(c.Path, c.Old, nil, om, "") + d.gitFilePatch(c.Path, nil, c.New, "", nm)
+	}
+	old, new := c.Old, c.New
+	if om == "" {
+		old = nil
+	}
+	if nm == "" {
+		new = nil
+	}
+	if old == nil && new == nil {
+		return ""
+	}
+	return d.gitFilePatch(c.Path, old, new, om, nm)
+}
+
+// gitFilePatch writes the patch taking path from old to new (either nil).
+func (d *differ) gitFilePatch(path string, old, new *snapshot.Entry, om, nm string) string {
+	a, b := gitQuote("a/"+path), gitQuote("b/"+path)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "diff --git %s %s\n", a, b)
+	switch {
+	case old == nil:
+		fmt.Fprintf(&sb, "new file mode %s\n", nm)
+	case new == nil:
+		fmt.Fprintf(&sb, "deleted file mode %s\n", om)
+	case om != nm:
+		fmt.Fprintf(&sb, "old mode %s\nnew mode %s\n", om, nm)
+	}
+	from, to := a, b
+	if old == nil {
+		from = "/dev/null"
+	}
+	if new == nil {
+		to = "/dev/null"
+	}
+	oldText, okOld := d.gitSide(old, true, path)
+	newText, okNew := d.gitSide(new, false, path)
+	if !okOld || !okNew {
+		if old != nil && new != nil && old.SameContent(new) {
+			return sb.String() // a mode change alone
+		}
+		fmt.Fprintf(&sb, "Binary files %s and %s differ\n", from, to)
+		return sb.String()
+	}
+	if oldText == newText {
+		return sb.String() // a mode change, or an empty file made or removed
+	}
+	fmt.Fprintf(&sb, "--- %s\n+++ %s\n", from, to)
+	writeHunks(&sb, splitLines(oldText), splitLines(newText))
+	return sb.String()
+}
+
+// gitSide is one side's content as git sees it: a file's bytes, a
+// symlink's target; ok is false for a binary or large file.
+func (d *differ) gitSide(e *snapshot.Entry, old bool, path string) (string, bool) {
+	if e != nil && e.Type == snapshot.Symlink {
+		return e.Target, true
+	}
+	return d.text(e, old, path)
+}
+
+// writeHunks writes the unified hunks (3 lines of context) turning a into
+// b, each a list of lines that keep their newline; a last line without
+// one is followed by git's `\ No newline at end of file`.
+func writeHunks(sb *strings.Builder, a, b []string) {
+	line := func(prefix byte, s string) {
+		sb.WriteByte(prefix)
+		sb.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
+			sb.WriteString("\n\\ No newline at end of file\n")
+		}
+	}
+	span := func(start, end int) string {
+		n := end - start
+		switch {
+		case n == 0:
+			return fmt.Sprintf("%d,0", start) // an empty range names the line before it
+		case n == 1:
+			return fmt.Sprintf("%d", start+1)
+		}
+		return fmt.Sprintf("%d,%d", start+1, n)
+	}
+	m := difflib.NewMatcher(a, b)
+	for _, g := range m.GetGroupedOpCodes(3) {
+		first, last := g[0], g[len(g)-1]
+		fmt.Fprintf(sb, "@@ -%s +%s @@\n", span(first.I1, last.I2), span(first.J1, last.J2))
+		for _, op := range g {
+			switch op.Tag {
+			case 'e':
+				for _, s := range a[op.I1:op.I2] {
+					line(' ', s)
+				}
+			case 'r', 'd', 'i':
+				for _, s := range a[op.I1:op.I2] {
+					line('-', s)
+				}
+				for _, s := range b[op.J1:op.J2] {
+					line('+', s)
+				}
+			}
+		}
+	}
+}
