@@ -62,6 +62,7 @@ type exitError struct {
 	code int
 	kind string // the stable error code of --json
 	err  error
+	hint string // a second line: what to do instead ("" for none)
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -98,13 +99,120 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &re) {
 		code = re.Status
 	}
-	if g.json {
-		b, _ := json.Marshal(map[string]string{"error": kind, "message": err.Error()}) // strings always marshal
+	err, hint := explain(root, err)
+	if _, k := classify(err); k == "usage" {
+		kind = k
+	}
+	if g.json || jsonRequested(args) {
+		out := map[string]string{"error": kind, "message": err.Error()}
+		if hint != "" {
+			out["hint"] = hint
+		}
+		b, _ := json.Marshal(out) // strings always marshal
 		fmt.Fprintln(stderr, string(b))
 	} else {
 		fmt.Fprintf(stderr, "snapback: %s\n", oneLine(err.Error()))
+		if hint != "" {
+			fmt.Fprintf(stderr, "hint: %s\n", oneLine(hint))
+		}
 	}
 	return code
+}
+
+// jsonRequested: --json was on the command line, though parsing stopped
+// before it was read (an unknown verb or flag).
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
+}
+
+// explain turns cobra's own errors into snapback's: one line, and a hint
+// line (did you mean …?) where one helps.
+func explain(root *cobra.Command, err error) (error, string) {
+	var ee *exitError
+	if errors.As(err, &ee) && ee.hint != "" {
+		return err, ee.hint
+	}
+	msg := err.Error()
+	if verb, ok := strings.CutPrefix(msg, "unknown command "); ok {
+		// unknown command "undoo" for "snapback"\n\nDid you mean this?…
+		name, _, _ := strings.Cut(verb, " for ")
+		name = strings.Trim(name, `"`)
+		hint := "`snapback --help` lists the verbs"
+		if s := root.SuggestionsFor(name); len(s) > 0 {
+			hint = "did you mean `snapback " + strings.Join(s, "` or `snapback ") + "`?"
+		}
+		return &exitError{code: 2, kind: "usage", err: fmt.Errorf("unknown verb %q", name)}, hint
+	}
+	return err, ""
+}
+
+// flagError words a flag parsing error of verb c, with a did-you-mean
+// for a misspelt flag.
+func flagError(c *cobra.Command, err error) error {
+	verb := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+	if c == c.Root() {
+		verb = "snapback"
+	}
+	e := &exitError{code: 2, kind: "usage", err: fmt.Errorf("%s: %v", verb, err)}
+	if c == c.Root() {
+		e.err = err
+	}
+	msg := err.Error()
+	name := ""
+	if n, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+		name = n
+	} else if n, ok := strings.CutPrefix(msg, "unknown shorthand flag: "); ok {
+		name, _, _ = strings.Cut(strings.Trim(n, "'"), "'")
+	}
+	if name != "" {
+		best, bestD := "", 3
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if d := editDistance(name, f.Name); d < bestD {
+				best, bestD = f.Name, d
+			}
+		})
+		c.InheritedFlags().VisitAll(func(f *pflag.Flag) {
+			if d := editDistance(name, f.Name); d < bestD {
+				best, bestD = f.Name, d
+			}
+		})
+		if best != "" {
+			e.hint = "did you mean --" + best + "?"
+		} else {
+			e.hint = "`snapback " + strings.TrimPrefix(verb, "snapback") + " --help` lists its flags"
+			e.hint = strings.Replace(e.hint, "snapback  ", "snapback ", 1)
+		}
+	}
+	return e
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // classify maps an error to an exit status and a stable code.
@@ -155,7 +263,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	}
 	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "project root (default: nearest ancestor with snapback.toml or .snapback, else the working directory)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%s: %v", c.CommandPath(), err) })
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
@@ -219,7 +327,23 @@ func refuseEmpty(c *cobra.Command) {
 		if check == nil {
 			return nil
 		}
-		return check(c, args)
+		if err := check(c, args); err != nil {
+			// cobra says "requires at least 1 arg(s), only received 0":
+			// say which argument is missing, or that there are too many.
+			usage := strings.TrimPrefix(c.UseLine(), c.Root().Name()+" ")
+			missing := names
+			if _, cmd, ok := strings.Cut(c.Use, "-- "); ok && len(args) == 0 {
+				missing = []string{strings.Fields(cmd)[0]} // run's command
+			}
+			switch {
+			case len(args) < len(missing):
+				return usageErr("%s: %s is missing (usage: snapback %s)", verb, missing[len(args)], usage)
+			case len(names) == 0:
+				return usageErr("%s: takes no arguments, got %q (usage: snapback %s)", verb, args[0], usage)
+			}
+			return usageErr("%s: too many arguments (%d) (usage: snapback %s)", verb, len(args), usage)
+		}
+		return nil
 	}
 }
 
