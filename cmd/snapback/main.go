@@ -152,8 +152,10 @@ func newRootCmd(g *globals) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+		// After the arguments' checks: -C "" is refused before this.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return g.chdir() },
 	}
-	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "project root (default: nearest ancestor with snapback.toml or .snapback, else the working directory)")
+	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "run as if started in DIR (the root is then found from DIR: the nearest ancestor with snapback.toml or .snapback, else the top of the git work tree, else DIR)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageErr("%s: %v", c.CommandPath(), err) })
 	root.AddCommand(
