@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
 )
@@ -71,14 +72,28 @@ func mount(spec Spec) error {
 		// follows the redirect), instead of failing with EXDEV.
 		opts += ",redirect_dir=on"
 	}
+	// The store is absent inside: a whiteout in the upper layer hides it,
+	// so a command cannot erase its own undo history, and it is no mount
+	// point either, which `git clean -fdx` or `rm -rf` would fail on
+	// (EBUSY). Whatever the command makes there stays in the layer (no
+	// changeset holds the store's path) and goes with it.
+	if err := hideStore(spec.Upper); err != nil {
+		return err
+	}
 	if err := unix.Mount("overlay", spec.Root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlayfs on %s: %w", spec.Root, err)
 	}
-	// The store is invisible and unwritable inside: an empty read-only
-	// tmpfs covers it, so a command cannot erase its own undo history.
-	store := filepath.Join(spec.Root, snapshot.StoreDir)
-	if err := unix.Mount("tmpfs", store, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0500"); err != nil {
-		return fmt.Errorf("hide %s: %w", store, err)
+	return nil
+}
+
+// hideStore makes the store's whiteout in upper (a character device 0/0,
+// which needs no capability since Linux 5.8); one there already, or the
+// command's own entry of a former step of the run, stays.
+func hideStore(upper string) error {
+	p := filepath.Join(upper, snapshot.StoreDir)
+	fsutil.Mutating()
+	if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("hide %s in the view: %w", snapshot.StoreDir, err)
 	}
 	return nil
 }
