@@ -41,7 +41,10 @@ func Main() int {
 		return fuse.Serve(os.Args[2:]) // a fuse run's server
 	}
 	if len(os.Args) > 2 && os.Args[1] == overlay.ProbeVerb {
-		return overlay.Probe(os.Args[2]) // doctor's probe, in a user namespace
+		return overlay.Probe(os.Args[2]) // a trial overlayfs view, in namespaces of its own
+	}
+	if len(os.Args) > 2 && os.Args[1] == fuse.ProbeVerb {
+		return fuse.Probe(os.Args[2]) // a trial fuse view, in a mount namespace of its own
 	}
 	if len(os.Args) > 1 && os.Args[1] == backends.VolumeHelperVerb {
 		return backends.VolumeHelper(os.Args[2:]) // in a docker-volume helper container
