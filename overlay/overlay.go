@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
 )
@@ -71,31 +72,71 @@ func mount(spec Spec) error {
 		// follows the redirect), instead of failing with EXDEV.
 		opts += ",redirect_dir=on"
 	}
+	// The store is absent inside: a whiteout in the upper layer hides it,
+	// so a command cannot erase its own undo history, and it is no mount
+	// point either, which `git clean -fdx` or `rm -rf` would fail on
+	// (EBUSY). Whatever the command makes there stays in the layer (no
+	// changeset holds the store's path) and goes with it.
+	if err := hideStore(spec.Upper); err != nil {
+		return err
+	}
 	if err := unix.Mount("overlay", spec.Root, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlayfs on %s: %w", spec.Root, err)
-	}
-	// The store is invisible and unwritable inside: an empty read-only
-	// tmpfs covers it, so a command cannot erase its own undo history.
-	store := filepath.Join(spec.Root, snapshot.StoreDir)
-	if err := unix.Mount("tmpfs", store, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=0500"); err != nil {
-		return fmt.Errorf("hide %s: %w", store, err)
 	}
 	return nil
 }
 
-// Available reports whether kernel overlayfs runs can work here, and why
-// not when they cannot. For an ordinary user it tries the real thing: a
-// helper in a user namespace mounts a tiny overlay and reports back.
-func Available() (bool, string) {
-	b, err := os.ReadFile("/proc/filesystems")
-	if err != nil {
-		return false, "cannot read /proc/filesystems: " + err.Error()
+// hideStore makes the store's whiteout in upper (a character device 0/0,
+// which needs no capability since Linux 5.8); one there already, or the
+// command's own entry of a former step of the run, stays.
+func hideStore(upper string) error {
+	p := filepath.Join(upper, snapshot.StoreDir)
+	fsutil.Mutating()
+	if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("hide %s in the view: %w", snapshot.StoreDir, err)
 	}
-	if !strings.Contains(string(b), "\toverlay\n") {
-		return false, "the kernel has no overlay filesystem (modprobe overlay)"
+	return nil
+}
+
+// Available reports whether kernel overlayfs runs can work on this
+// machine, and why not when they cannot. For an ordinary user it tries
+// the real thing: a helper in a user namespace mounts a tiny overlay in a
+// temporary directory and reports back. [Trial] tries a project's own
+// filesystem.
+func Available() (bool, string) {
+	if why := machine(); why != "" {
+		return false, why
 	}
 	if os.Geteuid() == 0 {
 		return true, ""
+	}
+	dir, err := os.MkdirTemp("", "snapback-probe-")
+	if err != nil {
+		return false, "an overlay in a user namespace failed here: " + err.Error()
+	}
+	defer os.RemoveAll(dir)
+	lower := filepath.Join(dir, "lower")
+	if err := os.Mkdir(lower, 0o700); err != nil {
+		return false, "an overlay in a user namespace failed here: " + err.Error()
+	}
+	if err := trial(lower, dir); err != nil {
+		return false, "an overlay in a user namespace failed here: " + err.Error()
+	}
+	return true, ""
+}
+
+// machine says what keeps overlayfs runs from working on this machine,
+// whatever the project: "" when nothing does.
+func machine() string {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return "cannot read /proc/filesystems: " + err.Error()
+	}
+	if !strings.Contains(string(b), "\toverlay\n") {
+		return "the kernel has no overlay filesystem (modprobe overlay)"
+	}
+	if os.Geteuid() == 0 {
+		return ""
 	}
 	for _, c := range []struct{ file, bad, why string }{
 		{"/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1", "user namespaces are restricted by kernel.apparmor_restrict_unprivileged_userns=1"},
@@ -103,38 +144,137 @@ func Available() (bool, string) {
 		{"/proc/sys/user/max_user_namespaces", "0", "user namespaces are disabled by user.max_user_namespaces=0"},
 	} {
 		if v, err := os.ReadFile(c.file); err == nil && strings.TrimSpace(string(v)) == c.bad {
-			return false, c.why
+			return c.why
 		}
 	}
-	if err := probe(); err != nil {
-		return false, "an overlay in a user namespace failed here: " + err.Error()
-	}
-	return true, ""
+	return ""
 }
 
-// ProbeVerb is the hidden verb of the availability probe's helper.
+// Trial reports whether an overlayfs run works for the project at root,
+// by making one: a helper mounts a view of root over it, in a mount (and
+// PID) namespace of its own, with the layer where a run's would be
+// ([TrialDir]), hides the store, writes a file into the view and mounts
+// the namespace's /proc, as a run's helper and init do. The reason says
+// what was tried, and why it failed. (A container's root is often
+// overlayfs itself, which the kernel refuses as an upper layer.)
+func Trial(root string) (bool, string) {
+	if why := machine(); why != "" {
+		return false, why
+	}
+	dir, done, err := TrialDir(root)
+	if err != nil {
+		return false, "cannot try a view here: " + err.Error()
+	}
+	defer done()
+	tried := fmt.Sprintf("a trial view of %s (%s) with its layer in %s", root, FSType(root), filepath.Dir(dir))
+	if err := trial(root, dir); err != nil {
+		why := fmt.Sprintf("%s failed: %v", tried, err)
+		if FSType(dir) == "overlay" {
+			why += " (overlayfs keeps no layer on overlayfs, as a container's root is: a volume mounted into the container, or --mode fuse or copy, works)"
+		}
+		return false, why
+	}
+	return true, tried + " worked"
+}
+
+// TrialDir makes an empty directory for a trial layer where a run's layer
+// would be: in the store's tmp/ (swept by recovery), or, with no store
+// yet, in the root itself, where the store would be made, under a name no
+// snapshot holds. done removes it, and puts the root's times back when it
+// was made there.
+func TrialDir(root string) (dir string, done func(), err error) {
+	parent, prefix := filepath.Join(root, snapshot.StoreDir, "tmp"), "trial-"
+	if st, err := os.Lstat(parent); err != nil || !st.IsDir() {
+		parent, prefix = root, snapshot.TempPrefix+"trial-"
+	}
+	var before unix.Stat_t
+	if err := unix.Lstat(parent, &before); err != nil {
+		return "", nil, err
+	}
+	fsutil.Mutating()
+	if dir, err = os.MkdirTemp(parent, prefix); err != nil {
+		return "", nil, err
+	}
+	return dir, func() {
+		fsutil.Mutating()
+		_ = os.RemoveAll(dir) // a leftover is swept, or held by no snapshot
+		if parent == root {
+			fsutil.Mutating()
+			_ = unix.UtimesNanoAt(unix.AT_FDCWD, root, []unix.Timespec{before.Atim, before.Mtim}, unix.AT_SYMLINK_NOFOLLOW)
+		}
+	}, nil
+}
+
+// FSType names the filesystem p is on ("overlay", "ext4"...), or its
+// magic number when it is not one of the usual.
+func FSType(p string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return "unknown filesystem"
+	}
+	switch uint32(st.Type) {
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlay"
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.FUSE_SUPER_MAGIC:
+		return "fuse"
+	case unix.NFS_SUPER_MAGIC:
+		return "nfs"
+	case unix.V9FS_MAGIC:
+		return "9p"
+	case 0x2fc12fc1:
+		return "zfs"
+	}
+	return fmt.Sprintf("filesystem 0x%x", uint32(st.Type))
+}
+
+// ProbeVerb is the hidden verb of the trial's helper.
 const ProbeVerb = "__overlay-probe"
 
-// probe mounts a throwaway overlay and a /proc in a user and PID
-// namespace, as a run would.
-func probe() error {
-	dir, err := os.MkdirTemp("", "snapback-probe-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	for _, d := range []string{"lower", "upper", "work", "merged"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+// trialSpec is what the trial's helper is told.
+type trialSpec struct {
+	Spec
+	File string `json:"file"` // written into the view, then removed
+}
+
+// trial runs the trial's helper: a view of lower, mounted over it, with
+// its layer in dir (upper and work are made there).
+func trial(lower, dir string) error {
+	spec := trialSpec{Spec: Spec{Root: lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), UserNS: os.Geteuid() != 0},
+		File: filepath.Join(lower, snapshot.TempPrefix+"trial")}
+	for _, d := range []string{spec.Upper, spec.Work} {
+		fsutil.Mutating()
+		if err := os.Mkdir(d, 0o700); err != nil {
 			return err
 		}
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, ProbeVerb, dir)
+	cmd := exec.Command(self, ProbeVerb, string(b))
+	cmd.Dir = "/"
+	// The crash tests' kill points are snapback's, not the throwaway trial's.
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "SNAPBACK_KILL_AT=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID}
-	UserNS(cmd.SysProcAttr)
+	if spec.UserNS {
+		UserNS(cmd.SysProcAttr)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
@@ -146,11 +286,29 @@ func probe() error {
 	return nil
 }
 
-// Probe is the probe helper's main.
-func Probe(dir string) int {
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", escape(dir+"/lower"), escape(dir+"/upper"), escape(dir+"/work"))
-	if err := unix.Mount("overlay", dir+"/merged", "overlay", 0, opts); err != nil {
-		fmt.Fprintf(os.Stderr, "mount overlayfs: %v\n", err)
+// Probe is the trial helper's main: arg is its trialSpec.
+func Probe(arg string) int {
+	var spec trialSpec
+	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "trial: %v\n", err)
+		return 1
+	}
+	if err := mount(spec.Spec); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		return 1
+	}
+	f, err := os.OpenFile(spec.File, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err == nil {
+		_, err = f.WriteString("trial\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Remove(spec.File)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "write into the view: %v\n", err)
 		return 1
 	}
 	// A run's init mounts its PID namespace's /proc: refused in a user

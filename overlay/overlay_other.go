@@ -50,3 +50,6 @@ func Probe(string) int { return 1 }
 
 // UserNS does nothing here: there are no user namespaces.
 func UserNS(*syscall.SysProcAttr) {}
+
+// Trial reports that overlayfs is not available.
+func Trial(string) (bool, string) { return Available() }

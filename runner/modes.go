@@ -10,7 +10,10 @@ import (
 // The modes this package drives say whether they work here; the others
 // of isolation.All are not built.
 func init() {
-	isolation.Provide(isolation.Overlayfs, func(string) (bool, string) { return overlay.Available() })
-	isolation.Provide(isolation.Fuse, func(string) (bool, string) { return fuse.Available() })
+	// The view modes try the real thing on the project's own filesystem:
+	// inside a container whose root is overlayfs, the kernel has overlayfs
+	// but refuses a layer there.
+	isolation.Provide(isolation.Overlayfs, overlay.Trial)
+	isolation.Provide(isolation.Fuse, fuse.Trial)
 	isolation.Provide(isolation.Btrfs, backends.IsSubvolume)
 }

@@ -39,31 +39,57 @@ func lockWait() time.Duration {
 	return 5 * time.Second
 }
 
-// rootDir finds the project root.
-func (g *globals) rootDir() (string, error) {
-	if g.dir != "" {
-		abs, err := filepath.Abs(g.dir)
-		if err != nil {
-			return "", err
-		}
-		st, err := os.Stat(abs)
-		if err != nil || !st.IsDir() {
-			return "", usageErr("-C %s: not a directory", g.dir)
-		}
-		return abs, nil
+// chdir makes -C DIR mean "as if started in DIR", as for git and make:
+// the root is found from there, run's command runs there, and relative
+// PATH arguments resolve against it.
+func (g *globals) chdir() error {
+	if g.dir == "" {
+		return nil
 	}
+	abs, err := filepath.Abs(g.dir)
+	if err != nil {
+		return fmt.Errorf("-C %s: %w", g.dir, err)
+	}
+	if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+		return usageErr("-C %s: not a directory", g.dir)
+	}
+	if err := os.Chdir(abs); err != nil {
+		return usageErr("-C %s: %v", g.dir, err)
+	}
+	// The command of run inherits it: a shell's pwd then names DIR.
+	return os.Setenv("PWD", abs)
+}
+
+// rootDir finds the project root from the working directory: the nearest
+// ancestor holding snapback.toml or .snapback; else the top of the
+// enclosing git work tree (the nearest ancestor holding .git, a directory
+// or, in worktrees and submodules, a file); else the working directory.
+// A run started in a subdirectory then protects the whole project.
+func (g *globals) rootDir() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("working directory: %w", err)
 	}
-	for d := wd; ; d = filepath.Dir(d) {
-		for _, n := range []string{config.FileName, snapshot.StoreDir} {
+	if d := nearestHolding(wd, config.FileName, snapshot.StoreDir); d != "" {
+		return d, nil
+	}
+	if d := nearestHolding(wd, ".git"); d != "" {
+		return d, nil
+	}
+	return wd, nil
+}
+
+// nearestHolding returns the nearest of dir and its ancestors that holds
+// one of names, or "".
+func nearestHolding(dir string, names ...string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		for _, n := range names {
 			if _, err := os.Lstat(filepath.Join(d, n)); err == nil {
-				return d, nil
+				return d
 			}
 		}
 		if filepath.Dir(d) == d {
-			return wd, nil
+			return ""
 		}
 	}
 }

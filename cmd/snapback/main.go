@@ -41,7 +41,10 @@ func Main() int {
 		return fuse.Serve(os.Args[2:]) // a fuse run's server
 	}
 	if len(os.Args) > 2 && os.Args[1] == overlay.ProbeVerb {
-		return overlay.Probe(os.Args[2]) // doctor's probe, in a user namespace
+		return overlay.Probe(os.Args[2]) // a trial overlayfs view, in namespaces of its own
+	}
+	if len(os.Args) > 2 && os.Args[1] == fuse.ProbeVerb {
+		return fuse.Probe(os.Args[2]) // a trial fuse view, in a mount namespace of its own
 	}
 	if len(os.Args) > 1 && os.Args[1] == backends.VolumeHelperVerb {
 		return backends.VolumeHelper(os.Args[2:]) // in a docker-volume helper container
@@ -260,8 +263,10 @@ func newRootCmd(g *globals) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
+		// After the arguments' checks: -C "" is refused before this.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return g.chdir() },
 	}
-	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "project root (default: nearest ancestor with snapback.toml or .snapback, else the working directory)")
+	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "run as if started in DIR (the root is then found from DIR: the nearest ancestor with snapback.toml or .snapback, else the top of the git work tree, else DIR)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(

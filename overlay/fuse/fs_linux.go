@@ -212,7 +212,7 @@ func (ov *overlayFS) tmpName() string {
 // makeWhiteout replaces whatever non-directory is at p with a whiteout.
 func (ov *overlayFS) makeWhiteout(p string) error {
 	tmp := ov.tmpName()
-	if err := layer.MakeWhiteout(tmp, ov.asRoot); err != nil {
+	if err := makeWhiteout(tmp, ov.asRoot); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, p); err != nil {
@@ -220,6 +220,17 @@ func (ov *overlayFS) makeWhiteout(p string) error {
 		return err
 	}
 	return nil
+}
+
+// makeWhiteout makes a whiteout at p: a 0/0 device as root, unless the
+// layer's filesystem refuses one (overlayfs does, as a container's root
+// is: EPERM), then an xwhiteout, which the layer's readers take alike.
+func makeWhiteout(p string, device bool) error {
+	err := layer.MakeWhiteout(p, device)
+	if device && errors.Is(err, syscall.EPERM) {
+		err = layer.MakeWhiteout(p, false)
+	}
+	return err
 }
 
 // stable is the view's inode number for an upper entry.

@@ -39,3 +39,12 @@ func Helper([]string) int {
 
 // Serve fails: no fuse runs here.
 func Serve([]string) int { return Helper(nil) }
+
+// ProbeVerb is the hidden verb of the trial's helper.
+const ProbeVerb = "__fuse-probe"
+
+// Trial reports that fuse runs are not available here.
+func Trial(string) (bool, string) { return Available() }
+
+// Probe fails: no fuse runs here.
+func Probe(string) int { return 1 }
