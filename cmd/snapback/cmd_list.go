@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -48,6 +49,16 @@ func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
 
 func runList(g *globals, all bool) error {
 	repo, _, err := g.open(false, "list")
+	if errors.Is(err, snapshot.ErrNoStore) {
+		// No store yet is no error for a question: the list is empty.
+		if g.json {
+			return g.printJSON(struct {
+				Snapshots []snapshotJSON `json:"snapshots"`
+			}{Snapshots: []snapshotJSON{}})
+		}
+		fmt.Fprintln(g.stderr, "no snapshots yet (`snapback snap` takes one; `snapback run` records one)")
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +33,16 @@ type runJSON struct {
 
 func runStatus(g *globals) error {
 	repo, _, err := g.open(false, "status")
+	if errors.Is(err, snapshot.ErrNoStore) {
+		// No store yet is no error for a question: nothing is pending.
+		if g.json {
+			return g.printJSON(struct {
+				Runs []runJSON `json:"runs"`
+			}{Runs: []runJSON{}})
+		}
+		fmt.Fprintln(g.stdout, "no pending runs")
+		return nil
+	}
 	if err != nil {
 		return err
 	}
