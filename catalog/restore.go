@@ -243,7 +243,7 @@ func restoreAside(parent, base string, st os.FileInfo, build func(string) error)
 			removeTree(stage)
 		}
 	}()
-	crashPoint("archive-restore-staged")
+	fsutil.CrashPoint("archive-restore-staged")
 	if err := build(stage); err != nil {
 		return false, err
 	}
@@ -260,7 +260,7 @@ func restoreAside(parent, base string, st os.FileInfo, build func(string) error)
 	if err := os.Chmod(stage, mode); err != nil {
 		return false, wrap(CodeIO, err, "restore into %s", into)
 	}
-	crashPoint("archive-restore-built")
+	fsutil.CrashPoint("archive-restore-built")
 	if st == nil {
 		err = pd.RenameNoReplace(stageName, pd, base)
 	} else {
@@ -275,7 +275,7 @@ func restoreAside(parent, base string, st os.FileInfo, build func(string) error)
 		return false, wrap(CodeIO, err, "restore into %s", into)
 	}
 	ok = true
-	crashPoint("archive-restore-renamed")
+	fsutil.CrashPoint("archive-restore-renamed")
 	if err := pd.Sync(); err != nil {
 		return true, wrap(CodeIO, err, "restore into %s", into)
 	}
@@ -317,7 +317,7 @@ func restoreInPlace(into string, merge bool, build func(string) error) error {
 	if err := root.Mkdir(tree, 0o700); err != nil {
 		return wrap(CodeIO, err, "restore into %s", into)
 	}
-	crashPoint("archive-restore-staged")
+	fsutil.CrashPoint("archive-restore-staged")
 	if err := build(filepath.Join(into, tree)); err != nil {
 		return err
 	}
@@ -335,7 +335,7 @@ func restoreInPlace(into string, merge bool, build func(string) error) error {
 			return wrap(CodeIO, err, "restore into %s", into)
 		}
 	}
-	crashPoint("archive-restore-built")
+	fsutil.CrashPoint("archive-restore-built")
 	moving = true
 	if err := moveInto(root, tree, "", merge); err != nil {
 		return wrap(CodeIO, err, "restore into %s (run the restore again to finish or undo it)", into)
@@ -343,7 +343,7 @@ func restoreInPlace(into string, merge bool, build func(string) error) error {
 	if err := root.Sync(); err != nil {
 		return wrap(CodeIO, err, "restore into %s", into)
 	}
-	crashPoint("archive-restore-moved")
+	fsutil.CrashPoint("archive-restore-moved")
 	// Everything is in: the staging directory holds only empty
 	// directories and the list.
 	if err := removeTree(stage); err != nil {
@@ -582,7 +582,7 @@ func moveInto(root *fsutil.Dir, stage, rel string, merge bool) error {
 		if err := src.Rename(n, dst, n); err != nil {
 			return err
 		}
-		crashPoint("archive-restore-move")
+		fsutil.CrashPoint("archive-restore-move")
 	}
 	return nil
 }

@@ -131,7 +131,7 @@ func (a *applier) run(cur Manifest) error {
 			return err
 		}
 		removed[c.Path] = true
-		crashPoint("apply")
+		fsutil.CrashPoint("apply")
 	}
 	// 2. Create and update, parents first.
 	for i := range a.target {
@@ -146,7 +146,7 @@ func (a *applier) run(cur Manifest) error {
 		if err := a.put(t, c); err != nil {
 			return err
 		}
-		crashPoint("apply")
+		fsutil.CrashPoint("apply")
 	}
 	// 3. Directory metadata last, deepest first, so that nothing we do
 	// afterwards moves a directory's mtime.
@@ -306,30 +306,24 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 			return err
 		}
 		defer src.Close() // read-only
-		f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
 		// The hash of what was written, computed on the copy itself: a
 		// damaged object must never reach the tree unnoticed.
-		var sum [32]byte
-		var size int64
-		if of, ok := src.(*os.File); ok {
-			sum, size, err = fsutil.CopyHash(f, of) // sparse files stay sparse
-		} else {
-			h := sha256.New()
-			size, err = io.Copy(io.MultiWriter(f, h), src)
-			copy(sum[:], h.Sum(nil))
-		}
-		if err == nil && (ObjectID(sum) != t.Object || size != t.Size) {
-			err = &DamagedError{Path: t.Path, Object: t.Object}
-		}
-		if err == nil {
-			err = a.fileMeta(f, t)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		err = a.writeTemp(d, tmp, t, func(f *os.File) error {
+			var sum [32]byte
+			var size int64
+			var err error
+			if of, ok := src.(*os.File); ok {
+				sum, size, err = fsutil.CopyHash(f, of) // sparse files stay sparse
+			} else {
+				h := sha256.New()
+				size, err = io.Copy(io.MultiWriter(f, h), src)
+				copy(sum[:], h.Sum(nil))
+			}
+			if err == nil && (ObjectID(sum) != t.Object || size != t.Size) {
+				err = &DamagedError{Path: t.Path, Object: t.Object}
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -480,21 +474,27 @@ func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp strin
 		return err
 	}
 	defer src.Close() // read-only
+	if err := a.writeTemp(d, tmp, meta, func(f *os.File) error { return fsutil.CopyFile(f, src) }); err != nil {
+		return err
+	}
+	return d.SetTimes(tmp, time.Unix(0, meta.Mtime))
+}
+
+// writeTemp creates the file tmp in d, fills it, and gives it t's owner,
+// mode and xattrs (not its mtime: callers set that last).
+func (a *applier) writeTemp(d *fsutil.Dir, tmp string, t *Entry, fill func(*os.File) error) error {
 	f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	err = fsutil.CopyFile(f, src)
+	err = fill(f)
 	if err == nil {
-		err = a.fileMeta(f, meta)
+		err = a.fileMeta(f, t)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return err
-	}
-	return d.SetTimes(tmp, time.Unix(0, meta.Mtime))
+	return err
 }
 
 func (a *applier) treePath() string {

@@ -55,11 +55,11 @@ func (r *Repo) writeJournal(j *journal) error {
 	if err != nil {
 		return err
 	}
-	crashPoint("before-journal")
+	fsutil.CrashPoint("before-journal")
 	if err := fsutil.WriteFileAtomic(r.journalPath(), b, 0o600); err != nil {
 		return err
 	}
-	crashPoint("journal-written")
+	fsutil.CrashPoint("journal-written")
 	return nil
 }
 
@@ -324,11 +324,11 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	if err := r.saveCache(cache); err != nil {
 		return err
 	}
-	crashPoint("applied")
+	fsutil.CrashPoint("applied")
 	if err := r.restoreTargets(j.Targets); err != nil {
 		return fmt.Errorf("%s: %w: %w (the tree is done; `snapback recover` retries the targets)", j.Op, ErrTargetsPending, err)
 	}
-	crashPoint("targets-restored")
+	fsutil.CrashPoint("targets-restored")
 	if len(j.Targets) > 0 && j.Record == nil {
 		// A discard releases the payloads it has just restored from: the
 		// journal forgets the targets first, so that a crash while they
@@ -355,7 +355,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 			return err
 		}
 	}
-	crashPoint("recorded")
+	fsutil.CrashPoint("recorded")
 	if j.Done != "" {
 		if err := r.dropRun(j.Done); err != nil {
 			return fmt.Errorf("%s: %w", j.Op, err)

@@ -151,11 +151,19 @@ func (s *Store) objectSize(id ObjectID) (int64, error) {
 
 // OpenObject opens a stored object for reading.
 func (s *Store) OpenObject(id ObjectID) (*os.File, error) {
-	f, err := os.Open(s.objectPath(id))
+	// Never through a symlink, never blocking on a FIFO planted there.
+	f, err := os.OpenFile(s.objectPath(id), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
 	}
-	return f, err
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close() // read-only
+		return nil, fmt.Errorf("%w: object %s is not a regular file", ErrCorrupt, id)
+	}
+	return f, nil
 }
 
 // ReadObject reads a whole object and checks it against its name.

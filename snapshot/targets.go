@@ -211,7 +211,7 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 		if err != nil {
 			return err
 		}
-		crashPoint("target-restore")
+		fsutil.CrashPoint("target-restore")
 		done := r.working("restoring target " + s.Name + " (" + t.Backend + ")")
 		fsutil.Mutating() // a target's restore is one kill point of the crash tests (its backend makes it atomic)
 		err = b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data"))

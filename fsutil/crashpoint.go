@@ -1,0 +1,32 @@
+package fsutil
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// Named crash points, beside [Mutating]'s numbered ones: with
+// SNAPBACK_CRASH_AT=NAME the process SIGKILLs itself when it reaches the
+// point NAME, and with NAME:N the N-th time it passes it, so a test can
+// make the worst moment of an operation certain to be hit.
+var (
+	crashAt    = os.Getenv("SNAPBACK_CRASH_AT")
+	crashCount atomic.Int64
+)
+
+// CrashPoint marks the point name.
+func CrashPoint(name string) {
+	if crashAt == "" || !strings.HasPrefix(crashAt, name) {
+		return
+	}
+	rest := crashAt[len(name):]
+	if rest == "" {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL) // cannot be caught
+	}
+	if n, err := strconv.ParseInt(strings.TrimPrefix(rest, ":"), 10, 64); err == nil && rest[0] == ':' && crashCount.Add(1) == n {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+}
