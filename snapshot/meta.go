@@ -62,6 +62,9 @@ type Meta struct {
 	Bytes  int64  `json:"bytes"`
 	// Targets are the states outside the tree this snapshot returns to.
 	Targets []TargetState `json:"targets,omitempty"`
+	// Steps, for a run in a view, are its session's commands (Command is
+	// the first's, ExitStatus the last's).
+	Steps []Step `json:"steps,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
@@ -143,6 +146,11 @@ func (m *Meta) validate() error {
 		// the store's own, never a path out of it.
 		if err := m.Targets[i].validate(); err != nil {
 			return fmt.Errorf("target %d: %w", i, err)
+		}
+	}
+	for i := range m.Steps {
+		if err := m.Steps[i].validate(); err != nil {
+			return fmt.Errorf("step %d: %w", i+1, err)
 		}
 	}
 	return nil

@@ -32,8 +32,14 @@ type ViewRun struct {
 	// Targets are the states of the targets before the command ran; the
 	// first commit takes them into its record, a discard restores them.
 	Targets []TargetState `json:"targets,omitempty"`
+	// Then is what the session's first command was to become of (commit,
+	// review or discard): `run --continue` keeps it unless told otherwise.
+	Then string `json:"then,omitempty"`
+	// Steps are the session's commands, one per command run in the view.
+	Steps []Step `json:"steps,omitempty"`
 
-	lock *os.File
+	lock  *os.File
+	stamp map[string]layerStamp // the layer before the running step
 }
 
 // ErrNoPending is returned when no pending run matches.
@@ -98,6 +104,12 @@ func (r *Repo) Resume(p *ViewRun) error {
 	return r.SavePending(p)
 }
 
+// LockFile is the open file of the run's lock while this process holds
+// it (nil otherwise): a process that inherits it keeps the run running
+// for as long as it lives (the overlay modes' init does, so that a run
+// whose snapback died is not committed while its processes still write).
+func (p *ViewRun) LockFile() *os.File { return p.lock }
+
 // Release drops the run's lock (its state stays as saved).
 func (r *Repo) Release(p *ViewRun) {
 	if p.lock != nil {
@@ -110,6 +122,9 @@ func (r *Repo) Release(p *ViewRun) {
 // is pending, its lock released, and what the command wrote to ignored
 // paths is in the tree (see [Repo.WriteThrough]).
 func (r *Repo) EndCommand(p *ViewRun, status int) error {
+	if err := r.endStep(p, status); err != nil {
+		return err
+	}
 	p.ExitStatus, p.State = &status, StatePending
 	r.Release(p)
 	if err := r.SavePending(p); err != nil {
@@ -245,7 +260,7 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, StateDone
-	rec.Targets = p.Targets
+	rec.Targets, rec.Steps = p.Targets, p.Steps
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
 		return nil, err
