@@ -65,6 +65,10 @@ type Result struct {
 	// Failed: the command failed and its changes were kept pending
 	// instead of being committed (Then commit without CommitFailed).
 	Failed bool
+	// KeptIgnored and DroppedExcluded are, for a run discarded at once,
+	// the ignored paths it wrote through (kept) and the excluded ones it
+	// wrote (dropped with it).
+	KeptIgnored, DroppedExcluded []string
 	// Recorded is the record of a run on the tree (copy and btrfs modes):
 	// there is no pending state, what the command did is in the tree.
 	Recorded *snapshot.Meta
@@ -163,9 +167,13 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 	case ThenReview:
 		res.Pending = p
 	case ThenDiscard:
+		if res.DroppedExcluded, err = repo.ExcludedIn(p, nil); err != nil {
+			return res, err
+		}
 		if err := repo.DiscardPending(p); err != nil {
 			return res, err
 		}
+		res.KeptIgnored = p.WroteThrough
 	}
 	return res, nil
 }

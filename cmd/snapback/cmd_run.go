@@ -133,6 +133,8 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): the %s mode has no pending state; what it changed is in the tree, recorded as %s: snapback undo reverts it\n",
 			describeStatus(res.Status), res.Recorded.Mode, res.Recorded.ID)
 	}
+	noteUnreverted(g, "discard", res.KeptIgnored, nil)
+	noteDropped(g, res.DroppedExcluded)
 	if res.Status != 0 {
 		return &statusError{status: res.Status}
 	}
