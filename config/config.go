@@ -1,7 +1,8 @@
 // Package config reads snapback.toml, the project's settings:
 //
 //	[snapshot]
-//	ignore = ["node_modules", "*.log"]   # gitignore syntax
+//	ignore = ["trace.jsonl", "*.log"]    # gitignore syntax: never rolled back
+//	exclude = ["node_modules"]           # out of snapshots, isolated by runs
 //	mode = "auto"
 //
 //	[[target]]
@@ -42,13 +43,20 @@ type Config struct {
 
 	path    string
 	matcher gitignore.Matcher
+	exclude gitignore.Matcher
 	inTree  []string // target paths inside the tree, slash-separated
 }
 
 // Snapshot is the [snapshot] table.
 type Snapshot struct {
+	// Ignore: paths that are never snapshotted and never rolled back; an
+	// overlay run writes them through to the tree at once (audit logs).
 	Ignore []string `toml:"ignore"`
-	Mode   string   `toml:"mode"`
+	// Exclude: paths that are never snapshotted either (big, regenerable
+	// directories), but that an overlay run isolates like any other:
+	// committed with it (not undoably), dropped by its discard.
+	Exclude []string `toml:"exclude"`
+	Mode    string   `toml:"mode"`
 }
 
 // Target is one [[target]]: state outside the tree.
@@ -167,6 +175,11 @@ func (c *Config) validate(src []byte) error {
 	for i, p := range c.Snapshot.Ignore {
 		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\x00\n") {
 			return bad("snapshot", -1, "ignore", "snapshot.ignore[%d]: invalid pattern %q", i, p)
+		}
+	}
+	for i, p := range c.Snapshot.Exclude {
+		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\x00\n") {
+			return bad("snapshot", -1, "exclude", "snapshot.exclude[%d]: invalid pattern %q", i, p)
 		}
 	}
 	for i, t := range c.Targets {
@@ -334,6 +347,11 @@ func (c *Config) compile() error {
 		ps = append(ps, gitignore.ParsePattern(p, nil))
 	}
 	c.matcher = gitignore.NewMatcher(ps)
+	var xs []gitignore.Pattern
+	for _, p := range c.Snapshot.Exclude {
+		xs = append(xs, gitignore.ParsePattern(p, nil))
+	}
+	c.exclude = gitignore.NewMatcher(xs)
 	root := filepath.Dir(c.path)
 	for _, t := range c.Targets {
 		if t.Path == "" {
@@ -355,7 +373,8 @@ func (c *Config) compile() error {
 }
 
 // Ignored reports whether a relative, slash-separated path matches the
-// ignore patterns (gitignore semantics, matched from the root), or is
+// ignore or the exclude patterns (gitignore semantics, matched from the
+// root): no snapshot holds it, no restore touches it; or whether it is
 // a target's (with SQLite's journal files): its backend saves it, the tree
 // snapshot must not also restore it underneath.
 func (c *Config) Ignored(path string, isDir bool) bool {
@@ -371,8 +390,21 @@ func (c *Config) Ignored(path string, isDir bool) bool {
 			return true
 		}
 	}
+	if c.Excluded(path, isDir) {
+		return true
+	}
 	if len(c.Snapshot.Ignore) == 0 {
 		return false
 	}
 	return c.matcher.Match(strings.Split(path, "/"), isDir)
+}
+
+// Excluded reports whether a path matches the exclude patterns: left out
+// of snapshots like an ignored one, but isolated by an overlay run, not
+// written through.
+func (c *Config) Excluded(path string, isDir bool) bool {
+	if len(c.Snapshot.Exclude) == 0 {
+		return false
+	}
+	return c.exclude.Match(strings.Split(path, "/"), isDir)
 }

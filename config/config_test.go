@@ -98,6 +98,7 @@ func TestParseErrorLines(t *testing.T) {
 		{"bad type", "[snapshot]\nmode = \"auto\"\n\nignore = 3\n", 4, "snapshot.ignore"},
 		{"bad type in list", "[snapshot]\nignore = [\"a\", 3]\n", 2, "snapshot.ignore"},
 		{"empty pattern", "[snapshot]\nmode = \"auto\"\nignore = [\"a\", \" \"]\n", 3, "snapshot.ignore[1]"},
+		{"empty exclude pattern", "[snapshot]\nmode = \"auto\"\nexclude = [\"a\", \"\"]\n", 3, "snapshot.exclude[1]"},
 		{"unknown backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\n\n[[target]]\npath = \"b.db\"\nbackend = \"oracle\"\n", 7, `target 2: unknown backend "oracle"`},
 		{"no backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\n[[target]]\npath = \"b.db\"\n", 4, "target 2: no backend"},
 		{"missing dsn", "[[target]]\nname = \"db\"\nbackend = \"postgres\"\n", 1, "target db: backend postgres needs dsn"},

@@ -10,8 +10,9 @@
 // mounts the namespace's own /proc, starts the command as its child in
 // the working directory, forwards the signals snapback passes through a
 // pipe ([Session.Signal]), reaps orphans and exits with the command's
-// status (128+N for signal N). Its exit ends whatever the command left
-// running. The command sees no process outside the run, and no
+// status (128+N for signal N). Once the command has exited, it waits up
+// to [Spec.Grace] for the processes the command left behind, ends those
+// still running (saying so on stderr) and exits only when none is left. The command sees no process outside the run, and no
 // descriptor that leads around the view reaches it (closeReaching), so
 // the real tree and the store are reachable only by going around the
 // view on purpose. The fuse mode runs the same init ([StartInit]) under
@@ -22,6 +23,8 @@
 // the fuse helper catch the signals snapback forwards, so that one sent
 // to them directly (those from the terminal) is not delivered twice.
 package overlay
+
+import "time"
 
 // HelperVerb is the hidden first argument that makes snapback the helper.
 const HelperVerb = "__overlay-exec"
@@ -40,4 +43,12 @@ type Spec struct {
 	// Signals is the descriptor, in the helper, of the pipe snapback
 	// forwards signals through (one byte, the number, each).
 	Signals int `json:"signals,omitempty"`
+	// Lock is the descriptor, in the helper, of the run's lock file (0:
+	// none). The init keeps it open until every process of the run is
+	// gone: a run whose snapback died still shows as running, and is not
+	// committed or discarded, while anything of it can write to its layer.
+	Lock int `json:"lock,omitempty"`
+	// Grace is how long the init waits, once the command has exited, for
+	// the processes it left behind, before it ends them.
+	Grace time.Duration `json:"grace,omitempty"`
 }

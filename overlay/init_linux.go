@@ -11,9 +11,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
@@ -181,9 +184,8 @@ func failed(err error) int {
 // the view is mounted: it mounts the namespace's own /proc, closes what
 // must not reach the command, starts the command as its child, forwards
 // the signals snapback sends through the pipe, reaps every orphan and
-// returns the command's status, as a shell reports it. Its exit ends
-// whatever the command left running: the kernel kills the rest of a PID
-// namespace when its init exits.
+// returns the command's status, as a shell reports it, once no other
+// process of the run is left (see [leftBehind]).
 func initRun(spec Spec, argv []string) int {
 	// /proc shows this namespace's processes only: snapback, its working
 	// directory and descriptors are out of reach.
@@ -195,7 +197,14 @@ func initRun(spec Spec, argv []string) int {
 	}
 	unix.CloseOnExec(spec.Signals)
 	pipe := os.NewFile(uintptr(spec.Signals), "signals")
-	if err := closeReaching(filepath.Join(spec.Root, snapshot.StoreDir), spec.Signals); err != nil {
+	keep := []int{spec.Signals}
+	if spec.Lock > 2 {
+		// Held, not passed on: the run's lock lives as long as this init,
+		// which outlives every process of the run.
+		unix.CloseOnExec(spec.Lock)
+		keep = append(keep, spec.Lock)
+	}
+	if err := closeReaching(filepath.Join(spec.Root, snapshot.StoreDir), keep); err != nil {
 		return failed(err)
 	}
 	// An ordinary user's command runs with the caller's identity and no
@@ -228,15 +237,23 @@ func initRun(spec Spec, argv []string) int {
 		fmt.Fprintf(os.Stderr, "snapback: %s: %v\n", argv[0], unwrapPath(err))
 		return st
 	}
+	var exited atomic.Bool
 	go func() {
 		b := make([]byte, 1)
 		for {
 			if _, err := pipe.Read(b); err != nil {
 				return // snapback is gone: the command runs on unsignalled
 			}
+			if exited.Load() {
+				// What the command left behind gets it instead (-1: every
+				// process of the namespace but this init).
+				_ = unix.Kill(-1, syscall.Signal(b[0])) // none may be left
+				continue
+			}
 			_ = proc.Signal(syscall.Signal(b[0])) // it may have just exited
 		}
 	}()
+	status := 0
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -249,11 +266,93 @@ func initRun(spec Spec, argv []string) int {
 		if pid != proc.Pid {
 			continue // an orphan the init inherited
 		}
+		status = ws.ExitStatus()
 		if ws.Signaled() {
-			return 128 + int(ws.Signal())
+			status = 128 + int(ws.Signal())
 		}
-		return ws.ExitStatus()
+		break
 	}
+	exited.Store(true)
+	leftBehind(spec.Grace)
+	return status
+}
+
+// leftBehind waits up to grace for the processes the command left
+// running (every one of them is this init's child by now, or a child's),
+// then kills those still there, and returns once none is left: only then
+// may the run's layer be committed or discarded. It says what it does on
+// stderr, since the user's background job is at stake.
+func leftBehind(grace time.Duration) {
+	if reap() {
+		return
+	}
+	n, procs := describeProcs()
+	them := "them"
+	if n == 1 {
+		them = "it"
+	}
+	fmt.Fprintf(os.Stderr, "snapback: the command left %s running; waiting up to %s for %s to exit\n", procs, grace, them)
+	for deadline := time.Now().Add(grace); time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if reap() {
+			return
+		}
+	}
+	_, left := describeProcs()
+	_ = unix.Kill(-1, unix.SIGKILL) // every process of the namespace but this init
+	for {
+		_, err := unix.Wait4(-1, nil, 0, nil)
+		if err == unix.ECHILD {
+			break
+		}
+		if err != nil && err != unix.EINTR {
+			fmt.Fprintf(os.Stderr, "snapback: overlay: wait for the processes left behind: %v\n", err)
+			break
+		}
+	}
+	fmt.Fprintf(os.Stderr, "snapback: ended %s, still running %s after the command exited\n", left, grace)
+}
+
+// reap reaps what has exited and reports whether no process is left but
+// this init.
+func reap() bool {
+	for {
+		pid, err := unix.Wait4(-1, nil, unix.WNOHANG, nil)
+		switch {
+		case err == unix.ECHILD:
+			return true
+		case err == unix.EINTR:
+		case err != nil || pid == 0:
+			return false
+		}
+	}
+}
+
+// describeProcs names the processes of the namespace but this init: "2
+// processes (sleep, sh)", with their number.
+func describeProcs() (int, string) {
+	ents, _ := os.ReadDir("/proc") // this namespace's own /proc; empty if unreadable
+	var names []string
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == 1 {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		names = append(names, strings.TrimSpace(string(comm)))
+	}
+	n := len(names)
+	if len(names) > 5 {
+		names = append(names[:5], "…")
+	}
+	word := "processes"
+	if n == 1 {
+		word = "process"
+	}
+	return n, fmt.Sprintf("%d %s (%s)", n, word, strings.Join(names, ", "))
 }
 
 func unwrapPath(err error) error {
@@ -269,15 +368,15 @@ func unwrapPath(err error) error {
 // walk from it into the real tree, whatever it is, `..` included), and
 // anything in the store. The terminal, pipes and files elsewhere pass on
 // as before; a directory on 0, 1 or 2 (unusable for I/O anyway) becomes
-// /dev/null. keep is the init's own pipe.
-func closeReaching(store string, keep int) error {
+// /dev/null. keep are the init's own: its pipe and the run's lock.
+func closeReaching(store string, keep []int) error {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return fmt.Errorf("list descriptors: %w", err)
 	}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
-		if err != nil || fd == keep {
+		if err != nil || slices.Contains(keep, fd) {
 			continue
 		}
 		var st unix.Stat_t

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/overlay"
@@ -27,14 +28,30 @@ const (
 type Options struct {
 	Args []string // the command; Args[0] is looked up in PATH
 	Mode string   // an isolation mode's name; "" or auto: the first that works
+	// Then is what becomes of the changes; "" is the session's own for
+	// Continue (review for a run that recorded none), else commit.
 	Then Then
+	// CommitFailed commits (Then commit) even when the command failed: by
+	// default a run whose command exits non-zero, or is killed, stays
+	// pending, so that half-done changes are not committed unseen.
+	CommitFailed bool
 	// Continue is a pending run's id (or a unique prefix): the command
 	// runs in its view, on top of its changes, and Mode is the run's.
 	Continue string
+	// Wait makes Continue wait while another command runs in the view
+	// (Waiting is told which, once); without it that is refused at once.
+	Wait    bool
+	Waiting func(*snapshot.ViewRun)
+	// Grace is how long the overlay modes wait, once the command has
+	// exited, for processes it left running before they end them.
+	Grace time.Duration
 	// LockWait is how long to wait for the store's lock once the command
 	// has ended (others may have taken it meanwhile).
 	LockWait time.Duration
 }
+
+// DefaultGrace is Options.Grace's default.
+const DefaultGrace = 10 * time.Second
 
 // Result is what a run did.
 type Result struct {
@@ -42,8 +59,19 @@ type Result struct {
 	// StartErr says why the command could not start, when it could not;
 	// the run is recorded all the same (it changed nothing).
 	StartErr error
-	// Pending is the run kept for review (ThenReview), else nil.
+	// Pending is the run kept pending (ThenReview, or a failed command's),
+	// else nil.
 	Pending *snapshot.ViewRun
+	// Failed: the command failed and its changes were kept pending
+	// instead of being committed (Then commit without CommitFailed).
+	Failed bool
+	// KeptIgnored and DroppedExcluded are, for a run discarded at once,
+	// the ignored paths it wrote through (kept) and the excluded ones it
+	// wrote (dropped with it).
+	KeptIgnored, DroppedExcluded []string
+	// Recorded is the record of a run on the tree (copy and btrfs modes):
+	// there is no pending state, what the command did is in the tree.
+	Recorded *snapshot.Meta
 }
 
 // BadInputError is a run refused before anything ran or changed.
@@ -64,11 +92,17 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 	var mode *isolation.Mode
 	if o.Continue != "" {
 		var err error
-		if p, err = repo.FindPending(o.Continue); err != nil {
+		if p, err = findIdle(ctx, repo, o); err != nil {
 			return Result{}, err
 		}
 		if mode = isolation.Find(p.Mode); mode == nil || !mode.View {
 			return Result{}, fmt.Errorf("run %s: mode %q is no view to continue in", p.ID, p.Mode)
+		}
+		if o.Then == "" {
+			o.Then = Then(p.Then)
+		}
+		if o.Then == "" {
+			o.Then = ThenReview // a run from before sessions kept theirs: commit nothing unasked
 		}
 		if err := repo.Resume(p); err != nil {
 			return Result{}, err
@@ -80,6 +114,9 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		}
 		if err := repo.CheckTargets(); err != nil {
 			return Result{}, err // before anything runs or changes
+		}
+		if o.Then == "" {
+			o.Then = ThenCommit
 		}
 	}
 	if !mode.View {
@@ -95,6 +132,11 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if p, err = repo.StartPending(o.Args, mode.Name); err != nil {
 			return Result{}, err
 		}
+		p.Then = string(o.Then) // saved by BeginStep
+	}
+	if err := repo.BeginStep(p, o.Args); err != nil {
+		repo.Release(p)
+		return Result{}, err
 	}
 	res, err := runInView(ctx, repo, p, o)
 	if err != nil {
@@ -102,6 +144,18 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 	}
 	switch o.Then {
 	case ThenCommit:
+		if res.Status != 0 && !o.CommitFailed {
+			// Half of a migration is worse than none or all: the user
+			// decides. A failure that wrote nothing has nothing to keep.
+			empty, err := repo.LayerEmpty(p)
+			if err != nil {
+				return res, err
+			}
+			if !empty || len(p.Targets) > 0 {
+				res.Pending, res.Failed = p, true
+				return res, nil
+			}
+		}
 		_, err := repo.CommitPending(p, nil, false)
 		var ce *snapshot.ConflictError
 		if errors.As(err, &ce) {
@@ -113,11 +167,65 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 	case ThenReview:
 		res.Pending = p
 	case ThenDiscard:
+		if res.DroppedExcluded, err = repo.ExcludedIn(p, nil); err != nil {
+			return res, err
+		}
 		if err := repo.DiscardPending(p); err != nil {
 			return res, err
 		}
+		res.KeptIgnored = p.WroteThrough
 	}
 	return res, nil
+}
+
+// findIdle finds the pending run o continues; while a command runs in
+// it, it waits with o.Wait (the store unlocked meanwhile), else refuses,
+// naming the step that runs.
+func findIdle(ctx context.Context, repo *snapshot.Repo, o Options) (*snapshot.ViewRun, error) {
+	told := false
+	for {
+		p, err := repo.FindPending(o.Continue)
+		if err != nil {
+			if told {
+				return nil, fmt.Errorf("run %s: committed or discarded while we waited: %w", o.Continue, err)
+			}
+			return nil, err
+		}
+		if p.State != snapshot.StateRunning {
+			return p, nil
+		}
+		if !o.Wait {
+			return nil, fmt.Errorf("run %s: %w: %s (--wait waits for it)", p.ID, snapshot.ErrRunning, RunningStep(p))
+		}
+		if !told && o.Waiting != nil {
+			o.Waiting(p)
+		}
+		told = true
+		repo.Unlock()
+		for p.State == snapshot.StateRunning {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			if p, err = repo.FindPending(p.ID); err != nil {
+				break // gone: said so above, with the lock held again
+			}
+		}
+		if err := repo.Lock(o.LockWait, "run --continue"); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// RunningStep says which command runs in p: "step 2 ($ make test) since
+// 12:03:04".
+func RunningStep(p *snapshot.ViewRun) string {
+	if len(p.Steps) == 0 {
+		return "$ " + strings.Join(p.Command, " ") + " since " + p.StartedAt.Local().Format("15:04:05")
+	}
+	s := p.Steps[len(p.Steps)-1]
+	return fmt.Sprintf("step %d ($ %s) since %s", len(p.Steps), strings.Join(s.Command, " "), s.StartedAt.Local().Format("15:04:05"))
 }
 
 // runOnTree snapshots the tree, runs the command on it and records what
@@ -141,7 +249,9 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 		if _, _, err := repo.Undo(run.Meta.ID, false); err != nil {
 			return res, fmt.Errorf("run --then discard: %w", err)
 		}
+		return res, nil
 	}
+	res.Recorded = run.Meta
 	return res, nil
 }
 
@@ -156,9 +266,15 @@ type view interface {
 // runInView runs the command in p's view and leaves p pending, with the
 // store unlocked while the command runs.
 func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.ViewRun, o Options) (Result, error) {
-	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0}
+	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0,
+		Grace: o.Grace}
 	wd, err := os.Getwd()
 	if err != nil {
+		return Result{}, err
+	}
+	// The helper and the init inherit the run's lock: if snapback dies,
+	// the run stays running until the last of its processes is gone.
+	if spec.Lock, err = overlay.Pass(p.LockFile()); err != nil {
 		return Result{}, err
 	}
 	spec.Dir = wd

@@ -14,9 +14,11 @@
 //	snapshots/ID.json one record (Meta) per snapshot (meta.go)
 //	index             the stat cache, checksummed (statcache.go)
 //	journal.json      the plan of the tree change in progress (journal.go)
-//	runs/ID/          a run: lock (held while its command works), and
-//	                  for a run in a view run.json, upper/ and work/
-//	                  (viewrun.go), for a btrfs run before/ (treerun_btrfs.go)
+//	runs/ID/          a run: lock (held while its command works: for a
+//	                  run in a view, until its last process is gone), and
+//	                  for a run in a view run.json (with its session's
+//	                  steps: steps.go), upper/ and work/ (viewrun.go), for
+//	                  a btrfs run before/ (treerun_btrfs.go)
 //	targets/ID/N/     payloads: the saved states of targets (targets.go)
 //	tmp/              temporary files, staged links (stage-OPID/) and
 //	                  runs being dropped (drop-ID/); recover sweeps it

@@ -62,6 +62,14 @@ type Meta struct {
 	Bytes  int64  `json:"bytes"`
 	// Targets are the states outside the tree this snapshot returns to.
 	Targets []TargetState `json:"targets,omitempty"`
+	// Steps, for a run in a view, are its session's commands (Command is
+	// the first's, ExitStatus the last's).
+	Steps []Step `json:"steps,omitempty"`
+	// WroteThrough and Excluded, for a run in a view, are the topmost
+	// ignored paths its commands wrote (in the tree at once) and excluded
+	// ones its commit moved into the tree: neither is undone with it.
+	WroteThrough []string `json:"wrote_through,omitempty"`
+	Excluded     []string `json:"excluded,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
@@ -143,6 +151,16 @@ func (m *Meta) validate() error {
 		// the store's own, never a path out of it.
 		if err := m.Targets[i].validate(); err != nil {
 			return fmt.Errorf("target %d: %w", i, err)
+		}
+	}
+	for _, p := range append(append([]string(nil), m.WroteThrough...), m.Excluded...) {
+		if !ValidPath(p) {
+			return fmt.Errorf("bad path %q", p)
+		}
+	}
+	for i := range m.Steps {
+		if err := m.Steps[i].validate(); err != nil {
+			return fmt.Errorf("step %d: %w", i+1, err)
 		}
 	}
 	return nil

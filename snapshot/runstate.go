@@ -24,8 +24,13 @@ package snapshot
 //	                                     released, ignored paths written
 //	                                     through, the rest waits
 //	running (process dead) ─> pending    reported so by PendingRuns: the
-//	                                     layer is intact
+//	                                     layer is intact (the overlay
+//	                                     modes' init holds the lock too,
+//	                                     until no process of the run is
+//	                                     left, so none writes after this)
 //	pending ──Resume──────> running      another command in the same view
+//	                                     (each command is a Step: BeginStep,
+//	                                     then EndCommand completes it)
 //	pending ──CommitPending─> a run record, state done, and the run's
 //	                          directory goes (a selective commit leaves
 //	                          the rest pending)

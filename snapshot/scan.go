@@ -23,6 +23,13 @@ type Ignorer interface {
 	Ignored(path string, isDir bool) bool
 }
 
+// Excluder, when an Ignorer is one too, says which of the paths it leaves
+// out an overlay run still isolates (commit moves them into the tree,
+// discard drops them) instead of writing them through at once.
+type Excluder interface {
+	Excluded(path string, isDir bool) bool
+}
+
 type statInfo struct {
 	Mode     uint32 // type and permission bits
 	UID, GID uint32

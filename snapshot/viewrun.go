@@ -32,8 +32,17 @@ type ViewRun struct {
 	// Targets are the states of the targets before the command ran; the
 	// first commit takes them into its record, a discard restores them.
 	Targets []TargetState `json:"targets,omitempty"`
+	// Then is what the session's first command was to become of (commit,
+	// review or discard): `run --continue` keeps it unless told otherwise.
+	Then string `json:"then,omitempty"`
+	// Steps are the session's commands, one per command run in the view.
+	Steps []Step `json:"steps,omitempty"`
+	// WroteThrough are the topmost ignored paths its commands wrote: in
+	// the tree already, kept whatever becomes of the run.
+	WroteThrough []string `json:"wrote_through,omitempty"`
 
-	lock *os.File
+	lock  *os.File
+	stamp map[string]layerStamp // the layer before the running step
 }
 
 // ErrNoPending is returned when no pending run matches.
@@ -98,6 +107,12 @@ func (r *Repo) Resume(p *ViewRun) error {
 	return r.SavePending(p)
 }
 
+// LockFile is the open file of the run's lock while this process holds
+// it (nil otherwise): a process that inherits it keeps the run running
+// for as long as it lives (the overlay modes' init does, so that a run
+// whose snapback died is not committed while its processes still write).
+func (p *ViewRun) LockFile() *os.File { return p.lock }
+
 // Release drops the run's lock (its state stays as saved).
 func (r *Repo) Release(p *ViewRun) {
 	if p.lock != nil {
@@ -110,6 +125,9 @@ func (r *Repo) Release(p *ViewRun) {
 // is pending, its lock released, and what the command wrote to ignored
 // paths is in the tree (see [Repo.WriteThrough]).
 func (r *Repo) EndCommand(p *ViewRun, status int) error {
+	if err := r.endStep(p, status); err != nil {
+		return err
+	}
 	p.ExitStatus, p.State = &status, StatePending
 	r.Release(p)
 	if err := r.SavePending(p); err != nil {
@@ -220,8 +238,9 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	if err != nil {
 		return nil, err
 	}
+	var excl []string
 	if len(only) > 0 {
-		if target, err = selectPaths(p, target, only); err != nil {
+		if target, excl, err = r.selectPaths(p, target, only); err != nil {
 			return nil, err
 		}
 	}
@@ -229,6 +248,9 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		// Nothing changed: no snapshot, so that `undo` still reverts the
 		// last change that did something. (With targets there is always a
 		// record: what the command did to them cannot be seen.)
+		if _, err := r.moveExcluded(p, nil); err != nil {
+			return nil, err
+		}
 		return nil, r.dropRun(p.ID)
 	}
 	cur, err := r.current(target, ScopePaths, false) // saved by the transition, linked where it can
@@ -240,12 +262,20 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 			return nil, &ConflictError{Op: "commit", Paths: conflicts}
 		}
 	}
+	// Excluded paths go first, outside the journal: they are not
+	// snapshotted, so undo does not take them back either. (A crash
+	// before the transition leaves them in the tree and the rest
+	// pending.)
+	if excl, err = r.moveExcluded(p, only); err != nil {
+		return nil, err
+	}
 	rec, err := r.newMeta(KindRun, ScopePaths)
 	if err != nil {
 		return nil, err
 	}
 	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, StateDone
-	rec.Targets = p.Targets
+	rec.Targets, rec.Steps = p.Targets, p.Steps
+	rec.WroteThrough, rec.Excluded = p.WroteThrough, excl
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
 		return nil, err
@@ -270,9 +300,11 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 }
 
 // selectPaths keeps of a changeset what is at or below the given paths,
-// each of which the run must have changed.
-func selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, error) {
+// each of which the run must have changed (or written excluded paths
+// at or below: those it returns).
+func (r *Repo) selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, []string, error) {
 	var sel Manifest
+	var excl []string
 	for _, o := range only {
 		n := len(sel)
 		for i := range target {
@@ -280,9 +312,17 @@ func selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, error) {
 				sel = append(sel, target[i])
 			}
 		}
-		if len(sel) == n {
-			return nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+		if len(sel) > n {
+			continue
 		}
+		x, err := r.ExcludedIn(p, []string{o})
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(x) == 0 {
+			return nil, nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+		}
+		excl = append(excl, x...)
 	}
 	sel.Sort()
 	out := sel[:0]
@@ -290,6 +330,66 @@ func selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, error) {
 		if len(out) == 0 || out[len(out)-1].Path != sel[i].Path {
 			out = append(out, sel[i])
 		}
+	}
+	return out, excl, nil
+}
+
+// excludedWalk walks a run's layer for the excluded paths at or below
+// only (all, if none).
+func (r *Repo) excludedWalk(only []string, found func(string)) *layerWalk {
+	within := func(path string) bool {
+		if len(only) == 0 {
+			return true
+		}
+		for _, o := range only {
+			if Under(path, o) {
+				return true
+			}
+		}
+		return false
+	}
+	return &layerWalk{
+		match: func(path string, isDir bool) bool { return within(path) && r.excluded(path, isDir) },
+		skip:  r.excluded, // excluded but not selected: left pending
+		found: found,
+	}
+}
+
+// ExcludedIn lists the topmost excluded paths (at or below only, if
+// given) the run wrote: not in its changeset or diff, moved into the tree
+// by its commit, dropped by its discard.
+func (r *Repo) ExcludedIn(p *ViewRun, only []string) ([]string, error) {
+	if r.ign == nil {
+		return nil, nil
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return nil, err
+	}
+	defer upper.Close()
+	var out []string
+	w := r.excludedWalk(only, func(path string) { out = addPath(out, path) })
+	w.dryRun = true
+	if err := r.writeThrough(p, upper, "", false, w); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// moveExcluded moves what the run wrote to excluded paths (at or below
+// only, if given) into the tree, and returns the topmost of them.
+func (r *Repo) moveExcluded(p *ViewRun, only []string) ([]string, error) {
+	if r.ign == nil {
+		return nil, nil
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return nil, err
+	}
+	defer upper.Close()
+	var out []string
+	if err := r.writeThrough(p, upper, "", false, r.excludedWalk(only, func(path string) { out = addPath(out, path) })); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -24,15 +25,58 @@ func (r *Repo) WriteThrough(p *ViewRun) error {
 		return err
 	}
 	defer upper.Close()
-	if err := r.writeThrough(p, upper, "", false); err != nil {
+	w := &layerWalk{match: r.writesThrough, skip: r.excluded, found: func(path string) {
+		p.WroteThrough = addPath(p.WroteThrough, path)
+	}}
+	if err := r.writeThrough(p, upper, "", false, w); err != nil {
 		return err
 	}
 	return r.SavePending(p)
 }
 
-// writeThrough walks dir of the layer; below an ignored directory (all)
-// everything writes through.
-func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool) error {
+// maxNamedPaths bounds the ignored and excluded paths a run's record
+// names: the topmost of them, which is what a user wants to see.
+const maxNamedPaths = 50
+
+func addPath(list []string, p string) []string {
+	for _, q := range list {
+		if q == p {
+			return list
+		}
+	}
+	if len(list) >= maxNamedPaths {
+		return list
+	}
+	list = append(list, p)
+	sort.Strings(list)
+	return list
+}
+
+// writesThrough says whether an overlay run writes path through to the
+// tree as soon as its command ends: ignored, not excluded.
+func (r *Repo) writesThrough(path string, isDir bool) bool {
+	return r.ign != nil && r.ign.Ignored(path, isDir) && !r.excluded(path, isDir)
+}
+
+// excluded says whether path is kept out of snapshots but isolated by an
+// overlay run (see [Excluder]).
+func (r *Repo) excluded(path string, isDir bool) bool {
+	x, ok := r.ign.(Excluder)
+	return ok && x.Excluded(path, isDir)
+}
+
+// layerWalk says which paths of an upper layer a walk moves into the tree
+// (match), which it leaves where they are without looking inside (skip),
+// and whom it tells of each path it moves (found, or nil).
+type layerWalk struct {
+	match, skip func(path string, isDir bool) bool
+	found       func(path string)
+	dryRun      bool // only find them
+}
+
+// writeThrough walks dir of the layer; below a matched directory (all)
+// everything moves.
+func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool, w *layerWalk) error {
 	ud, err := upper.OpenDir(dir)
 	if err != nil {
 		return err
@@ -55,22 +99,28 @@ func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool
 			return err
 		}
 		isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
-		if !all && !r.ign.Ignored(p, isDir) {
-			if isDir {
-				if err := r.writeThrough(pr, upper, p, false); err != nil {
+		if !all && !w.match(p, isDir) {
+			if isDir && (w.skip == nil || !w.skip(p, isDir)) {
+				if err := r.writeThrough(pr, upper, p, false, w); err != nil {
 					return err
 				}
 			}
 			continue
 		}
-		if err := r.moveThrough(pr, upper, ud, dir, name, &st); err != nil {
+		if !all && w.found != nil {
+			w.found(p)
+		}
+		if w.dryRun {
+			continue
+		}
+		if err := r.moveThrough(pr, upper, ud, dir, name, &st, w); err != nil {
 			return fmt.Errorf("write through %s: %w", p, err)
 		}
 	}
 	return nil
 }
 
-func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error {
+func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t, w *layerWalk) error {
 	p := name
 	if dir != "" {
 		p = dir + "/" + name
@@ -105,13 +155,13 @@ func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string,
 		if redirect, ok := layer.Redirect(get); ok && rerr != nil {
 			// Renamed from elsewhere: bring what the view showed of the
 			// origin here first, then what the layer adds.
-			if err := r.bringOver(layer.Origin(redirect, dir), p); err != nil {
+			if err := r.bringOver(layer.Origin(redirect, dir), p, w); err != nil {
 				return err
 			}
-			return r.writeThrough(pr, upper, p, true)
+			return r.writeThrough(pr, upper, p, true, w)
 		}
 		if realDir && !opaque {
-			return r.writeThrough(pr, upper, p, true) // merge into the existing directory
+			return r.writeThrough(pr, upper, p, true, w) // merge into the existing directory
 		}
 	}
 	if err := td.RemoveAll(name); err != nil {
@@ -130,14 +180,14 @@ func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string,
 }
 
 // bringOver makes the tree's directory to a copy of its directory from
-// (for an ignored directory the run renamed): an ignored origin is simply
-// renamed, as everything ignored writes through; a tracked one is copied,
-// since it stays the run's to commit or discard.
-func (r *Repo) bringOver(from, to string) error {
+// (for an ignored directory the run renamed): an origin the walk moves
+// too is simply renamed; a tracked one is copied, since it stays the
+// run's to commit or discard.
+func (r *Repo) bringOver(from, to string, w *layerWalk) error {
 	if !ValidPath(from) {
 		return fmt.Errorf("bad redirect %q", from)
 	}
-	if r.ign.Ignored(from, true) {
+	if w.match(from, true) {
 		fd, err := r.treeDir.OpenDir(Parent(from))
 		if err != nil {
 			return nil // gone already: nothing to bring

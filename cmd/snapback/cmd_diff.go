@@ -54,6 +54,9 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	// "what did it change?" means the run.
 	var changes []snapshot.Change
 	var targets []snapshot.TargetState
+	// Paths the run wrote that no diff of it shows, named apart: ignored
+	// ones (written through) and excluded ones (moved by its commit).
+	var through, excluded []string
 	base := ""
 	d := &differ{repo: repo}
 	if p, perr := repo.FindPending(ref); perr == nil {
@@ -64,6 +67,10 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 		}
 		changes, base = snapshot.DiffManifests(cur, target), p.ID
 		d.upper = repo.UpperDir(p.ID)
+		through = p.WroteThrough
+		if excluded, err = repo.ExcludedIn(p, nil); err != nil {
+			return err
+		}
 	} else {
 		var m *snapshot.Meta
 		if ref == "" {
@@ -78,6 +85,7 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			return err
 		}
 		base, targets = m.ID, m.Targets
+		through, excluded = m.WroteThrough, m.Excluded
 	}
 	if g.json {
 		out := struct {
@@ -86,7 +94,14 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			// Targets: the states outside the tree the snapshot holds
 			// (their contents are not compared).
 			Targets []targetDiffJSON `json:"targets"`
-		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{}}
+			// WroteThrough: ignored paths the run wrote, in the tree at
+			// once and kept by discard and undo; Excluded: excluded ones,
+			// moved into the tree by a commit (dropped by a discard), kept
+			// by undo.
+			WroteThrough []string `json:"wrote_through"`
+			Excluded     []string `json:"excluded"`
+		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{},
+			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...)}
 		for _, t := range targets {
 			out.Targets = append(out.Targets, targetDiffJSON{TargetState: t, State: "saved"})
 		}
@@ -134,6 +149,12 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	}
 	for _, t := range targets {
 		fmt.Fprintf(g.stdout, "T\t%s (%s: saved in %s, contents not compared)\n", quote(t.Name), t.Backend, base)
+	}
+	for _, p := range through {
+		fmt.Fprintf(g.stdout, "I\t%s (ignored: written through, kept by discard and undo)\n", quote(p))
+	}
+	for _, p := range excluded {
+		fmt.Fprintf(g.stdout, "X\t%s (excluded: not compared; commit moves it, discard drops it, undo keeps it)\n", quote(p))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -17,14 +18,48 @@ func newDiscardCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer repo.Close()
+			excluded, err := repo.ExcludedIn(p, nil)
+			if err != nil {
+				return err
+			}
 			if err := repo.DiscardPending(p); err != nil {
 				return err
 			}
 			if g.json {
-				return g.printJSON(map[string]string{"discarded": p.ID})
+				return g.printJSON(map[string]any{"discarded": p.ID,
+					"kept_ignored": append([]string{}, p.WroteThrough...), "dropped_excluded": append([]string{}, excluded...)})
 			}
 			fmt.Fprintf(g.stdout, "discarded run %s\n", p.ID)
+			noteUnreverted(g, "discard", p.WroteThrough, nil)
+			noteDropped(g, excluded)
 			return nil
 		},
 	}
+}
+
+// noteUnreverted names, on stderr, the paths a run wrote that verb did not
+// take back: ignored ones (written through) and excluded ones (moved by
+// its commit).
+func noteUnreverted(g *globals, verb string, through, excluded []string) {
+	if len(through) > 0 {
+		fmt.Fprintf(g.stderr, "snapback: %s kept what the run wrote to ignored paths (never rolled back): %s\n", verb, quoteList(through))
+	}
+	if len(excluded) > 0 {
+		fmt.Fprintf(g.stderr, "snapback: %s kept what the run wrote to excluded paths (not in snapshots): %s\n", verb, quoteList(excluded))
+	}
+}
+
+// noteDropped names the excluded paths a discard threw away with the run.
+func noteDropped(g *globals, excluded []string) {
+	if len(excluded) > 0 {
+		fmt.Fprintf(g.stderr, "snapback: discard dropped what the run wrote to excluded paths: %s\n", quoteList(excluded))
+	}
+}
+
+func quoteList(ps []string) string {
+	q := make([]string, len(ps))
+	for i, p := range ps {
+		q[i] = quote(p)
+	}
+	return strings.Join(q, ", ")
 }

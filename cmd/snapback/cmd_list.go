@@ -39,12 +39,14 @@ type snapshotJSON struct {
 	Redoes     string    `json:"redoes,omitempty"`
 	// Targets are the states outside the tree the snapshot holds.
 	Targets []snapshot.TargetState `json:"targets,omitempty"`
+	// Steps are a session's commands (a run of several run --continue).
+	Steps []snapshot.Step `json:"steps,omitempty"`
 }
 
 func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
 	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
 		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
-		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, Redoes: m.Redoes, Targets: m.Targets}
+		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, Redoes: m.Redoes, Targets: m.Targets, Steps: m.Steps}
 }
 
 func runList(g *globals, all bool) error {
@@ -103,6 +105,13 @@ func runList(g *globals, all bool) error {
 			if s.ExitStatus != nil {
 				msg += fmt.Sprintf("  (exit %d)", *s.ExitStatus)
 			}
+		}
+		if s.Message == "" && len(s.Steps) > 1 {
+			parts := []string{fmt.Sprintf("%d steps:", len(s.Steps))}
+			for _, st := range s.Steps {
+				parts = append(parts, describeStep(st)+";")
+			}
+			msg = strings.TrimSuffix(strings.Join(parts, " "), ";")
 		}
 		targets := ""
 		if withTargets {

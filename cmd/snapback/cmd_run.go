@@ -4,30 +4,48 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/runner/isolation"
+	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 type runOptions struct {
-	mode      string
-	then      string
-	continue_ string
+	mode         string
+	then         string
+	commitFailed bool
+	continue_    string
+	wait         bool
+	grace        time.Duration
 }
 
 func newRunCmd(g *globals) *cobra.Command {
 	var o runOptions
 	c := &cobra.Command{
-		Use:   "run [--mode MODE] [--then commit|review|discard] -- CMD [ARGS...]",
+		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] -- CMD [ARGS...]",
 		Short: "Run a command so that `undo` can revert what it changes",
 		Long: `Run a command so that ` + "`undo`" + ` can revert what it changes.
 
 In the overlay modes the command works in a copy-on-write view of the
 project; its changes are then committed into the tree (--then commit, the
 default), kept pending for review (--then review: see status, diff, commit,
-discard), or thrown away (--then discard). In the copy mode it works on
-the tree itself, after a snapshot.
+discard), or thrown away (--then discard). A command that fails (exits
+non-zero, is killed, or is interrupted) has its changes kept pending, not
+committed; --commit-failed commits them anyway. In the copy mode it works
+on the tree itself, after a snapshot: a failed command's changes are
+recorded as usual (undo reverts them).
+
+--continue ID runs another command in a pending run's view, on top of its
+changes; the run keeps the --then of its first command unless given
+another. Every command of the session is recorded (status, list).
+
+When the command exits, the processes it left running in the view get
+--grace to finish; those still running then are ended (snapback says so),
+so that nothing writes into the run after it is committed or discarded.
 
 The command keeps snapback's stdin, stdout, stderr, terminal, environment
 and working directory; signals sent to snapback reach it; snapback exits
@@ -39,17 +57,26 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 				return usageErr("run: put the command after --, as in: snapback run -- make test")
 			}
 			switch o.then {
-			case "commit", "review", "discard":
+			case "", "commit", "review", "discard":
 			default:
 				return usageErr("run: --then %s: must be commit, review or discard", o.then)
+			}
+			if o.wait && o.continue_ == "" {
+				return usageErr("run: --wait needs --continue ID")
+			}
+			if o.grace < 0 {
+				return usageErr("run: --grace %s: must not be negative", o.grace)
 			}
 			return runRun(c, g, o, args)
 		},
 	}
 	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: "+strings.Join(isolation.Names(), ", ")+" (default: snapshot.mode from snapback.toml, else auto; snapback doctor says which work here)")
 	_ = c.RegisterFlagCompletionFunc("mode", completeMode) // the flag exists: no error
-	c.Flags().StringVar(&o.then, "then", "commit", "after an overlay run: commit, review (keep pending) or discard")
+	c.Flags().StringVar(&o.then, "then", "", "after an overlay run: commit, review (keep pending) or discard (default: commit; with --continue, the run's own)")
+	c.Flags().BoolVar(&o.commitFailed, "commit-failed", false, "with --then commit: commit even when the command fails (by default its changes stay pending)")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
+	c.Flags().BoolVar(&o.wait, "wait", false, "with --continue: wait while another command runs in the view")
+	c.Flags().DurationVar(&o.grace, "grace", runner.DefaultGrace, "overlay modes: how long processes the command left running may finish before they are ended")
 	return c
 }
 
@@ -72,8 +99,12 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if mode == "" {
 		mode = cfg.Snapshot.Mode
 	}
+	waiting := func(p *snapshot.ViewRun) {
+		fmt.Fprintf(g.stderr, "snapback: waiting for run %s: %s\n", p.ID, oneLine(runner.RunningStep(p)))
+	}
 	res, err := runner.Run(c.Context(), repo, runner.Options{Args: argv, Mode: mode, Then: runner.Then(o.then),
-		Continue: o.continue_, LockWait: lockWait()})
+		CommitFailed: o.commitFailed, Continue: o.continue_, Wait: o.wait, Waiting: waiting, Grace: o.grace,
+		LockWait: lockWait()})
 	return runOutcome(g, res, err)
 }
 
@@ -90,11 +121,32 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 	if err != nil {
 		return err
 	}
-	if res.Pending != nil {
+	switch {
+	case res.Failed:
+		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): nothing committed; run %s stays pending: snapback diff, then snapback commit or discard\n",
+			describeStatus(res.Status), res.Pending.ID)
+	case res.Pending != nil:
 		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard\n", res.Pending.ID)
+	case res.Recorded != nil && res.Status != 0 && res.StartErr == nil && (res.Recorded.Files > 0 || len(res.Recorded.Targets) > 0):
+		// The copy and btrfs modes have no pending state: the command
+		// changed the tree itself, and its record is what undo reverts.
+		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): the %s mode has no pending state; what it changed is in the tree, recorded as %s: snapback undo reverts it\n",
+			describeStatus(res.Status), res.Recorded.Mode, res.Recorded.ID)
 	}
+	noteUnreverted(g, "discard", res.KeptIgnored, nil)
+	noteDropped(g, res.DroppedExcluded)
 	if res.Status != 0 {
 		return &statusError{status: res.Status}
 	}
 	return nil
+}
+
+// describeStatus says how a command ended: "exit 3", "exit 143, SIGTERM".
+func describeStatus(st int) string {
+	if st > 128 {
+		if name := unix.SignalName(syscall.Signal(st - 128)); name != "" {
+			return fmt.Sprintf("exit %d, %s", st, name)
+		}
+	}
+	return fmt.Sprintf("exit %d", st)
 }

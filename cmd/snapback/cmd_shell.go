@@ -28,7 +28,7 @@ changes; nothing is committed when it exits.`,
 				sh = "/bin/sh"
 			}
 			res, err := runner.Run(c.Context(), repo, runner.Options{Args: []string{sh}, Continue: p.ID,
-				Then: runner.ThenReview, LockWait: lockWait()})
+				Then: runner.ThenReview, Grace: runner.DefaultGrace, LockWait: lockWait()})
 			res.Pending = nil // it was pending before: nothing to say
 			return runOutcome(g, res, err)
 		},

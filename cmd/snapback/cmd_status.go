@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
@@ -29,6 +30,10 @@ type runJSON struct {
 	// Targets are the states from before the command that commit keeps
 	// for undo and discard restores.
 	Targets []snapshot.TargetState `json:"targets,omitempty"`
+	// Then is what the session's commands become of unless told otherwise.
+	Then string `json:"then,omitempty"`
+	// Steps are the commands run in the view, first to last.
+	Steps []snapshot.Step `json:"steps,omitempty"`
 }
 
 func runStatus(g *globals) error {
@@ -55,7 +60,8 @@ func runStatus(g *globals) error {
 		Runs []runJSON `json:"runs"`
 	}{Runs: []runJSON{}}
 	for _, p := range runs {
-		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1, Targets: p.Targets}
+		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1, Targets: p.Targets,
+			Then: p.Then, Steps: p.Steps}
 		if p.State != "running" {
 			target, cur, err := repo.PendingChanges(p)
 			if err != nil {
@@ -87,6 +93,21 @@ func runStatus(g *globals) error {
 			cmd += fmt.Sprintf("  [%d target(s) saved: discard restores them]", n)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, r.Mode, changes, oneLine(cmd))
+		if len(r.Steps) > 1 {
+			for i, st := range r.Steps {
+				fmt.Fprintf(tw, "  step %d\t\t\t%d\t%s\n", i+1, st.Changes, oneLine(describeStep(st)))
+			}
+		}
 	}
 	return tw.Flush()
+}
+
+// describeStep says what a step of a session ran and how it ended:
+// "$ make test  (exit 2, 1.4s)", or "(running)".
+func describeStep(st snapshot.Step) string {
+	end := "running"
+	if st.ExitStatus != nil {
+		end = fmt.Sprintf("exit %d, %s", *st.ExitStatus, (time.Duration(st.DurationMS) * time.Millisecond).String())
+	}
+	return fmt.Sprintf("$ %s  (%s)", strings.Join(st.Command, " "), end)
 }

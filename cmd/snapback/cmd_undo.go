@@ -37,6 +37,9 @@ func runUndo(g *globals, ref string, o undoOptions) error {
 	if err != nil {
 		return err
 	}
+	if !g.json {
+		defer noteUnreverted(g, "undo", s.WroteThrough, s.Excluded) // after the line saying what it undid
+	}
 	return reportRevert(g, "undid", s, saved)
 }
 

@@ -29,6 +29,7 @@ type isoRun struct {
 	bin, root, mode string
 	out             string // a directory outside the project the command may write
 	cred            *syscall.Credential
+	flags           []string // more flags of run
 }
 
 // eachIsolation runs f for each overlay mode, as root and as testUser.
@@ -111,7 +112,8 @@ func (r isoRun) command(args ...string) *exec.Cmd {
 // run runs script in the mode and returns its output and exit status.
 func (r isoRun) run(t *testing.T, script string, extra ...*os.File) (string, int) {
 	t.Helper()
-	cmd := r.command("run", "--mode", r.mode, "--then", "discard", "--", "sh", "-c", script)
+	args := append([]string{"run", "--mode", r.mode, "--then", "discard"}, r.flags...)
+	cmd := r.command(append(args, "--", "sh", "-c", script)...)
 	// A file, not a pipe: a process the run left behind must not keep
 	// the test waiting for the pipe's end.
 	out, err := os.CreateTemp(t.TempDir(), "out")
@@ -217,9 +219,13 @@ func TestRunEndsBackgroundProcesses(t *testing.T) {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		})
+		r.flags = []string{"--grace", "200ms"} // they outlive it: ended, not waited for
 		out, st := r.run(t, `sleep `+marker+` & (sleep `+marker+` &) ; echo started`)
 		if st != 0 || !strings.Contains(out, "started") {
 			t.Fatalf("run: status %d\n%s", st, out)
+		}
+		if !strings.Contains(out, "snapback: ended 2 processes (sleep, sleep), still running 200ms after the command exited") {
+			t.Errorf("run did not say which processes it ended:\n%s", out)
 		}
 		if pids := sleepers(marker); len(pids) != 0 {
 			t.Errorf("background processes left running after the run: %v", pids)

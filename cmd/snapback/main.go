@@ -230,6 +230,9 @@ func classify(err error) (int, string) {
 		return 1, "conflict"
 	case errors.Is(err, snapshot.ErrNothingToUndo), errors.Is(err, snapshot.ErrNothingToRedo):
 		return 1, "nothing_to_do"
+	case errors.Is(err, snapshot.ErrRunning):
+		return 1, "running" // refused, nothing changed: later it may work
+
 	case errors.As(err, &cfg):
 		return 2, "config"
 	case errors.Is(err, snapshot.ErrNotFound), errors.Is(err, snapshot.ErrNoPending):

@@ -1,0 +1,172 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Step is one command of a run's session: the first, then one more for
+// each `run --continue` (and each `shell`). The run's record keeps them
+// all, so that a session of several commands is not shown as its first.
+type Step struct {
+	Command    []string  `json:"command"`
+	StartedAt  time.Time `json:"started_at"`
+	ExitStatus *int      `json:"exit_status,omitempty"` // nil while it runs, or if its end was not seen
+	DurationMS int64     `json:"duration_ms"`
+	// Paths are the paths of the upper layer the step wrote, created or
+	// removed (at most maxStepPaths of them, sorted); Changes counts them
+	// all.
+	Paths   []string `json:"paths,omitempty"`
+	Changes int      `json:"changes"`
+}
+
+// maxStepPaths bounds the paths a step keeps: an `npm install` writes
+// tens of thousands, and the record is read by every `list`.
+const maxStepPaths = 50
+
+func (s *Step) validate() error {
+	if len(s.Command) == 0 || s.StartedAt.IsZero() || s.DurationMS < 0 || s.Changes < len(s.Paths) {
+		return errors.New("bad step")
+	}
+	for _, p := range s.Paths {
+		if !ValidPath(p) {
+			return fmt.Errorf("bad step path %q", p)
+		}
+	}
+	return nil
+}
+
+// layerStamp is what a step's changes are seen by in the upper layer: a
+// path the step writes is copied up or changed, so its ctime moves; one
+// it removes leaves the layer or becomes a whiteout (a new ctime too).
+type layerStamp struct {
+	mode  uint32
+	ino   uint64
+	ctime int64
+	size  int64
+}
+
+// stampLayer reads the upper layer's paths and their stamps.
+func (r *Repo) stampLayer(id string) (map[string]layerStamp, error) {
+	upper := r.UpperDir(id)
+	out := map[string]layerStamp{}
+	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == upper {
+			return nil
+		}
+		if p == filepath.Join(upper, StoreDir) {
+			// What hides the store in the view (and whatever a command made
+			// under its name) is never a change of the run.
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(upper, p)
+		if err != nil {
+			return err
+		}
+		si := statOf(&st)
+		out[filepath.ToSlash(rel)] = layerStamp{si.Mode, si.Ino, si.Ctime, si.Size}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read upper layer of run %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// stepPaths lists what changed between two stamps of a layer. A directory
+// counts when it appears, goes or changes type: its ctime moves with any
+// child, which is listed itself.
+func stepPaths(before, after map[string]layerStamp) []string {
+	var out []string
+	for p, a := range after {
+		b, ok := before[p]
+		switch {
+		case !ok, a.mode&unix.S_IFMT != b.mode&unix.S_IFMT:
+			out = append(out, p)
+		case a.mode&unix.S_IFMT == unix.S_IFDIR:
+		case a != b:
+			out = append(out, p)
+		}
+	}
+	for p := range before {
+		if _, ok := after[p]; !ok {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// BeginStep records that command starts in the run's view now (the run
+// holds its lock: [Repo.StartPending] or [Repo.Resume]).
+func (r *Repo) BeginStep(p *ViewRun, command []string) error {
+	var err error
+	if p.stamp, err = r.stampLayer(p.ID); err != nil {
+		return err
+	}
+	p.Steps = append(p.Steps, Step{Command: command, StartedAt: time.Now()})
+	return r.SavePending(p)
+}
+
+// endStep completes the run's last step, begun by BeginStep.
+func (r *Repo) endStep(p *ViewRun, status int) error {
+	if len(p.Steps) == 0 || p.stamp == nil {
+		return nil // a run resumed by an older snapback: no step begun
+	}
+	s := &p.Steps[len(p.Steps)-1]
+	s.ExitStatus = &status
+	s.DurationMS = time.Since(s.StartedAt).Milliseconds()
+	after, err := r.stampLayer(p.ID)
+	if err != nil {
+		return err
+	}
+	paths := stepPaths(p.stamp, after)
+	s.Changes = len(paths)
+	if len(paths) > maxStepPaths {
+		paths = paths[:maxStepPaths]
+	}
+	s.Paths, p.stamp = paths, nil
+	return nil
+}
+
+// LayerEmpty reports whether the run's upper layer holds nothing (what
+// its commands wrote to ignored paths has written through already).
+func (r *Repo) LayerEmpty(p *ViewRun) (bool, error) {
+	f, err := os.Open(r.UpperDir(p.ID))
+	if err != nil {
+		return false, fmt.Errorf("run %s: %w", p.ID, err)
+	}
+	defer f.Close() // read-only
+	for {
+		names, err := f.Readdirnames(16)
+		if errors.Is(err, io.EOF) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, n := range names {
+			if n != StoreDir { // what hides the store in the view
+				return false, nil
+			}
+		}
+	}
+}
