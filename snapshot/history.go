@@ -139,7 +139,7 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 		if err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		if c := Conflicts(after, target, cur); len(c) > 0 {
+		if c := conflicts(after, target, cur, r.sameGitIndex); len(c) > 0 {
 			return &ConflictError{Op: op, Paths: c}
 		}
 	}
@@ -167,13 +167,21 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 	return nil
 }
 
-// Conflicts lists the paths of cur (the tree now) that differ in type or
-// content from after (the state the guarded change left them in) before
-// the operation moves them to target. A path after does not list is
-// expected absent below what after removed, else as target records it;
-// a path neither lists is expected absent below what target removes, and
-// is not touched otherwise.
+// Conflicts lists the paths of cur (the tree now) that differ in type,
+// mode, content or link target from after (the state the guarded change
+// left them in) before the operation moves them to target; times are no
+// part of it (a tool that rewrites a file with the same bytes changed
+// nothing the user sees). A path after does not list is expected absent
+// below what after removed, else as target records it; a path neither
+// lists is expected absent below what target removes, and is not touched
+// otherwise.
 func Conflicts(after, target, cur Manifest) []string {
+	return conflicts(after, target, cur, nil)
+}
+
+// conflicts is Conflicts where same, when set, may still find two files
+// of different contents the same (see sameGitIndex).
+func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []string {
 	var out []string
 	for i := range cur {
 		c := &cur[i]
@@ -189,11 +197,36 @@ func Conflicts(after, target, cur Manifest) []string {
 		default:
 			continue // the operation does not touch it
 		}
-		if a.Type != c.Type || a.Type == File && a.Object != c.Object || a.Type == Symlink && a.Target != c.Target {
+		if !sameState(a, c) && (same == nil || !same(a, c)) {
 			out = append(out, c.Path)
 		}
 	}
 	return out
+}
+
+// sameState reports whether a path is as recorded in what a user sees:
+// type, mode (a symbolic link has none), content and link target.
+func sameState(a, c *Entry) bool {
+	switch {
+	case a.Type != c.Type:
+		return false
+	case a.Type == Absent:
+		return true
+	case a.Type != Symlink && a.Mode != c.Mode:
+		return false
+	case a.Type == File:
+		return a.Object == c.Object
+	case a.Type == Symlink:
+		return a.Target == c.Target
+	}
+	return true
+}
+
+// sameGitIndex finds a git index that differs from the recorded one only
+// in what git caches (stat data, extensions) the same: it stages the same
+// entries.
+func (r *Repo) sameGitIndex(a, c *Entry) bool {
+	return a.Type == File && c.Type == File && a.Mode == c.Mode && isGitIndex(c.Path) && r.sameIndexContent(c.Path, a.Object)
 }
 
 // belowRemoved reports whether an ancestor of p is, in m, absent or not a
