@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"strings"
 )
 
 // History is the snapshot list with undo state derived from it: which
@@ -60,6 +61,17 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			return nil, nil, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore (use `restore %s` to go back to it)", s.ID, s.Kind, s.ID)
 		}
 	} else {
+		if !force {
+			// A pending run's changes are not in the tree yet: a plain
+			// undo would silently revert an older, unrelated run.
+			ps, err := r.PendingRuns()
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(ps) > 0 {
+				return nil, nil, &PendingError{Runs: ps}
+			}
+		}
 		for i := len(h.All) - 1; i >= 0; i-- {
 			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning {
 				s = m
@@ -79,6 +91,24 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 		return nil, nil, err
 	}
 	return s, rec, nil
+}
+
+// PendingError refuses a plain undo while runs are pending.
+type PendingError struct{ Runs []*ViewRun }
+
+func (e *PendingError) Error() string {
+	var ids, what []string
+	for _, p := range e.Runs {
+		ids = append(ids, p.ID)
+		what = append(what, fmt.Sprintf("%s ($ %s, %s)", p.ID, strings.Join(p.Command, " "), p.State))
+	}
+	verb := "run %s is"
+	if len(ids) > 1 {
+		verb = "runs %s are"
+	}
+	return fmt.Sprintf("undo refused: "+verb+" pending, not in the tree, so undo would revert an older run instead; "+
+		"snapback commit %s or snapback discard %s first, or undo --force to undo the older run anyway",
+		strings.Join(what, ", "), ids[len(ids)-1], ids[len(ids)-1])
 }
 
 // Redo reapplies the most recent undo not yet redone.
