@@ -73,7 +73,7 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 		mode = cfg.Snapshot.Mode
 	}
 	res, err := runner.Run(c.Context(), repo, runner.Options{Args: argv, Mode: mode, Then: runner.Then(o.then),
-		Continue: o.continue_, LockWait: lockWait()})
+		Continue: o.continue_, LockWait: lockWait(), Notify: func(s string) { fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(s)) }})
 	return runOutcome(g, res, err)
 }
 
