@@ -74,6 +74,9 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	}
 	res, err := runner.Run(c.Context(), repo, runner.Options{Args: argv, Mode: mode, Then: runner.Then(o.then),
 		Continue: o.continue_, LockWait: lockWait(), Notify: func(s string) { fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(s)) }})
+	if err == nil {
+		retain(g, repo, cfg)
+	}
 	return runOutcome(g, res, err)
 }
 
