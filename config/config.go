@@ -57,6 +57,11 @@ type Snapshot struct {
 	// committed with it (not undoably), dropped by its discard.
 	Exclude []string `toml:"exclude"`
 	Mode    string   `toml:"mode"`
+	// Keep and KeepDays bound the store (0: unset): after each snap or
+	// run, snapshots past the Keep newest or older than KeepDays days
+	// are collected, but never what undo and redo need next.
+	Keep     int `toml:"keep"`
+	KeepDays int `toml:"keep_days"`
 }
 
 // Target is one [[target]]: state outside the tree.
@@ -181,6 +186,12 @@ func (c *Config) validate(src []byte) error {
 		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, "\x00\n") {
 			return bad("snapshot", -1, "exclude", "snapshot.exclude[%d]: invalid pattern %q", i, p)
 		}
+	}
+	if c.Snapshot.Keep < 0 || c.Snapshot.Keep > 1000000 {
+		return bad("snapshot", -1, "keep", "snapshot.keep: must be 1 to 1000000 (0: unset), not %d", c.Snapshot.Keep)
+	}
+	if c.Snapshot.KeepDays < 0 || c.Snapshot.KeepDays > 36500 {
+		return bad("snapshot", -1, "keep_days", "snapshot.keep_days: must be 1 to 36500 (0: unset), not %d", c.Snapshot.KeepDays)
 	}
 	for i, t := range c.Targets {
 		if t.Backend == "" {

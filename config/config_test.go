@@ -105,6 +105,8 @@ func TestParseErrorLines(t *testing.T) {
 		{"key for another backend", "[[target]]\nbackend = \"sqlite\"\npath = \"a.db\"\nvolume = \"v\"\n", 4, "target 1: volume does not apply to backend sqlite"},
 		{"same name twice", "[[target]]\nname = \"x\"\nbackend = \"sqlite\"\npath = \"a.db\"\n[[target]]\nname = \"x\"\nbackend = \"sqlite\"\npath = \"b.db\"\n", 6, "target x: the name is used twice"},
 		{"negative keep", "[archive]\ndestination = \"/a\"\nkeep = -1\n", 3, "archive.keep"},
+		{"negative snapshot keep", "[snapshot]\nmode = \"copy\"\nkeep = -1\n", 3, "snapshot.keep"},
+		{"keep_days past 100 years", "[snapshot]\nkeep_days = 36501\n", 2, "snapshot.keep_days"},
 		{"keep past 1000", "[archive]\ndestination = \"/a\"\nkeep = 1001\n", 3, "archive.keep"},
 		{"dotted key", "snapshot.mode = \"nope\"\n", 1, `unknown mode "nope"`},
 		{"inline table", "\nsnapshot = { mode = \"nope\" }\n", 2, `unknown mode "nope"`},

@@ -48,6 +48,8 @@ type Options struct {
 	// LockWait is how long to wait for the store's lock once the command
 	// has ended (others may have taken it meanwhile).
 	LockWait time.Duration
+	// Notify, when set, is told (one line) why the run waits.
+	Notify func(string)
 }
 
 // DefaultGrace is Options.Grace's default.
@@ -231,6 +233,11 @@ func RunningStep(p *snapshot.ViewRun) string {
 // runOnTree snapshots the tree, runs the command on it and records what
 // it changed (undone at once with ThenDiscard).
 func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o Options) (Result, error) {
+	tl, err := lockTree(ctx, repo, mode, o)
+	if err != nil {
+		return Result{}, err
+	}
+	defer tl.Unlock()
 	run, err := repo.BeginRun(o.Args, mode.Name)
 	if err != nil {
 		return Result{}, err
@@ -245,7 +252,7 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 	if err := repo.FinishRun(run, &res.Status); err != nil {
 		return res, err
 	}
-	if o.Then == ThenDiscard {
+	if o.Then == ThenDiscard && !run.Dropped {
 		if _, _, err := repo.Undo(run.Meta.ID, false); err != nil {
 			return res, fmt.Errorf("run --then discard: %w", err)
 		}
@@ -253,6 +260,42 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 	}
 	res.Recorded = run.Meta
 	return res, nil
+}
+
+// lockTree takes the tree lock for a run on the tree, waiting (with the
+// store unlocked, so that the run holding it can finish) while another
+// such run works: each would otherwise record the other's changes.
+func lockTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o Options) (*snapshot.TreeLock, error) {
+	tl, err := repo.TryLockTree()
+	if !errors.Is(err, snapshot.ErrTreeBusy) {
+		return tl, err
+	}
+	if o.Notify != nil {
+		who := "another run"
+		if m := repo.TreeRunning(); m != nil {
+			who = fmt.Sprintf("run %s ($ %s)", m.ID, strings.Join(m.Command, " "))
+		}
+		o.Notify(fmt.Sprintf("waiting for %s to finish: runs on the tree itself (%s mode) take turns, or each would record the other's changes", who, mode.Name))
+	}
+	repo.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("run: waiting for the tree: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if tl, err = repo.TryLockTree(); !errors.Is(err, snapshot.ErrTreeBusy) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := repo.Lock(o.LockWait, "run"); err != nil {
+		tl.Unlock()
+		return nil, err
+	}
+	return tl, nil
 }
 
 // view is an overlay mode's session: it prepares the command's process to

@@ -10,6 +10,8 @@
 // # The store: <root>/.snapback/
 //
 //	lock              flock held by the snapback that changes the store (lock.go)
+//	treerun.lock      flock held by a run on the tree (copy, btrfs) from its
+//	                  snapshot to its record: such runs take turns (treerun.go)
 //	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go, codec.go)
 //	snapshots/ID.json one record (Meta) per snapshot (meta.go)
 //	index             the stat cache, checksummed (statcache.go)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 )
@@ -18,15 +19,74 @@ type GCStats struct {
 // GC keeps the keep newest snapshots, plus the records undo and redo still
 // need, and deletes every object no kept manifest references.
 func (r *Repo) GC(keep int, protect []string) (GCStats, error) {
-	var st GCStats
 	if r.HasJournal() {
-		return st, fmt.Errorf("gc: an interrupted operation awaits `snapback recover`")
+		return GCStats{}, fmt.Errorf("gc: an interrupted operation awaits `snapback recover`")
 	}
 	h, err := r.History()
 	if err != nil {
-		return st, err
+		return GCStats{}, err
 	}
-	kept := keptRecords(h, keep, protect)
+	return r.collect(h, keptRecords(h, keep, protect))
+}
+
+// Retention bounds the snapshots `list` shows ([snapshot] keep and
+// keep_days): at most Keep of them (0: any number), none older than
+// MaxAge (0: any age). Whatever the bounds, what undo and redo need next
+// stays: the newest snapshot not undone, the redo chain, runs in
+// progress; pending runs are no records and are never touched.
+type Retention struct {
+	Keep   int
+	MaxAge time.Duration
+}
+
+// Retain applies ret after a snap or run: a gc when some record falls
+// outside it, nothing (not even a walk of the objects) otherwise.
+func (r *Repo) Retain(ret Retention) (GCStats, error) {
+	if ret.Keep == 0 && ret.MaxAge == 0 || r.HasJournal() {
+		return GCStats{}, nil // (recover finishes the journal first)
+	}
+	h, err := r.History()
+	if err != nil {
+		return GCStats{}, err
+	}
+	kept := retainedRecords(h, ret, time.Now())
+	if len(kept) == len(h.All) {
+		return GCStats{}, nil
+	}
+	st, err := r.collect(h, kept)
+	if err != nil {
+		return st, fmt.Errorf("retention: %w", err)
+	}
+	return st, nil
+}
+
+// retainedRecords chooses the records Retain keeps.
+func retainedRecords(h *History, ret Retention, now time.Time) map[string]bool {
+	kept := map[string]bool{}
+	next := true // the newest not undone: what a plain undo takes
+	for i, n := len(h.All)-1, 0; i >= 0; i-- {
+		m := h.All[i]
+		if !m.Kind.Undoable() {
+			continue
+		}
+		inCount := ret.Keep == 0 || n < ret.Keep
+		young := ret.MaxAge == 0 || now.Sub(m.CreatedAt) <= ret.MaxAge
+		if inCount && young || next && !h.Undone[m.ID] {
+			kept[m.ID] = true
+		}
+		if !h.Undone[m.ID] {
+			next = false
+		}
+		n++
+	}
+	keepNeeded(h, kept)
+	return kept
+}
+
+// collect deletes the records not kept, then every object and payload no
+// kept record references.
+func (r *Repo) collect(h *History, kept map[string]bool) (GCStats, error) {
+	var st GCStats
 	live, err := r.liveObjects(h, kept)
 	if err != nil {
 		return st, err
@@ -83,6 +143,13 @@ func keptRecords(h *History, keep int, protect []string) map[string]bool {
 			n++
 		}
 	}
+	keepNeeded(h, kept)
+	return kept
+}
+
+// keepNeeded adds to kept what redo and runs in progress need, and the
+// bookkeeping records the kept ones depend on.
+func keepNeeded(h *History, kept map[string]bool) {
 	for _, p := range h.Redo {
 		kept[p.ID] = true
 	}
@@ -105,7 +172,6 @@ func keptRecords(h *History, keep int, protect []string) map[string]bool {
 			}
 		}
 	}
-	return kept
 }
 
 // liveObjects lists the objects the kept records reference (their

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"strings"
 )
 
 // History is the snapshot list with undo state derived from it: which
@@ -60,6 +61,17 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			return nil, nil, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore (use `restore %s` to go back to it)", s.ID, s.Kind, s.ID)
 		}
 	} else {
+		if !force {
+			// A pending run's changes are not in the tree yet: a plain
+			// undo would silently revert an older, unrelated run.
+			ps, err := r.PendingRuns()
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(ps) > 0 {
+				return nil, nil, &PendingError{Runs: ps}
+			}
+		}
 		for i := len(h.All) - 1; i >= 0; i-- {
 			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning {
 				s = m
@@ -79,6 +91,24 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 		return nil, nil, err
 	}
 	return s, rec, nil
+}
+
+// PendingError refuses a plain undo while runs are pending.
+type PendingError struct{ Runs []*ViewRun }
+
+func (e *PendingError) Error() string {
+	var ids, what []string
+	for _, p := range e.Runs {
+		ids = append(ids, p.ID)
+		what = append(what, fmt.Sprintf("%s ($ %s, %s)", p.ID, strings.Join(p.Command, " "), p.State))
+	}
+	verb := "run %s is"
+	if len(ids) > 1 {
+		verb = "runs %s are"
+	}
+	return fmt.Sprintf("undo refused: "+verb+" pending, not in the tree, so undo would revert an older run instead; "+
+		"snapback commit %s or snapback discard %s first, or undo --force to undo the older run anyway",
+		strings.Join(what, ", "), ids[len(ids)-1], ids[len(ids)-1])
 }
 
 // Redo reapplies the most recent undo not yet redone.
@@ -139,7 +169,7 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 		if err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
-		if c := Conflicts(after, target, cur); len(c) > 0 {
+		if c := conflicts(after, target, cur, r.sameGitIndex); len(c) > 0 {
 			return &ConflictError{Op: op, Paths: c}
 		}
 	}
@@ -167,13 +197,21 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 	return nil
 }
 
-// Conflicts lists the paths of cur (the tree now) that differ in type or
-// content from after (the state the guarded change left them in) before
-// the operation moves them to target. A path after does not list is
-// expected absent below what after removed, else as target records it;
-// a path neither lists is expected absent below what target removes, and
-// is not touched otherwise.
+// Conflicts lists the paths of cur (the tree now) that differ in type,
+// mode, content or link target from after (the state the guarded change
+// left them in) before the operation moves them to target; times are no
+// part of it (a tool that rewrites a file with the same bytes changed
+// nothing the user sees). A path after does not list is expected absent
+// below what after removed, else as target records it; a path neither
+// lists is expected absent below what target removes, and is not touched
+// otherwise.
 func Conflicts(after, target, cur Manifest) []string {
+	return conflicts(after, target, cur, nil)
+}
+
+// conflicts is Conflicts where same, when set, may still find two files
+// of different contents the same (see sameGitIndex).
+func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []string {
 	var out []string
 	for i := range cur {
 		c := &cur[i]
@@ -189,11 +227,36 @@ func Conflicts(after, target, cur Manifest) []string {
 		default:
 			continue // the operation does not touch it
 		}
-		if a.Type != c.Type || a.Type == File && a.Object != c.Object || a.Type == Symlink && a.Target != c.Target {
+		if !sameState(a, c) && (same == nil || !same(a, c)) {
 			out = append(out, c.Path)
 		}
 	}
 	return out
+}
+
+// sameState reports whether a path is as recorded in what a user sees:
+// type, mode (a symbolic link has none), content and link target.
+func sameState(a, c *Entry) bool {
+	switch {
+	case a.Type != c.Type:
+		return false
+	case a.Type == Absent:
+		return true
+	case a.Type != Symlink && a.Mode != c.Mode:
+		return false
+	case a.Type == File:
+		return a.Object == c.Object
+	case a.Type == Symlink:
+		return a.Target == c.Target
+	}
+	return true
+}
+
+// sameGitIndex finds a git index that differs from the recorded one only
+// in what git caches (stat data, extensions) the same: it stages the same
+// entries.
+func (r *Repo) sameGitIndex(a, c *Entry) bool {
+	return a.Type == File && c.Type == File && a.Mode == c.Mode && isGitIndex(c.Path) && r.sameIndexContent(c.Path, a.Object)
 }
 
 // belowRemoved reports whether an ancestor of p is, in m, absent or not a

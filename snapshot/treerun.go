@@ -17,7 +17,11 @@ var ErrRunning = errors.New("its command is still running")
 // command is still alive. (A run in a view is a [ViewRun].)
 type TreeRun struct {
 	Meta *Meta
-	lock *os.File
+	// Dropped is set by FinishRun when the command changed nothing: the
+	// run left no record, so that `undo` reverts the last change that did
+	// something.
+	Dropped bool
+	lock    *os.File
 }
 
 func (r *Repo) runDir(id string) string      { return r.path("runs", id) }
@@ -85,6 +89,55 @@ func (run *TreeRun) release(r *Repo) {
 	run.lock = nil
 }
 
+// ErrTreeBusy is returned by TryLockTree while another run works on the
+// tree itself.
+var ErrTreeBusy = errors.New("another run works on the tree")
+
+// TreeLock is held by a run on the tree itself (copy or btrfs mode) from
+// before its snapshot until its record is written: two such runs at once
+// would each record the other's changes as its own (and undoing one
+// would delete the other's files). The kernel drops it with its process.
+type TreeLock struct{ f *os.File }
+
+// TryLockTree takes the tree lock, or returns ErrTreeBusy at once.
+func (r *Repo) TryLockTree() (*TreeLock, error) {
+	fsutil.Mutating()
+	f, err := os.OpenFile(r.path("treerun.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock tree: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, ErrTreeBusy
+		}
+		return nil, fmt.Errorf("lock tree: %w", err)
+	}
+	return &TreeLock{f}, nil
+}
+
+// Unlock releases the tree lock.
+func (l *TreeLock) Unlock() {
+	if l != nil && l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
+}
+
+// TreeRunning returns the run on the tree in progress, if one is found.
+func (r *Repo) TreeRunning() *Meta {
+	all, _, err := r.records()
+	if err != nil {
+		return nil
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if m := all[i]; m.Kind == KindRun && m.State == StateRunning && m.Scope == ScopeTree {
+			return m
+		}
+	}
+	return nil
+}
+
 // alive reports whether the process running id still holds its lock.
 func (r *Repo) alive(id string) bool {
 	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR, 0)
@@ -114,7 +167,18 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	if exitStatus == nil {
 		m.State = StateInterrupted
 	}
-	if err := r.WriteMeta(m); err != nil {
+	after, err := r.LoadManifest(m.After)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", m.ID, err)
+	}
+	if len(after) == 0 && len(m.Targets) == 0 {
+		// Nothing changed: no undo step. (With targets there is always a
+		// record: what the command did to them cannot be seen.)
+		if err := r.deleteMeta(m.ID); err != nil {
+			return fmt.Errorf("finish run %s: %w", m.ID, err)
+		}
+		run.Dropped = true
+	} else if err := r.WriteMeta(m); err != nil {
 		return err
 	}
 	if m.Mode == ModeBtrfs {

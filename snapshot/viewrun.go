@@ -54,6 +54,20 @@ func (r *Repo) WorkDir(id string) string  { return r.path("runs", id, "work") }
 
 func (r *Repo) pendingPath(id string) string { return r.path("runs", id, "run.json") }
 
+// gitIndexCopy is the project's git index as it was when the run started.
+func (r *Repo) gitIndexCopy(id string) string { return r.path("runs", id, "git-index") }
+
+// saveGitIndex copies the project's git index, if it has one, so that a
+// commit can tell whether git only refreshed it meanwhile (see
+// sameGitIndex) or someone staged something.
+func (r *Repo) saveGitIndex(id string) error {
+	b, err := r.readTreeFile(gitIndexPath, maxGitIndex+1)
+	if err != nil || len(b) > maxGitIndex {
+		return nil // none (or too large to compare: judged by its ctime)
+	}
+	return fsutil.WriteFileAtomic(r.gitIndexCopy(id), b, 0o600)
+}
+
 // StartPending makes a new overlay run and takes its lock (held until
 // [Repo.Release] or the process ends).
 func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
@@ -75,6 +89,11 @@ func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 	// The merged view's root takes the upper directory's owner and mode:
 	// they must be the root's own.
 	if err := copyOwnerMode(r.Root, r.UpperDir(p.ID)); err != nil {
+		r.Release(p)
+		return nil, fmt.Errorf("run %s: %w", p.ID, err)
+	}
+	if err := r.saveGitIndex(p.ID); err != nil {
+		r.dropRun(p.ID)
 		r.Release(p)
 		return nil, fmt.Errorf("run %s: %w", p.ID, err)
 	}
@@ -258,9 +277,12 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if !force {
-		if conflicts := changedSince(p, cur); len(conflicts) > 0 {
+		if conflicts := r.changedSince(p, cur); len(conflicts) > 0 {
 			return nil, &ConflictError{Op: "commit", Paths: conflicts}
 		}
+	}
+	if err := r.keepGitIndexes(p.ID, target); err != nil {
+		return nil, err
 	}
 	// Excluded paths go first, outside the journal: they are not
 	// snapshotted, so undo does not take them back either. (A crash
@@ -297,6 +319,33 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		}
 	}
 	return rec, nil
+}
+
+// keepGitIndexes stores the git indexes the run wrote: the commit moves
+// its other contents into the tree without a copy, but undo compares an
+// index by its entries (see sameGitIndex), so it needs the bytes.
+func (r *Repo) keepGitIndexes(id string, target Manifest) error {
+	for i := range target {
+		e := &target[i]
+		if e.Type != File || !isGitIndex(e.Path) {
+			continue
+		}
+		d, err := fsutil.OpenRoot(filepath.Join(r.UpperDir(id), filepath.FromSlash(Parent(e.Path))))
+		if err != nil {
+			continue // (a redirect's source elsewhere: judged by its bytes)
+		}
+		f, err := d.Open(Base(e.Path), unix.O_RDONLY, 0)
+		d.Close()
+		if err != nil {
+			continue
+		}
+		_, _, err = r.PutFile(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("commit %s: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // selectPaths keeps of a changeset what is at or below the given paths,
@@ -396,8 +445,10 @@ func (r *Repo) moveExcluded(p *ViewRun, only []string) ([]string, error) {
 
 // changedSince lists the paths of cur (the tree's state of what a commit
 // writes) changed in the tree since the run started, but by the run's
-// own earlier commits: the commit's conflicts.
-func changedSince(p *ViewRun, cur Manifest) []string {
+// own earlier commits: the commit's conflicts. The project's git index is
+// judged by its entries against its copy from the run's start: a `git
+// status` meanwhile only refreshed what it caches.
+func (r *Repo) changedSince(p *ViewRun, cur Manifest) []string {
 	var conflicts []string
 	start := p.StartedAt.UnixNano()
 	for i := range cur {
@@ -408,9 +459,23 @@ func changedSince(p *ViewRun, cur Manifest) []string {
 		if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
 			continue // changed by this run's own earlier commit
 		}
+		if c.Path == gitIndexPath && c.Type == File && r.sameAsGitIndexCopy(p.ID) {
+			continue
+		}
 		conflicts = append(conflicts, c.Path)
 	}
 	return conflicts
+}
+
+// sameAsGitIndexCopy reports whether the project's git index stages what
+// it did when run id started.
+func (r *Repo) sameAsGitIndexCopy(id string) bool {
+	x, err := readLimited(r.gitIndexCopy(id), maxGitIndex)
+	if err != nil {
+		return false
+	}
+	y, err := r.readTreeFile(gitIndexPath, maxGitIndex)
+	return err == nil && sameGitIndex(x, y)
 }
 
 // afterPartialCommit removes what was committed from the upper layer

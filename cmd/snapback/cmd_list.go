@@ -69,9 +69,16 @@ func runList(g *globals, all bool) error {
 	if err != nil {
 		return err
 	}
+	size, err := repo.Size()
+	if err != nil {
+		return err
+	}
 	out := struct {
 		Snapshots []snapshotJSON `json:"snapshots"`
-	}{Snapshots: []snapshotJSON{}}
+		// StoreBytes is the store's size on disk ([snapshot] keep and
+		// keep_days bound it).
+		StoreBytes int64 `json:"store_bytes"`
+	}{Snapshots: []snapshotJSON{}, StoreBytes: size}
 	for i := len(h.All) - 1; i >= 0; i-- {
 		m := h.All[i]
 		if !all && !g.json && !m.Kind.Undoable() {
@@ -120,5 +127,9 @@ func runList(g *globals, all bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s%s\t%s\n", s.ID, s.Kind, s.CreatedAt.Local().Format("2006-01-02 15:04:05"),
 			s.Scope, s.Files, targets, state, oneLine(msg))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "store %s: %s on disk\n", snapshot.StoreDir, humanBytes(size))
+	return nil
 }

@@ -104,7 +104,10 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	}
 	res, err := runner.Run(c.Context(), repo, runner.Options{Args: argv, Mode: mode, Then: runner.Then(o.then),
 		CommitFailed: o.commitFailed, Continue: o.continue_, Wait: o.wait, Waiting: waiting, Grace: o.grace,
-		LockWait: lockWait()})
+		LockWait: lockWait(), Notify: func(s string) { fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(s)) }})
+	if err == nil {
+		retain(g, repo, cfg)
+	}
 	return runOutcome(g, res, err)
 }
 

@@ -22,7 +22,7 @@ func newSnapCmd(g *globals) *cobra.Command {
 }
 
 func runSnap(g *globals, o snapOptions) error {
-	repo, _, err := g.open(true, "snap")
+	repo, cfg, err := g.open(true, "snap")
 	if err != nil {
 		return err
 	}
@@ -32,6 +32,7 @@ func runSnap(g *globals, o snapOptions) error {
 		return err
 	}
 	st := repo.LastScan
+	defer retain(g, repo, cfg)
 	if g.json {
 		return g.printJSON(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead})
 	}

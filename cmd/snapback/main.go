@@ -222,12 +222,15 @@ func editDistance(a, b string) int {
 func classify(err error) (int, string) {
 	var ee *exitError
 	var ce *snapshot.ConflictError
+	var pe *snapshot.PendingError
 	var cfg *config.Error
 	switch {
 	case errors.As(err, &ee):
 		return ee.code, ee.kind
 	case errors.As(err, &ce):
 		return 1, "conflict"
+	case errors.As(err, &pe):
+		return 1, "pending"
 	case errors.Is(err, snapshot.ErrNothingToUndo), errors.Is(err, snapshot.ErrNothingToRedo):
 		return 1, "nothing_to_do"
 	case errors.Is(err, snapshot.ErrRunning):

@@ -1,0 +1,80 @@
+package snapshot_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// snaps records n snapshots, each with a content of its own, and returns
+// the tree's state at each.
+func snaps(t *testing.T, r *snapshot.Repo, root string, n int) []treetest.State {
+	t.Helper()
+	var states []treetest.State
+	for i := 0; i < n; i++ {
+		treetest.Write(t, root, "f", strings.Repeat("v", i+1)+"\n", 0o644)
+		states = append(states, capture(t, root))
+		_, err := r.Snap(snapshot.KindSnap, "")
+		treetest.Must(t, err)
+	}
+	return states
+}
+
+func TestRetainKeepsWhatUndoRedoAndPendingRunsNeed(t *testing.T) {
+	root := t.TempDir()
+	r := openRepo(t, root)
+	states := snaps(t, r, root, 4)
+	treetest.Write(t, root, "f", "latest\n", 0o644)
+	latest := capture(t, root)
+	_, _, err := r.Undo("", false) // the 4th snap is undone: redo needs its pre-undo
+	treetest.Must(t, err)
+	p, err := r.StartPending([]string{"true"}, "overlayfs")
+	treetest.Must(t, err)
+	treetest.Must(t, r.EndCommand(p, 0))
+
+	if st, err := r.Retain(snapshot.Retention{}); err != nil || st.Snapshots != 0 {
+		t.Fatalf("no bounds: removed %+v, %v", st, err)
+	}
+	// keep = 1 keeps the 4th (undone) and the 3rd (what undo takes next).
+	st, err := r.Retain(snapshot.Retention{Keep: 1})
+	treetest.Must(t, err)
+	if st.Snapshots != 2 || st.Objects == 0 || st.Bytes == 0 {
+		t.Fatalf("retention removed %+v, want the 2 oldest snapshots and their objects", st)
+	}
+	if ps, err := r.PendingRuns(); err != nil || len(ps) != 1 || ps[0].ID != p.ID {
+		t.Fatalf("pending runs after retention: %v, %v", ps, err)
+	}
+	_, _, err = r.Redo(false)
+	treetest.Must(t, err)
+	treetest.Equal(t, "redo after retention", latest, capture(t, root))
+	treetest.Must(t, r.DiscardPending(p))
+	_, _, err = r.Undo("", false)
+	treetest.Must(t, err)
+	treetest.Equal(t, "undo after retention", states[3], capture(t, root))
+	_, _, err = r.Undo("", false)
+	treetest.Must(t, err)
+	treetest.Equal(t, "second undo after retention", states[2], capture(t, root))
+}
+
+func TestRetainByAgeKeepsTheNextUndo(t *testing.T) {
+	root := t.TempDir()
+	r := openRepo(t, root)
+	states := snaps(t, r, root, 3)
+	treetest.Write(t, root, "f", "latest\n", 0o644)
+	time.Sleep(time.Millisecond)
+	st, err := r.Retain(snapshot.Retention{MaxAge: time.Millisecond})
+	treetest.Must(t, err)
+	if st.Snapshots != 2 {
+		t.Fatalf("retention by age removed %d snapshots, want 2 (all but the newest)", st.Snapshots)
+	}
+	_, _, err = r.Undo("", false)
+	treetest.Must(t, err)
+	treetest.Equal(t, "undo after retention by age", states[2], capture(t, root))
+	// Nothing falls outside the bounds now: no gc runs.
+	if st, err := r.Retain(snapshot.Retention{Keep: 5}); err != nil || st != (snapshot.GCStats{}) {
+		t.Fatalf("retention within bounds did %+v, %v", st, err)
+	}
+}
