@@ -201,9 +201,17 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool, error) {
 	staged := map[ObjectID]bool{}
 	a := &applier{target: target, scope: j.Scope}
+	// Which contents the store holds: for a large state, one listing of
+	// objects/ instead of a stat per file (100,000 stats took ~0.2 s of a
+	// 10-file undo of a whole tree). An object missing from the listing
+	// is looked up anyway: it may have been written since.
+	var listed map[ObjectID]bool
+	if len(cur) > 4096 {
+		listed = r.listObjects()
+	}
 	for i := range cur {
 		c := &cur[i]
-		if c.Type != File || c.Link != "" || staged[c.Object] || r.HasObject(c.Object) {
+		if c.Type != File || c.Link != "" || staged[c.Object] || listed[c.Object] || r.HasObject(c.Object) {
 			continue
 		}
 		d, err := r.treeDir.OpenDir(Parent(c.Path))

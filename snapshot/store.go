@@ -136,6 +136,33 @@ func (s *Store) HasObject(id ObjectID) bool {
 	return err == nil
 }
 
+// listObjects returns the ids of the objects the store holds, from a
+// listing of objects/ (nil where it cannot be read: callers then stat).
+func (s *Store) listObjects() map[ObjectID]bool {
+	subs, err := os.ReadDir(s.path("objects"))
+	if err != nil {
+		return nil
+	}
+	out := map[ObjectID]bool{}
+	for _, sub := range subs {
+		if len(sub.Name()) != 2 || !sub.IsDir() {
+			continue
+		}
+		f, err := os.Open(s.path("objects", sub.Name()))
+		if err != nil {
+			continue
+		}
+		names, _ := f.Readdirnames(-1) // what it could read; the rest is stat'ed
+		f.Close()                      // read-only
+		for _, n := range names {
+			if id, ok := ParseObjectID(sub.Name() + n); ok {
+				out[id] = true
+			}
+		}
+	}
+	return out
+}
+
 // objectSize returns the size of a stored object (fs.ErrNotExist when it is
 // missing).
 func (s *Store) objectSize(id ObjectID) (int64, error) {
