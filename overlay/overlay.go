@@ -22,7 +22,7 @@ import (
 // a fake root), with the capabilities the overlay mount needs raised as
 // ambient ones for the helper alone; it clears them before the exec.
 // CAP_SYS_ADMIN alone is not enough: overlayfs's work directory needs the
-// DAC capabilities too (OVERLAY-NOTES.md).
+// DAC capabilities too (without them the mount fails with EACCES).
 func UserNS(a *syscall.SysProcAttr) {
 	uid, gid := os.Getuid(), os.Getgid()
 	a.Cloneflags |= unix.CLONE_NEWUSER

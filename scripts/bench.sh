@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench.sh: measure snapback against a plain copy on a generated tree
-# (DESIGN.md §9). One run prints a Markdown table: operation | time | ratio
-# to `cp -a` | runs.
+# bench.sh: measure snapback against a plain copy on a generated tree.
+# One run prints a Markdown table: operation | time | ratio to `cp -a` |
+# runs.
 #
 # Environment:
 #   BENCH_FILES   number of files in the tree        (default 100000)

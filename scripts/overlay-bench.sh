@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/overlay-bench.sh [TREE]: metadata-heavy and read-heavy work
 # natively and inside `snapback run` in each overlay mode, warm, as
-# medians of 5 with ratios to native (DESIGN.md §9).
+# medians of 5 with ratios to native.
 #
 # TREE defaults to a git repository made from a copy of Go's own src/
 # (~11.5k files, 1.3k directories). Workloads: find . -type f | wc -l;

@@ -103,7 +103,7 @@ func BenchmarkSnapFirst(b *testing.B) {
 }
 
 // BenchmarkSnapUnchanged: a second snapshot of an unchanged tree, which
-// must not read any file (DESIGN.md §9).
+// must not read any file.
 func BenchmarkSnapUnchanged(b *testing.B) {
 	root, _ := benchTree(b)
 	repo := openBenchRepo(b, root)
