@@ -187,19 +187,23 @@ func runSummary(res runner.Result) string {
 	n := len(res.Changes)
 	switch res.State {
 	case "committed":
-		return fmt.Sprintf("run %s committed %s as %s (%s mode); snapback undo reverts it", res.ID, paths(n), res.Snapshot, res.Mode)
+		as := "" // a run on the tree is its own record
+		if res.Snapshot != res.ID {
+			as = " as " + res.Snapshot
+		}
+		return fmt.Sprintf("run %s committed %s%s (%s mode); snapback undo reverts it", res.ID, nPaths(n), as, res.Mode)
 	case "pending":
 		return "" // runOutcome said so already, with what to do
 	case "discarded":
-		return fmt.Sprintf("run %s discarded %s (%s mode); nothing changed", res.ID, paths(n), res.Mode)
+		return fmt.Sprintf("run %s discarded %s (%s mode); nothing changed", res.ID, nPaths(n), res.Mode)
 	case "empty":
 		return fmt.Sprintf("run %s changed nothing (%s mode); nothing to undo", res.ID, res.Mode)
 	}
 	return ""
 }
 
-// paths says "1 path", "3 paths".
-func paths(n int) string {
+// nPaths says "1 path", "3 paths".
+func nPaths(n int) string {
 	if n == 1 {
 		return "1 path"
 	}
