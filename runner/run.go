@@ -50,6 +50,9 @@ type Options struct {
 	LockWait time.Duration
 	// Notify, when set, is told (one line) why the run waits.
 	Notify func(string)
+	// Count fills Result.Changes: it costs a comparison of the run's
+	// paths, so only callers that report them ask.
+	Count bool
 }
 
 // DefaultGrace is Options.Grace's default.
@@ -74,6 +77,17 @@ type Result struct {
 	// Recorded is the record of a run on the tree (copy and btrfs modes):
 	// there is no pending state, what the command did is in the tree.
 	Recorded *snapshot.Meta
+	// ID is the run's id, Mode its isolation mode and State what became
+	// of it: committed, pending, discarded, or empty (it changed nothing
+	// and left no record).
+	ID, Mode, State string
+	// Snapshot is the record undo reverts (committed runs), else "".
+	Snapshot string
+	// Targets are the states outside the tree saved before the command.
+	Targets []snapshot.TargetState
+	// Changes are the paths the run changed (kept pending, committed or
+	// thrown away), with Options.Count.
+	Changes []snapshot.Change
 }
 
 // BadInputError is a run refused before anything ran or changed.
@@ -144,6 +158,15 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	res.ID, res.Mode, res.Targets = p.ID, p.Mode, p.Targets
+	if o.Count {
+		// Before the commit or discard: what the layer holds is then gone.
+		target, cur, err := repo.PendingChanges(p)
+		if err != nil {
+			return res, err
+		}
+		res.Changes = snapshot.DiffManifests(cur, target)
+	}
 	switch o.Then {
 	case ThenCommit:
 		if res.Status != 0 && !o.CommitFailed {
@@ -154,11 +177,11 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 				return res, err
 			}
 			if !empty || len(p.Targets) > 0 {
-				res.Pending, res.Failed = p, true
+				res.Pending, res.Failed, res.State = p, true, "pending"
 				return res, nil
 			}
 		}
-		_, err := repo.CommitPending(p, nil, false)
+		rec, err := repo.CommitPending(p, nil, false)
 		var ce *snapshot.ConflictError
 		if errors.As(err, &ce) {
 			return res, fmt.Errorf("%w; the run stays pending as %s (snapback diff, commit --force, discard)", err, p.ID)
@@ -166,8 +189,12 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if err != nil {
 			return res, err
 		}
+		res.State = "empty"
+		if rec != nil {
+			res.State, res.Snapshot = "committed", rec.ID
+		}
 	case ThenReview:
-		res.Pending = p
+		res.Pending, res.State = p, "pending"
 	case ThenDiscard:
 		if res.DroppedExcluded, err = repo.ExcludedIn(p, nil); err != nil {
 			return res, err
@@ -175,9 +202,22 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if err := repo.DiscardPending(p); err != nil {
 			return res, err
 		}
-		res.KeptIgnored = p.WroteThrough
+		res.KeptIgnored, res.State = p.WroteThrough, "discarded"
 	}
 	return res, nil
+}
+
+// commandEnv is the command's environment: snapback's, plus the run's id
+// and the project root, so that a script can name its own run (diff,
+// commit) and find the project from a subdirectory.
+func commandEnv(repo *snapshot.Repo, id string) []string {
+	env := []string{}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "SNAPBACK_RUN_ID=") && !strings.HasPrefix(e, "SNAPBACK_ROOT=") {
+			env = append(env, e)
+		}
+	}
+	return append(env, "SNAPBACK_RUN_ID="+id, "SNAPBACK_ROOT="+repo.Root)
 }
 
 // findIdle finds the pending run o continues; while a command runs in
@@ -245,20 +285,31 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 	repo.Unlock()       // the command may run for hours: do not hold others off
 	wd, _ := os.Getwd() // the command's cwd: ours, as without snapback
 	var res Result
-	res.Status, res.StartErr = Exec(ctx, Command{Args: o.Args, Dir: wd})
+	res.Status, res.StartErr = Exec(ctx, Command{Args: o.Args, Dir: wd, Env: commandEnv(repo, run.Meta.ID)})
 	if err := repo.Lock(o.LockWait, "run (finishing)"); err != nil {
 		return res, err
 	}
 	if err := repo.FinishRun(run, &res.Status); err != nil {
 		return res, err
 	}
-	if o.Then == ThenDiscard && !run.Dropped {
+	res.ID, res.Mode, res.Targets = run.Meta.ID, mode.Name, run.Meta.Targets
+	if run.Dropped {
+		res.State = "empty"
+		return res, nil
+	}
+	if o.Count {
+		if res.Changes, err = repo.Diff(run.Meta); err != nil {
+			return res, err
+		}
+	}
+	if o.Then == ThenDiscard {
 		if _, _, err := repo.Undo(run.Meta.ID, false); err != nil {
 			return res, fmt.Errorf("run --then discard: %w", err)
 		}
+		res.State = "discarded"
 		return res, nil
 	}
-	res.Recorded = run.Meta
+	res.Recorded, res.State, res.Snapshot = run.Meta, "committed", run.Meta.ID
 	return res, nil
 }
 
@@ -327,7 +378,7 @@ func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.ViewRun, o 
 		v = fuse.NewSession(spec)
 	}
 	var res Result
-	res.Status, res.StartErr = Exec(ctx, Command{Args: o.Args, Dir: wd, Prepare: v.Prepare, Signal: v.Signal, Outside: true})
+	res.Status, res.StartErr = Exec(ctx, Command{Args: o.Args, Dir: wd, Env: commandEnv(repo, p.ID), Prepare: v.Prepare, Signal: v.Signal, Outside: true})
 	if err := v.Finish(); err != nil { // the upper layer is complete only once the server is gone
 		return Result{}, err
 	}

@@ -96,5 +96,12 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0})
 	}
 	fmt.Fprintf(g.stdout, "committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
+	if g.summary() {
+		changes, err := repo.Diff(rec)
+		if err != nil {
+			return err
+		}
+		g.summarize(fmt.Sprintf("committed %s of run %s as %s; snapback undo reverts it", nPaths(len(changes)), p.ID, rec.ID))
+	}
 	return nil
 }

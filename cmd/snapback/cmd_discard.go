@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
 
@@ -22,6 +23,15 @@ func newDiscardCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			n := -1
+			if g.summary() {
+				// Counted before: the layer goes with the discard.
+				target, cur, err := repo.PendingChanges(p)
+				if err != nil {
+					return err
+				}
+				n = len(snapshot.DiffManifests(cur, target))
+			}
 			if err := repo.DiscardPending(p); err != nil {
 				return err
 			}
@@ -32,6 +42,9 @@ func newDiscardCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stdout, "discarded run %s\n", p.ID)
 			noteUnreverted(g, "discard", p.WroteThrough, nil)
 			noteDropped(g, excluded)
+			if n >= 0 {
+				g.summarize(fmt.Sprintf("discarded %s of run %s; the tree is as it was (there is nothing to undo)", nPaths(n), p.ID))
+			}
 			return nil
 		},
 	}

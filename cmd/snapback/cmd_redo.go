@@ -28,5 +28,5 @@ func runRedo(g *globals, o undoOptions) error {
 	if err != nil {
 		s = p // the undone snapshot was collected; name the record instead
 	}
-	return reportRevert(g, "redid", s, saved)
+	return reportRevert(g, repo, "redid", s, saved)
 }

@@ -17,7 +17,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return reportRevert(g, "restored", s, saved)
+			return reportRevert(g, repo, "restored", s, saved)
 		},
 	}
 }

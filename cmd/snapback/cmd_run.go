@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/runner/isolation"
 	"github.com/snapback/snapback/snapshot"
@@ -21,12 +23,13 @@ type runOptions struct {
 	continue_    string
 	wait         bool
 	grace        time.Duration
+	result       string
 }
 
 func newRunCmd(g *globals) *cobra.Command {
 	var o runOptions
 	c := &cobra.Command{
-		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] -- CMD [ARGS...]",
+		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] [--result FILE] -- CMD [ARGS...]",
 		Short: "Run a command so that `undo` can revert what it changes",
 		Long: `Run a command so that ` + "`undo`" + ` can revert what it changes.
 
@@ -49,7 +52,14 @@ so that nothing writes into the run after it is committed or discarded.
 
 The command keeps snapback's stdin, stdout, stderr, terminal, environment
 and working directory; signals sent to snapback reach it; snapback exits
-with its status (128+N if signal N killed it, 125 if snapback failed).`,
+with its status (128+N if signal N killed it, 125 if snapback failed).
+Its environment also holds SNAPBACK_RUN_ID (the run's id) and
+SNAPBACK_ROOT (the project root).
+
+With --json, the run's result (id, mode, exit status, state, changed
+paths by kind, targets) is one JSON object on the last line of stderr;
+--result FILE writes it to FILE instead, apart from the command's own
+output (docs/json.md describes the fields).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			g.runStarted = true
@@ -76,6 +86,7 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 	c.Flags().BoolVar(&o.commitFailed, "commit-failed", false, "with --then commit: commit even when the command fails (by default its changes stay pending)")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
 	c.Flags().BoolVar(&o.wait, "wait", false, "with --continue: wait while another command runs in the view")
+	c.Flags().StringVar(&o.result, "result", "", "write the run's result as JSON to FILE (see --json)")
 	c.Flags().DurationVar(&o.grace, "grace", runner.DefaultGrace, "overlay modes: how long processes the command left running may finish before they are ended")
 	return c
 }
@@ -104,11 +115,99 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	}
 	res, err := runner.Run(c.Context(), repo, runner.Options{Args: argv, Mode: mode, Then: runner.Then(o.then),
 		CommitFailed: o.commitFailed, Continue: o.continue_, Wait: o.wait, Waiting: waiting, Grace: o.grace,
-		LockWait: lockWait(), Notify: func(s string) { fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(s)) }})
+		LockWait: lockWait(), Notify: func(s string) { fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(s)) },
+		Count: g.json || o.result != "" || g.summary()})
 	if err == nil {
 		retain(g, repo, cfg)
 	}
-	return runOutcome(g, res, err)
+	oerr := runOutcome(g, res, err)
+	if err != nil {
+		return oerr // the error says what happened, JSON under --json
+	}
+	g.summarize(runSummary(res))
+	if o.result != "" {
+		if werr := writeResult(o.result, res); werr != nil {
+			return werr
+		}
+	} else if g.json {
+		// The last line of stderr: the command's stdout stays its own.
+		b, jerr := json.Marshal(versioned(runResultJSON(res)))
+		if jerr != nil {
+			return jerr
+		}
+		fmt.Fprintf(g.stderr, "%s\n", b)
+	}
+	return oerr
+}
+
+// runResult is run's result under --json and --result (docs/json.md).
+type runResult struct {
+	ID         string                 `json:"id"`
+	Mode       string                 `json:"mode"`
+	ExitStatus int                    `json:"exit_status"`
+	State      string                 `json:"state"`
+	Snapshot   *string                `json:"snapshot"`
+	Changes    map[string]int         `json:"changes"`
+	Targets    []snapshot.TargetState `json:"targets"`
+}
+
+// changeKinds names DiffManifests' ops in the result.
+var changeKinds = map[string]string{"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}
+
+func runResultJSON(res runner.Result) runResult {
+	r := runResult{ID: res.ID, Mode: res.Mode, ExitStatus: res.Status, State: res.State,
+		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets}
+	if res.Snapshot != "" {
+		r.Snapshot = &res.Snapshot
+	}
+	if r.Targets == nil {
+		r.Targets = []snapshot.TargetState{}
+	}
+	for _, c := range res.Changes {
+		r.Changes[changeKinds[c.Op]]++
+	}
+	return r
+}
+
+// writeResult writes the result to path whole or not at all, so that a
+// script that finds the file can read it.
+func writeResult(path string, res runner.Result) error {
+	b, err := json.MarshalIndent(versioned(runResultJSON(res)), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := fsutil.WriteFileAtomic(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("run --result: %w", err)
+	}
+	return nil
+}
+
+// runSummary is the line a terminal gets once a run is over.
+func runSummary(res runner.Result) string {
+	n := len(res.Changes)
+	switch res.State {
+	case "committed":
+		as := "" // a run on the tree is its own record
+		if res.Snapshot != res.ID {
+			as = " as " + res.Snapshot
+		}
+		return fmt.Sprintf("run %s committed %s%s (%s mode); snapback undo reverts it", res.ID, nPaths(n), as, res.Mode)
+	case "pending":
+		return "" // runOutcome said so already, with what to do
+	case "discarded":
+		return fmt.Sprintf("run %s discarded %s (%s mode); nothing changed", res.ID, nPaths(n), res.Mode)
+	case "empty":
+		return fmt.Sprintf("run %s changed nothing (%s mode); nothing to undo", res.ID, res.Mode)
+	}
+	return ""
+}
+
+// nPaths says "1 path", "3 paths".
+func nPaths(n int) string {
+	if n == 1 {
+		return "1 path"
+	}
+	return fmt.Sprintf("%d paths", n)
 }
 
 // runOutcome says what became of a run, and ends snapback with the

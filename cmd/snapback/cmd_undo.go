@@ -40,10 +40,10 @@ func runUndo(g *globals, ref string, o undoOptions) error {
 	if !g.json {
 		defer noteUnreverted(g, "undo", s.WroteThrough, s.Excluded) // after the line saying what it undid
 	}
-	return reportRevert(g, "undid", s, saved)
+	return reportRevert(g, repo, "undid", s, saved)
 }
 
-func reportRevert(g *globals, verb string, s, saved *snapshot.Meta) error {
+func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapshot.Meta) error {
 	if g.json {
 		return g.printJSON(map[string]any{"snapshot": snapJSON(s, verb == "undid"), "saved": snapJSON(saved, false)})
 	}
@@ -55,5 +55,18 @@ func reportRevert(g *globals, verb string, s, saved *snapshot.Meta) error {
 		what = " " + oneLine(what)
 	}
 	fmt.Fprintf(g.stdout, "%s %s %s%s (previous state saved as %s)\n", verb, s.Kind, s.ID, what, saved.ID)
+	if g.summary() {
+		// saved holds what the verb replaced: its difference with the
+		// tree now is what the verb changed.
+		changes, err := repo.Diff(saved)
+		if err != nil {
+			return err
+		}
+		back := "snapback undo reverts it"
+		if verb == "undid" {
+			back = "snapback redo puts it back"
+		}
+		g.summarize(fmt.Sprintf("%s %s %s: %s changed; %s", verb, s.Kind, s.ID, nPaths(len(changes)), back))
+	}
 	return nil
 }

@@ -14,7 +14,14 @@ func newVersionCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if g.json {
-				return g.printJSON(map[string]string{"version": version, "go": runtime.Version(), "os": runtime.GOOS, "arch": runtime.GOARCH})
+				// "version" is the JSON schema's, as in every output.
+				return g.printJSON(struct {
+					Version  int    `json:"version"`
+					Snapback string `json:"snapback"`
+					Go       string `json:"go"`
+					OS       string `json:"os"`
+					Arch     string `json:"arch"`
+				}{jsonVersion, version, runtime.Version(), runtime.GOOS, runtime.GOARCH})
 			}
 			fmt.Fprintf(g.stdout, "snapback %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil

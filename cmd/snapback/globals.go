@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 type globals struct {
 	dir    string
 	json   bool
+	quiet  bool // -q: no summary line or progress on a terminal
 	stdout io.Writer
 	stderr io.Writer
 	// runStarted: failures from here on are snapback's own (status 125).
@@ -179,10 +181,43 @@ func (g *globals) openPending(what string, args []string) (*snapshot.Repo, *snap
 	return repo, p, nil
 }
 
+// jsonVersion is the version of the schema of every JSON output
+// (docs/json.md): it changes when a field changes meaning or goes away,
+// not when one is added.
+const jsonVersion = 1
+
 func (g *globals) printJSON(v any) error {
-	enc := json.NewEncoder(g.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.Marshal(versioned(v))
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = g.stdout.Write(out.Bytes())
+	return err
+}
+
+// versioned puts "version" first in a JSON object that lacks it, so that
+// a script can check the schema before it reads anything else.
+func versioned(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil || len(b) < 2 || b[0] != '{' {
+		return b // Marshal of the result reports the error again
+	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(b, &keys) == nil {
+		if _, ok := keys["version"]; ok {
+			return b
+		}
+	}
+	head := fmt.Sprintf(`{"version":%d`, jsonVersion)
+	if len(b) == 2 {
+		return json.RawMessage(head + "}")
+	}
+	return json.RawMessage(head + "," + string(b[1:]))
 }
 
 // quote shows a path on one line: as is when it is plain, else Go-quoted
@@ -229,11 +264,33 @@ func (g *globals) warn(msg string) {
 	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
 }
 
+// summary: after a verb that changes things, a terminal gets one line on
+// stderr saying what it did; scripts (stderr not a terminal), -q and
+// --json get none. SNAPBACK_TERMINAL=1 stands for a terminal in the
+// tests.
+func (g *globals) summary() bool {
+	if g.quiet || g.json {
+		return false
+	}
+	if os.Getenv("SNAPBACK_TERMINAL") == "1" {
+		return true
+	}
+	f, ok := g.stderr.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// summarize prints line as the summary, when there is one to print.
+func (g *globals) summarize(line string) {
+	if line != "" && g.summary() {
+		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(line))
+	}
+}
+
 // working shows, on a terminal, what a step that has taken over a second
 // is doing, and how long it took; elsewhere it says nothing.
 func (g *globals) working(what string) func() {
 	f, ok := g.stderr.(*os.File)
-	if !ok || g.json || !term.IsTerminal(int(f.Fd())) {
+	if !ok || g.json || g.quiet || !term.IsTerminal(int(f.Fd())) {
 		return func() {}
 	}
 	start := time.Now()

@@ -107,11 +107,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kind = k
 	}
 	if g.json || jsonRequested(args) {
-		out := map[string]string{"error": kind, "message": err.Error()}
-		if hint != "" {
-			out["hint"] = hint
-		}
-		b, _ := json.Marshal(out) // strings always marshal
+		out := struct {
+			Version int    `json:"version"`
+			Error   string `json:"error"`
+			Hint    string `json:"hint,omitempty"`
+			Message string `json:"message"`
+		}{jsonVersion, kind, hint, err.Error()}
+		b, _ := json.Marshal(out) // strings and an int always marshal
 		fmt.Fprintln(stderr, string(b))
 	} else {
 		fmt.Fprintf(stderr, "snapback: %s\n", oneLine(err.Error()))
@@ -274,6 +276,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	}
 	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "run as if started in DIR (the root is then found from DIR: the nearest ancestor with snapback.toml or .snapback, else the top of the git work tree, else DIR)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
+	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "on a terminal too, no line on stderr saying what a verb did")
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
