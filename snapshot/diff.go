@@ -95,6 +95,24 @@ func (r *Repo) Diff(m *Meta) ([]Change, error) {
 	return DiffManifests(old, cur), nil
 }
 
+// DiffRecorded is what the operation that saved m changed: from m's
+// manifest (what it replaced) to m.After (what it put in place), read
+// from the store alone.
+func (r *Repo) DiffRecorded(m *Meta) ([]Change, error) {
+	old, err := r.LoadManifest(m.Manifest)
+	if err != nil {
+		return nil, err
+	}
+	if m.After == "" {
+		return nil, fmt.Errorf("diff: snapshot %s records no state after it", m.ID)
+	}
+	after, err := r.LoadManifest(m.After)
+	if err != nil {
+		return nil, err
+	}
+	return DiffManifests(old, after), nil
+}
+
 // ReadTreeFile reads up to limit bytes of the tree's file at path, never
 // following a symlink.
 func (r *Repo) ReadTreeFile(path string, limit int64) ([]byte, error) {

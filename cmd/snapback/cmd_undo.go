@@ -56,9 +56,10 @@ func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapsh
 	}
 	fmt.Fprintf(g.stdout, "%s %s %s%s (previous state saved as %s)\n", verb, s.Kind, s.ID, what, saved.ID)
 	if g.summary() {
-		// saved holds what the verb replaced: its difference with the
-		// tree now is what the verb changed.
-		changes, err := repo.Diff(saved)
+		// saved holds what the verb replaced, and After what it put in
+		// place: their difference is what the verb changed (no scan of
+		// the tree, which for a tree snapshot would read every path).
+		changes, err := repo.DiffRecorded(saved)
 		if err != nil {
 			return err
 		}
