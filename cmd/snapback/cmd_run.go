@@ -26,7 +26,7 @@ type runOptions struct {
 func newRunCmd(g *globals) *cobra.Command {
 	var o runOptions
 	c := &cobra.Command{
-		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] -- CMD [ARGS...]",
+		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] [--] CMD [ARGS...]",
 		Short: "Run a command so that `undo` can revert what it changes",
 		Long: `Run a command so that ` + "`undo`" + ` can revert what it changes.
 
@@ -47,15 +47,16 @@ When the command exits, the processes it left running in the view get
 --grace to finish; those still running then are ended (snapback says so),
 so that nothing writes into the run after it is committed or discarded.
 
+As with nice and time, the first word that is not one of run's flags
+starts the command: flags after it are the command's (snapback run ls -l).
+A -- before the command is allowed, and needed when its name starts with -.
+
 The command keeps snapback's stdin, stdout, stderr, terminal, environment
 and working directory; signals sent to snapback reach it; snapback exits
 with its status (128+N if signal N killed it, 125 if snapback failed).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			g.runStarted = true
-			if c.ArgsLenAtDash() != 0 {
-				return usageErr("run: put the command after --, as in: snapback run -- make test")
-			}
 			switch o.then {
 			case "", "commit", "review", "discard":
 			default:
@@ -70,6 +71,9 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 			return runRun(c, g, o, args)
 		},
 	}
+	// Flags end at the command's first word, as for nice and time: in
+	// `snapback run ls -l`, -l is ls's.
+	c.Flags().SetInterspersed(false)
 	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: "+strings.Join(isolation.Names(), ", ")+" (default: snapshot.mode from snapback.toml, else auto; snapback doctor says which work here)")
 	_ = c.RegisterFlagCompletionFunc("mode", completeMode) // the flag exists: no error
 	c.Flags().StringVar(&o.then, "then", "", "after an overlay run: commit, review (keep pending) or discard (default: commit; with --continue, the run's own)")

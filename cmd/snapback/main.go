@@ -106,7 +106,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, k := classify(err); k == "usage" {
 		kind = k
 	}
-	if g.json || jsonRequested(args) {
+	// Once run has started, its flags are read and what follows its
+	// command's first word is the command's: a --json there is not ours.
+	if g.json || (!g.runStarted && jsonRequested(args)) {
 		out := map[string]string{"error": kind, "message": err.Error()}
 		if hint != "" {
 			out["hint"] = hint
@@ -289,8 +291,9 @@ func newRootCmd(g *globals) *cobra.Command {
 // a snapshot without a note.
 var emptyAllowed = map[string]bool{"message": true}
 
-// commandLine are the verbs whose words after -- are a command line of
-// the user's, where an empty word is an argument like any other.
+// commandLine are the verbs whose arguments are a command line of the
+// user's (their flags end at its first word), where an empty word is an
+// argument like any other.
 var commandLine = map[string]bool{"run": true}
 
 // refuseEmpty makes every verb refuse an empty argument or an empty flag
@@ -323,8 +326,8 @@ func refuseEmpty(c *cobra.Command) {
 			return err
 		}
 		n := len(args)
-		if d := c.ArgsLenAtDash(); d >= 0 && commandLine[c.Name()] {
-			n = d
+		if commandLine[c.Name()] {
+			n = 0
 		}
 		for i, a := range args[:n] {
 			if a != "" {
@@ -343,7 +346,7 @@ func refuseEmpty(c *cobra.Command) {
 			// say which argument is missing, or that there are too many.
 			usage := strings.TrimPrefix(c.UseLine(), c.Root().Name()+" ")
 			missing := names
-			if _, cmd, ok := strings.Cut(c.Use, "-- "); ok && len(args) == 0 {
+			if _, cmd, ok := strings.Cut(c.Use, "[--] "); ok && len(args) == 0 {
 				missing = []string{strings.Fields(cmd)[0]} // run's command
 			}
 			switch {
