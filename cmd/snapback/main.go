@@ -145,6 +145,17 @@ func explain(root *cobra.Command, err error) (error, string) {
 	if errors.As(err, &ee) && ee.hint != "" {
 		return err, ee.hint
 	}
+	var unknown *snapshot.UnknownIDError
+	if errors.As(err, &unknown) {
+		if unknown.Run {
+			return err, "`snapback status` lists the pending runs"
+		}
+		return err, "`snapback list` lists the snapshots"
+	}
+	var ambiguous *snapshot.AmbiguousIDError
+	if errors.As(err, &ambiguous) {
+		return err, "give more of the id: its start, or the end of its last part"
+	}
 	msg := err.Error()
 	if verb, ok := strings.CutPrefix(msg, "unknown command "); ok {
 		// unknown command "undoo" for "snapback"\n\nDid you mean this?…
@@ -240,6 +251,8 @@ func classify(err error) (int, string) {
 
 	case errors.As(err, &cfg):
 		return 2, "config"
+	case errors.As(err, new(*snapshot.AmbiguousIDError)):
+		return 2, "ambiguous_id"
 	case errors.Is(err, snapshot.ErrNotFound), errors.Is(err, snapshot.ErrNoPending):
 		return 2, "not_found"
 	case errors.Is(err, snapshot.ErrNoStore):
