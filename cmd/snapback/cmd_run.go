@@ -79,6 +79,8 @@ with its status (128+N if signal N killed it, 125 if snapback failed).`,
 	c.Flags().StringVar(&o.then, "then", "", "after an overlay run: commit, review (keep pending) or discard (default: commit; with --continue, the run's own)")
 	c.Flags().BoolVar(&o.commitFailed, "commit-failed", false, "with --then commit: commit even when the command fails (by default its changes stay pending)")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
+	_ = c.RegisterFlagCompletionFunc("then", completeWords("commit\tmove the changes into the tree", "review\tkeep them pending", "discard\tthrow them away"))
+	_ = c.RegisterFlagCompletionFunc("continue", completeIDs(g, runIDs))
 	c.Flags().BoolVar(&o.wait, "wait", false, "with --continue: wait while another command runs in the view")
 	c.Flags().DurationVar(&o.grace, "grace", runner.DefaultGrace, "overlay modes: how long processes the command left running may finish before they are ended")
 	return c

@@ -296,6 +296,7 @@ func newRootCmd(g *globals) *cobra.Command {
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
 		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newManCmd(),
 	)
+	completeIDArgs(g, root)
 	refuseEmpty(root)
 	return root
 }
