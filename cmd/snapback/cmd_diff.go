@@ -19,8 +19,12 @@ func newDiffCmd(g *globals) *cobra.Command {
 	var o diffOptions
 	c := &cobra.Command{
 		Use:   "diff [ID]",
-		Short: "Show what changed in the tree since a snapshot (default: the one undo would revert)",
-		Args:  cobra.MaximumNArgs(1),
+		Short: "Show what a pending run changes, or what changed in the tree since a snapshot",
+		Long: `Show what a pending run changes, or what changed in the tree since a
+snapshot. ID names either (see Ids in the README). Without ID: the newest
+pending run; when none is pending, the snapshot undo would revert, else
+the newest snapshot.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ref := ""
 			if len(args) == 1 {

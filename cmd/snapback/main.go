@@ -296,6 +296,8 @@ func newRootCmd(g *globals) *cobra.Command {
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
 		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newManCmd(),
 	)
+	root.InitDefaultCompletionCmd() // as Execute would: for its examples
+	setExamples(root)
 	completeIDArgs(g, root)
 	refuseEmpty(root)
 	return root

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // TestManPages: the man pages in man/ are those the commands make now.
@@ -38,4 +40,18 @@ func TestManPages(t *testing.T) {
 			t.Errorf("man/%s is out of date: run go generate ./cmd/snapback", n)
 		}
 	}
+}
+
+// TestHelpExamples: every verb's --help shows examples.
+func TestHelpExamples(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c.Runnable() && !c.Hidden && c.Example == "" {
+			t.Errorf("%s has no examples", c.CommandPath())
+		}
+	}
+	walk(newRootCmd(&globals{}))
 }
