@@ -599,30 +599,6 @@ func (s *Store) records() ([]*Meta, []DamagedRecord, error) {
 	return out, damaged, nil
 }
 
-// Resolve finds a snapshot by id or unique id prefix.
-func (s *Store) Resolve(ref string) (*Meta, error) {
-	if ValidID(ref) {
-		return s.ReadMeta(ref)
-	}
-	all, err := s.List()
-	if err != nil {
-		return nil, err
-	}
-	var found []*Meta
-	for _, m := range all {
-		if ref != "" && strings.HasPrefix(m.ID, ref) {
-			found = append(found, m)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return nil, fmt.Errorf("snapshot %q: %w", ref, ErrNotFound)
-	case 1:
-		return found[0], nil
-	}
-	return nil, fmt.Errorf("snapshot %q is ambiguous: %d snapshots start with it", ref, len(found))
-}
-
 // newMeta starts a record with an id and a creation time later than every
 // existing snapshot's, so that creation order is total.
 func (s *Store) newMeta(kind Kind, scope Scope) (*Meta, error) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -197,30 +196,6 @@ func (r *Repo) PendingRuns() ([]*ViewRun, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
-}
-
-// FindPending finds a pending run by id or unique prefix; "" means the
-// newest.
-func (r *Repo) FindPending(ref string) (*ViewRun, error) {
-	all, err := r.PendingRuns()
-	if err != nil {
-		return nil, err
-	}
-	var found []*ViewRun
-	for _, p := range all {
-		if ref == "" || strings.HasPrefix(p.ID, ref) {
-			found = append(found, p)
-		}
-	}
-	switch {
-	case len(found) == 0 && ref == "":
-		return nil, ErrNoPending
-	case len(found) == 0:
-		return nil, fmt.Errorf("run %q: %w", ref, ErrNoPending)
-	case len(found) > 1 && ref != "":
-		return nil, fmt.Errorf("run %q is ambiguous", ref)
-	}
-	return found[len(found)-1], nil
 }
 
 // PendingChanges reads a pending run's changeset and the tree's state of

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -29,11 +30,14 @@ overwrites is still saved).`,
 }
 
 // pendingAndPaths splits [ID] [PATH...]: the first argument is an ID when
-// it names a pending run.
+// it names a pending run and no file of that name is here (a path "a"
+// could also be the end of a run's id: ./a says it is a path).
 func pendingAndPaths(g *globals, repo *snapshot.Repo, args []string) (*snapshot.ViewRun, []string, error) {
 	if len(args) > 0 {
 		if p, err := repo.FindPending(args[0]); err == nil {
-			return p, args[1:], nil
+			if _, err := os.Lstat(args[0]); err != nil {
+				return p, args[1:], nil
+			}
 		}
 	}
 	p, err := repo.FindPending("")

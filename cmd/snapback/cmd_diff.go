@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -18,8 +19,12 @@ func newDiffCmd(g *globals) *cobra.Command {
 	var o diffOptions
 	c := &cobra.Command{
 		Use:   "diff [ID]",
-		Short: "Show what changed in the tree since a snapshot (default: the one undo would revert)",
-		Args:  cobra.MaximumNArgs(1),
+		Short: "Show what a pending run changes, or what changed in the tree since a snapshot",
+		Long: `Show what a pending run changes, or what changed in the tree since a
+snapshot. ID names either (see Ids in the README). Without ID: the newest
+pending run; when none is pending, the snapshot undo would revert, else
+the newest snapshot.`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			ref := ""
 			if len(args) == 1 {
@@ -59,7 +64,18 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	var through, excluded []string
 	base := ""
 	d := &differ{repo: repo}
-	if p, perr := repo.FindPending(ref); perr == nil {
+	// An id is read as every verb reads it (snapshot.Repo.Lookup): diff
+	// ID shows the pending run or the snapshot that undo ID would take.
+	var p *snapshot.ViewRun
+	var m *snapshot.Meta
+	if ref == "" {
+		if p, err = repo.FindPending(""); err != nil && !errors.Is(err, snapshot.ErrNoPending) {
+			return err
+		}
+	} else if m, p, err = repo.Lookup(ref); err != nil {
+		return err
+	}
+	if p != nil {
 		targets = p.Targets
 		target, cur, err := repo.PendingChanges(p)
 		if err != nil {
@@ -72,14 +88,10 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			return err
 		}
 	} else {
-		var m *snapshot.Meta
-		if ref == "" {
-			m, err = repo.DefaultDiffBase()
-		} else {
-			m, err = repo.Resolve(ref)
-		}
-		if err != nil {
-			return err
+		if m == nil {
+			if m, err = repo.DefaultDiffBase(); err != nil {
+				return err
+			}
 		}
 		if changes, err = repo.Diff(m); err != nil {
 			return err

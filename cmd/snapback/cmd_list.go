@@ -108,7 +108,7 @@ func runList(g *globals, all bool) error {
 		}
 		msg := s.Message
 		if msg == "" && len(s.Command) > 0 {
-			msg = "$ " + strings.Join(s.Command, " ")
+			msg = "$ " + shellLine(s.Command)
 			if s.ExitStatus != nil {
 				msg += fmt.Sprintf("  (exit %d)", *s.ExitStatus)
 			}

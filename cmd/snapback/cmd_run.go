@@ -29,7 +29,7 @@ type runOptions struct {
 func newRunCmd(g *globals) *cobra.Command {
 	var o runOptions
 	c := &cobra.Command{
-		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] [--result FILE] -- CMD [ARGS...]",
+		Use:   "run [--mode MODE] [--then commit|review|discard] [--commit-failed] [--continue ID [--wait]] [--grace DURATION] [--result FILE] [--] CMD [ARGS...]",
 		Short: "Run a command so that `undo` can revert what it changes",
 		Long: `Run a command so that ` + "`undo`" + ` can revert what it changes.
 
@@ -50,6 +50,10 @@ When the command exits, the processes it left running in the view get
 --grace to finish; those still running then are ended (snapback says so),
 so that nothing writes into the run after it is committed or discarded.
 
+As with nice and time, the first word that is not one of run's flags
+starts the command: flags after it are the command's (snapback run ls -l).
+A -- before the command is allowed, and needed when its name starts with -.
+
 The command keeps snapback's stdin, stdout, stderr, terminal, environment
 and working directory; signals sent to snapback reach it; snapback exits
 with its status (128+N if signal N killed it, 125 if snapback failed).
@@ -63,9 +67,6 @@ output (docs/json.md describes the fields).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			g.runStarted = true
-			if c.ArgsLenAtDash() != 0 {
-				return usageErr("run: put the command after --, as in: snapback run -- make test")
-			}
 			switch o.then {
 			case "", "commit", "review", "discard":
 			default:
@@ -80,11 +81,16 @@ output (docs/json.md describes the fields).`,
 			return runRun(c, g, o, args)
 		},
 	}
+	// Flags end at the command's first word, as for nice and time: in
+	// `snapback run ls -l`, -l is ls's.
+	c.Flags().SetInterspersed(false)
 	c.Flags().StringVar(&o.mode, "mode", "", "isolation mode: "+strings.Join(isolation.Names(), ", ")+" (default: snapshot.mode from snapback.toml, else auto; snapback doctor says which work here)")
 	_ = c.RegisterFlagCompletionFunc("mode", completeMode) // the flag exists: no error
 	c.Flags().StringVar(&o.then, "then", "", "after an overlay run: commit, review (keep pending) or discard (default: commit; with --continue, the run's own)")
 	c.Flags().BoolVar(&o.commitFailed, "commit-failed", false, "with --then commit: commit even when the command fails (by default its changes stay pending)")
 	c.Flags().StringVar(&o.continue_, "continue", "", "run on top of the pending run ID's changes")
+	_ = c.RegisterFlagCompletionFunc("then", completeWords("commit\tmove the changes into the tree", "review\tkeep them pending", "discard\tthrow them away"))
+	_ = c.RegisterFlagCompletionFunc("continue", completeIDs(g, runIDs))
 	c.Flags().BoolVar(&o.wait, "wait", false, "with --continue: wait while another command runs in the view")
 	c.Flags().StringVar(&o.result, "result", "", "write the run's result as JSON to FILE (see --json)")
 	c.Flags().DurationVar(&o.grace, "grace", runner.DefaultGrace, "overlay modes: how long processes the command left running may finish before they are ended")

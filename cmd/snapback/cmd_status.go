@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -85,7 +84,7 @@ func runStatus(g *globals) error {
 		if r.Changes < 0 {
 			changes = "?"
 		}
-		cmd := "$ " + strings.Join(r.Command, " ")
+		cmd := "$ " + shellLine(r.Command)
 		if r.ExitStatus != nil {
 			cmd += fmt.Sprintf("  (exit %d)", *r.ExitStatus)
 		}
@@ -109,5 +108,5 @@ func describeStep(st snapshot.Step) string {
 	if st.ExitStatus != nil {
 		end = fmt.Sprintf("exit %d, %s", *st.ExitStatus, (time.Duration(st.DurationMS) * time.Millisecond).String())
 	}
-	return fmt.Sprintf("$ %s  (%s)", strings.Join(st.Command, " "), end)
+	return fmt.Sprintf("$ %s  (%s)", shellLine(st.Command), end)
 }

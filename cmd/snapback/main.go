@@ -106,7 +106,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, k := classify(err); k == "usage" {
 		kind = k
 	}
-	if g.json || jsonRequested(args) {
+	// Once run has started, its flags are read and what follows its
+	// command's first word is the command's: a --json there is not ours.
+	if g.json || (!g.runStarted && jsonRequested(args)) {
 		out := struct {
 			Version int    `json:"version"`
 			Error   string `json:"error"`
@@ -144,6 +146,17 @@ func explain(root *cobra.Command, err error) (error, string) {
 	var ee *exitError
 	if errors.As(err, &ee) && ee.hint != "" {
 		return err, ee.hint
+	}
+	var unknown *snapshot.UnknownIDError
+	if errors.As(err, &unknown) {
+		if unknown.Run {
+			return err, "`snapback status` lists the pending runs"
+		}
+		return err, "`snapback list` lists the snapshots"
+	}
+	var ambiguous *snapshot.AmbiguousIDError
+	if errors.As(err, &ambiguous) {
+		return err, "give more of the id: its start, or the end of its last part"
 	}
 	msg := err.Error()
 	if verb, ok := strings.CutPrefix(msg, "unknown command "); ok {
@@ -240,6 +253,8 @@ func classify(err error) (int, string) {
 
 	case errors.As(err, &cfg):
 		return 2, "config"
+	case errors.As(err, new(*snapshot.AmbiguousIDError)):
+		return 2, "ambiguous_id"
 	case errors.Is(err, snapshot.ErrNotFound), errors.Is(err, snapshot.ErrNoPending):
 		return 2, "not_found"
 	case errors.Is(err, snapshot.ErrNoStore):
@@ -282,8 +297,11 @@ func newRootCmd(g *globals) *cobra.Command {
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
-		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g),
+		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newManCmd(),
 	)
+	root.InitDefaultCompletionCmd() // as Execute would: for its examples
+	setExamples(root)
+	completeIDArgs(g, root)
 	refuseEmpty(root)
 	return root
 }
@@ -292,8 +310,9 @@ func newRootCmd(g *globals) *cobra.Command {
 // a snapshot without a note.
 var emptyAllowed = map[string]bool{"message": true}
 
-// commandLine are the verbs whose words after -- are a command line of
-// the user's, where an empty word is an argument like any other.
+// commandLine are the verbs whose arguments are a command line of the
+// user's (their flags end at its first word), where an empty word is an
+// argument like any other.
 var commandLine = map[string]bool{"run": true}
 
 // refuseEmpty makes every verb refuse an empty argument or an empty flag
@@ -326,8 +345,8 @@ func refuseEmpty(c *cobra.Command) {
 			return err
 		}
 		n := len(args)
-		if d := c.ArgsLenAtDash(); d >= 0 && commandLine[c.Name()] {
-			n = d
+		if commandLine[c.Name()] {
+			n = 0
 		}
 		for i, a := range args[:n] {
 			if a != "" {
@@ -346,7 +365,7 @@ func refuseEmpty(c *cobra.Command) {
 			// say which argument is missing, or that there are too many.
 			usage := strings.TrimPrefix(c.UseLine(), c.Root().Name()+" ")
 			missing := names
-			if _, cmd, ok := strings.Cut(c.Use, "-- "); ok && len(args) == 0 {
+			if _, cmd, ok := strings.Cut(c.Use, "[--] "); ok && len(args) == 0 {
 				missing = []string{strings.Fields(cmd)[0]} // run's command
 			}
 			switch {

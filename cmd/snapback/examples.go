@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// examples are each verb's --help examples (cobra's Example), kept in
+// one place so that they read as one manual; TestHelpExamples checks
+// that no verb lacks them.
+var examples = map[string]string{
+	"snap":    "snapback snap -m 'before the upgrade'\nsnapback snap --json",
+	"list":    "snapback list\nsnapback list --all\nsnapback list --json",
+	"diff":    "snapback diff                 # the pending run, else what undo would revert\nsnapback diff -p > run.patch  # a patch in git's format (git apply takes it)\nsnapback diff --stat aadd13   # a snapshot by the end of its id",
+	"undo":    "snapback undo\nsnapback undo 20261201-0311  # by a prefix of its id\nsnapback undo --force",
+	"redo":    "snapback redo",
+	"restore": "snapback restore aadd13\nsnapback list --all && snapback restore 20261201-031143-aadd13",
+	"gc":      "snapback gc --keep 20",
+	"recover": "snapback recover",
+	"version": "snapback version\nsnapback version --json",
+	"run": "snapback run make test\nsnapback run --then review sh -c 'npm install && npm test'\n" +
+		"snapback run --continue aadd13 go generate ./...\nsnapback run --mode copy -- ./-odd-name",
+	"status":                "snapback status\nsnapback status --json",
+	"commit":                "snapback commit\nsnapback commit aadd13 src/ docs/README.md\nsnapback commit --force",
+	"discard":               "snapback discard\nsnapback discard aadd13",
+	"shell":                 "snapback run --then review make\nsnapback shell   # look around the run's view, then exit",
+	"doctor":                "snapback doctor\nsnapback doctor --json",
+	"backends":              "snapback backends",
+	"check":                 "snapback check\nsnapback check --read-data=false   # records only, fast\nsnapback check --repair",
+	"archive":               "snapback archive --catalog ~/backups create\nsnapback archive --catalog ~/backups list",
+	"archive create":        "snapback archive --catalog ~/backups create\nsnapback archive --catalog ~/backups create aadd13",
+	"archive list":          "snapback archive --catalog ~/backups list --limit 5",
+	"archive verify":        "snapback archive --catalog ~/backups verify aadd13",
+	"archive restore":       "snapback archive --catalog ~/backups restore aadd13 --into /tmp/old",
+	"archive prune":         "snapback archive --catalog ~/backups prune --keep 10   # prints a token\nsnapback archive --catalog ~/backups prune --apply TOKEN",
+	"archive push":          "snapback archive --catalog ~/backups push --repo /srv/restic",
+	"archive pull":          "snapback archive --catalog ~/backups pull all --repo /srv/restic",
+	"help":                  "snapback help run",
+	"completion":            "snapback completion bash > /etc/bash_completion.d/snapback",
+	"completion bash":       "snapback completion bash > /etc/bash_completion.d/snapback",
+	"completion zsh":        "snapback completion zsh > \"${fpath[1]}/_snapback\"",
+	"completion fish":       "snapback completion fish > ~/.config/fish/completions/snapback.fish",
+	"completion powershell": "snapback completion powershell | Out-String | Invoke-Expression",
+}
+
+// setExamples gives each verb its examples, indented as cobra shows them.
+func setExamples(root *cobra.Command) {
+	for path, ex := range examples {
+		if c, _, err := root.Find(strings.Fields(path)); err == nil && c != root {
+			c.Example = "  " + strings.ReplaceAll(ex, "\n", "\n  ")
+		}
+	}
+}
