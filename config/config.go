@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
@@ -136,7 +138,11 @@ func Parse(path string, b []byte) (*Config, error) {
 		case errors.As(err, &sm) && len(sm.Errors) > 0:
 			e := sm.Errors[0]
 			row, _ := e.Position()
-			return nil, &Error{Path: path, Line: row, Msg: fmt.Sprintf("unknown key %q", strings.Join(e.Key(), "."))}
+			msg := fmt.Sprintf("unknown key %q", strings.Join(e.Key(), "."))
+			if s := suggestKey(e.Key()); s != "" {
+				msg += " (did you mean " + s + "?)"
+			}
+			return nil, &Error{Path: path, Line: row, Msg: msg}
 		case errors.As(err, &de):
 			row, _ := de.Position()
 			msg := de.Error()
@@ -154,6 +160,98 @@ func Parse(path string, b []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, c.compile()
+}
+
+// keys lists snapback.toml's tables and their keys ("" is the top level).
+func keys() map[string][]string {
+	out := map[string][]string{}
+	var walk func(table string, t reflect.Type)
+	walk = func(table string, t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			ft := f.Type
+			if ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && table == "" {
+				walk(name, ft)
+			}
+			out[table] = append(out[table], name)
+		}
+	}
+	walk("", reflect.TypeOf(Config{}))
+	return out
+}
+
+// suggestKey names the key an unknown one was probably meant to be: the
+// same name in another table ("ignore" at the top level is [snapshot]
+// ignore), or a key of the same table a letter or two away ("paht").
+func suggestKey(key []string) string {
+	if len(key) == 0 {
+		return ""
+	}
+	table, name := "", key[len(key)-1]
+	if len(key) > 1 {
+		table = key[len(key)-2]
+	}
+	all := keys()
+	tables := make([]string, 0, len(all))
+	for t := range all {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables) // the same suggestion every time
+	var in []string
+	for _, t := range tables {
+		if t == table || t == "" {
+			continue
+		}
+		for _, k := range all[t] {
+			if k == name {
+				in = append(in, "["+t+"] "+k)
+			}
+		}
+	}
+	if len(in) > 0 {
+		return strings.Join(in, " or ")
+	}
+	best, bestD := "", 3
+	for _, k := range all[table] {
+		if d := editDistance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	if table == "" {
+		return best
+	}
+	return table + "." + best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // Backends lists the target backend names snapback.toml may use.

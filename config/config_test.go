@@ -90,8 +90,10 @@ func TestParseErrorLines(t *testing.T) {
 		msg       string // a substring of the message
 	}{
 		{"unknown key", "[snapshot]\nmode = \"auto\"\n\nbogus = 1\n", 4, `unknown key "snapshot.bogus"`},
-		{"unknown top-level key", "# c\nexclude = []\n", 2, `unknown key "exclude"`},
-		{"unknown key in second target", "[[target]]\nbackend = \"sqlite\"\n[[target]]\nbackend = \"sqlite\"\npaht = \"x\"\n", 5, `unknown key "target.paht"`},
+		{"unknown top-level key", "# c\nexclude = []\n", 2, `unknown key "exclude" (did you mean [snapshot] exclude?)`},
+		{"a key of another table", "[archive]\nignore = []\n", 2, `unknown key "archive.ignore" (did you mean [snapshot] ignore?)`},
+		{"a misspelt key", "[snapshot]\nmdoe = \"auto\"\n", 2, `unknown key "snapshot.mdoe" (did you mean snapshot.mode?)`},
+		{"unknown key in second target", "[[target]]\nbackend = \"sqlite\"\n[[target]]\nbackend = \"sqlite\"\npaht = \"x\"\n", 5, `unknown key "target.paht" (did you mean target.path?)`},
 		{"bad mode", "[snapshot]\nignore = []\n\nmode = \"docker\"\n", 4, `unknown mode "docker"`},
 		{"syntax error", "[snapshot]\nmode = \"auto\"\nignore = [\"a\",\n", 3, "incomplete"},
 		{"unterminated string", "[archive]\n\ndestination = \"/srv\n", 3, ""},
