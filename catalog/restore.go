@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -116,9 +115,14 @@ func restore(r *reader, name, into string, o RestoreOptions, progress Progress) 
 			if err != nil {
 				return nil, err
 			}
-			return &checkedReader{rc: rc, want: o, h: sha256.New(), left: int64(zf.UncompressedSize64)}, nil
+			return &boundedReader{rc: rc, want: o, left: int64(zf.UncompressedSize64)}, nil
 		}
-		if err := snapshot.Materialize(stage, m, open); err != nil {
+		// The applier hashes every content as it writes it: one that
+		// changed since it was verified stops the restore there.
+		var de *snapshot.DamagedError
+		if err := snapshot.Materialize(stage, m, open); errors.As(err, &de) {
+			return errf(CodeChecksum, "object %s changed since it was verified", de.Object)
+		} else if err != nil {
 			return wrap(CodeIO, err, "restore into %s", into)
 		}
 		if res.Targets == 0 {
@@ -623,25 +627,20 @@ func writeEntry(r *reader, l indexLine, p string) error {
 	return nil
 }
 
-// checkedReader hashes what it reads and fails at the end if the content
-// is not the object it claims to be (the archive changed since verified).
-type checkedReader struct {
+// boundedReader stops a content at its verified size: never more is
+// written (its hash is checked by the applier as it writes).
+type boundedReader struct {
 	rc   io.ReadCloser
 	want snapshot.ObjectID
-	h    hash.Hash
-	left int64 // bytes the verified entry holds: never more is written
+	left int64 // bytes the verified entry holds
 }
 
-func (c *checkedReader) Read(p []byte) (int, error) {
+func (c *boundedReader) Read(p []byte) (int, error) {
 	n, err := c.rc.Read(p)
 	if c.left -= int64(n); c.left < 0 {
 		return 0, errf(CodeTooLarge, "object %s holds more than its verified size", c.want)
 	}
-	c.h.Write(p[:n])
-	if err == io.EOF && hex.EncodeToString(c.h.Sum(nil)) != c.want.String() {
-		return n, errf(CodeChecksum, "object %s changed since it was verified", c.want)
-	}
 	return n, err
 }
 
-func (c *checkedReader) Close() error { return c.rc.Close() }
+func (c *boundedReader) Close() error { return c.rc.Close() }

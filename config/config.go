@@ -31,6 +31,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/suggest"
 	"github.com/snapback/snapback/runner/isolation"
 )
 
@@ -218,12 +219,7 @@ func suggestKey(key []string) string {
 	if len(in) > 0 {
 		return strings.Join(in, " or ")
 	}
-	best, bestD := "", 3
-	for _, k := range all[table] {
-		if d := editDistance(name, k); d < bestD {
-			best, bestD = k, d
-		}
-	}
+	best := suggest.Closest(name, all[table])
 	if best == "" {
 		return ""
 	}
@@ -231,27 +227,6 @@ func suggestKey(key []string) string {
 		return best
 	}
 	return table + "." + best
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // Backends lists the target backend names snapback.toml may use.

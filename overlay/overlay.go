@@ -255,6 +255,14 @@ func trial(lower, dir string) error {
 			return err
 		}
 	}
+	return RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS|unix.CLONE_NEWPID, spec.UserNS)
+}
+
+// RunTrial runs snapback's own binary as the hidden verb with spec (as
+// JSON) in new namespaces (cloneflags; a user namespace too with
+// userNS), outside the tree, and returns what it printed as the error
+// when it fails: how each mode's real trial is run.
+func RunTrial(verb string, spec any, cloneflags uintptr, userNS bool) error {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -263,7 +271,7 @@ func trial(lower, dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, ProbeVerb, string(b))
+	cmd := exec.Command(self, verb, string(b))
 	cmd.Dir = "/"
 	// The crash tests' kill points are snapback's, not the throwaway trial's.
 	for _, e := range os.Environ() {
@@ -271,8 +279,8 @@ func trial(lower, dir string) error {
 			cmd.Env = append(cmd.Env, e)
 		}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID}
-	if spec.UserNS {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags}
+	if userNS {
 		UserNS(cmd.SysProcAttr)
 	}
 	out, err := cmd.CombinedOutput()

@@ -383,6 +383,18 @@ func (r *Repo) excludedWalk(only []string, found func(string)) *layerWalk {
 // given) the run wrote: not in its changeset or diff, moved into the tree
 // by its commit, dropped by its discard.
 func (r *Repo) ExcludedIn(p *ViewRun, only []string) ([]string, error) {
+	return r.excludedWrites(p, only, true)
+}
+
+// moveExcluded moves what the run wrote to excluded paths (at or below
+// only, if given) into the tree, and returns the topmost of them.
+func (r *Repo) moveExcluded(p *ViewRun, only []string) ([]string, error) {
+	return r.excludedWrites(p, only, false)
+}
+
+// excludedWrites walks what the run wrote to excluded paths, moving it into the
+// tree unless dryRun, and returns the topmost of them.
+func (r *Repo) excludedWrites(p *ViewRun, only []string, dryRun bool) ([]string, error) {
 	if r.ign == nil {
 		return nil, nil
 	}
@@ -393,26 +405,8 @@ func (r *Repo) ExcludedIn(p *ViewRun, only []string) ([]string, error) {
 	defer upper.Close()
 	var out []string
 	w := r.excludedWalk(only, func(path string) { out = addPath(out, path) })
-	w.dryRun = true
+	w.dryRun = dryRun
 	if err := r.writeThrough(p, upper, "", false, w); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// moveExcluded moves what the run wrote to excluded paths (at or below
-// only, if given) into the tree, and returns the topmost of them.
-func (r *Repo) moveExcluded(p *ViewRun, only []string) ([]string, error) {
-	if r.ign == nil {
-		return nil, nil
-	}
-	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
-	if err != nil {
-		return nil, err
-	}
-	defer upper.Close()
-	var out []string
-	if err := r.writeThrough(p, upper, "", false, r.excludedWalk(only, func(path string) { out = addPath(out, path) })); err != nil {
 		return nil, err
 	}
 	return out, nil

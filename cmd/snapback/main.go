@@ -14,6 +14,7 @@ import (
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/internal/suggest"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
@@ -176,12 +177,10 @@ func explain(root *cobra.Command, err error) (error, string) {
 // for a misspelt flag.
 func flagError(c *cobra.Command, err error) error {
 	verb := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
-	if c == c.Root() {
-		verb = "snapback"
-	}
 	e := &exitError{code: 2, kind: "usage", err: fmt.Errorf("%s: %v", verb, err)}
+	help := "`snapback " + verb + " --help` lists its flags"
 	if c == c.Root() {
-		e.err = err
+		e.err, help = err, "`snapback --help` lists its flags"
 	}
 	msg := err.Error()
 	name := ""
@@ -191,46 +190,18 @@ func flagError(c *cobra.Command, err error) error {
 		name, _, _ = strings.Cut(strings.Trim(n, "'"), "'")
 	}
 	if name != "" {
-		best, bestD := "", 3
-		c.Flags().VisitAll(func(f *pflag.Flag) {
-			if d := editDistance(name, f.Name); d < bestD {
-				best, bestD = f.Name, d
-			}
-		})
-		c.InheritedFlags().VisitAll(func(f *pflag.Flag) {
-			if d := editDistance(name, f.Name); d < bestD {
-				best, bestD = f.Name, d
-			}
-		})
+		var names []string
+		collect := func(f *pflag.Flag) { names = append(names, f.Name) }
+		c.Flags().VisitAll(collect)
+		c.InheritedFlags().VisitAll(collect)
+		best := suggest.Closest(name, names)
 		if best != "" {
 			e.hint = "did you mean --" + best + "?"
 		} else {
-			e.hint = "`snapback " + strings.TrimPrefix(verb, "snapback") + " --help` lists its flags"
-			e.hint = strings.Replace(e.hint, "snapback  ", "snapback ", 1)
+			e.hint = help
 		}
 	}
 	return e
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // classify maps an error to an exit status and a stable code.

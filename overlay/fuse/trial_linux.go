@@ -4,13 +4,9 @@ package fuse
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/layer"
@@ -50,34 +46,7 @@ func trial(root, dir string) error {
 			return err
 		}
 	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(self, ProbeVerb, string(b))
-	cmd.Dir = "/"
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "SNAPBACK_KILL_AT=") { // snapback's kill points, not the trial's
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
-	if os.Geteuid() != 0 {
-		overlay.UserNS(cmd.SysProcAttr)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		msg := strings.TrimSpace(string(out))
-		if msg == "" {
-			msg = err.Error()
-		}
-		return errors.New(msg)
-	}
-	return nil
+	return overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
 }
 
 // Probe is the trial helper's main: arg is its spec, whose Dir is the
