@@ -186,6 +186,9 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if errors.As(err, &ce) {
 			return res, fmt.Errorf("%w; the run stays pending as %s (snapback diff, commit --force, discard)", err, p.ID)
 		}
+		if errors.Is(err, snapshot.ErrCheckpointOpen) {
+			return res, fmt.Errorf("%w; the run stays pending as %s (snapback commit %s once the checkpoint has ended)", err, p.ID, p.ID)
+		}
 		if err != nil {
 			return res, err
 		}
@@ -279,6 +282,9 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 	}
 	defer tl.Unlock()
 	run, err := repo.BeginRun(o.Args, mode.Name)
+	if errors.Is(err, snapshot.ErrCheckpointOpen) {
+		return Result{}, &BadInputError{err} // refused before anything ran
+	}
 	if err != nil {
 		return Result{}, err
 	}

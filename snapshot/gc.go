@@ -154,8 +154,8 @@ func keepNeeded(h *History, kept map[string]bool) {
 		kept[p.ID] = true
 	}
 	for _, m := range h.All {
-		if m.State == StateRunning {
-			kept[m.ID] = true // a run in progress (or one that died: recover it)
+		if m.State == StateRunning || m.State == StateOpen {
+			kept[m.ID] = true // a run in progress (or one that died: recover it), an open checkpoint
 		}
 	}
 	// A kept undone snapshot needs the record that undid it, or it would
@@ -166,12 +166,22 @@ func keepNeeded(h *History, kept map[string]bool) {
 			if kept[m.ID] {
 				continue
 			}
-			if m.Kind == KindPreUndo && kept[m.Undoes] && h.Undone[m.Undoes] || m.Kind == KindPreRedo && kept[m.Redoes] {
+			if m.Kind == KindPreUndo && undoesKept(m, kept, h) || m.Kind == KindPreRedo && kept[m.Redoes] {
 				kept[m.ID] = true
 				changed = true
 			}
 		}
 	}
+}
+
+// undoesKept: a pre-undo reverted a kept snapshot still undone.
+func undoesKept(m *Meta, kept map[string]bool, h *History) bool {
+	for _, id := range append([]string{m.Undoes}, m.UndoesMore...) {
+		if kept[id] && h.Undone[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // liveObjects lists the objects the kept records reference (their

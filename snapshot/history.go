@@ -29,10 +29,16 @@ func (r *Repo) History() (*History, error) {
 		switch m.Kind {
 		case KindPreUndo:
 			h.Undone[m.Undoes] = true
+			for _, id := range m.UndoesMore {
+				h.Undone[id] = true
+			}
 			h.Redo = append(h.Redo, m)
 		case KindPreRedo:
 			if p := byID[m.Redoes]; p != nil {
 				delete(h.Undone, p.Undoes)
+				for _, id := range p.UndoesMore {
+					delete(h.Undone, id)
+				}
 			}
 			if n := len(h.Redo); n > 0 && h.Redo[n-1].ID == m.Redoes {
 				h.Redo = h.Redo[:n-1]
@@ -48,6 +54,9 @@ func (r *Repo) History() (*History, error) {
 // returns the reverted snapshot and the pre-undo record that saved what
 // the undo replaced.
 func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
+	if err := r.refuseOpen("undo"); err != nil {
+		return nil, nil, err
+	}
 	h, err := r.History()
 	if err != nil {
 		return nil, nil, err
@@ -73,7 +82,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			}
 		}
 		for i := len(h.All) - 1; i >= 0; i-- {
-			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning {
+			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning && m.State != StateOpen {
 				s = m
 				break
 			}
@@ -113,6 +122,9 @@ func (e *PendingError) Error() string {
 
 // Redo reapplies the most recent undo not yet redone.
 func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
+	if err := r.refuseOpen("redo"); err != nil {
+		return nil, nil, err
+	}
 	h, err := r.History()
 	if err != nil {
 		return nil, nil, err
@@ -136,6 +148,9 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 // snapshot, its paths for a paths one), saving the current state first in
 // a pre-restore snapshot that `undo` reverts.
 func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
+	if err := r.refuseOpen("restore"); err != nil {
+		return nil, nil, err
+	}
 	s, err := r.Resolve(ref)
 	if err != nil {
 		return nil, nil, err

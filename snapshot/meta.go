@@ -13,18 +13,24 @@ import (
 // Kind says why a snapshot was taken.
 type Kind string
 
-// Snapshot kinds. Only snap, run and pre-restore are what `undo` reverts;
-// pre-undo and pre-redo are the bookkeeping that makes undo and redo exact.
+// Snapshot kinds. Only snap, run, checkpoint and pre-restore are what
+// `undo` reverts; pre-undo and pre-redo are the bookkeeping that makes undo
+// and redo exact.
 const (
-	KindSnap       Kind = "snap"
-	KindRun        Kind = "run"
+	KindSnap Kind = "snap"
+	KindRun  Kind = "run"
+	// KindCheckpoint is a stretch of time between `checkpoint begin` and
+	// `checkpoint end` (checkpoint.go).
+	KindCheckpoint Kind = "checkpoint"
 	KindPreUndo    Kind = "pre-undo"
 	KindPreRedo    Kind = "pre-redo"
 	KindPreRestore Kind = "pre-restore"
 )
 
 // Undoable reports whether `undo` may revert a snapshot of this kind.
-func (k Kind) Undoable() bool { return k == KindSnap || k == KindRun || k == KindPreRestore }
+func (k Kind) Undoable() bool {
+	return k == KindSnap || k == KindRun || k == KindCheckpoint || k == KindPreRestore
+}
 
 // Scope says which paths a snapshot covers.
 type Scope string
@@ -40,15 +46,18 @@ const (
 // Meta is a snapshot's record, stored as JSON in the store's snapshots/
 // directory. The manifest itself is an object, addressed by hash.
 type Meta struct {
-	ID         string    `json:"id"`
-	Kind       Kind      `json:"kind"`
-	Message    string    `json:"message,omitempty"`
-	Command    []string  `json:"command,omitempty"`
-	ExitStatus *int      `json:"exit_status,omitempty"`
-	Mode       string    `json:"mode,omitempty"`  // run: the isolation mode
-	State      string    `json:"state,omitempty"` // run: running, done or interrupted (runstate.go)
-	CreatedAt  time.Time `json:"created_at"`
-	Scope      Scope     `json:"scope"`
+	ID         string   `json:"id"`
+	Kind       Kind     `json:"kind"`
+	Message    string   `json:"message,omitempty"`
+	Command    []string `json:"command,omitempty"`
+	ExitStatus *int     `json:"exit_status,omitempty"`
+	Mode       string   `json:"mode,omitempty"`  // run: the isolation mode
+	State      string   `json:"state,omitempty"` // run: running, done or interrupted; checkpoint: open or done (runstate.go)
+	// Session, for a checkpoint, is the session (an agent's, say) whose
+	// stretch it records: `undo --session` reverts all of a session's.
+	Session   string    `json:"session,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	Scope     Scope     `json:"scope"`
 	// Manifest is the state this snapshot returns to.
 	Manifest string `json:"manifest"`
 	// After, for a paths snapshot, is the state its paths had right after
@@ -57,9 +66,12 @@ type Meta struct {
 	// reverting it is a conflict.
 	After  string `json:"after,omitempty"`
 	Undoes string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
-	Redoes string `json:"redoes,omitempty"` // pre-redo: the pre-undo it reapplied
-	Files  int    `json:"files"`
-	Bytes  int64  `json:"bytes"`
+	// UndoesMore, for a pre-undo of a whole session (`undo --session`),
+	// are the session's other steps it reverted along with Undoes.
+	UndoesMore []string `json:"undoes_more,omitempty"`
+	Redoes     string   `json:"redoes,omitempty"` // pre-redo: the pre-undo it reapplied
+	Files      int      `json:"files"`
+	Bytes      int64    `json:"bytes"`
 	// Targets are the states outside the tree this snapshot returns to.
 	Targets []TargetState `json:"targets,omitempty"`
 	// Steps, for a run in a view, are its session's commands (Command is
@@ -118,7 +130,7 @@ func (m *Meta) validate() error {
 		return fmt.Errorf("bad id")
 	}
 	switch m.Kind {
-	case KindSnap, KindRun, KindPreUndo, KindPreRedo, KindPreRestore:
+	case KindSnap, KindRun, KindCheckpoint, KindPreUndo, KindPreRedo, KindPreRestore:
 	default:
 		return fmt.Errorf("unknown kind %q", m.Kind)
 	}
@@ -136,6 +148,17 @@ func (m *Meta) validate() error {
 	}
 	if (m.Kind == KindPreUndo) != (m.Undoes != "") || (m.Kind == KindPreRedo) != (m.Redoes != "") {
 		return fmt.Errorf("kind %s with undoes=%q redoes=%q", m.Kind, m.Undoes, m.Redoes)
+	}
+	if len(m.UndoesMore) > 0 && m.Kind != KindPreUndo {
+		return fmt.Errorf("kind %s with undoes_more", m.Kind)
+	}
+	for _, id := range m.UndoesMore {
+		if !ValidID(id) || id == m.Undoes {
+			return fmt.Errorf("bad undoes_more reference %q", id)
+		}
+	}
+	if err := m.validateCheckpoint(); err != nil {
+		return err
 	}
 	if m.Files < 0 || m.Bytes < 0 {
 		return fmt.Errorf("negative counts")

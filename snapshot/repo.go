@@ -125,6 +125,11 @@ func counts(m Manifest) (files int, bytes int64) {
 
 // Snap records a tree snapshot of the current state.
 func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
+	// In the middle of a checkpoint, a tree snapshot would come after it
+	// in the history while its stretch goes on: undo would take it first.
+	if err := r.refuseOpen("snap"); err != nil {
+		return nil, err
+	}
 	meta, err := r.newMeta(kind, ScopeTree)
 	if err != nil {
 		return nil, err

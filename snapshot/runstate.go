@@ -37,9 +37,18 @@ package snapshot
 //	pending ──DiscardPending─> the directory goes; targets are restored
 //
 // Package runner drives these steps; nothing else changes a run's state.
+//
+// A checkpoint (checkpoint.go) is a record in snapshots/ too, but holds
+// no lock: it stays open until `checkpoint end`, whichever process calls
+// it, and recover leaves it open:
+//
+//	(none) ──BeginCheckpoint──> open   a tree snapshot of the state before
+//	open ──EndCheckpoint──> done       narrowed to the paths changed since
+//	open ──EndCheckpoint──> (none)     nothing changed: no undo step
 const (
 	StateRunning     = "running"
 	StatePending     = "pending"
 	StateDone        = "done"
 	StateInterrupted = "interrupted"
+	StateOpen        = "open"
 )

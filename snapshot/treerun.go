@@ -52,6 +52,10 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 // runs, this process holds the run's lock; if it dies, the next snapback
 // finds the lock free and finishes the run (see [Repo.Recover]).
 func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
+	// Its changes would land in the open checkpoint as well.
+	if err := r.refuseOpen("run"); err != nil {
+		return nil, err
+	}
 	m, err := r.newMeta(KindRun, ScopeTree)
 	if err != nil {
 		return nil, err
@@ -167,19 +171,9 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	if exitStatus == nil {
 		m.State = StateInterrupted
 	}
-	after, err := r.LoadManifest(m.After)
-	if err != nil {
+	var err error
+	if run.Dropped, err = r.closeRecord(m); err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
-	}
-	if len(after) == 0 && len(m.Targets) == 0 {
-		// Nothing changed: no undo step. (With targets there is always a
-		// record: what the command did to them cannot be seen.)
-		if err := r.deleteMeta(m.ID); err != nil {
-			return fmt.Errorf("finish run %s: %w", m.ID, err)
-		}
-		run.Dropped = true
-	} else if err := r.WriteMeta(m); err != nil {
-		return err
 	}
 	if m.Mode == ModeBtrfs {
 		if err := r.dropSubvol(m.ID); err != nil {
@@ -188,6 +182,21 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	}
 	run.release(r)
 	return nil
+}
+
+// closeRecord writes m, narrowed, in place of the record it was while
+// its changes were being made; when it holds no change (and no target: what
+// was done to them cannot be seen, so a record with targets always stays),
+// it removes the record instead and reports dropped: no undo step.
+func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
+	after, err := r.LoadManifest(m.After)
+	if err != nil {
+		return false, err
+	}
+	if len(after) == 0 && len(m.Targets) == 0 {
+		return true, r.deleteMeta(m.ID)
+	}
+	return false, r.WriteMeta(m)
 }
 
 func (r *Repo) narrowRun(m *Meta) error {

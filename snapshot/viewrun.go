@@ -223,6 +223,10 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	if p.State == StateRunning {
 		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
+	// Its paths would land in the open checkpoint as well.
+	if err := r.refuseOpen("commit"); err != nil {
+		return nil, err
+	}
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, err

@@ -36,7 +36,10 @@ type snapshotJSON struct {
 	Files      int       `json:"files"`
 	Bytes      int64     `json:"bytes"`
 	Undoes     string    `json:"undoes,omitempty"`
+	UndoesMore []string  `json:"undoes_more,omitempty"`
 	Redoes     string    `json:"redoes,omitempty"`
+	// Session is a checkpoint's session.
+	Session string `json:"session,omitempty"`
 	// Targets are the states outside the tree the snapshot holds.
 	Targets []snapshot.TargetState `json:"targets,omitempty"`
 	// Steps are a session's commands (a run of several run --continue).
@@ -46,7 +49,8 @@ type snapshotJSON struct {
 func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
 	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
 		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
-		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, Redoes: m.Redoes, Targets: m.Targets, Steps: m.Steps}
+		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, UndoesMore: m.UndoesMore, Redoes: m.Redoes, Session: m.Session,
+		Targets: m.Targets, Steps: m.Steps}
 }
 
 func runList(g *globals, all bool) error {
@@ -90,21 +94,26 @@ func runList(g *globals, all bool) error {
 		return g.printJSON(out)
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	withTargets := false
+	withTargets, withSessions := false, false
 	for _, s := range out.Snapshots {
 		withTargets = withTargets || len(s.Targets) > 0
+		withSessions = withSessions || s.Session != ""
 	}
+	head := "ID\tKIND\tCREATED\tSCOPE\tFILES\t"
 	if withTargets {
-		fmt.Fprintln(tw, "ID\tKIND\tCREATED\tSCOPE\tFILES\tTARGETS\tSTATE\tMESSAGE")
-	} else {
-		fmt.Fprintln(tw, "ID\tKIND\tCREATED\tSCOPE\tFILES\tSTATE\tMESSAGE")
+		head += "TARGETS\t"
 	}
+	head += "STATE\t"
+	if withSessions {
+		head += "SESSION\t"
+	}
+	fmt.Fprintln(tw, head+"MESSAGE")
 	for _, s := range out.Snapshots {
 		state := ""
 		if s.Undone {
 			state = "undone"
-		} else if s.State == "running" {
-			state = "running"
+		} else if s.State == "running" || s.State == snapshot.StateOpen {
+			state = s.State
 		}
 		msg := s.Message
 		if msg == "" && len(s.Command) > 0 {
@@ -124,8 +133,15 @@ func runList(g *globals, all bool) error {
 		if withTargets {
 			targets = fmt.Sprintf("%d\t", len(s.Targets))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s%s\t%s\n", s.ID, s.Kind, s.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-			s.Scope, s.Files, targets, state, oneLine(msg))
+		session := ""
+		if withSessions {
+			session = oneLine(s.Session) + "\t"
+			if s.Session == "" {
+				session = "-\t"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s%s\t%s%s\n", s.ID, s.Kind, s.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+			s.Scope, s.Files, targets, state, session, oneLine(msg))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

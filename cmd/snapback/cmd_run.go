@@ -224,7 +224,11 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 	}
 	var bad *runner.BadInputError
 	if errors.As(err, &bad) {
-		return &exitError{code: 2, kind: "usage", err: err}
+		kind := "usage"
+		if _, k := classify(bad.Err); k != "error" {
+			kind = k // a refusal of its own kind (checkpoint_open)
+		}
+		return &exitError{code: 2, kind: kind, err: err}
 	}
 	if err != nil {
 		return err

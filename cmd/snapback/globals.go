@@ -29,6 +29,9 @@ type globals struct {
 	stderr io.Writer
 	// runStarted: failures from here on are snapback's own (status 125).
 	runStarted bool
+	// lockWait, when set, is how long open waits for the store's lock
+	// instead of lockWait().
+	lockWait time.Duration
 }
 
 // lockWait is how long a verb waits for another snapback to finish.
@@ -98,14 +101,14 @@ func nearestHolding(dir string, names ...string) string {
 
 // readOnlyVerbs never change the tree: they run while an interrupted
 // operation is still unfinished (saying so) instead of finishing it.
-var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true}
+var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "checkpoint status": true}
 
 // skipDamagedVerbs go on, with a warning, past snapshot records that
 // cannot be read: verbs that only look (archive create writes outside
 // the store), check, which reports them, and recover, which moves them
 // aside. The others refuse, naming the record and the remedy: undo or
 // gc must not act on a history with a hole in it.
-var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "check --repair": true, "recover": true, "archive create": true}
+var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "check --repair": true, "recover": true, "archive create": true, "checkpoint status": true}
 
 // open loads the config and the store, takes the lock and finishes any
 // interrupted operation. The caller must Close the repo.
@@ -131,7 +134,11 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	repo.Working = g.working
 	repo.Warn = g.warn
 	repo.SkipDamaged = skipDamagedVerbs[what]
-	if err := repo.Lock(lockWait(), what); err != nil {
+	wait := lockWait()
+	if g.lockWait > 0 {
+		wait = g.lockWait
+	}
+	if err := repo.Lock(wait, what); err != nil {
 		repo.Close()
 		return nil, nil, err
 	}

@@ -221,6 +221,8 @@ func classify(err error) (int, string) {
 		return 1, "nothing_to_do"
 	case errors.Is(err, snapshot.ErrRunning):
 		return 1, "running" // refused, nothing changed: later it may work
+	case errors.Is(err, snapshot.ErrCheckpointOpen):
+		return 2, "checkpoint_open"
 
 	case errors.As(err, &cfg):
 		return 2, "config"
@@ -268,7 +270,7 @@ func newRootCmd(g *globals) *cobra.Command {
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
-		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newManCmd(),
+		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newCheckpointCmd(g), newManCmd(),
 	)
 	root.InitDefaultCompletionCmd() // as Execute would: for its examples
 	setExamples(root)

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+// checkpointLockWait: a checkpoint verb waits this long for the store's
+// lock, unless SNAPBACK_LOCK_WAIT says otherwise. Several hooks of one
+// agent turn call begin at once, and the first, on a large tree seen for
+// the first time, may take a while: the others must wait for it and then
+// find it open, not fail after 5 s.
+const checkpointLockWait = 2 * time.Minute
+
+func newCheckpointCmd(g *globals) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "checkpoint",
+		Short: "Record a stretch of time as one undo step: begin, then end",
+		Long: `Record a stretch of time as one undo step, for tools that change the
+tree from their own process (an agent harness's tools), which no run can
+wrap. begin snapshots the tree and the targets (incrementally, as a copy-mode
+run does); end records exactly the paths changed since, before and after:
+one step that undo reverts and redo reapplies. A stretch that changed
+nothing leaves no step.
+
+begin while a checkpoint is open does nothing and says which one is open;
+parallel begins open exactly one. A checkpoint stays open until end, however
+long, whichever process calls it: recover never closes it. While one is
+open, snap, undo, redo, restore, a run on the tree and a commit are refused.
+Changes made by anyone during the stretch are in it: snapback cannot tell
+them apart.`,
+	}
+	c.AddCommand(newCheckpointBeginCmd(g), newCheckpointEndCmd(g), newCheckpointStatusCmd(g))
+	return c
+}
+
+type checkpointOptions struct {
+	message string
+	session string
+}
+
+func newCheckpointBeginCmd(g *globals) *cobra.Command {
+	var o checkpointOptions
+	c := &cobra.Command{
+		Use:   "begin [-m MSG] [--session S]",
+		Short: "Open a checkpoint (nothing is done when one is open already)",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runCheckpointBegin(g, o) },
+	}
+	c.Flags().StringVarP(&o.message, "message", "m", "", "what the stretch is for (an agent's prompt, say)")
+	c.Flags().StringVar(&o.session, "session", "", "the session the stretch belongs to (undo --session reverts all of a session's)")
+	return c
+}
+
+func newCheckpointEndCmd(g *globals) *cobra.Command {
+	var o checkpointOptions
+	c := &cobra.Command{
+		Use:   "end [--session S]",
+		Short: "Close the open checkpoint into one undo step (nothing is done when none is open)",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runCheckpointEnd(g, o) },
+	}
+	c.Flags().StringVar(&o.session, "session", "", "close it only if it belongs to this session")
+	return c
+}
+
+func newCheckpointStatusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Say whether a checkpoint is open, since when and for which session",
+		Args:  cobra.NoArgs,
+		RunE:  func(*cobra.Command, []string) error { return runCheckpointStatus(g) },
+	}
+}
+
+// checkSession refuses a session name the store would refuse, as bad input.
+func checkSession(verb, s string) error {
+	if err := snapshot.ValidSession(s); err != nil {
+		return usageErr("checkpoint %s: --session: %v", verb, err)
+	}
+	return nil
+}
+
+// openForCheckpoint opens the store as g.open does, waiting longer for
+// its lock (see checkpointLockWait).
+func (g *globals) openForCheckpoint(create bool, what string) (*snapshot.Repo, error) {
+	if os.Getenv("SNAPBACK_LOCK_WAIT") == "" {
+		g.lockWait = checkpointLockWait
+	}
+	repo, _, err := g.open(create, what)
+	return repo, err
+}
+
+func runCheckpointBegin(g *globals, o checkpointOptions) error {
+	if err := checkSession("begin", o.session); err != nil {
+		return err
+	}
+	repo, err := g.openForCheckpoint(true, "checkpoint begin")
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	m, opened, err := repo.BeginCheckpoint(o.session, o.message)
+	if err != nil {
+		return err
+	}
+	if g.json {
+		return g.printJSON(struct {
+			ID        string    `json:"id"`
+			Opened    bool      `json:"opened"`
+			Session   string    `json:"session"`
+			Message   string    `json:"message"`
+			CreatedAt time.Time `json:"created_at"`
+		}{m.ID, opened, m.Session, m.Message, m.CreatedAt})
+	}
+	if opened {
+		fmt.Fprintf(g.stdout, "opened checkpoint %s\n", m.ID)
+	} else {
+		fmt.Fprintf(g.stdout, "checkpoint %s is open already (%s): nothing to do\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
+	}
+	return nil
+}
+
+func runCheckpointEnd(g *globals, o checkpointOptions) error {
+	if err := checkSession("end", o.session); err != nil {
+		return err
+	}
+	type endJSON struct {
+		ID      string `json:"id"`
+		State   string `json:"state"`
+		Files   int    `json:"files"`
+		Changes int    `json:"changes"`
+		Session string `json:"session"`
+		Message string `json:"message"`
+		Targets int    `json:"targets"`
+		Open    string `json:"open,omitempty"`
+	}
+	repo, err := g.openForCheckpoint(false, "checkpoint end")
+	if errors.Is(err, snapshot.ErrNoStore) {
+		if g.json {
+			return g.printJSON(endJSON{State: "none"})
+		}
+		fmt.Fprintln(g.stdout, "no checkpoint open")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	m, dropped, err := repo.EndCheckpoint(o.session)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		open, err := repo.OpenCheckpoint()
+		if err != nil {
+			return err
+		}
+		if g.json {
+			out := endJSON{State: "none"}
+			if open != nil {
+				out.Open = open.ID
+			}
+			return g.printJSON(out)
+		}
+		if open != nil {
+			fmt.Fprintf(g.stdout, "no checkpoint of session %s open (checkpoint %s is: %s)\n", oneLine(o.session), open.ID, oneLine(snapshot.DescribeCheckpoint(open)))
+		} else {
+			fmt.Fprintln(g.stdout, "no checkpoint open")
+		}
+		return nil
+	}
+	out := endJSON{ID: m.ID, State: "done", Session: m.Session, Message: m.Message, Targets: len(m.Targets)}
+	if dropped {
+		out.State = "dropped"
+	} else {
+		changes, err := repo.DiffRecorded(m)
+		if err != nil {
+			return err
+		}
+		out.Files, out.Changes = m.Files, len(changes)
+	}
+	if g.json {
+		return g.printJSON(out)
+	}
+	if dropped {
+		fmt.Fprintf(g.stdout, "checkpoint %s changed nothing: no undo step\n", m.ID)
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "closed checkpoint %s: %s changed\n", m.ID, nPaths(out.Changes))
+	g.summarize(fmt.Sprintf("checkpoint %s: %s changed; snapback undo reverts them", m.ID, nPaths(out.Changes)))
+	return nil
+}
+
+func runCheckpointStatus(g *globals) error {
+	type statusJSON struct {
+		Open      bool       `json:"open"`
+		ID        string     `json:"id,omitempty"`
+		Session   string     `json:"session,omitempty"`
+		Message   string     `json:"message,omitempty"`
+		CreatedAt *time.Time `json:"created_at,omitempty"`
+	}
+	repo, _, err := g.open(false, "checkpoint status")
+	var m *snapshot.Meta
+	switch {
+	case errors.Is(err, snapshot.ErrNoStore):
+	case err != nil:
+		return err
+	default:
+		defer repo.Close()
+		if m, err = repo.OpenCheckpoint(); err != nil {
+			return err
+		}
+	}
+	if g.json {
+		if m == nil {
+			return g.printJSON(statusJSON{})
+		}
+		return g.printJSON(statusJSON{Open: true, ID: m.ID, Session: m.Session, Message: m.Message, CreatedAt: &m.CreatedAt})
+	}
+	if m == nil {
+		fmt.Fprintln(g.stdout, "no checkpoint open")
+		return nil
+	}
+	fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
+	return nil
+}

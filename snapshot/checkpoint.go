@@ -1,0 +1,314 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// A checkpoint records a stretch of time instead of a command: for tools
+// that write from their own process (an agent harness's Edit tool), which
+// no `run` can wrap. [Repo.BeginCheckpoint] takes a tree snapshot, as a
+// copy-mode run takes its "before", and writes it as a record of kind
+// checkpoint, state open; [Repo.EndCheckpoint] narrows that record to the
+// paths changed since, with their state before and after, exactly as
+// [Repo.FinishRun] narrows a run: one undo step. A stretch that changed
+// nothing (and saved no target) leaves no record.
+//
+// An open checkpoint outlives the process that opened it (the hooks of a
+// harness begin and end it from different processes): unlike a run, it
+// holds no lock, and recover never finishes it; only `checkpoint end`
+// does, however late. While one is open, what would mix other changes
+// into it, or take them out of the tree under it, is refused
+// ([CheckpointOpenError]): snap, undo, redo, restore, a run on the tree,
+// a commit. Begin and end never change the tree: a crash in either leaves
+// the record as it was (open, or narrowed: the narrowed record replaces
+// the open one in one rename), and the next end does the work again.
+
+// ErrCheckpointOpen is what a [CheckpointOpenError] is.
+var ErrCheckpointOpen = errors.New("a checkpoint is open")
+
+// CheckpointOpenError refuses an operation while a checkpoint is open.
+type CheckpointOpenError struct {
+	Op         string
+	Checkpoint *Meta
+}
+
+func (e *CheckpointOpenError) Error() string {
+	return fmt.Sprintf("%s refused: checkpoint %s is open (%s): the tree's changes are being recorded in it; `snapback checkpoint end` first",
+		e.Op, e.Checkpoint.ID, DescribeCheckpoint(e.Checkpoint))
+}
+
+func (e *CheckpointOpenError) Unwrap() error { return ErrCheckpointOpen }
+
+// DescribeCheckpoint says when a checkpoint began, for which session and
+// why: "since 12:03:04, session abc, "fix the tests"".
+func DescribeCheckpoint(m *Meta) string {
+	since := m.CreatedAt.Local()
+	format := "15:04:05"
+	if time.Since(since) > 20*time.Hour {
+		format = "2006-01-02 15:04:05"
+	}
+	parts := []string{"since " + since.Format(format)}
+	if m.Session != "" {
+		parts = append(parts, "session "+m.Session)
+	}
+	if m.Message != "" {
+		parts = append(parts, fmt.Sprintf("%q", m.Message))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// maxSession bounds a session's name: harnesses name theirs with a UUID.
+const maxSession = 128
+
+// ValidSession checks a session's name ("" is none): printable UTF-8, at
+// most 128 bytes, no space at either end.
+func ValidSession(s string) error {
+	switch {
+	case len(s) > maxSession:
+		return fmt.Errorf("session %.20q…: longer than %d bytes", s, maxSession)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("session %q: not UTF-8", s)
+	case strings.TrimSpace(s) != s:
+		return fmt.Errorf("session %q: space at an end", s)
+	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return fmt.Errorf("session %q: a control character", s)
+	}
+	return nil
+}
+
+// validateCheckpoint checks what a record says about checkpoints: only a
+// checkpoint has a session, and an open one is a tree snapshot while a
+// closed one holds its paths before and after.
+func (m *Meta) validateCheckpoint() error {
+	if m.Session != "" && m.Kind != KindCheckpoint {
+		return fmt.Errorf("kind %s with a session", m.Kind)
+	}
+	if err := ValidSession(m.Session); err != nil {
+		return err
+	}
+	if m.Kind != KindCheckpoint {
+		if m.State == StateOpen {
+			return fmt.Errorf("kind %s with state open", m.Kind)
+		}
+		return nil
+	}
+	switch m.State {
+	case StateOpen:
+		if m.Scope != ScopeTree || m.After != "" {
+			return fmt.Errorf("open checkpoint of scope %s", m.Scope)
+		}
+	case StateDone:
+		if m.Scope != ScopePaths || m.After == "" {
+			return fmt.Errorf("closed checkpoint of scope %s without after", m.Scope)
+		}
+	default:
+		return fmt.Errorf("checkpoint in state %q", m.State)
+	}
+	if m.Command != nil || m.ExitStatus != nil || m.Mode != "" {
+		return fmt.Errorf("checkpoint with a command")
+	}
+	return nil
+}
+
+// OpenCheckpoint returns the open checkpoint, or nil when none is.
+func (r *Repo) OpenCheckpoint() (*Meta, error) {
+	all, err := r.List()
+	if err != nil {
+		return nil, err
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if m := all[i]; m.Kind == KindCheckpoint && m.State == StateOpen {
+			return m, nil
+		}
+	}
+	return nil, nil
+}
+
+// refuseOpen refuses op while a checkpoint is open.
+func (r *Repo) refuseOpen(op string) error {
+	m, err := r.OpenCheckpoint()
+	if err != nil {
+		return err
+	}
+	if m != nil {
+		return &CheckpointOpenError{Op: op, Checkpoint: m}
+	}
+	return nil
+}
+
+// BeginCheckpoint opens a checkpoint: a snapshot of the tree (incremental:
+// files whose stat the cache vouches for are not read) and of the
+// targets, recorded open. When one is open already, it returns that one
+// and opened is false: beginning is re-entrant, and parallel callers (each
+// holding the store lock in turn) open exactly one. It refuses while a run
+// works on the tree itself (its changes would be recorded twice).
+func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, err error) {
+	if err := ValidSession(session); err != nil {
+		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
+	}
+	if m, err := r.OpenCheckpoint(); err != nil || m != nil {
+		return m, false, err
+	}
+	tl, err := r.TryLockTree()
+	if errors.Is(err, ErrTreeBusy) {
+		who := "a run"
+		if run := r.TreeRunning(); run != nil {
+			who = fmt.Sprintf("run %s ($ %s)", run.ID, strings.Join(run.Command, " "))
+		}
+		return nil, false, fmt.Errorf("checkpoint begin: %w: %s; begin again once it has finished", ErrTreeBusy, who)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer tl.Unlock()
+	if m, err = r.newMeta(KindCheckpoint, ScopeTree); err != nil {
+		return nil, false, err
+	}
+	m.Message, m.Session, m.State = message, session, StateOpen
+	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+		return nil, false, err
+	}
+	if err := r.snapInto(m); err != nil {
+		r.releasePayloads(m.ID)
+		return nil, false, err
+	}
+	return m, true, nil
+}
+
+// EndCheckpoint closes the open checkpoint into one undo step holding the
+// paths changed since it began, before and after, and the targets' states
+// from its beginning; dropped is set when nothing changed (and no target
+// was saved): then no record is left. With session set, only a checkpoint
+// of that session is closed. When none is to close, m is nil.
+func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) {
+	if m, err = r.OpenCheckpoint(); err != nil || m == nil {
+		return nil, false, err
+	}
+	if session != "" && m.Session != session {
+		return nil, false, nil
+	}
+	if err := r.narrowRun(m); err != nil {
+		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	m.State = StateDone
+	if dropped, err = r.closeRecord(m); err != nil {
+		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	return m, dropped, nil
+}
+
+// sessionSteps lists the closed checkpoints of session not undone, oldest
+// first.
+func (h *History) sessionSteps(session string) []*Meta {
+	var out []*Meta
+	for _, m := range h.All {
+		if m.Kind == KindCheckpoint && m.Session == session && m.State == StateDone && !h.Undone[m.ID] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// UndoSession reverts every step of session not yet undone, as one
+// operation (one journal, one pre-undo record that `redo` reapplies): each
+// path goes back to its state before the session's first step that
+// changed it, each target to its state before the session's first step.
+// A path changed since by someone else (after its last step of the
+// session) is a conflict, as for [Repo.Undo]; edits to other paths stay.
+func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Meta, err error) {
+	if err := r.refuseOpen("undo"); err != nil {
+		return nil, nil, err
+	}
+	h, err := r.History()
+	if err != nil {
+		return nil, nil, err
+	}
+	if steps = h.sessionSteps(session); len(steps) == 0 {
+		return nil, nil, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
+	}
+	target, after, err := r.mergeSteps(steps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("undo: %w", err)
+	}
+	newest := steps[len(steps)-1]
+	s := &Meta{ID: newest.ID, Kind: KindCheckpoint, Scope: ScopePaths, Session: session}
+	if s.Manifest, err = r.record(target); err != nil {
+		return nil, nil, err
+	}
+	if s.After, err = r.record(after); err != nil {
+		return nil, nil, err
+	}
+	// Each target goes back to its state before the session's first step
+	// that saved it.
+	seen := map[string]bool{}
+	for _, st := range steps {
+		for _, t := range st.Targets {
+			if !seen[t.Name] {
+				seen[t.Name] = true
+				s.Targets = append(s.Targets, t)
+			}
+		}
+	}
+	rec, err := r.newMeta(KindPreUndo, ScopePaths)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec.Undoes = newest.ID
+	for _, st := range steps[:len(steps)-1] {
+		rec.UndoesMore = append(rec.UndoesMore, st.ID)
+	}
+	if err := r.revert("undo", s, s.After, rec, force); err != nil {
+		return nil, nil, err
+	}
+	return steps, rec, nil
+}
+
+// mergeSteps makes one change of several paths records (oldest first):
+// target holds each path as the first record that has it saved it, after
+// as the last one left it.
+func (r *Repo) mergeSteps(steps []*Meta) (target, after Manifest, err error) {
+	type pick struct {
+		e    Entry
+		from int
+	}
+	before, last := map[string]pick{}, map[string]pick{}
+	for i, st := range steps {
+		b, err := r.LoadManifest(st.Manifest)
+		if err != nil {
+			return nil, nil, fmt.Errorf("checkpoint %s: %w", st.ID, err)
+		}
+		a, err := r.LoadManifest(st.After)
+		if err != nil {
+			return nil, nil, fmt.Errorf("checkpoint %s: %w", st.ID, err)
+		}
+		for _, e := range b {
+			if _, ok := before[e.Path]; !ok {
+				before[e.Path] = pick{e, i}
+			}
+		}
+		for _, e := range a {
+			last[e.Path] = pick{e, i}
+		}
+	}
+	build := func(picks map[string]pick) Manifest {
+		m := make(Manifest, 0, len(picks))
+		for _, p := range picks {
+			e := p.e
+			// A hard link names another path of its own record; taken
+			// from another record, that path may hold something else:
+			// the entry then stands alone, with its own content.
+			if e.Link != "" && picks[e.Link].from != p.from {
+				e.Link = ""
+			}
+			m = append(m, e)
+		}
+		m.Sort()
+		return m
+	}
+	return build(before), build(last), nil
+}
