@@ -57,6 +57,13 @@ type killScenario struct {
 	project, observe string
 	// fails: op, run to the end, refuses (exit 2) and changes nothing.
 	fails bool
+	// unchanged: op never changes the state compared (checkpoint begin
+	// and end change only the store); after each kill and recover the
+	// state must be as before, and then verify must pass.
+	unchanged bool
+	// verify, when set, checks after each kill and recover that the store
+	// still does its job from there (in the project's directory).
+	verify func(t *testing.T, bin, proj string)
 }
 
 var mtimeField = regexp.MustCompile(` mtime=[0-9]+`)
@@ -216,6 +223,7 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 			sbT(t, bin, root, "snap", "-m", "base")
 		}, op: []string{"run", "--mode", "copy", "--then", "commit", "--", "sh", "-c", killChange}, inverse: []string{"undo"}, runs: true},
 	}
+	out = append(out, checkpointScenarios()...)
 	out = append(out, killScenario{name: "archive-restore", project: "proj", observe: "../out", prepare: func(t *testing.T, bin, root string) {
 		proj := filepath.Join(root, "proj")
 		killTree(t, proj)
@@ -362,8 +370,8 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		sbT(t, bin, filepath.Join(ref, sc.project), op...)
 	}
 	after := state(ref)
-	if sc.fails {
-		treetest.Equal(t, "an operation that refused", before, after)
+	if sc.fails || sc.unchanged {
+		treetest.Equal(t, "an operation that changes nothing", before, after)
 	} else if same(before, after) && sc.name != "gc" && !strings.HasPrefix(sc.name, "discard") {
 		t.Fatalf("the operation changed nothing: the scenario tests nothing")
 	}
@@ -414,9 +422,12 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 			}
 		}
 		switch {
-		case sc.fails:
-			treetest.Equal(t, fmt.Sprintf("kill point %d: after recover, an operation that refuses", k), before, got)
+		case sc.fails || sc.unchanged:
+			treetest.Equal(t, fmt.Sprintf("kill point %d: after recover, an operation that changes nothing", k), before, got)
 			sawBefore++
+			if sc.verify != nil {
+				sc.verify(t, bin, proj)
+			}
 		case same(got, before) && !same(before, after):
 			sawBefore++
 			// The operation did not happen: it can be done now.
@@ -438,5 +449,59 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	t.Logf("%s: %d kill points, each recovered (%d to the state before, %d after)", sc.name, killed, sawBefore, sawAfter)
 	if killed == 0 {
 		t.Fatal("the operation made no state-changing call: the seam is not armed")
+	}
+}
+
+// checkpointScenarios kill checkpoint begin and end, which change no path
+// of the tree: after each kill and recover, the tree (and the SQLite
+// target) must be untouched, and the checkpoint must still work from
+// there: an end (after a begin, for the begin scenario) records exactly
+// the stretch's change, which undo reverts and redo reapplies.
+func checkpointScenarios() []killScenario {
+	// change is a stretch's work: contents, a removal, a new directory,
+	// a mode, a symlink, and a row of the target.
+	change := func(t *testing.T, root string) {
+		runSh(t, root, "echo turn >> tree/d0/f00.txt; rm tree/d1/f01.txt; mkdir -p tree/turn && echo n > tree/turn/n.txt; chmod 600 tree/d2/f02.txt; ln -s d0 tree/turn/link")
+		sqliteExec(t, root, `INSERT INTO t VALUES ('turn')`)
+	}
+	// endUndoRedo ends the checkpoint (nothing, if the killed end had
+	// closed it already) and checks that undo brings from to back and
+	// redo brings to.
+	endUndoRedo := func(t *testing.T, bin, proj string, from, to treetest.State) {
+		t.Helper()
+		sbT(t, bin, proj, "checkpoint", "end")
+		sbT(t, bin, proj, "undo")
+		treetest.Equal(t, "undo of the checkpoint", from, killState(t, proj, true))
+		sbT(t, bin, proj, "redo")
+		treetest.Equal(t, "redo of the checkpoint", to, killState(t, proj, true))
+	}
+	base := func(t *testing.T, bin, root string) {
+		killTree(t, root)
+		sqliteTarget(t, root)
+		sbT(t, bin, root, "snap", "-m", "base")
+		// New contents since, for begin to store.
+		runSh(t, root, "echo since > since.txt; echo since >> tree/d3/f03.txt")
+	}
+	var beforeTurn treetest.State // the end scenario's state at begin
+	return []killScenario{
+		{name: "checkpoint-begin", sqlite: true, unchanged: true, prepare: base,
+			op: []string{"checkpoint", "begin", "-m", "turn", "--session", "kill"},
+			verify: func(t *testing.T, bin, proj string) {
+				sbT(t, bin, proj, "checkpoint", "begin", "-m", "turn", "--session", "kill")
+				from := killState(t, proj, true)
+				change(t, proj)
+				endUndoRedo(t, bin, proj, from, killState(t, proj, true))
+			}},
+		{name: "checkpoint-end", sqlite: true, unchanged: true,
+			prepare: func(t *testing.T, bin, root string) {
+				base(t, bin, root)
+				sbT(t, bin, root, "checkpoint", "begin", "-m", "turn", "--session", "kill")
+				beforeTurn = killState(t, root, true)
+				change(t, root)
+			},
+			op: []string{"checkpoint", "end", "--session", "kill"},
+			verify: func(t *testing.T, bin, proj string) {
+				endUndoRedo(t, bin, proj, beforeTurn, killState(t, proj, true))
+			}},
 	}
 }
