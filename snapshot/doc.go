@@ -13,7 +13,8 @@
 //	treerun.lock      flock held by a run on the tree (copy, btrfs) from its
 //	                  snapshot to its record: such runs take turns (treerun.go)
 //	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go, codec.go)
-//	snapshots/ID.json one record (Meta) per snapshot (meta.go)
+//	snapshots/ID.json one record (Meta) per snapshot (meta.go); an open
+//	                  checkpoint is one too, until its end (checkpoint.go)
 //	index             the stat cache, checksummed (statcache.go)
 //	journal.json      the plan of the tree change in progress (journal.go)
 //	runs/ID/          a run: lock (held while its command works: for a
