@@ -179,3 +179,50 @@ func BenchmarkUndo10(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkCheckpoint: an agent turn's checkpoint on a tree of benchFiles
+// files, each step in a fresh Repo as each is a process of its own: open
+// and lock, begin, close; 10 files edited (not timed); open and lock, end,
+// close. (scripts/bench-checkpoint.sh times the CLI on git repositories.)
+func BenchmarkCheckpoint(b *testing.B) {
+	root, paths := benchTree(b)
+	step := func(fn func(r *snapshot.Repo) error) {
+		r := openBenchRepo(b, root)
+		defer r.Close()
+		if err := fn(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	begin := func(r *snapshot.Repo) error { _, _, err := r.BeginCheckpoint("", ""); return err }
+	end := func(r *snapshot.Repo) error {
+		m, dropped, err := r.EndCheckpoint("")
+		if err == nil && (m == nil || dropped) {
+			err = fmt.Errorf("end recorded nothing")
+		}
+		return err
+	}
+	edit := func(turn int) {
+		for k := 0; k < 10; k++ {
+			p := filepath.Join(root, paths[(k*len(paths)/10+turn*7)%len(paths)])
+			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				_, err = fmt.Fprintf(f, "turn %d\n", turn)
+				f.Close()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	step(begin) // the first reads every file
+	edit(0)
+	step(end)
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		step(begin)
+		b.StopTimer()
+		edit(i)
+		b.StartTimer()
+		step(end)
+	}
+}

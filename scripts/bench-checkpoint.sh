@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# bench-checkpoint.sh: what an agent turn's checkpoint costs. On a git
+# repository of 10,000 and of 100,000 small files (a source tree: files of
+# 1-4 KiB, 40 to a directory, all committed), one turn is `checkpoint
+# begin`, an edit of 10 files, `checkpoint end` (checked: 10 paths
+# changed); it is timed as begin + end (the edit is not timed), next to
+# `git stash create` + `git stash apply` of the same kind of change (git
+# recording it, then bringing it back onto the tree after a `git checkout`
+# of the files, which is not timed). The goals: at most 100 ms (10,000
+# files) and 1 s (100,000 files). Medians of BENCH_REPS turns, after one
+# turn that is not timed (the first begin reads every file, as a first
+# snap does). Prints a Markdown table.
+#
+# Environment: BENCH_CHECKPOINT_SIZES (default "10000 100000"), BENCH_REPS
+# (default 5), SNAPBACK (a binary; default: built from this repository),
+# BENCH_DIR (where the work directory goes; default: the repository's
+# parent directory).
+set -euo pipefail
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SIZES=${BENCH_CHECKPOINT_SIZES:-10000 100000}
+REPS=${BENCH_REPS:-5}
+WORK=$(mktemp -d "${BENCH_DIR:-$(dirname "$REPO")}/snapback-bench-checkpoint.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+SB=${SNAPBACK:-}
+if [[ -z $SB ]]; then
+	SB=$WORK/snapback
+	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
+fi
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.4f", b - a}'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+ms() { awk -v t="$1" 'BEGIN {printf "%.0f ms", t*1000}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
+export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.com GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.com
+
+# make_repo DIR N: N files of 1-4 KiB, 40 to a directory, committed.
+make_repo() {
+	local dir=$1 n=$2
+	mkdir -p "$dir"
+	awk -v n="$n" 'BEGIN {for (d = 0; d < (n + 39) / 40; d++) printf "src/p%02d/d%04d\n", d % 50, d}' | (cd "$dir" && xargs mkdir -p)
+	(cd "$dir" && awk -v n="$n" 'BEGIN {
+		srand(1)
+		for (i = 0; i < n; i++) {
+			d = int(i / 40)
+			f = sprintf("src/p%02d/d%04d/f%06d.go", d % 50, d, i)
+			size = 1024 + int(rand() * 3072)
+			line = sprintf("// file %d: the quick brown fox jumps over the lazy dog %d\n", i, i)
+			for (w = 0; w < size; w += length(line)) printf "%s", line > f
+			close(f)
+		}
+	}')
+	git -C "$dir" init -q
+	git -C "$dir" config gc.auto 0 # no packing in the background while a turn is timed
+	git -C "$dir" add -A
+	git -C "$dir" commit -qm initial
+	git -C "$dir" gc -q # packed, as a clone is
+	git -C "$dir" status --porcelain >/dev/null # refresh the index, as an editor would
+}
+
+# files DIR N REP: 10 files spread over the tree, different each rep.
+files() {
+	local n=$2 rep=$3
+	for k in $(seq 0 9); do
+		local i=$(((k * n / 10 + rep * 7) % n)) d
+		d=$((i / 40))
+		printf 'src/p%02d/d%04d/f%06d.go\n' $((d % 50)) "$d" "$i"
+	done
+}
+
+edit() { # edit DIR TAG <list
+	local dir=$1 tag=$2 f
+	while read -r f; do echo "// edited: $tag" >>"$dir/$f"; done
+}
+
+rows=()
+for n in $SIZES; do
+	dir=$WORK/repo$n
+	echo "bench-checkpoint: making a git repository of $n files" >&2
+	make_repo "$dir" "$n"
+	"$SB" -C "$dir" checkpoint begin -m warm >/dev/null # reads every file once
+	files "$dir" "$n" 0 | edit "$dir" warm
+	"$SB" -C "$dir" checkpoint end >/dev/null
+	tb=() te=() tt=() tg=()
+	for r in $(seq 1 "$REPS"); do
+		sync
+		t0=$(now)
+		"$SB" -C "$dir" checkpoint begin -m "turn $r" >/dev/null
+		b=$(since "$t0")
+		files "$dir" "$n" "$r" | edit "$dir" "turn $r"
+		t0=$(now)
+		out=$("$SB" -C "$dir" checkpoint end --json)
+		e=$(since "$t0")
+		grep -q '"changes": 10,' <<<"$out" || {
+			echo "bench-checkpoint: end of turn $r did not record 10 changes: $out" >&2
+			exit 1
+		}
+		tb+=("$b") te+=("$e") tt+=("$(awk -v a="$b" -v b="$e" 'BEGIN {print a + b}')")
+	done
+	git -C "$dir" add -A && git -C "$dir" commit -qm turns # what the turns did, so the stash holds only its own change
+	git -C "$dir" status --porcelain >/dev/null
+	for r in $(seq 1 "$REPS"); do
+		files "$dir" "$n" "$((r + REPS))" >"$WORK/list"
+		edit "$dir" "stash $r" <"$WORK/list"
+		sync
+		t0=$(now)
+		sha=$(git -C "$dir" stash create "turn $r")
+		c=$(since "$t0")
+		xargs -d '\n' git -C "$dir" checkout -q -- <"$WORK/list"
+		t0=$(now)
+		git -C "$dir" stash apply -q "$sha" >/dev/null
+		a=$(since "$t0")
+		[[ $(git -C "$dir" status --porcelain | wc -l) == 10 ]] || {
+			echo "bench-checkpoint: git stash apply did not bring back 10 changed files" >&2
+			exit 1
+		}
+		git -C "$dir" checkout -q -- .
+		tg+=("$(awk -v a="$c" -v b="$a" 'BEGIN {print a + b}')")
+	done
+	mb=$(median "${tb[@]}") me=$(median "${te[@]}") mt=$(median "${tt[@]}") mg=$(median "${tg[@]}")
+	goal="100 ms"
+	((n > 10000)) && goal="1 s"
+	rows+=("| checkpoint begin + end, 10 files changed, git repository of $n files | $(ms "$mt") (begin $(ms "$mb"), end $(ms "$me")) | $(ms "$mg") | $(ratio "$mt" "$mg") | $goal |")
+done
+echo "A turn's checkpoint (medians of $REPS; load average $(cut -d' ' -f1-3 /proc/loadavg)):"
+echo
+echo "| operation | snapback | git stash create + apply | ratio | goal |"
+echo "|---|---:|---:|---:|---:|"
+printf '%s\n' "${rows[@]}"
