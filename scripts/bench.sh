@@ -17,6 +17,7 @@
 #                 there and removed at the end.
 #   BENCH_KEEP=1  keep the work directory
 #   SNAPBACK      snapback binary to use (default: build it from this repo)
+#   BENCH_CHECKPOINT=0  skip the checkpoint rows (scripts/bench-checkpoint.sh)
 #   BENCH_BASELINE  a git revision: undo/redo of the 10-file and 10,000-file
 #                 edits are also measured with snapback built from it, in the same run
 #                 (what a change of the restore path costs; e.g. the hash
@@ -521,6 +522,16 @@ if [[ -n $MODES ]]; then
 	done
 fi
 echo
+# ---- checkpoints ------------------------------------------------------------
+# An agent turn's checkpoint (begin + end, 10 files changed) on git
+# repositories of 10,000 and 100,000 files, next to git stash create +
+# apply (scripts/bench-checkpoint.sh). BENCH_CHECKPOINT=0 skips it.
+if [[ ${BENCH_CHECKPOINT:-1} == 1 ]]; then
+	log "bench-checkpoint.sh"
+	if ! SNAPBACK=$SB BENCH_DIR=$WORK BENCH_REPS=$REPS "$REPO/scripts/bench-checkpoint.sh"; then
+		FAILS+=("scripts/bench-checkpoint.sh failed")
+	fi
+fi
 # ---- targets and archives --------------------------------------------------
 # Each backend's own script (one run each, ratios to the native tool),
 # then the archive catalog's throughput. BENCH_TARGETS=0 skips them;
