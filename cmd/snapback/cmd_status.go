@@ -55,9 +55,18 @@ func runStatus(g *globals) error {
 	if err != nil {
 		return err
 	}
+	cp, err := repo.OpenCheckpoint()
+	if err != nil {
+		return err
+	}
 	out := struct {
 		Runs []runJSON `json:"runs"`
+		// Checkpoint is the open checkpoint, if one is.
+		Checkpoint *checkpointJSON `json:"checkpoint,omitempty"`
 	}{Runs: []runJSON{}}
+	if cp != nil {
+		out.Checkpoint = &checkpointJSON{ID: cp.ID, Session: cp.Session, Message: cp.Message, CreatedAt: cp.CreatedAt}
+	}
 	for _, p := range runs {
 		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1, Targets: p.Targets,
 			Then: p.Then, Steps: p.Steps}
@@ -72,6 +81,9 @@ func runStatus(g *globals) error {
 	}
 	if g.json {
 		return g.printJSON(out)
+	}
+	if cp != nil {
+		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s): snapback checkpoint end closes it\n", cp.ID, oneLine(snapshot.DescribeCheckpoint(cp)))
 	}
 	if len(out.Runs) == 0 {
 		fmt.Fprintln(g.stdout, "no pending runs")
@@ -99,6 +111,14 @@ func runStatus(g *globals) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// checkpointJSON is an open checkpoint in status --json.
+type checkpointJSON struct {
+	ID        string    `json:"id"`
+	Session   string    `json:"session,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // describeStep says what a step of a session ran and how it ended:
