@@ -70,6 +70,11 @@ type scanner struct {
 
 	jobs chan job
 	wg   sync.WaitGroup
+	// Directories are walked by up to cap(walkSlots) more goroutines than
+	// the one that starts: a scan of an unchanged tree is lstat calls and
+	// cache lookups, which one goroutine cannot spread over the CPUs.
+	walkSlots chan struct{}
+	walkers   sync.WaitGroup
 
 	stats       ScanStats
 	hashed      atomic.Int64 // files whose content was read
@@ -123,6 +128,7 @@ func (sc *scanner) fail(err error) {
 
 func (sc *scanner) start() {
 	sc.jobs = make(chan job, 256)
+	sc.walkSlots = make(chan struct{}, runtime.GOMAXPROCS(0))
 	n := runtime.GOMAXPROCS(0)
 	if n < 2 {
 		n = 2
@@ -144,6 +150,7 @@ func (sc *scanner) start() {
 // finish waits for the workers and returns the sorted manifest, with hard
 // links grouped.
 func (sc *scanner) finish() (Manifest, error) {
+	sc.walkers.Wait()
 	close(sc.jobs)
 	sc.wg.Wait()
 	if sc.firstErr != nil {
@@ -323,7 +330,9 @@ func (sc *scanner) walk(ref *dirRef, path string) error {
 	return nil
 }
 
-// walkSub walks the directory name in d, which is the tree's path p.
+// walkSub walks the directory name in d, which is the tree's path p: in
+// a goroutine of its own when a slot is free (its error then reaches
+// finish through fail), else at once.
 func (sc *scanner) walkSub(d *fsutil.Dir, name, p string) error {
 	sub, err := d.OpenDir(name)
 	if err != nil {
@@ -331,6 +340,20 @@ func (sc *scanner) walkSub(d *fsutil.Dir, name, p string) error {
 	}
 	r := &dirRef{d: sub}
 	r.n.Store(1)
+	select {
+	case sc.walkSlots <- struct{}{}:
+		sc.walkers.Add(1)
+		go func() {
+			defer sc.walkers.Done()
+			if err := sc.walk(r, p); err != nil {
+				sc.fail(err)
+			}
+			r.release()
+			<-sc.walkSlots
+		}()
+		return nil
+	default:
+	}
 	err = sc.walk(r, p)
 	r.release()
 	return err
