@@ -47,7 +47,7 @@ type cacheEntry struct {
 // (of an upper layer, of no paths) must not pay for parsing an index of
 // the whole tree, which makes `run -- true` flat in the tree's size.
 type statCache struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex // lookups (from every walker of a scan) share it
 	m       map[string]cacheEntry
 	changed bool
 	load    func() map[string]cacheEntry // nil once loaded
@@ -70,10 +70,16 @@ func racyMargin(k statKey) int64 {
 }
 
 func (c *statCache) lookup(path string, k statKey) (cacheEntry, bool) {
-	c.mu.Lock()
-	c.ensure()
+	c.mu.RLock()
+	loaded := c.load == nil
 	e, ok := c.m[path]
-	c.mu.Unlock()
+	c.mu.RUnlock()
+	if !loaded {
+		c.mu.Lock()
+		c.ensure()
+		e, ok = c.m[path]
+		c.mu.Unlock()
+	}
 	if !ok || e.statKey != k || k.Ctime >= e.HashedAt-racyMargin(k) || k.Mtime >= e.HashedAt-racyMargin(k) {
 		return cacheEntry{}, false
 	}
@@ -152,6 +158,9 @@ func (s *Store) decodeCache() (map[string]cacheEntry, error) {
 	if sha256.Sum256(body) != [sha256.Size]byte(sum) {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
 	}
+	// Entries take about 70 bytes: sized once, the map is not grown
+	// (and rehashed) a dozen times while 100,000 entries go in.
+	m = make(map[string]cacheEntry, len(body)/64)
 	d := &decoder{b: body[len(indexMagic):], what: "stat cache"}
 	for len(d.b) > 0 && d.err == nil {
 		p := d.str("path")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
@@ -89,6 +90,10 @@ func checkSession(verb, s string) error {
 // openForCheckpoint opens the store as g.open does, waiting longer for
 // its lock (see checkpointLockWait).
 func (g *globals) openForCheckpoint(create bool, what string) (*snapshot.Repo, error) {
+	// A checkpoint's scan keeps the tree's state and the stat cache in
+	// memory for the whole of its short life: collecting garbage less
+	// often saves a tenth of its CPU time (tens of MB more at most).
+	debug.SetGCPercent(400)
 	if os.Getenv("SNAPBACK_LOCK_WAIT") == "" {
 		g.lockWait = checkpointLockWait
 	}
