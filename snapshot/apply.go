@@ -34,6 +34,10 @@ type applier struct {
 	// holds each directory's mtime from before this apply changed it.
 	touched  map[string]bool
 	dirMtime map[string]int64
+	// knownMtime, when set, holds directories' mtimes from before the
+	// operation began (its journal's DirTimes): after a crash they are
+	// what dirMtime must hold, not the times the attempt left.
+	knownMtime map[string]int64
 	// written lists the regular files put in place, to sync; others
 	// counts the other entries (synced with their directories).
 	written []string
@@ -76,7 +80,9 @@ func (a *applier) dir(p string) (*fsutil.Dir, error) {
 	if _, ok := a.dirMtime[p]; !ok {
 		// Opened before anything in it changes: its time as it was.
 		var st unix.Stat_t
-		if unix.Fstat(d.Fd(), &st) == nil {
+		if t, ok := a.knownMtime[p]; ok {
+			a.dirMtime[p] = t
+		} else if unix.Fstat(d.Fd(), &st) == nil {
 			a.dirMtime[p] = st.Mtim.Nano()
 		}
 	}
@@ -166,8 +172,26 @@ func (a *applier) run(cur Manifest) error {
 	// 4. A directory the target does not cover, whose entries changed only
 	// because a covered path in it was replaced by a rename, keeps its
 	// time: a file edited in place never moved it.
+	// After a crash (knownMtime), such a directory may have been moved by
+	// the interrupted attempt, or by the removal of its temps, and not be
+	// touched now: every one whose time differs is put back.
+	for p := range a.knownMtime {
+		if a.touched[p] || a.target.Find(p) != nil {
+			continue
+		}
+		d, err := a.dir(Parent(p))
+		if err != nil {
+			continue // gone: nothing to put back
+		}
+		if st, err := d.Lstat(Base(p)); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mtim.Nano() != a.knownMtime[p] {
+			a.touched[p] = true
+		}
+	}
 	for p := range a.touched {
 		old, ok := a.dirMtime[p]
+		if t, known := a.knownMtime[p]; known {
+			old, ok = t, true
+		}
 		if p == "" || !ok || a.target.Find(p) != nil {
 			continue
 		}

@@ -40,6 +40,12 @@ type journal struct {
 	// Failed says why, for the user.
 	Rollback bool   `json:"rollback,omitempty"`
 	Failed   string `json:"failed,omitempty"`
+	// DirTimes are the mtimes, from before the first change, of the
+	// directories holding paths of a paths-scope apply that it does not
+	// hold itself (the apply puts their times back: a file edited in
+	// place never moved them). Recover puts back these, not the times an
+	// interrupted attempt left.
+	DirTimes map[string]int64 `json:"dir_times,omitempty"`
 }
 
 func (r *Repo) journalPath() string { return r.path("journal.json") }
@@ -63,9 +69,10 @@ func (r *Repo) writeJournal(j *journal) error {
 	return nil
 }
 
-// maxJournal bounds the journal read back: it holds a record and a few
-// ids, never more than a few KiB (the target states included).
-const maxJournal = 1 << 20
+// maxJournal bounds the journal read back: it holds a record, a few ids
+// and the times of the directories a paths apply changes entries in
+// (about 60 bytes each).
+const maxJournal = 32 << 20
 
 // validate checks a journal read from the store as input from outside:
 // every name in it becomes a path, and none may lead out of the store.
@@ -111,6 +118,11 @@ func (j *journal) validate() error {
 	for i := range j.Targets {
 		if err := j.Targets[i].validate(); err != nil {
 			return bad("target state: " + err.Error())
+		}
+	}
+	for p := range j.DirTimes {
+		if !ValidPath(p) || Under(p, StoreDir) {
+			return bad("dir_times path " + strconv.Quote(p))
 		}
 	}
 	return nil
@@ -179,6 +191,9 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		return err
 	}
 	j.Apply = tid
+	if j.Scope == ScopePaths {
+		j.DirTimes = r.dirTimes(target, cur)
+	}
 	if j.Staged {
 		// The staged links must be durable before the journal names them.
 		if err := fsutil.SyncDir(r.stagingDir(j.OpID)); err != nil {
@@ -192,6 +207,33 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		return err
 	}
 	return r.finish(j, target, cur)
+}
+
+// dirTimes reads the mtimes of the directories holding paths of target
+// or cur that target does not hold (see journal.DirTimes). A directory
+// not there yet has none: the apply makes it.
+func (r *Repo) dirTimes(target, cur Manifest) map[string]int64 {
+	out := map[string]int64{}
+	seen := map[string]bool{}
+	for _, m := range []Manifest{target, cur} {
+		for i := range m {
+			p := Parent(m[i].Path)
+			if p == "" || seen[p] || target.Find(p) != nil {
+				continue
+			}
+			seen[p] = true
+			d, err := r.treeDir.OpenDir(p)
+			if err != nil {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstat(d.Fd(), &st) == nil {
+				out[p] = st.Mtim.Nano()
+			}
+			d.Close() // read-only
+		}
+	}
+	return out
 }
 
 // saveCurrent makes sure the store will hold every content of cur (the
@@ -303,7 +345,8 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		}
 	}
 	cache := r.loadCache()
-	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged}
+	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged,
+		knownMtime: j.DirTimes}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {
@@ -386,7 +429,8 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 // The record is not written, nor are j's targets touched (they are
 // restored only after the tree): the operation ends as if never run.
 func (r *Repo) rollBack(j *journal, why error) error {
-	rb := &journal{Op: j.Op, OpID: j.OpID, Apply: j.Record.Manifest, Scope: j.Scope, Staged: j.Staged, Rollback: true, Failed: why.Error()}
+	rb := &journal{Op: j.Op, OpID: j.OpID, Apply: j.Record.Manifest, Scope: j.Scope, Staged: j.Staged, Rollback: true, Failed: why.Error(),
+		DirTimes: j.DirTimes}
 	target, err := r.LoadManifest(rb.Apply)
 	if err != nil {
 		return err

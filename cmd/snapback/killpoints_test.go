@@ -483,7 +483,21 @@ func checkpointScenarios() []killScenario {
 		runSh(t, root, "echo since > since.txt; echo since >> tree/d3/f03.txt")
 	}
 	var beforeTurn treetest.State // the end scenario's state at begin
+	session := func(t *testing.T, bin, root string) {
+		base(t, bin, root)
+		for turn, script := range []string{
+			"echo one >> tree/d0/f00.txt; rm tree/d1/f01.txt; mkdir tree/s1 && echo n > tree/s1/n.txt",
+			"echo two >> tree/d0/f00.txt; rm -r tree/s1; ln -s d4 tree/s2; chmod 600 tree/d2/f02.txt",
+		} {
+			sbT(t, bin, root, "checkpoint", "begin", "-m", fmt.Sprint("turn ", turn), "--session", "kill")
+			runSh(t, root, script)
+			sqliteExec(t, root, fmt.Sprintf(`INSERT INTO t VALUES ('turn %d')`, turn))
+			sbT(t, bin, root, "checkpoint", "end")
+		}
+	}
 	return []killScenario{
+		// Both turns of the session are reverted in one journaled step.
+		{name: "undo-session", sqlite: true, prepare: session, op: []string{"undo", "--session", "kill"}, inverse: []string{"redo"}},
 		{name: "checkpoint-begin", sqlite: true, unchanged: true, prepare: base,
 			op: []string{"checkpoint", "begin", "-m", "turn", "--session", "kill"},
 			verify: func(t *testing.T, bin, proj string) {
