@@ -38,7 +38,9 @@
 //     content to write is in the store and that the space is there;
 //  2. make all of it durable, then write journal.json (Repo.writeJournal,
 //     the one writer; it is validated on write and on read): the plan,
-//     with the target manifest and the record to write;
+//     with the target manifest, the record to write and the times of the
+//     directories it changes entries in without holding them (a recovery
+//     puts back those, not what the interrupted attempt left);
 //  3. apply the target (apply.go: the one applier, used by every verb);
 //     restore the targets; adopt the staged links as objects; write the
 //     record; drop the run a commit or discard completes;
