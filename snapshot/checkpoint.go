@@ -115,11 +115,16 @@ func (m *Meta) validateCheckpoint() error {
 	return nil
 }
 
-// OpenCheckpoint returns the open checkpoint, or nil when none is.
+// OpenCheckpoint returns the open checkpoint, or nil when none is. A
+// damaged record is an error as for [Store.List], but skipped without a
+// warning with SkipDamaged: the verb that reads the history warns.
 func (r *Repo) OpenCheckpoint() (*Meta, error) {
-	all, err := r.List()
+	all, damaged, err := r.records()
 	if err != nil {
 		return nil, err
+	}
+	if len(damaged) > 0 && !r.SkipDamaged {
+		return nil, damagedError(damaged)
 	}
 	for i := len(all) - 1; i >= 0; i-- {
 		if m := all[i]; m.Kind == KindCheckpoint && m.State == StateOpen {
