@@ -1,6 +1,10 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
 
 func newRedoCmd(g *globals) *cobra.Command {
 	var o undoOptions
@@ -27,6 +31,12 @@ func runRedo(g *globals, o undoOptions) error {
 	s, err := repo.ReadMeta(p.Undoes)
 	if err != nil {
 		s = p // the undone snapshot was collected; name the record instead
+	}
+	if n := len(p.UndoesMore); n > 0 && !g.json {
+		// The redo of an undo --session: it brings back the whole session.
+		named := *s
+		named.Message = fmt.Sprintf("%s (and %d earlier checkpoint(s) of session %s)", s.Message, n, s.Session)
+		s = &named
 	}
 	return reportRevert(g, repo, "redid", s, saved)
 }
