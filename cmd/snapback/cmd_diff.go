@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
@@ -18,22 +20,29 @@ type diffOptions struct {
 func newDiffCmd(g *globals) *cobra.Command {
 	var o diffOptions
 	c := &cobra.Command{
-		Use:   "diff [ID]",
+		Use:   "diff [ID] [PATH...]",
 		Short: "Show what a pending run changes, or what changed in the tree since a snapshot",
 		Long: `Show what a pending run changes, or what changed in the tree since a
 snapshot. ID names either (see Ids in the README). Without ID: the newest
 pending run; when none is pending, the snapshot undo would revert, else
-the newest snapshot.`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			ref := ""
-			if len(args) == 1 {
-				ref = args[0]
+the newest snapshot.
+
+PATHs (relative to the current directory, which may be below the
+project's root) limit the diff to each path and everything under it. The
+first argument is an ID when it names a snapshot or run and no file of
+that name is here; after --, every argument is a path.`,
+		RunE: func(c *cobra.Command, args []string) error {
+			ids, paths := args, []string(nil)
+			if dash := c.ArgsLenAtDash(); dash >= 0 {
+				ids, paths = args[:dash], args[dash:]
+				if len(ids) > 1 {
+					return usageErr("diff: one ID before --, got %d (%q)", len(ids), ids)
+				}
 			}
-			return runDiff(g, ref, o)
+			return runDiff(g, ids, paths, o)
 		},
 	}
-	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file")
+	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file, as git diff --stat writes it")
 	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "a patch in git's format (git apply takes it)")
 	return c
 }
@@ -47,14 +56,23 @@ type diffChangeJSON struct {
 	Type    string `json:"type"`
 	Added   *int   `json:"added,omitempty"`
 	Removed *int   `json:"removed,omitempty"`
+	Patch   string `json:"patch,omitempty"`
 }
 
-func runDiff(g *globals, ref string, o diffOptions) error {
+func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	repo, _, err := g.open(false, "diff")
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
+	ref, paths, err := diffIDAndPaths(repo, ids, paths)
+	if err != nil {
+		return err
+	}
+	limits, err := relPaths(repo.Root, paths)
+	if err != nil {
+		return err
+	}
 	// A pending run's changes come first: right after `run --then review`,
 	// "what did it change?" means the run.
 	var changes []snapshot.Change
@@ -99,6 +117,12 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 		base, targets = m.ID, m.Targets
 		through, excluded = m.WroteThrough, m.Excluded
 	}
+	if len(limits) > 0 {
+		if changes, through, excluded, err = limitDiff(repo.Root, paths, limits, changes, through, excluded); err != nil {
+			return err
+		}
+		targets = nil // no path names a target
+	}
 	if g.json {
 		out := struct {
 			Snapshot string           `json:"snapshot"`
@@ -124,6 +148,9 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 					j.Added, j.Removed = &a, &r
 				}
 			}
+			if o.patch {
+				j.Patch = d.gitPatch(c)
+			}
 			out.Changes = append(out.Changes, j)
 		}
 		return g.printJSON(out)
@@ -142,18 +169,13 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			}
 		}
 	case o.stat:
-		var files, adds, dels int
+		var lines []statLine
 		for _, c := range changes {
-			files++
-			if a, r, ok := d.lineCounts(c); ok {
-				adds += a
-				dels += r
-				fmt.Fprintf(g.stdout, " %s %s | +%d -%d\n", c.Op, displayPath(c), a, r)
-			} else {
-				fmt.Fprintf(g.stdout, " %s %s | %s\n", c.Op, displayPath(c), entryType(c))
+			if l, ok := d.gitStat(c); ok {
+				lines = append(lines, l)
 			}
 		}
-		fmt.Fprintf(g.stdout, " %d paths changed, %d insertions(+), %d deletions(-)\n", files, adds, dels)
+		writeGitStat(g.stdout, lines, g.columns())
 	default:
 		for _, c := range changes {
 			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
@@ -169,6 +191,80 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 		fmt.Fprintf(g.stdout, "X\t%s (excluded: not compared; commit moves it, discard drops it, undo keeps it)\n", quote(p))
 	}
 	return nil
+}
+
+// diffIDAndPaths splits diff's arguments as commit's are split: the
+// first is an ID when it names a snapshot or a run and no file of that
+// name is here (./a says a path "a" is a path); after --, ids holds what
+// came before it, an ID.
+func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (string, []string, error) {
+	if paths != nil { // -- was given
+		if len(ids) == 1 {
+			return ids[0], paths, nil
+		}
+		return "", paths, nil
+	}
+	if len(ids) == 0 {
+		return "", nil, nil
+	}
+	if _, err := os.Lstat(ids[0]); err == nil {
+		return "", ids, nil
+	}
+	_, _, err := repo.Lookup(ids[0])
+	if errors.As(err, new(*snapshot.UnknownIDError)) {
+		// A deleted file's name, or a mistyped id: limitDiff says which.
+		return "", ids, nil
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return ids[0], ids[1:], nil
+}
+
+// limitDiff keeps the changes (and the paths written through or
+// excluded) at or below limits, the project-relative forms of args ("" for
+// the root). A path that is not in the tree and that no change names is
+// a mistake (a mistyped path or id): an error, rather than an empty diff.
+func limitDiff(root string, args, limits []string, changes []snapshot.Change, through, excluded []string) ([]snapshot.Change, []string, []string, error) {
+	under := func(p string) bool {
+		for _, l := range limits {
+			if l == "" || p == l || strings.HasPrefix(p, l+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var kept []snapshot.Change
+	for _, c := range changes {
+		if under(c.Path) {
+			kept = append(kept, c)
+		}
+	}
+	keep := func(ps []string) []string {
+		var out []string
+		for _, p := range ps {
+			if under(p) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	for i, l := range limits {
+		if _, err := os.Lstat(filepath.Join(root, filepath.FromSlash(l))); err == nil {
+			continue
+		}
+		named := false
+		for _, c := range changes {
+			if c.Path == l || strings.HasPrefix(c.Path, l+"/") {
+				named = true
+				break
+			}
+		}
+		if !named {
+			return nil, nil, nil, usageErr("diff: %s: no such path in the tree or the diff, and no snapshot or run of that id", quote(args[i]))
+		}
+	}
+	return kept, keep(through), keep(excluded), nil
 }
 
 // targetDiffJSON is a target in diff --json: its saved state.

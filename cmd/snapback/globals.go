@@ -264,6 +264,20 @@ func (g *globals) warn(msg string) {
 	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
 }
 
+// columns is the width git's --stat fits: $COLUMNS, else the width of
+// stdout when it is a terminal, else 80 (as git's term_columns).
+func (g *globals) columns() int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	if f, ok := g.stdout.(*os.File); ok {
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+			return w
+		}
+	}
+	return 80
+}
+
 // summary: after a verb that changes things, a terminal gets one line on
 // stderr saying what it did; scripts (stderr not a terminal), -q and
 // --json get none. SNAPBACK_TERMINAL=1 stands for a terminal in the
