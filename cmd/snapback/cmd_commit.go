@@ -99,7 +99,7 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if g.json {
 		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0})
 	}
-	fmt.Fprintf(g.stdout, "committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
+	g.say("committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
 	if g.summary() {
 		changes, err := repo.Diff(rec)
 		if err != nil {

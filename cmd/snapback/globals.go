@@ -280,17 +280,36 @@ func (g *globals) columns() int {
 
 // summary: after a verb that changes things, a terminal gets one line on
 // stderr saying what it did; scripts (stderr not a terminal), -q and
-// --json get none. SNAPBACK_TERMINAL=1 stands for a terminal in the
-// tests.
+// --json get none.
 func (g *globals) summary() bool {
-	if g.quiet || g.json {
+	return !g.quiet && !g.json && g.terminal(g.stderr, "stderr")
+}
+
+// terminal reports whether w, the stream called name, is a terminal.
+// SNAPBACK_TERMINAL stands for one in the tests: "1" or "stderr" for
+// stderr, "stdout,stderr" for both.
+func (g *globals) terminal(w io.Writer, name string) bool {
+	if v := os.Getenv("SNAPBACK_TERMINAL"); v != "" {
+		for _, s := range strings.Split(v, ",") {
+			if s == name || s == "1" && name == "stderr" {
+				return true
+			}
+		}
 		return false
 	}
-	if os.Getenv("SNAPBACK_TERMINAL") == "1" {
-		return true
-	}
-	f, ok := g.stderr.(*os.File)
+	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// say prints the line on stdout that scripts read after a verb that
+// changes things, unless the summary line will say it on the same
+// terminal: a person there reads one line, not two saying one thing.
+// Piped or redirected, stdout gets its line as before.
+func (g *globals) say(format string, a ...any) {
+	if g.summary() && g.terminal(g.stdout, "stdout") {
+		return
+	}
+	fmt.Fprintf(g.stdout, format, a...)
 }
 
 // summarize prints line as the summary, when there is one to print.
