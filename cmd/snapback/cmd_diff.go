@@ -80,6 +80,9 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	// Paths the run wrote that no diff of it shows, named apart: ignored
 	// ones (written through) and excluded ones (moved by its commit).
 	var through, excluded []string
+	// Sockets and devices the run left, which nothing carries: said
+	// (on stderr) rather than left out unseen.
+	var skipped []snapshot.Skipped
 	base := ""
 	d := &differ{repo: repo}
 	// An id is read as every verb reads it (snapshot.Repo.Lookup): diff
@@ -105,6 +108,9 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 		if excluded, err = repo.ExcludedIn(p, nil); err != nil {
 			return err
 		}
+		if skipped, err = repo.SkippedIn(p); err != nil {
+			return err
+		}
 	} else {
 		if m == nil {
 			if m, err = repo.DefaultDiffBase(); err != nil {
@@ -115,13 +121,20 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			return err
 		}
 		base, targets = m.ID, m.Targets
-		through, excluded = m.WroteThrough, m.Excluded
+		through, excluded, skipped = m.WroteThrough, m.Excluded, m.Skipped
 	}
 	if len(limits) > 0 {
 		if changes, through, excluded, err = limitDiff(repo.Root, paths, limits, changes, through, excluded); err != nil {
 			return err
 		}
 		targets = nil // no path names a target
+		var kept []snapshot.Skipped
+		for _, sk := range skipped {
+			if underAny(sk.Path, limits) {
+				kept = append(kept, sk)
+			}
+		}
+		skipped = kept
 	}
 	if g.json {
 		out := struct {
@@ -136,8 +149,11 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			// by undo.
 			WroteThrough []string `json:"wrote_through"`
 			Excluded     []string `json:"excluded"`
+			// Skipped: sockets and devices the run left, not carried.
+			Skipped []snapshot.Skipped `json:"skipped"`
 		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{},
-			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...)}
+			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...),
+			Skipped: skippedJSON(skipped)}
 		for _, t := range targets {
 			out.Targets = append(out.Targets, targetDiffJSON{TargetState: t, State: "saved"})
 		}
@@ -190,6 +206,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	for _, p := range excluded {
 		fmt.Fprintf(g.stdout, "X\t%s (excluded: not compared; commit moves it, discard drops it, undo keeps it)\n", quote(p))
 	}
+	g.noteSkipped(skipped)
 	return nil
 }
 

@@ -264,6 +264,20 @@ func (g *globals) warn(msg string) {
 	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
 }
 
+// noteSkipped names, on stderr, each socket or device a run left that
+// verb (a commit, a diff) does not carry: dropped without a word, it
+// would look carried.
+func (g *globals) noteSkipped(skipped []snapshot.Skipped) {
+	for _, sk := range skipped {
+		fmt.Fprintf(g.stderr, "snapback: skipped %s (%s)\n", oneLine(quote(sk.Path)), sk.Reason())
+	}
+}
+
+// skippedJSON is skipped as JSON: an array, never null.
+func skippedJSON(skipped []snapshot.Skipped) []snapshot.Skipped {
+	return append([]snapshot.Skipped{}, skipped...)
+}
+
 // columns is the width git's --stat fits: $COLUMNS, else the width of
 // stdout when it is a terminal, else 80 (as git's term_columns).
 func (g *globals) columns() int {
