@@ -72,7 +72,7 @@ type scanner struct {
 	wg   sync.WaitGroup
 
 	stats       ScanStats
-	skipped     []Skipped // guarded by mu
+	skipped     []Skipped    // guarded by mu
 	hashed      atomic.Int64 // files whose content was read
 	bytesHashed atomic.Int64
 }
