@@ -71,6 +71,7 @@ type scanner struct {
 	jobs chan job
 	wg   sync.WaitGroup
 
+	progress    progressFunc // hears of each path seen and file read
 	stats       ScanStats
 	skipped     []Skipped    // guarded by mu
 	hashed      atomic.Int64 // files whose content was read
@@ -252,7 +253,11 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 func (sc *scanner) add(ref *dirRef, e *scanned) {
 	sc.mu.Lock()
 	sc.entries = append(sc.entries, e)
+	n := len(sc.entries)
 	sc.mu.Unlock()
+	if sc.progress != nil {
+		sc.progress(Progress{Step: StepScan, Paths: int64(n), Bytes: sc.bytesHashed.Load()})
+	}
 	if e.Type != File {
 		return
 	}

@@ -29,6 +29,7 @@ type globals struct {
 	stderr io.Writer
 	// runStarted: failures from here on are snapback's own (status 125).
 	runStarted bool
+	bar        *progressLine // the progress line, once shown (progress.go)
 }
 
 // lockWait is how long a verb waits for another snapback to finish.
@@ -129,6 +130,9 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	}
 	repo.Targets = cfg.Targets
 	repo.Working = g.working
+	if p := g.progressLine(); p != nil {
+		repo.Progress = p.snapshot
+	}
 	repo.Warn = g.warn
 	repo.SkipDamaged = skipDamagedVerbs[what]
 	if err := repo.Lock(lockWait(), what); err != nil {
@@ -261,6 +265,7 @@ func humanBytes(n int64) string {
 // warn prints a warning: something the user should know though the verb
 // goes on.
 func (g *globals) warn(msg string) {
+	g.bar.end("")
 	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
 }
 
@@ -268,6 +273,7 @@ func (g *globals) warn(msg string) {
 // verb (a commit, a diff) does not carry: dropped without a word, it
 // would look carried.
 func (g *globals) noteSkipped(skipped []snapshot.Skipped) {
+	g.bar.end("")
 	for _, sk := range skipped {
 		fmt.Fprintf(g.stderr, "snapback: skipped %s (%s)\n", oneLine(quote(sk.Path)), sk.Reason())
 	}
@@ -328,6 +334,7 @@ func (g *globals) say(format string, a ...any) {
 
 // summarize prints line as the summary, when there is one to print.
 func (g *globals) summarize(line string) {
+	g.bar.end("")
 	if line != "" && g.summary() {
 		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(line))
 	}
@@ -336,14 +343,15 @@ func (g *globals) summarize(line string) {
 // working shows, on a terminal, what a step that has taken over a second
 // is doing, and how long it took; elsewhere it says nothing.
 func (g *globals) working(what string) func() {
-	f, ok := g.stderr.(*os.File)
-	if !ok || g.json || g.quiet || !term.IsTerminal(int(f.Fd())) {
+	if !g.progressShown() {
 		return func() {}
 	}
+	g.bar.end("")
+	f := g.stderr
 	start := time.Now()
 	var mu sync.Mutex
 	shown := false
-	timer := time.AfterFunc(time.Second, func() {
+	timer := time.AfterFunc(progressDelay(), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(f, "snapback: %s…", what)

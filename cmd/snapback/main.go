@@ -88,6 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
+	g.bar.end("") // whatever follows starts on a line of its own
 	if err == nil {
 		return 0
 	}
