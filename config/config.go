@@ -167,7 +167,7 @@ func typeMessage(de *toml.DecodeError) string {
 	key := strings.Join(de.Key(), ".")
 	msg := strings.TrimPrefix(de.Error(), "toml: ")
 	if key == "" {
-		return msg
+		return "invalid TOML: " + msg // a syntax error
 	}
 	want := tomlType(fieldType(de.Key()))
 	// go-toml says "cannot decode TOML string into …": the found type.
