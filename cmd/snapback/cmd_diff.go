@@ -65,7 +65,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 		return err
 	}
 	defer repo.Close()
-	ref, paths, err := diffIDAndPaths(repo, ids, paths)
+	ref, paths, idErr, err := diffIDAndPaths(repo, ids, paths)
 	if err != nil {
 		return err
 	}
@@ -125,6 +125,9 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	}
 	if len(limits) > 0 {
 		if changes, through, excluded, err = limitDiff(repo.Root, paths, limits, changes, through, excluded); err != nil {
+			if idErr != nil && errors.Is(err, errNoSuchPath) && strings.Contains(err.Error(), quote(paths[0])+":") {
+				return idErr // neither a path nor an id: most likely a mistyped id
+			}
 			return err
 		}
 		targets = nil // no path names a target
@@ -213,30 +216,38 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 // diffIDAndPaths splits diff's arguments as commit's are split: the
 // first is an ID when it names a snapshot or a run and no file of that
 // name is here (./a says a path "a" is a path); after --, ids holds what
-// came before it, an ID.
-func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (string, []string, error) {
+// came before it, an ID. When the first argument names no id and is
+// taken for a path, idErr says so, for limitDiff's error.
+func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (ref string, rest []string, idErr, err error) {
 	if paths != nil { // -- was given
 		if len(ids) == 1 {
-			return ids[0], paths, nil
+			return ids[0], paths, nil, nil
 		}
-		return "", paths, nil
+		return "", paths, nil, nil
 	}
 	if len(ids) == 0 {
-		return "", nil, nil
+		return "", nil, nil, nil
 	}
 	if _, err := os.Lstat(ids[0]); err == nil {
-		return "", ids, nil
+		return "", ids, nil, nil
 	}
-	_, _, err := repo.Lookup(ids[0])
+	_, _, err = repo.Lookup(ids[0])
 	if errors.As(err, new(*snapshot.UnknownIDError)) {
-		// A deleted file's name, or a mistyped id: limitDiff says which.
-		return "", ids, nil
+		// A deleted file's name, or a mistyped id: limitDiff says which
+		// (an id has no slash).
+		if strings.ContainsRune(ids[0], '/') {
+			err = nil
+		}
+		return "", ids, err, nil
 	}
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return ids[0], ids[1:], nil
+	return ids[0], ids[1:], nil, nil
 }
+
+// errNoSuchPath: a PATH of diff is in neither the tree nor the diff.
+var errNoSuchPath = errors.New("no such path in the tree or the diff")
 
 // limitDiff keeps the changes (and the paths written through or
 // excluded) at or below limits, the project-relative forms of args ("" for
@@ -278,7 +289,7 @@ func limitDiff(root string, args, limits []string, changes []snapshot.Change, th
 			}
 		}
 		if !named {
-			return nil, nil, nil, usageErr("diff: %s: no such path in the tree or the diff, and no snapshot or run of that id", quote(args[i]))
+			return nil, nil, nil, &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: %w", quote(args[i]), errNoSuchPath)}
 		}
 	}
 	return kept, keep(through), keep(excluded), nil
