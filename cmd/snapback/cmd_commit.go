@@ -125,8 +125,8 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if g.json {
 		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0, "skipped": skippedJSON(skipped)})
 	}
-	defer g.noteSkipped(skipped) // after the line saying what it committed
 	g.say("committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
+	g.noteSkipped(skipped) // before the summary, the last line
 	if g.summary() {
 		changes, err := repo.Diff(rec)
 		if err != nil {
