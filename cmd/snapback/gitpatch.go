@@ -244,6 +244,9 @@ func (d *differ) gitStat(c snapshot.Change) (statLine, bool) {
 // left, "..."), the count, a +/- graph scaled to fit, and the summary
 // line. It follows git's diff.c (show_stats, print_stat_summary).
 func writeGitStat(w io.Writer, lines []statLine, width int) {
+	if len(lines) == 0 {
+		return // git says nothing either
+	}
 	maxLen, maxChange, numberWidth, binWidth := 0, 0, 0, 0
 	for _, l := range lines {
 		maxLen = max(maxLen, utf8.RuneCountInString(l.name))
@@ -319,11 +322,8 @@ func writeGitStat(w io.Writer, lines []statLine, width int) {
 	fmt.Fprintln(w, statSummary(len(lines), adds, dels))
 }
 
-// statSummary is git's last line of --stat.
+// statSummary is git's last line of --stat (of at least one file).
 func statSummary(files, adds, dels int) string {
-	if files == 0 {
-		return " 0 files changed"
-	}
 	plural := func(n int, one, many string) string {
 		if n == 1 {
 			return fmt.Sprintf("%d %s", n, one)
