@@ -49,7 +49,7 @@ func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapsh
 	}
 	what := s.Message
 	if what == "" && len(s.Command) > 0 {
-		what = fmt.Sprint(s.Command)
+		what = "$ " + describeCommand(s.Command) // as list shows it, ready to paste
 	}
 	if what != "" {
 		what = " " + oneLine(what)
