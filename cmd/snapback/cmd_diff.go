@@ -124,11 +124,12 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 		through, excluded, skipped = m.WroteThrough, m.Excluded, m.Skipped
 	}
 	if len(limits) > 0 {
-		if changes, through, excluded, err = limitDiff(repo.Root, paths, limits, changes, through, excluded); err != nil {
-			if idErr != nil && errors.Is(err, errNoSuchPath) && strings.Contains(err.Error(), quote(paths[0])+":") {
+		var bad int
+		if changes, through, excluded, bad = limitDiff(repo.Root, limits, changes, through, excluded); bad >= 0 {
+			if bad == 0 && idErr != nil {
 				return idErr // neither a path nor an id: most likely a mistyped id
 			}
-			return err
+			return &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: no such path in the tree or the diff", quote(paths[bad]))}
 		}
 		targets = nil // no path names a target
 		var kept []snapshot.Skipped
@@ -246,53 +247,42 @@ func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (ref string, rest 
 	return ids[0], ids[1:], nil, nil
 }
 
-// errNoSuchPath: a PATH of diff is in neither the tree nor the diff.
-var errNoSuchPath = errors.New("no such path in the tree or the diff")
-
 // limitDiff keeps the changes (and the paths written through or
 // excluded) at or below limits, the project-relative forms of args ("" for
 // the root). A path that is not in the tree and that no change names is
-// a mistake (a mistyped path or id): an error, rather than an empty diff.
-func limitDiff(root string, args, limits []string, changes []snapshot.Change, through, excluded []string) ([]snapshot.Change, []string, []string, error) {
-	under := func(p string) bool {
-		for _, l := range limits {
-			if l == "" || p == l || strings.HasPrefix(p, l+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	var kept []snapshot.Change
-	for _, c := range changes {
-		if under(c.Path) {
-			kept = append(kept, c)
-		}
-	}
-	keep := func(ps []string) []string {
-		var out []string
-		for _, p := range ps {
-			if under(p) {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
+// a mistake (a mistyped path or id): bad is its index, and the result
+// nothing, rather than an empty diff.
+func limitDiff(root string, limits []string, changes []snapshot.Change, through, excluded []string) (kept []snapshot.Change, keptThrough, keptExcluded []string, bad int) {
 	for i, l := range limits {
 		if _, err := os.Lstat(filepath.Join(root, filepath.FromSlash(l))); err == nil {
 			continue
 		}
 		named := false
 		for _, c := range changes {
-			if c.Path == l || strings.HasPrefix(c.Path, l+"/") {
+			if underAny(c.Path, []string{l}) {
 				named = true
 				break
 			}
 		}
 		if !named {
-			return nil, nil, nil, &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: %w", quote(args[i]), errNoSuchPath)}
+			return nil, nil, nil, i
 		}
 	}
-	return kept, keep(through), keep(excluded), nil
+	for _, c := range changes {
+		if underAny(c.Path, limits) {
+			kept = append(kept, c)
+		}
+	}
+	keep := func(ps []string) []string {
+		var out []string
+		for _, p := range ps {
+			if underAny(p, limits) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	return kept, keep(through), keep(excluded), -1
 }
 
 // targetDiffJSON is a target in diff --json: its saved state.
