@@ -303,7 +303,8 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 		}
 	}
 	cache := r.loadCache()
-	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged}
+	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged,
+		progress: r.Progress}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {
