@@ -107,6 +107,8 @@ func options() *fs.Options {
 		EntryTimeout:    &t,
 		AttrTimeout:     &t,
 		NegativeTimeout: &t,
+		// A mode 0000 is a mode: go-fuse would show 0644 (0755) instead.
+		NullPermissions: true,
 		MountOptions: gofuse.MountOptions{
 			FsName:       "snapback",
 			Name:         "snapback",
