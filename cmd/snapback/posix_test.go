@@ -1117,7 +1117,7 @@ const nonOwner = 65534
 // open to everyone (written by another user during the run), two
 // directories open to all and a sticky one, each holding a file of root's.
 func setidFiles(t testing.TB, root string) {
-	for name, mode := range map[string]uint32{"u": 0o4777, "g": 0o2777, "ug": 0o6777, "g-noexec": 0o2767, "trunc": 0o6777} {
+	for name, mode := range map[string]uint32{"u": 0o4777, "g": 0o2777, "ug": 0o6777, "g-noexec": 0o2767, "trunc": 0o6777, "trunc-g-noexec": 0o2767} {
 		treetest.Write(t, root, "setid/"+name, "lower\n", 0o777)
 		treetest.Must(t, unix.Chmod(filepath.Join(root, "setid", name), mode))
 	}
@@ -1156,7 +1156,11 @@ func threadAs(uid, gid int, fn func()) error {
 // run as root behave as those from before it.
 func opNonOwner(o *opEnv) {
 	unix.Umask(0)
-	for name, mode := range map[string]uint32{"new-u": 0o4777, "new-ug": 0o6777} {
+	for _, c := range []struct {
+		name string
+		mode uint32
+	}{{"new-u", 0o4777}, {"new-ug", 0o6777}} {
+		name, mode := c.name, c.mode
 		fd, err := unix.Open("setid/"+name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, mode)
 		if err == nil {
 			unix.Close(fd)
@@ -1178,6 +1182,7 @@ func opNonOwner(o *opEnv) {
 			f.Close()
 		}
 		o.res("truncate setid/trunc", unix.Truncate("setid/trunc", 1))
+		o.res("truncate setid/trunc-g-noexec", unix.Truncate("setid/trunc-g-noexec", 2))
 		o.res("chmod another's file", unix.Chmod("open1/roots", 0o600))
 		o.res("write open1/mine", os.WriteFile("open1/mine", []byte("mine\n"), 0o644))
 		o.res("rename open1/mine open2/mine", unix.Rename("open1/mine", "open2/mine"))
@@ -1191,7 +1196,7 @@ func opNonOwner(o *opEnv) {
 		o.res("rename sticky/own sticky/own2", unix.Rename("sticky/own", "sticky/own2"))
 		o.res("rename open2/mine sticky/mine", unix.Rename("open2/mine", "sticky/mine"))
 	}))
-	for _, p := range []string{"setid/u", "setid/g", "setid/ug", "setid/g-noexec", "setid/new-u", "setid/new-ug", "setid/trunc", "open1/roots", "open2/mine", "open2/moved", "open2/d", "sticky/roots", "sticky/own2", "sticky/mine"} {
+	for _, p := range []string{"setid/u", "setid/g", "setid/ug", "setid/g-noexec", "setid/new-u", "setid/new-ug", "setid/trunc", "setid/trunc-g-noexec", "open1/roots", "open2/mine", "open2/moved", "open2/d", "sticky/roots", "sticky/own2", "sticky/mine"} {
 		o.stat(p)
 	}
 	o.ls("open1")

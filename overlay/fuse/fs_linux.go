@@ -782,6 +782,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 		if err := syscall.Truncate(p.proc(), int64(sz)); err != nil { // no truncateat
 			return fs.ToErrno(err)
 		}
+		var st syscall.Stat_t
+		if p.lstat(&st) == nil && killsSGID(ctx, &st) { // as a write does (see file.Write)
+			if err := unix.Fchmodat(p.dir, p.name, st.Mode&0o7777&^syscall.S_ISGID, 0); err != nil {
+				return fs.ToErrno(err)
+			}
+		}
 	}
 	mtime, mok := in.GetMTime()
 	atime, aok := in.GetATime()
@@ -841,6 +847,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // handle opened on the lower file reads the upper copy once there is one.
 type file struct {
 	*fs.LoopbackFile
+	fd    int // the LoopbackFile's, valid until Release
 	n     *node
 	lower bool
 
@@ -851,7 +858,62 @@ type file struct {
 var _ fs.FilePassthroughFder = (*file)(nil)
 
 func newFile(fd int, n *node, lower bool) *file {
-	return &file{LoopbackFile: fs.NewLoopbackFileFromOS(os.NewFile(uintptr(fd), "")), n: n, lower: lower}
+	return &file{LoopbackFile: fs.NewLoopbackFileFromOS(os.NewFile(uintptr(fd), "")), fd: fd, n: n, lower: lower}
+}
+
+// Write writes, then clears the set-group-ID bit where Linux would and
+// the kernel's FUSE client does not (see killsSGID), making the kernel
+// drop its cached attributes: fstat on the writing descriptor must show
+// the new mode at once (they are cached for an hour). A handle that
+// writes is always an upper one (opening for writing copies up).
+func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	var st syscall.Stat_t
+	if errno == 0 && syscall.Fstat(f.fd, &st) == nil && killsSGID(ctx, &st) {
+		if syscall.Fchmod(f.fd, st.Mode&0o7777&^syscall.S_ISGID) == nil {
+			f.n.NotifyContent(-1, 0) // offset -1: the attributes only, not the pages (the writer holds them)
+		}
+	}
+	return n, errno
+}
+
+// killsSGID reports whether a write or truncate by the caller clears the
+// set-group-ID bit of a file with stat st on Linux where the kernel's
+// FUSE client leaves it: the bit without group execute, and a caller
+// outside the file's group without CAP_FSETID (taken as: not root). The
+// client clears set-user-ID, and set-group-ID with group execute, itself
+// (a SETATTR before the write); go-fuse does not negotiate
+// FUSE_HANDLE_KILLPRIV(_V2), which would leave all of it to the server.
+func killsSGID(ctx context.Context, st *syscall.Stat_t) bool {
+	if st.Mode&(syscall.S_ISGID|syscall.S_IXGRP) != syscall.S_ISGID {
+		return false
+	}
+	c, ok := gofuse.FromContext(ctx)
+	if !ok || c.Uid == 0 || c.Gid == st.Gid {
+		return false
+	}
+	return !inGroups(c.Pid, st.Gid)
+}
+
+// inGroups reports whether gid is a supplementary group of the thread
+// pid (FUSE names the calling thread; /proc has its status though it
+// lists only processes). Unreadable: not a member.
+func inGroups(pid, gid uint32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return false
+	}
+	want := strconv.FormatUint(uint64(gid), 10)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, g := range strings.Fields(rest) {
+				if g == want {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // PassthroughFd declines passthrough (see file).
