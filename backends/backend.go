@@ -134,5 +134,12 @@ func targetErr(t Target, format string, a ...any) error {
 			name += " " + t.Path
 		}
 	}
-	return fmt.Errorf("%w: target %s: %s", ErrTarget, name, fmt.Sprintf(format, a...))
+	return &targetError{fmt.Sprintf("target %s: %s", name, fmt.Sprintf(format, a...))}
 }
+
+// targetError is an ErrTarget whose message names the target once
+// ("target shop: …", not "bad target: target shop: …").
+type targetError struct{ msg string }
+
+func (e *targetError) Error() string        { return e.msg }
+func (e *targetError) Is(target error) bool { return target == ErrTarget }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -160,6 +162,41 @@ func pgOneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
 }
 
+// pgConnectMessage says why connecting failed, once: pgx's own message
+// names the server three times ("failed to connect to `user=u
+// database=d`: 127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1:
+// connect: connection refused"). This one names the dsn's host, port,
+// user and database (never its password) and the cause.
+func pgConnectMessage(c *pgx.ConnConfig, err error) string {
+	where := net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))
+	if strings.HasPrefix(c.Host, "/") {
+		where = fmt.Sprintf("socket %s/.s.PGSQL.%d", c.Host, c.Port)
+	}
+	var pgErr *pgconn.PgError
+	var dnsErr *net.DNSError
+	var errno syscall.Errno
+	var netErr net.Error
+	cause := ""
+	switch {
+	case errors.As(err, &pgErr):
+		cause = pgErr.Message // password authentication failed for user "x"
+	case errors.As(err, &dnsErr):
+		cause = "unknown host " + dnsErr.Name
+	case errors.As(err, &errno):
+		cause = errno.Error() // connection refused
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		cause = fmt.Sprintf("no answer within %s", c.ConnectTimeout)
+	default:
+		// Something else: the innermost message, which says it once.
+		inner := err
+		for u := errors.Unwrap(inner); u != nil; u = errors.Unwrap(inner) {
+			inner = u
+		}
+		cause = pgOneLine(inner)
+	}
+	return fmt.Sprintf("cannot connect to %s (user %s, database %s): %s", where, c.User, c.Database, cause)
+}
+
 // pgConnect connects to database db (the target's when empty); failing to
 // is a target error.
 func pgConnect(ctx context.Context, t Target, cfg *pgx.ConnConfig, db string) (*pgx.Conn, error) {
@@ -172,7 +209,7 @@ func pgConnect(ctx context.Context, t Target, cfg *pgx.ConnConfig, db string) (*
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, targetErr(t, "%s", pgOneLine(err))
+		return nil, targetErr(t, "%s", pgConnectMessage(c, err))
 	}
 	// A session whose client died stops within a second instead of
 	// finishing a long CREATE DATABASE for no one (PostgreSQL 14+, Linux;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -828,6 +829,57 @@ func BenchmarkPostgres(b *testing.B) {
 			}
 			b.ReportMetric(snap.Seconds()/float64(b.N), "snapshot-s")
 			b.ReportMetric(restore.Seconds()/float64(b.N), "restore-s")
+		})
+	}
+}
+
+// TestPostgresConnectErrorOneLine: failing to connect says so once, in
+// one line naming the target, the dsn's host and port, user and database
+// and the cause; never the password, and never the server three times
+// over as pgx's own message does.
+func TestPostgresConnectErrorOneLine(t *testing.T) {
+	// A port nothing listens on: one just freed.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	treetest.Must(t, err)
+	closed := l.Addr().String()
+	treetest.Must(t, l.Close())
+	const secret = "s3cr3t-pw"
+	cases := []struct {
+		name, dsn, where, cause string
+	}{
+		{"closed port", "postgres://app:" + secret + "@" + closed + "/shop?sslmode=disable", closed, "connection refused"},
+	}
+	if ok, why := pgNeed(); treetest.Require(t, "postgres", ok, why) {
+		u, err := url.Parse(pgServer())
+		treetest.Must(t, err)
+		u.User = url.UserPassword(u.User.Username(), secret) // a wrong password
+		cases = append(cases, struct{ name, dsn, where, cause string }{
+			"wrong password", u.String(), u.Host, "password authentication failed for user \"" + u.User.Username() + "\""})
+	} else {
+		t.Log("no server (SNAPBACK_TEST_POSTGRES): only the closed port is tried")
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg := backends.Target{Name: "shopdb", Backend: "postgres", DSN: c.dsn}
+			err := (&backends.Postgres{}).Check(context.Background(), tg, t.TempDir())
+			if err == nil {
+				t.Fatal("Check succeeded")
+			}
+			msg := err.Error()
+			t.Log(msg)
+			if strings.Contains(msg, "\n") || strings.Contains(msg, secret) {
+				t.Errorf("error %q spans lines or shows the password", msg)
+			}
+			if !strings.Contains(msg, "target shopdb") || !strings.Contains(msg, "cannot connect to "+c.where) || !strings.HasSuffix(msg, ": "+c.cause) {
+				t.Errorf("error %q does not name the target, %s and the cause %q", msg, c.where, c.cause)
+			}
+			host, _, _ := strings.Cut(c.where, ":")
+			if n := strings.Count(msg, host); n != 1 {
+				t.Errorf("error %q names the host %d times, want once", msg, n)
+			}
+			if !errors.Is(err, backends.ErrTarget) {
+				t.Errorf("error %v is not a target error", err)
+			}
 		})
 	}
 }

@@ -146,11 +146,7 @@ func Parse(path string, b []byte) (*Config, error) {
 			return nil, &Error{Path: path, Line: row, Msg: msg}
 		case errors.As(err, &de):
 			row, _ := de.Position()
-			msg := de.Error()
-			if k := de.Key(); len(k) > 0 {
-				msg = fmt.Sprintf("%s: %s", strings.Join(k, "."), msg)
-			}
-			return nil, &Error{Path: path, Line: row, Msg: msg}
+			return nil, &Error{Path: path, Line: row, Msg: typeMessage(de)}
 		}
 		return nil, &Error{Path: path, Msg: err.Error()}
 	}
@@ -161,6 +157,92 @@ func Parse(path string, b []byte) (*Config, error) {
 		return nil, err
 	}
 	return c, c.compile()
+}
+
+// typeMessage words a decoding error in TOML's terms, not Go's:
+// "snapshot.ignore must be an array of strings, not a string" rather
+// than go-toml's "cannot decode TOML string into struct field
+// config.Snapshot.Ignore of type []string".
+func typeMessage(de *toml.DecodeError) string {
+	key := strings.Join(de.Key(), ".")
+	msg := strings.TrimPrefix(de.Error(), "toml: ")
+	if key == "" {
+		return "invalid TOML: " + msg // a syntax error
+	}
+	want := tomlType(fieldType(de.Key()))
+	// go-toml says "cannot decode TOML string into …": the found type.
+	found := ""
+	if rest, ok := strings.CutPrefix(msg, "cannot decode TOML "); ok {
+		found, _, _ = strings.Cut(rest, " ")
+		if found == "inline" {
+			found = "table" // "inline table"
+		}
+	}
+	switch {
+	case want != "" && found != "":
+		return fmt.Sprintf("%s must be %s, not %s", key, want, article(found))
+	case want != "":
+		return fmt.Sprintf("%s must be %s (%s)", key, want, msg)
+	}
+	return fmt.Sprintf("%s: %s", key, msg)
+}
+
+// fieldType is the Go type of the field a key names, or nil.
+func fieldType(key []string) reflect.Type {
+	t := reflect.TypeOf(Config{})
+	for _, k := range key {
+		for t.Kind() == reflect.Slice {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return nil
+		}
+		var next reflect.Type
+		for i := 0; i < t.NumField(); i++ {
+			if name, _, _ := strings.Cut(t.Field(i).Tag.Get("toml"), ","); name == k {
+				next = t.Field(i).Type
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		t = next
+	}
+	return t
+}
+
+// tomlType names a field's Go type as TOML does, with an article.
+func tomlType(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.Bool:
+		return "a boolean (true or false)"
+	case reflect.Struct:
+		return "a table"
+	case reflect.Slice:
+		switch t.Elem().Kind() {
+		case reflect.String:
+			return "an array of strings"
+		case reflect.Struct:
+			return "an array of tables"
+		}
+	}
+	return ""
+}
+
+// article puts "a" or "an" before one of go-toml's type words (string,
+// integer, float, boolean, array, table, datetime…).
+func article(w string) string {
+	if w != "" && strings.ContainsRune("aeiou", rune(w[0])) {
+		return "an " + w
+	}
+	return "a " + w
 }
 
 // keys lists snapback.toml's tables and their keys ("" is the top level).

@@ -190,3 +190,51 @@ func TestTargetPathsAreIgnored(t *testing.T) {
 		}
 	}
 }
+
+// TestWrongTypes: a value of the wrong type is named in TOML's words
+// (never Go's: no []string, no "toml: cannot decode"), with its line, for
+// every key snapback.toml has.
+func TestWrongTypes(t *testing.T) {
+	cases := map[string]struct{ src, want string }{
+		"snapshot":               {"snapshot = 1\n", ":1: snapshot must be a table, not an integer"},
+		"snapshot.ignore":        {"[snapshot]\nignore = \"x.log\"\n", ":2: snapshot.ignore must be an array of strings, not a string"},
+		"snapshot.exclude":       {"[snapshot]\n\nexclude = [1]\n", ":3: snapshot.exclude must be an array of strings, not an integer"},
+		"snapshot.mode":          {"[snapshot]\nmode = true\n", ":2: snapshot.mode must be a string, not a boolean"},
+		"snapshot.keep":          {"[snapshot]\nkeep = \"10\"\n", ":2: snapshot.keep must be an integer, not a string"},
+		"snapshot.keep_days":     {"[snapshot]\nkeep_days = 1.5\n", ":2: snapshot.keep_days must be an integer, not a float"},
+		"target":                 {"target = 1\n", ":1: target must be an array of tables, not an integer"},
+		"target.name":            {"[[target]]\nname = 1\n", ":2: target.name must be a string, not an integer"},
+		"target.backend":         {"[[target]]\nbackend = [\"sqlite\"]\n", ":2: target.backend must be a string, not an array"},
+		"target.path":            {"[[target]]\nbackend = \"sqlite\"\npath = 1\n", ":3: target.path must be a string, not an integer"},
+		"target.dsn":             {"[[target]]\ndsn = {host = \"x\"}\n", ":2: target.dsn must be a string, not a table"},
+		"target.volume":          {"[[target]]\nvolume = 2\n", ":2: target.volume must be a string, not an integer"},
+		"target.dataset":         {"[[target]]\ndataset = false\n", ":2: target.dataset must be a string, not a boolean"},
+		"target.stop_containers": {"[[target]]\nstop_containers = \"yes\"\n", ":2: target.stop_containers must be a boolean (true or false), not a string"},
+		"archive":                {"archive = \"x\"\n", ":1: archive must be a table, not a string"},
+		"archive.destination":    {"[archive]\ndestination = 4\n", ":2: archive.destination must be a string, not an integer"},
+		"archive.keep":           {"[archive]\nkeep = \"all\"\n", ":2: archive.keep must be an integer, not a string"},
+	}
+	// Every key of the file has its case: a key added later needs one.
+	for table, names := range keys() {
+		for _, k := range names {
+			if table != "" {
+				k = table + "." + k
+			}
+			if _, ok := cases[k]; !ok {
+				t.Errorf("no wrong-type case for %s", k)
+			}
+		}
+	}
+	for key, c := range cases {
+		err := parseErr(t, c.src)
+		msg := err.Error()
+		if !strings.HasSuffix(msg, c.want) {
+			t.Errorf("%s: error %q, want it to end %q", key, msg, c.want)
+		}
+		for _, goWord := range []string{"[]", "toml: ", "decode", "config.", "struct"} {
+			if strings.Contains(msg, goWord) {
+				t.Errorf("%s: error %q speaks Go (%q)", key, msg, goWord)
+			}
+		}
+	}
+}

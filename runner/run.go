@@ -88,6 +88,9 @@ type Result struct {
 	// Changes are the paths the run changed (kept pending, committed or
 	// thrown away), with Options.Count.
 	Changes []snapshot.Change
+	// Skipped are the sockets and devices the command left that the
+	// commit (or the copy mode's record) does not carry.
+	Skipped []snapshot.Skipped
 }
 
 // BadInputError is a run refused before anything ran or changed.
@@ -180,6 +183,10 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 				res.Pending, res.Failed, res.State = p, true, "pending"
 				return res, nil
 			}
+		}
+		// Read before the commit drops the layer: what it does not carry.
+		if res.Skipped, err = repo.SkippedIn(p); err != nil {
+			return res, err
 		}
 		rec, err := repo.CommitPending(p, nil, false)
 		var ce *snapshot.ConflictError
@@ -298,6 +305,7 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 	if err := repo.FinishRun(run, &res.Status); err != nil {
 		return res, err
 	}
+	res.Skipped = run.Skipped
 	res.ID, res.Mode, res.Targets = run.Meta.ID, mode.Name, run.Meta.Targets
 	if run.Dropped {
 		res.State = "empty"

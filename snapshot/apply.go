@@ -56,6 +56,8 @@ type applier struct {
 	// (an archive being restored), and rootPath is then the root's path.
 	open     func(ObjectID) (io.ReadCloser, error)
 	rootPath string
+	// progress, when set, hears of each path applied.
+	progress progressFunc
 }
 
 func (a *applier) close() {
@@ -122,6 +124,17 @@ func (a *applier) run(cur Manifest) error {
 	a.isRoot = os.Geteuid() == 0
 	defer a.close()
 
+	// Each path of the target counts once, when it is put in place or
+	// (absent from the target) removed; one already absent is not
+	// counted, so the count may end a little under the total.
+	done, total := int64(0), int64(len(a.target))
+	step := func() {
+		done++
+		report(a.progress, Progress{Step: StepApply, Paths: min(done, total), Total: total})
+	}
+	defer func() {
+		report(a.progress, Progress{Step: StepApply, Paths: min(done, total), Total: total, Done: true})
+	}()
 	// 1. Remove what must go, deepest first.
 	removed := map[string]bool{}
 	for i := len(cur) - 1; i >= 0; i-- {
@@ -137,6 +150,9 @@ func (a *applier) run(cur Manifest) error {
 			return err
 		}
 		removed[c.Path] = true
+		if t == nil || t.Type == Absent {
+			step() // a path that goes: done with it
+		}
 		fsutil.CrashPoint("apply")
 	}
 	// 2. Create and update, parents first.
@@ -152,6 +168,7 @@ func (a *applier) run(cur Manifest) error {
 		if err := a.put(t, c); err != nil {
 			return err
 		}
+		step()
 		fsutil.CrashPoint("apply")
 	}
 	// 3. Directory metadata last, deepest first, so that nothing we do

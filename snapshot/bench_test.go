@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,6 +124,36 @@ func BenchmarkSnapUnchanged(b *testing.B) {
 		if m.Files != benchFiles {
 			b.Fatalf("unchanged snap: %d files, want %d", m.Files, benchFiles)
 		}
+	}
+}
+
+// BenchmarkSnapUnchangedProgress: the same with a progress listener that
+// costs what the CLI's does (a lock and a clock reading per report), to
+// compare with BenchmarkSnapUnchanged: the cost of reporting progress.
+func BenchmarkSnapUnchangedProgress(b *testing.B) {
+	root, _ := benchTree(b)
+	repo := openBenchRepo(b, root)
+	defer repo.Close()
+	var mu sync.Mutex
+	var last snapshot.Progress
+	var at time.Time
+	repo.Progress = func(p snapshot.Progress) {
+		mu.Lock()
+		last, at = p, time.Now()
+		mu.Unlock()
+	}
+	if _, err := repo.Snap(snapshot.KindSnap, "first"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := repo.Snap(snapshot.KindSnap, "unchanged"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if !last.Done || last.Paths < benchFiles || at.IsZero() {
+		b.Fatalf("last progress %+v, want the scan's end with at least %d paths", last, benchFiles)
 	}
 }
 

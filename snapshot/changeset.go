@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/snapback/snapback/fsutil"
@@ -189,4 +190,60 @@ func joinPath(dir, name string) string {
 		return name
 	}
 	return dir + "/" + name
+}
+
+// SkippedIn lists what a pending run's command left in its upper layer
+// that no commit carries: sockets and devices (whiteouts aside), at paths
+// the ignore rules do not write through. The layer holds only what the
+// command changed, so each of them is the command's.
+func (r *Repo) SkippedIn(p *ViewRun) ([]Skipped, error) {
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return nil, fmt.Errorf("read upper layer: %w", err)
+	}
+	defer upper.Close()
+	var out []Skipped
+	var walk func(d *fsutil.Dir, dir string) error
+	walk = func(d *fsutil.Dir, dir string) error {
+		names, err := d.ReadDirNames()
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			path := name
+			if dir != "" {
+				path = dir + "/" + name
+			}
+			st, err := d.Lstat(name)
+			if err != nil {
+				return err
+			}
+			isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+			if r.ign != nil && r.ign.Ignored(path, isDir) || isWhiteout(d, name, &st) {
+				continue
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFSOCK:
+				out = append(out, Skipped{Path: path, Type: SkippedSocket})
+			case unix.S_IFCHR, unix.S_IFBLK:
+				out = append(out, Skipped{Path: path, Type: SkippedDevice})
+			case unix.S_IFDIR:
+				sub, err := d.OpenDir(name)
+				if err != nil {
+					return err
+				}
+				err = walk(sub, path)
+				sub.Close()
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(upper, ""); err != nil {
+		return nil, fmt.Errorf("read upper layer: %w", err)
+	}
+	return out, nil
 }

@@ -53,4 +53,12 @@
 // fsutil.Mutating, so that the kill test can stop the process before each.
 //
 // The states of runs are in runstate.go.
+//
+// # What the caller hears
+//
+// The package never prints. Long work reports how far it has got through
+// [Repo.Progress] (the scanner's paths and bytes, the applier's paths of
+// the target: progress.go); what snapshots do not hold, sockets and
+// devices, is reported as [Skipped] (ScanStats.Skipped, Meta.Skipped,
+// Repo.SkippedIn) rather than dropped unseen.
 package snapshot

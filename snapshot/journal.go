@@ -346,7 +346,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	}
 	cache := r.loadCache()
 	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged,
-		knownMtime: j.DirTimes}
+		knownMtime: j.DirTimes, progress: r.Progress}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {

@@ -82,6 +82,10 @@ type Meta struct {
 	// ones its commit moved into the tree: neither is undone with it.
 	WroteThrough []string `json:"wrote_through,omitempty"`
 	Excluded     []string `json:"excluded,omitempty"`
+	// Skipped, for a run on the tree (copy mode), are the sockets and
+	// devices its command left that the record does not carry: undo
+	// leaves them where they are.
+	Skipped []Skipped `json:"skipped,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
@@ -179,6 +183,11 @@ func (m *Meta) validate() error {
 	for _, p := range append(append([]string(nil), m.WroteThrough...), m.Excluded...) {
 		if !ValidPath(p) {
 			return fmt.Errorf("bad path %q", p)
+		}
+	}
+	for _, sk := range m.Skipped {
+		if !ValidPath(sk.Path) || sk.Type != SkippedSocket && sk.Type != SkippedDevice {
+			return fmt.Errorf("bad skipped path %q (%q)", sk.Path, sk.Type)
 		}
 	}
 	for i := range m.Steps {

@@ -51,6 +51,9 @@ type Repo struct {
 	// Working, when set, hears of work that may take a while (a target's
 	// snapshot or restore) and returns the call that marks its end.
 	Working func(what string) (done func())
+	// Progress, when set, hears how far a scan of the tree or an apply
+	// has got (see [Progress]); nil: no one listens.
+	Progress func(Progress)
 }
 
 // OpenRepo opens the project at root. With create, the store is made if
@@ -89,7 +92,9 @@ func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error
 // learned in the stat cache when it stored contents.
 func (r *Repo) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
 	sc := r.newScanner(r.treeDir, r.ign, store)
+	sc.progress = r.Progress
 	m, err := fn(sc)
+	report(r.Progress, Progress{Step: StepScan, Paths: int64(len(m)), Bytes: sc.bytesHashed.Load(), Done: true})
 	if err != nil {
 		return nil, err
 	}

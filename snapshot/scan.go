@@ -76,7 +76,9 @@ type scanner struct {
 	walkSlots chan struct{}
 	walkers   sync.WaitGroup
 
+	progress    progressFunc // hears of each path seen and file read
 	stats       ScanStats
+	skipped     []Skipped    // guarded by mu
 	hashed      atomic.Int64 // files whose content was read
 	bytesHashed atomic.Int64
 }
@@ -87,6 +89,28 @@ type ScanStats struct {
 	Entries   int   // paths seen
 	FilesRead int   // files whose content was read
 	BytesRead int64 // their bytes
+	// Skipped are the paths seen that snapshots do not hold (sockets,
+	// devices), sorted.
+	Skipped []Skipped
+}
+
+// Skipped is a path that snapshots, and so commits, undo and redo, do
+// not carry: a Unix socket (as tar and git skip them: it is a live
+// endpoint, not data) or a device file.
+type Skipped struct {
+	Path string `json:"path"`
+	Type string `json:"type"` // SkippedSocket or SkippedDevice
+}
+
+// The types of Skipped.
+const (
+	SkippedSocket = "socket"
+	SkippedDevice = "device"
+)
+
+// Reason says why the path is not carried, for a person to read.
+func (s Skipped) Reason() string {
+	return "a " + s.Type + " is not carried"
 }
 
 type scanned struct {
@@ -170,7 +194,8 @@ func (sc *scanner) finish() (Manifest, error) {
 		}
 		m[i] = e.Entry
 	}
-	sc.stats = ScanStats{Entries: len(m), FilesRead: int(sc.hashed.Load()), BytesRead: sc.bytesHashed.Load()}
+	sort.Slice(sc.skipped, func(i, j int) bool { return sc.skipped[i].Path < sc.skipped[j].Path })
+	sc.stats = ScanStats{Entries: len(m), FilesRead: int(sc.hashed.Load()), BytesRead: sc.bytesHashed.Load(), Skipped: sc.skipped}
 	return m, nil
 }
 
@@ -201,6 +226,13 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	case unix.S_IFIFO:
 		e.Type = Fifo
 	default:
+		kind := SkippedDevice
+		if si.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			kind = SkippedSocket
+		}
+		sc.mu.Lock()
+		sc.skipped = append(sc.skipped, Skipped{Path: path, Type: kind})
+		sc.mu.Unlock()
 		return nil, false, nil
 	}
 	if e.Type == File && !sc.noCache {
@@ -228,7 +260,11 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 func (sc *scanner) add(ref *dirRef, e *scanned) {
 	sc.mu.Lock()
 	sc.entries = append(sc.entries, e)
+	n := len(sc.entries)
 	sc.mu.Unlock()
+	if sc.progress != nil {
+		sc.progress(Progress{Step: StepScan, Paths: int64(n), Bytes: sc.bytesHashed.Load()})
+	}
 	if e.Type != File {
 		return
 	}

@@ -21,7 +21,13 @@ type TreeRun struct {
 	// run left no record, so that `undo` reverts the last change that did
 	// something.
 	Dropped bool
+	// Skipped, set by FinishRun, are the sockets and devices the command
+	// left in the tree: no record carries them (Meta.Skipped).
+	Skipped []Skipped
 	lock    *os.File
+	// skipped: what the tree held before the command that snapshots do
+	// not carry; FinishRun reports only what the command left.
+	skipped map[string]bool
 }
 
 func (r *Repo) runDir(id string) string      { return r.path("runs", id) }
@@ -79,6 +85,10 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		r.dropSubvol(m.ID) // (best effort: only a btrfs-mode run has one)
 		run.release(r)
 		return nil, err
+	}
+	run.skipped = map[string]bool{}
+	for _, sk := range r.LastScan.Skipped {
+		run.skipped[sk.Path] = true
 	}
 	return run, nil
 }
@@ -165,6 +175,17 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	}
 	if err := narrow(m); err != nil {
 		return err
+	}
+	if m.Mode != ModeBtrfs && run.skipped != nil {
+		// narrowRun's scan of the tree saw them. (A dead run's
+		// snapback, finished by another, did not say what was there
+		// before: nothing is reported rather than old sockets.)
+		for _, sk := range r.LastScan.Skipped {
+			if !run.skipped[sk.Path] {
+				m.Skipped = append(m.Skipped, sk)
+			}
+		}
+		run.Skipped = m.Skipped
 	}
 	m.ExitStatus = exitStatus
 	m.State = StateDone

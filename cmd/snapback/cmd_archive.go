@@ -14,12 +14,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 )
 
 // archiveJSON is one archive in --json output.
@@ -168,31 +166,10 @@ func printable(s string) string {
 
 type catalogOpener func(create bool) (*catalog.Catalog, error)
 
-// progress shows a bar on a terminal for work over a second, and nothing
-// otherwise. done must be called when the work ends.
+// progress shows how far work on total bytes has got, on a terminal, for
+// work over a second (progress.go); done must be called when it ends.
 func (g *globals) progress(what string, total int64) (p catalog.Progress, done func()) {
-	f, ok := g.stderr.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) || g.json {
-		return nil, func() {}
-	}
-	var bar *progressbar.ProgressBar
-	var seen int64
-	start := time.Now()
-	return func(n int64) {
-			seen += n
-			if bar == nil && time.Since(start) > time.Second {
-				bar = progressbar.NewOptions64(total, progressbar.OptionSetWriter(f), progressbar.OptionSetDescription(what),
-					progressbar.OptionShowBytes(true), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-				bar.Add64(seen - n)
-			}
-			if bar != nil {
-				bar.Add64(n)
-			}
-		}, func() {
-			if bar != nil {
-				bar.Finish()
-			}
-		}
+	return g.progressLine().bytes(what, total)
 }
 
 func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {

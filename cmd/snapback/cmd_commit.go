@@ -65,6 +65,20 @@ func relPaths(root string, paths []string) ([]string, error) {
 	return out, nil
 }
 
+// underAny reports whether path is at or below one of paths
+// (root-relative, "" for the root); no paths at all stand for the root.
+func underAny(path string, paths []string) bool {
+	if len(paths) == 0 {
+		return true
+	}
+	for _, l := range paths {
+		if l == "" || path == l || strings.HasPrefix(path, l+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 func runCommit(g *globals, o commitOptions, args []string) error {
 	repo, _, err := g.open(false, "commit")
 	if err != nil {
@@ -85,21 +99,34 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 			break
 		}
 	}
+	// Read before the commit drops the layer: what it will not carry.
+	all, err := repo.SkippedIn(p)
+	if err != nil {
+		return err
+	}
+	var skipped []snapshot.Skipped
+	for _, sk := range all {
+		if underAny(sk.Path, rel) {
+			skipped = append(skipped, sk)
+		}
+	}
 	rec, err := repo.CommitPending(p, rel, o.force)
 	if err != nil {
 		return err
 	}
 	if rec == nil {
 		if g.json {
-			return g.printJSON(map[string]any{"run": p.ID, "snapshot": nil, "partial": false})
+			return g.printJSON(map[string]any{"run": p.ID, "snapshot": nil, "partial": false, "skipped": skippedJSON(skipped)})
 		}
 		fmt.Fprintf(g.stdout, "run %s changed nothing; dropped it\n", p.ID)
+		g.noteSkipped(skipped)
 		return nil
 	}
 	if g.json {
-		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0})
+		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0, "skipped": skippedJSON(skipped)})
 	}
-	fmt.Fprintf(g.stdout, "committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
+	g.say("committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
+	g.noteSkipped(skipped) // before the summary, the last line
 	if g.summary() {
 		changes, err := repo.Diff(rec)
 		if err != nil {

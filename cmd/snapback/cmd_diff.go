@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
@@ -18,22 +20,29 @@ type diffOptions struct {
 func newDiffCmd(g *globals) *cobra.Command {
 	var o diffOptions
 	c := &cobra.Command{
-		Use:   "diff [ID]",
+		Use:   "diff [ID] [PATH...]",
 		Short: "Show what a pending run changes, or what changed in the tree since a snapshot",
 		Long: `Show what a pending run changes, or what changed in the tree since a
 snapshot. ID names either (see Ids in the README). Without ID: the newest
 pending run; when none is pending, the snapshot undo would revert, else
-the newest snapshot.`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			ref := ""
-			if len(args) == 1 {
-				ref = args[0]
+the newest snapshot.
+
+PATHs (relative to the current directory, which may be below the
+project's root) limit the diff to each path and everything under it. The
+first argument is an ID when it names a snapshot or run and no file of
+that name is here; after --, every argument is a path.`,
+		RunE: func(c *cobra.Command, args []string) error {
+			ids, paths := args, []string(nil)
+			if dash := c.ArgsLenAtDash(); dash >= 0 {
+				ids, paths = args[:dash], args[dash:]
+				if len(ids) > 1 {
+					return usageErr("diff: one ID before --, got %d (%q)", len(ids), ids)
+				}
 			}
-			return runDiff(g, ref, o)
+			return runDiff(g, ids, paths, o)
 		},
 	}
-	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file")
+	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file, as git diff --stat writes it")
 	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "a patch in git's format (git apply takes it)")
 	return c
 }
@@ -47,14 +56,23 @@ type diffChangeJSON struct {
 	Type    string `json:"type"`
 	Added   *int   `json:"added,omitempty"`
 	Removed *int   `json:"removed,omitempty"`
+	Patch   string `json:"patch,omitempty"`
 }
 
-func runDiff(g *globals, ref string, o diffOptions) error {
+func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	repo, _, err := g.open(false, "diff")
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
+	ref, paths, idErr, err := diffIDAndPaths(repo, ids, paths)
+	if err != nil {
+		return err
+	}
+	limits, err := relPaths(repo.Root, paths)
+	if err != nil {
+		return err
+	}
 	// A pending run's changes come first: right after `run --then review`,
 	// "what did it change?" means the run.
 	var changes []snapshot.Change
@@ -62,6 +80,9 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	// Paths the run wrote that no diff of it shows, named apart: ignored
 	// ones (written through) and excluded ones (moved by its commit).
 	var through, excluded []string
+	// Sockets and devices the run left, which nothing carries: said
+	// (on stderr) rather than left out unseen.
+	var skipped []snapshot.Skipped
 	base := ""
 	d := &differ{repo: repo}
 	// An id is read as every verb reads it (snapshot.Repo.Lookup): diff
@@ -87,6 +108,9 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 		if excluded, err = repo.ExcludedIn(p, nil); err != nil {
 			return err
 		}
+		if skipped, err = repo.SkippedIn(p); err != nil {
+			return err
+		}
 	} else {
 		if m == nil {
 			if m, err = repo.DefaultDiffBase(); err != nil {
@@ -97,7 +121,24 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			return err
 		}
 		base, targets = m.ID, m.Targets
-		through, excluded = m.WroteThrough, m.Excluded
+		through, excluded, skipped = m.WroteThrough, m.Excluded, m.Skipped
+	}
+	if len(limits) > 0 {
+		var bad int
+		if changes, through, excluded, bad = limitDiff(repo.Root, limits, changes, through, excluded); bad >= 0 {
+			if bad == 0 && idErr != nil {
+				return idErr // neither a path nor an id: most likely a mistyped id
+			}
+			return &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: no such path in the tree or the diff", quote(paths[bad]))}
+		}
+		targets = nil // no path names a target
+		var kept []snapshot.Skipped
+		for _, sk := range skipped {
+			if underAny(sk.Path, limits) {
+				kept = append(kept, sk)
+			}
+		}
+		skipped = kept
 	}
 	if g.json {
 		out := struct {
@@ -112,8 +153,11 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			// by undo.
 			WroteThrough []string `json:"wrote_through"`
 			Excluded     []string `json:"excluded"`
+			// Skipped: sockets and devices the run left, not carried.
+			Skipped []snapshot.Skipped `json:"skipped"`
 		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{},
-			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...)}
+			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...),
+			Skipped: skippedJSON(skipped)}
 		for _, t := range targets {
 			out.Targets = append(out.Targets, targetDiffJSON{TargetState: t, State: "saved"})
 		}
@@ -123,6 +167,9 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 				if a, r, ok := d.lineCounts(c); ok {
 					j.Added, j.Removed = &a, &r
 				}
+			}
+			if o.patch {
+				j.Patch = d.gitPatch(c)
 			}
 			out.Changes = append(out.Changes, j)
 		}
@@ -142,18 +189,13 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 			}
 		}
 	case o.stat:
-		var files, adds, dels int
+		var lines []statLine
 		for _, c := range changes {
-			files++
-			if a, r, ok := d.lineCounts(c); ok {
-				adds += a
-				dels += r
-				fmt.Fprintf(g.stdout, " %s %s | +%d -%d\n", c.Op, displayPath(c), a, r)
-			} else {
-				fmt.Fprintf(g.stdout, " %s %s | %s\n", c.Op, displayPath(c), entryType(c))
+			if l, ok := d.gitStat(c); ok {
+				lines = append(lines, l)
 			}
 		}
-		fmt.Fprintf(g.stdout, " %d paths changed, %d insertions(+), %d deletions(-)\n", files, adds, dels)
+		writeGitStat(g.stdout, lines, g.columns())
 	default:
 		for _, c := range changes {
 			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
@@ -168,7 +210,79 @@ func runDiff(g *globals, ref string, o diffOptions) error {
 	for _, p := range excluded {
 		fmt.Fprintf(g.stdout, "X\t%s (excluded: not compared; commit moves it, discard drops it, undo keeps it)\n", quote(p))
 	}
+	g.noteSkipped(skipped)
 	return nil
+}
+
+// diffIDAndPaths splits diff's arguments as commit's are split: the
+// first is an ID when it names a snapshot or a run and no file of that
+// name is here (./a says a path "a" is a path); after --, ids holds what
+// came before it, an ID. When the first argument names no id and is
+// taken for a path, idErr says so, for limitDiff's error.
+func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (ref string, rest []string, idErr, err error) {
+	if paths != nil { // -- was given
+		if len(ids) == 1 {
+			return ids[0], paths, nil, nil
+		}
+		return "", paths, nil, nil
+	}
+	if len(ids) == 0 {
+		return "", nil, nil, nil
+	}
+	if _, err := os.Lstat(ids[0]); err == nil {
+		return "", ids, nil, nil
+	}
+	_, _, err = repo.Lookup(ids[0])
+	if errors.As(err, new(*snapshot.UnknownIDError)) {
+		// A deleted file's name, or a mistyped id: limitDiff says which
+		// (an id has no slash).
+		if strings.ContainsRune(ids[0], '/') {
+			err = nil
+		}
+		return "", ids, err, nil
+	}
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return ids[0], ids[1:], nil, nil
+}
+
+// limitDiff keeps the changes (and the paths written through or
+// excluded) at or below limits, the project-relative forms of args ("" for
+// the root). A path that is not in the tree and that no change names is
+// a mistake (a mistyped path or id): bad is its index, and the result
+// nothing, rather than an empty diff.
+func limitDiff(root string, limits []string, changes []snapshot.Change, through, excluded []string) (kept []snapshot.Change, keptThrough, keptExcluded []string, bad int) {
+	for i, l := range limits {
+		if _, err := os.Lstat(filepath.Join(root, filepath.FromSlash(l))); err == nil {
+			continue
+		}
+		named := false
+		for _, c := range changes {
+			if underAny(c.Path, []string{l}) {
+				named = true
+				break
+			}
+		}
+		if !named {
+			return nil, nil, nil, i
+		}
+	}
+	for _, c := range changes {
+		if underAny(c.Path, limits) {
+			kept = append(kept, c)
+		}
+	}
+	keep := func(ps []string) []string {
+		var out []string
+		for _, p := range ps {
+			if underAny(p, limits) {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	return kept, keep(through), keep(excluded), -1
 }
 
 // targetDiffJSON is a target in diff --json: its saved state.

@@ -39,7 +39,7 @@ func newDiscardCmd(g *globals) *cobra.Command {
 				return g.printJSON(map[string]any{"discarded": p.ID,
 					"kept_ignored": append([]string{}, p.WroteThrough...), "dropped_excluded": append([]string{}, excluded...)})
 			}
-			fmt.Fprintf(g.stdout, "discarded run %s\n", p.ID)
+			g.say("discarded run %s\n", p.ID)
 			noteUnreverted(g, "discard", p.WroteThrough, nil)
 			noteDropped(g, excluded)
 			if n >= 0 {

@@ -155,6 +155,7 @@ type runResult struct {
 	Snapshot   *string                `json:"snapshot"`
 	Changes    map[string]int         `json:"changes"`
 	Targets    []snapshot.TargetState `json:"targets"`
+	Skipped    []snapshot.Skipped     `json:"skipped"`
 }
 
 // changeKinds names DiffManifests' ops in the result.
@@ -162,7 +163,8 @@ var changeKinds = map[string]string{"A": "added", "M": "modified", "D": "deleted
 
 func runResultJSON(res runner.Result) runResult {
 	r := runResult{ID: res.ID, Mode: res.Mode, ExitStatus: res.Status, State: res.State,
-		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets}
+		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets,
+		Skipped: skippedJSON(res.Skipped)}
 	if res.Snapshot != "" {
 		r.Snapshot = &res.Snapshot
 	}
@@ -247,6 +249,9 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 	}
 	noteUnreverted(g, "discard", res.KeptIgnored, nil)
 	noteDropped(g, res.DroppedExcluded)
+	if !g.json {
+		g.noteSkipped(res.Skipped) // the result holds them under --json
+	}
 	if res.Status != 0 {
 		return &statusError{status: res.Status}
 	}

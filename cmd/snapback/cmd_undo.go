@@ -59,12 +59,12 @@ func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapsh
 	}
 	what := s.Message
 	if what == "" && len(s.Command) > 0 {
-		what = fmt.Sprint(s.Command)
+		what = "$ " + describeCommand(s.Command) // as list shows it, ready to paste
 	}
 	if what != "" {
 		what = " " + oneLine(what)
 	}
-	fmt.Fprintf(g.stdout, "%s %s %s%s (previous state saved as %s)\n", verb, s.Kind, s.ID, what, saved.ID)
+	g.say("%s %s %s%s (previous state saved as %s)\n", verb, s.Kind, s.ID, what, saved.ID)
 	if g.summary() {
 		// saved holds what the verb replaced, and After what it put in
 		// place: their difference is what the verb changed (no scan of

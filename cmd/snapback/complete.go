@@ -28,7 +28,7 @@ var (
 func completeIDs(g *globals, k idKinds) cobra.CompletionFunc {
 	return func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveDefault // commit's PATHs
+			return nil, cobra.ShellCompDirectiveDefault // commit's and diff's PATHs
 		}
 		return idCompletions(g, k), cobra.ShellCompDirectiveNoFileComp
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/snapback/snapback/snapshot"
@@ -188,4 +190,167 @@ func writeHunks(sb *strings.Builder, a, b []string) {
 			}
 		}
 	}
+}
+
+// statLine is one file of `diff --stat`, as git counts it.
+type statLine struct {
+	name             string // quoted as git quotes it
+	added, deleted   int
+	binary           bool
+	oldSize, newSize int64 // a binary file's sizes, shown instead of lines
+}
+
+// gitStat is a change's line of `git diff --stat`; ok is false when git
+// would not list it (a directory, a fifo).
+func (d *differ) gitStat(c snapshot.Change) (statLine, bool) {
+	old, new := c.Old, c.New
+	if gitMode(old) == "" {
+		old = nil
+	}
+	if gitMode(new) == "" {
+		new = nil
+	}
+	if old == nil && new == nil {
+		return statLine{}, false
+	}
+	s := statLine{name: gitQuote(c.Path)}
+	a, okA := d.gitSide(old, true, c.Path)
+	b, okB := d.gitSide(new, false, c.Path)
+	if !okA || !okB {
+		if old != nil && new != nil && old.SameContent(new) {
+			return s, true // a mode change alone: 0 lines
+		}
+		s.binary = true
+		if old != nil {
+			s.oldSize = old.Size
+		}
+		if new != nil {
+			s.newSize = new.Size
+		}
+		return s, true
+	}
+	m := difflib.NewMatcher(splitLines(a), splitLines(b))
+	for _, op := range m.GetOpCodes() {
+		if op.Tag != 'e' {
+			s.deleted += op.I2 - op.I1
+			s.added += op.J2 - op.J1
+		}
+	}
+	return s, true
+}
+
+// writeGitStat writes lines as `git diff --stat` does in a terminal of
+// width columns: names padded to one width (the longest cut from the
+// left, "..."), the count, a +/- graph scaled to fit, and the summary
+// line. It follows git's diff.c (show_stats, print_stat_summary).
+func writeGitStat(w io.Writer, lines []statLine, width int) {
+	if len(lines) == 0 {
+		return // git says nothing either
+	}
+	maxLen, maxChange, numberWidth, binWidth := 0, 0, 0, 0
+	for _, l := range lines {
+		maxLen = max(maxLen, utf8.RuneCountInString(l.name))
+		if l.binary {
+			binWidth = max(binWidth, 14+decimalWidth(l.oldSize)+decimalWidth(l.newSize))
+			numberWidth = max(numberWidth, 3) // "Bin"
+			continue
+		}
+		maxChange = max(maxChange, l.added+l.deleted)
+	}
+	numberWidth = max(numberWidth, decimalWidth(int64(maxChange)))
+	width = max(width, 16+6+numberWidth)
+	graphWidth := maxChange
+	if maxChange+4 <= binWidth {
+		graphWidth = binWidth - 4
+	}
+	nameWidth := maxLen
+	if nameWidth+numberWidth+6+graphWidth > width {
+		if graphWidth > width*3/8-numberWidth-6 {
+			graphWidth = max(width*3/8-numberWidth-6, 6)
+		}
+		if nameWidth > width-numberWidth-6-graphWidth {
+			nameWidth = width - numberWidth - 6 - graphWidth
+		} else {
+			graphWidth = width - numberWidth - 6 - nameWidth
+		}
+	}
+	var adds, dels int
+	for _, l := range lines {
+		name := l.name
+		if n := utf8.RuneCountInString(name); n > nameWidth {
+			// Cut from the left, at a directory when one is near.
+			r := []rune(name)
+			name = string(r[n-(nameWidth-3):])
+			if i := strings.IndexByte(name, '/'); i >= 0 {
+				name = name[i:]
+			}
+			name = "..." + name
+		}
+		pad := strings.Repeat(" ", max(nameWidth-utf8.RuneCountInString(name), 0))
+		if l.binary {
+			fmt.Fprintf(w, " %s%s | %*s", name, pad, numberWidth, "Bin")
+			if l.oldSize == 0 && l.newSize == 0 {
+				fmt.Fprintln(w)
+			} else {
+				fmt.Fprintf(w, " %d -> %d bytes\n", l.oldSize, l.newSize)
+			}
+			continue
+		}
+		adds += l.added
+		dels += l.deleted
+		add, del := l.added, l.deleted
+		if graphWidth <= maxChange {
+			total := scaleLinear(add+del, graphWidth, maxChange)
+			if total < 2 && add > 0 && del > 0 {
+				total = 2
+			}
+			if add < del {
+				add = scaleLinear(add, graphWidth, maxChange)
+				del = total - add
+			} else {
+				del = scaleLinear(del, graphWidth, maxChange)
+				add = total - del
+			}
+		}
+		sep := ""
+		if l.added+l.deleted > 0 {
+			sep = " "
+		}
+		fmt.Fprintf(w, " %s%s | %*d%s%s%s\n", name, pad, numberWidth, l.added+l.deleted, sep,
+			strings.Repeat("+", add), strings.Repeat("-", del))
+	}
+	fmt.Fprintln(w, statSummary(len(lines), adds, dels))
+}
+
+// statSummary is git's last line of --stat (of at least one file).
+func statSummary(files, adds, dels int) string {
+	plural := func(n int, one, many string) string {
+		if n == 1 {
+			return fmt.Sprintf("%d %s", n, one)
+		}
+		return fmt.Sprintf("%d %s", n, many)
+	}
+	s := " " + plural(files, "file changed", "files changed")
+	if adds > 0 || dels == 0 {
+		s += ", " + plural(adds, "insertion(+)", "insertions(+)")
+	}
+	if dels > 0 || adds == 0 {
+		s += ", " + plural(dels, "deletion(-)", "deletions(-)")
+	}
+	return s
+}
+
+func scaleLinear(it, width, maxChange int) int {
+	if it == 0 {
+		return 0
+	}
+	return 1 + it*(width-1)/maxChange
+}
+
+func decimalWidth(n int64) int {
+	w := 1
+	for ; n >= 10; n /= 10 {
+		w++
+	}
+	return w
 }

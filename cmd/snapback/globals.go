@@ -29,6 +29,7 @@ type globals struct {
 	stderr io.Writer
 	// runStarted: failures from here on are snapback's own (status 125).
 	runStarted bool
+	bar        *progressLine // the progress line, once shown (progress.go)
 	// lockWait, when set, is how long open waits for the store's lock
 	// instead of lockWait().
 	lockWait time.Duration
@@ -132,6 +133,9 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	}
 	repo.Targets = cfg.Targets
 	repo.Working = g.working
+	if p := g.progressLine(); p != nil {
+		repo.Progress = p.snapshot
+	}
 	repo.Warn = g.warn
 	repo.SkipDamaged = skipDamagedVerbs[what]
 	wait := lockWait()
@@ -268,26 +272,76 @@ func humanBytes(n int64) string {
 // warn prints a warning: something the user should know though the verb
 // goes on.
 func (g *globals) warn(msg string) {
+	g.bar.end("")
 	fmt.Fprintf(g.stderr, "snapback: warning: %s\n", oneLine(msg))
+}
+
+// noteSkipped names, on stderr, each socket or device a run left that
+// verb (a commit, a diff) does not carry: dropped without a word, it
+// would look carried.
+func (g *globals) noteSkipped(skipped []snapshot.Skipped) {
+	g.bar.end("")
+	for _, sk := range skipped {
+		fmt.Fprintf(g.stderr, "snapback: skipped %s (%s)\n", oneLine(quote(sk.Path)), sk.Reason())
+	}
+}
+
+// skippedJSON is skipped as JSON: an array, never null.
+func skippedJSON(skipped []snapshot.Skipped) []snapshot.Skipped {
+	return append([]snapshot.Skipped{}, skipped...)
+}
+
+// columns is the width git's --stat fits: $COLUMNS, else the width of
+// stdout when it is a terminal, else 80 (as git's term_columns).
+func (g *globals) columns() int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	if f, ok := g.stdout.(*os.File); ok {
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+			return w
+		}
+	}
+	return 80
 }
 
 // summary: after a verb that changes things, a terminal gets one line on
 // stderr saying what it did; scripts (stderr not a terminal), -q and
-// --json get none. SNAPBACK_TERMINAL=1 stands for a terminal in the
-// tests.
+// --json get none.
 func (g *globals) summary() bool {
-	if g.quiet || g.json {
+	return !g.quiet && !g.json && g.terminal(g.stderr, "stderr")
+}
+
+// terminal reports whether w, the stream called name, is a terminal.
+// SNAPBACK_TERMINAL stands for one in the tests: "1" or "stderr" for
+// stderr, "stdout,stderr" for both.
+func (g *globals) terminal(w io.Writer, name string) bool {
+	if v := os.Getenv("SNAPBACK_TERMINAL"); v != "" {
+		for _, s := range strings.Split(v, ",") {
+			if s == name || s == "1" && name == "stderr" {
+				return true
+			}
+		}
 		return false
 	}
-	if os.Getenv("SNAPBACK_TERMINAL") == "1" {
-		return true
-	}
-	f, ok := g.stderr.(*os.File)
+	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// say prints the line on stdout that scripts read after a verb that
+// changes things, unless the summary line will say it on the same
+// terminal: a person there reads one line, not two saying one thing.
+// Piped or redirected, stdout gets its line as before.
+func (g *globals) say(format string, a ...any) {
+	if g.summary() && g.terminal(g.stdout, "stdout") {
+		return
+	}
+	fmt.Fprintf(g.stdout, format, a...)
 }
 
 // summarize prints line as the summary, when there is one to print.
 func (g *globals) summarize(line string) {
+	g.bar.end("")
 	if line != "" && g.summary() {
 		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(line))
 	}
@@ -296,14 +350,15 @@ func (g *globals) summarize(line string) {
 // working shows, on a terminal, what a step that has taken over a second
 // is doing, and how long it took; elsewhere it says nothing.
 func (g *globals) working(what string) func() {
-	f, ok := g.stderr.(*os.File)
-	if !ok || g.json || g.quiet || !term.IsTerminal(int(f.Fd())) {
+	if !g.progressShown() {
 		return func() {}
 	}
+	g.bar.end("")
+	f := g.stderr
 	start := time.Now()
 	var mu sync.Mutex
 	shown := false
-	timer := time.AfterFunc(time.Second, func() {
+	timer := time.AfterFunc(progressDelay(), func() {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(f, "snapback: %s…", what)

@@ -88,6 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
+	g.bar.end("") // whatever follows starts on a line of its own
 	if err == nil {
 		return 0
 	}
@@ -264,7 +265,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	}
 	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "run as if started in DIR (the root is then found from DIR: the nearest ancestor with snapback.toml or .snapback, else the top of the git work tree, else DIR)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
-	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "on a terminal too, no line on stderr saying what a verb did")
+	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "on a terminal too, no line on stderr saying what a verb did, and no progress")
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),

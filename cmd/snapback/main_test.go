@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,7 +33,27 @@ func (c cleanupM) Run() int {
 func TestMain(m *testing.M) {
 	testscript.Main(cleanupM{m}, map[string]func(){
 		"snapback": func() { os.Exit(Main()) },
+		"mksock":   mksock,
 	})
+}
+
+// mksock PATH leaves a Unix socket at PATH, as a server that exits
+// without removing its socket does: the scripts' commands run it (it is
+// on their PATH, inside a run too).
+func mksock() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: mksock PATH")
+		os.Exit(2)
+	}
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		err = syscall.Bind(fd, &syscall.SockaddrUnix{Name: os.Args[1]})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mksock:", err)
+		os.Exit(1)
+	}
+	os.Exit(0) // the socket file stays, as an unlinked one would not
 }
 
 // TestScript runs the CLI cases in testdata/script. Besides the standard

@@ -55,3 +55,31 @@ func TestSummaryOnTerminal(t *testing.T) {
 		})
 	}
 }
+
+// TestOneLineOnTerminal: with stdout and stderr on one real terminal,
+// undo says what it did once (the summary), not also in its stdout line.
+func TestOneLineOnTerminal(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "a", "a\n", 0o644)
+	run := exec.Command(bin, "-C", root, "run", "--mode", "copy", "--", "sh", "-c", "date > a")
+	run.Env = append(os.Environ(), "SNAPBACK_TERMINAL=")
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	master, tty := openPTY(t)
+	cmd := exec.Command(bin, "-C", root, "undo")
+	cmd.Env = append(os.Environ(), "SNAPBACK_TERMINAL=")
+	cmd.Stdout, cmd.Stderr = tty, tty
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { out.ReadFrom(master); close(copied) }()
+	err := cmd.Run()
+	tty.Close() // the last terminal side: the reader gets EIO once it has read all
+	<-copied
+	treetest.Must(t, err)
+	want := regexp.MustCompile(`\Asnapback: undid run \S+: 1 path changed; snapback redo puts it back\r?\n\z`)
+	if !want.MatchString(out.String()) {
+		t.Errorf("terminal shows %q, want the one summary line", out.String())
+	}
+}
