@@ -345,3 +345,17 @@ func TestUndoSession(t *testing.T) {
 	}
 	treetest.Equal(t, "after a refused undo --session", cur, capture(t, root))
 }
+
+// A checkpoint left open for days (its harness died) says since when with
+// the date, so that status shows how old it is.
+func TestDescribeCheckpoint(t *testing.T) {
+	old := time.Now().Add(-72 * time.Hour)
+	got := snapshot.DescribeCheckpoint(&snapshot.Meta{CreatedAt: old, Session: "s1", Message: "turn 4"})
+	want := fmt.Sprintf("since %s, session s1, %q", old.Local().Format("2006-01-02 15:04:05"), "turn 4")
+	if got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if got := snapshot.DescribeCheckpoint(&snapshot.Meta{CreatedAt: time.Now()}); !strings.HasPrefix(got, "since ") || strings.Contains(got, "-") {
+		t.Fatalf("a checkpoint of today: %q", got)
+	}
+}
