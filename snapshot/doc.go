@@ -26,6 +26,8 @@
 //	tmp/              temporary files, staged links (stage-OPID/) and
 //	                  runs being dropped (drop-ID/); recover sweeps it
 //	damaged/          what check --repair set aside (damaged.go)
+//	agent/            a note per coding agent session of its current turn's
+//	                  message, between the hooks' processes (package agent)
 //
 // # The journal protocol
 //

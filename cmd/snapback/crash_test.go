@@ -29,7 +29,7 @@ var (
 
 // snapbackBinary builds the real binary once: the crash tests kill a real
 // process, not a goroutine.
-func snapbackBinary(t *testing.T) string {
+func snapbackBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "snapback-bin-")

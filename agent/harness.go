@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Action is what a hook event asks of snapback.
+type Action int
+
+const (
+	// None: nothing to do; the hook answers at once, without touching
+	// the store.
+	None Action = iota
+	// NoteTurn: a prompt starts a turn. A checkpoint the session left
+	// open (a turn the user interrupted: the harness then sends no stop
+	// event) is closed first; the prompt's first line is noted as the
+	// message of the turn's checkpoint. No checkpoint is opened: a turn
+	// that only reads leaves nothing.
+	NoteTurn
+	// OpenLazily: a tool that may change files is about to run; the
+	// session's checkpoint is opened unless it is open already.
+	OpenLazily
+	// Close: the turn is over; its checkpoint becomes one undo step.
+	Close
+	// CloseSession: the session ends; its checkpoint is closed and its
+	// note dropped.
+	CloseSession
+)
+
+// Harness is one coding agent's hook interface: the table from its
+// documented events to actions, the tools that may change files, where
+// its settings live and how it wants to be answered.
+type Harness struct {
+	Name  string // as on the command line: claude-code
+	Title string // as its makers write it: Claude Code
+	// Events maps each hook event the harness sends to what it means.
+	Events map[string]Action
+	// Install lists the events install writes hooks for, in order.
+	Install []string
+	// Tools are the tools whose call opens the checkpoint (the matcher
+	// of the OpenLazily event's hook); other tools are only looked at.
+	Tools []string
+	// Settings is the project's settings file, relative to the root;
+	// LocalSettings the one kept out of version control ("" if none).
+	Settings, LocalSettings string
+	// ProjectEnv names the variable holding the project directory in a
+	// hook's environment: the fallback when a payload has no cwd.
+	ProjectEnv string
+	// NamedHooks: hook entries carry a "name" (Gemini CLI enables and
+	// disables hooks by name).
+	NamedHooks bool
+	// quiet is the answer when all went well: Gemini CLI parses stdout
+	// as JSON and wants an object; Claude Code wants nothing.
+	quiet string
+}
+
+// Claude Code's hooks: https://code.claude.com/docs/en/hooks ("Hook
+// Input", "Hook Output": exit 0 with JSON on stdout; `systemMessage` is
+// shown to the user; stdout of UserPromptSubmit would otherwise be added
+// to the model's context, so a success prints nothing).
+//
+// SubagentStop does not close the checkpoint: it fires when a subagent
+// (the Task tool) finishes while the main agent's turn goes on, and
+// often while other subagents of the same turn are still writing.
+// Closing there would cut one turn into several undo steps at arbitrary
+// points, and cut the other subagents' work in two. The subagents' tool
+// calls carry the main session's id, so their writes join the turn's
+// checkpoint, which Stop closes.
+var ClaudeCode = &Harness{
+	Name:  "claude-code",
+	Title: "Claude Code",
+	Events: map[string]Action{
+		"UserPromptSubmit": NoteTurn,
+		"PreToolUse":       OpenLazily,
+		"Stop":             Close,
+		"SubagentStop":     None,
+		"SessionEnd":       CloseSession,
+	},
+	Install:       []string{"UserPromptSubmit", "PreToolUse", "Stop", "SessionEnd"},
+	Tools:         []string{"Edit", "Write", "MultiEdit", "NotebookEdit", "Bash"},
+	Settings:      ".claude/settings.json",
+	LocalSettings: ".claude/settings.local.json",
+	ProjectEnv:    "CLAUDE_PROJECT_DIR",
+}
+
+// Gemini CLI's hooks: https://geminicli.com/docs/hooks/reference
+// ("Base input schema", "Common output fields": exit 0 with JSON on
+// stdout, nothing else; `systemMessage` is displayed to the user).
+// BeforeAgent fires after the user submits a prompt, AfterAgent once per
+// turn after the final response.
+var GeminiCLI = &Harness{
+	Name:  "gemini-cli",
+	Title: "Gemini CLI",
+	Events: map[string]Action{
+		"BeforeAgent": NoteTurn,
+		"BeforeTool":  OpenLazily,
+		"AfterAgent":  Close,
+		"SessionEnd":  CloseSession,
+	},
+	Install:    []string{"BeforeAgent", "BeforeTool", "AfterAgent", "SessionEnd"},
+	Tools:      []string{"write_file", "replace", "run_shell_command"},
+	Settings:   ".gemini/settings.json",
+	ProjectEnv: "GEMINI_PROJECT_DIR",
+	NamedHooks: true,
+	quiet:      "{}",
+}
+
+// Harnesses lists the supported harnesses, in the order help shows them.
+var Harnesses = []*Harness{ClaudeCode, GeminiCLI}
+
+// Find returns the harness named name.
+func Find(name string) (*Harness, error) {
+	var names []string
+	for _, h := range Harnesses {
+		if h.Name == name {
+			return h, nil
+		}
+		names = append(names, h.Name)
+	}
+	return nil, fmt.Errorf("unknown harness %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// Decide says what the event of a payload asks for: an event not in the
+// table, or a tool that changes no files, asks for nothing.
+func (h *Harness) Decide(p *Payload) Action {
+	a := h.Events[p.Event]
+	if a == OpenLazily && !slices.Contains(h.Tools, p.Tool) {
+		return None
+	}
+	return a
+}
+
+// Answer is what the hook writes on stdout (its exit status is always 0:
+// the agent goes on whatever happened). A message, when there is one, is
+// shown to the user: a warning that snapback failed, or what a closed
+// turn became.
+func (h *Harness) Answer(message string) []byte {
+	if message == "" {
+		if h.quiet == "" {
+			return nil
+		}
+		return []byte(h.quiet + "\n")
+	}
+	b, _ := json.Marshal(map[string]string{"systemMessage": "snapback: " + message}) // a string map always marshals
+	return append(b, '\n')
+}

@@ -1,0 +1,134 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/snapback/snapback/snapshot"
+)
+
+// MaxPayload bounds a hook payload. A payload holds the tool's input (a
+// Write tool's whole file among them), so the bound is generous; one
+// past it fails open like any other failure.
+const MaxPayload = 256 << 20
+
+// Payload is what snapback reads of a hook's JSON input; the fields are
+// named alike by every supported harness.
+type Payload struct {
+	Event   string `json:"hook_event_name"`
+	Session string `json:"session_id"`
+	Cwd     string `json:"cwd"`
+	Prompt  string `json:"prompt"`
+	Tool    string `json:"tool_name"`
+}
+
+// ReadPayload decodes a hook payload from r.
+func ReadPayload(r io.Reader) (*Payload, error) {
+	var p Payload
+	dec := json.NewDecoder(io.LimitReader(r, MaxPayload+1))
+	if err := dec.Decode(&p); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, errors.New("hook payload: not a whole JSON object (or over 256 MiB)")
+		}
+		return nil, fmt.Errorf("hook payload: %w", err)
+	}
+	if p.Event == "" {
+		return nil, errors.New("hook payload: no hook_event_name")
+	}
+	return &p, nil
+}
+
+// Dir is the directory the hook acts for: the payload's cwd (the
+// session's working directory), else the harness's project directory
+// variable, else the hook's own working directory (harnesses start hooks
+// in the project). The project root is then found from it as for any
+// verb.
+func (h *Harness) Dir(p *Payload) (string, error) {
+	d := p.Cwd
+	if d == "" && h.ProjectEnv != "" {
+		d = os.Getenv(h.ProjectEnv)
+	}
+	if d == "" {
+		return os.Getwd()
+	}
+	if !filepath.IsAbs(d) {
+		return "", fmt.Errorf("hook payload: cwd %q is not an absolute path", d)
+	}
+	return d, nil
+}
+
+// MaxMessage bounds a turn's message (the prompt's first line), in bytes.
+const MaxMessage = 200
+
+// Message is a prompt's first line that holds more than blanks, trimmed
+// and cut to MaxMessage bytes at a character boundary: the undo step's
+// message, as `snapback list` shows it.
+func Message(prompt string) string {
+	for _, l := range strings.Split(prompt, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		if len(l) <= MaxMessage {
+			return l
+		}
+		cut := MaxMessage - len("…")
+		for cut > 0 && (l[cut]&0xc0) == 0x80 { // inside a UTF-8 sequence
+			cut--
+		}
+		return l[:cut] + "…"
+	}
+	return ""
+}
+
+// Act does what the payload's event asks (a decided, not None) on the
+// project's store, opened and locked by the caller, and returns what the
+// user should be told ("" for nothing).
+func (h *Harness) Act(repo *snapshot.Repo, p *Payload, a Action) (string, error) {
+	switch a {
+	case NoteTurn:
+		// A turn the user interrupted got no stop event: its checkpoint
+		// is still open, and becomes its own step now.
+		if _, _, err := repo.EndCheckpoint(p.Session); err != nil {
+			return "", fmt.Errorf("close the interrupted turn's checkpoint: %w", err)
+		}
+		t := Turn{Harness: h.Name, Session: p.Session, Message: Message(p.Prompt), Noted: time.Now().UTC()}
+		if err := SaveTurn(repo.Dir, t); err != nil {
+			return "", fmt.Errorf("note the turn: %w", err)
+		}
+	case OpenLazily:
+		t, terr := LoadTurn(repo.Dir, h.Name, p.Session)
+		m, _, err := repo.BeginCheckpoint(p.Session, t.Message)
+		if err != nil {
+			return "", fmt.Errorf("open the turn's checkpoint: %w", err)
+		}
+		if terr != nil {
+			return "", fmt.Errorf("the turn's message: %w", terr) // the checkpoint is open, without it
+		}
+		if m.Session != p.Session {
+			// One checkpoint is open at a time: another session's (two
+			// agents in one project) takes this turn's changes too.
+			return "warning: checkpoint " + m.ID + " of session " + m.Session + " is open: this turn's changes join it", nil
+		}
+	case Close, CloseSession:
+		m, dropped, err := repo.EndCheckpoint(p.Session)
+		if err != nil {
+			return "", fmt.Errorf("close the turn's checkpoint: %w", err)
+		}
+		if a == CloseSession {
+			if err := DropTurn(repo.Dir, h.Name, p.Session); err != nil {
+				return "", fmt.Errorf("session end: %w", err)
+			}
+		}
+		if m != nil && !dropped {
+			return "this turn is undo step " + m.ID + " (`snapback undo` reverts it)", nil
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/agent"
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
+
+func newAgentCmd(g *globals) *cobra.Command {
+	var names []string
+	for _, h := range agent.Harnesses {
+		names = append(names, h.Name)
+	}
+	c := &cobra.Command{
+		Use:   "agent",
+		Short: "Make each turn of a coding agent one undo step: " + strings.Join(names, ", "),
+		Long: "Make each turn of a coding agent one undo step, through the agent's hooks.\n\n" +
+			"`snapback agent install HARNESS` writes the hooks into the project's settings for the\n" +
+			"harness (" + strings.Join(names, ", ") + "). A prompt starts a turn; the first tool call\n" +
+			"that may change files opens a checkpoint (snapback checkpoint begin); the end of the\n" +
+			"turn closes it into one undo step, with the prompt's first line as its message.\n" +
+			"`snapback undo` then reverts the last turn, `snapback undo --session ID` a whole session.\n" +
+			"The hooks never block the agent: when snapback fails, the agent goes on and the user\n" +
+			"sees a one-line warning.",
+		Args: cobra.NoArgs,
+	}
+	c.AddCommand(newAgentHookCmd(g, names), newAgentInstallCmd(g, names, true), newAgentInstallCmd(g, names, false))
+	return c
+}
+
+type agentInstallOptions struct {
+	local, dryRun bool
+}
+
+func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command {
+	var o agentInstallOptions
+	verb, short := "install", "Write snapback's hooks into the project's settings for HARNESS"
+	long := short + ":\nClaude Code's .claude/settings.json (--local: .claude/settings.local.json),\n" +
+		"Gemini CLI's .gemini/settings.json, at the project root. The settings and hooks already there\n" +
+		"stay, in their order; an event that already runs snapback's hook is left as it is, so a\n" +
+		"second install changes nothing. The file is replaced atomically; one that is not valid\n" +
+		"JSON is refused, naming its line, and left as it is. The hooks run `snapback agent hook\n" +
+		"HARNESS`: snapback must be on the agent's PATH."
+	if !install {
+		verb, short = "uninstall", "Remove the hooks install wrote from the project's settings for HARNESS"
+		long = short + ":\nthe hooks whose command is `snapback agent hook HARNESS`, wherever\n" +
+			"they are, and nothing else (a group or event left empty goes too)."
+	}
+	c := &cobra.Command{
+		Use:       verb + " HARNESS [--local] [--dry-run]",
+		Short:     short,
+		Long:      long,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: names,
+		RunE: func(_ *cobra.Command, args []string) error {
+			return runAgentInstall(g, args[0], install, o)
+		},
+	}
+	c.Flags().BoolVar(&o.local, "local", false, "the settings file kept out of version control (Claude Code: .claude/settings.local.json)")
+	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the change as a diff, write nothing")
+	return c
+}
+
+func runAgentInstall(g *globals, name string, install bool, o agentInstallOptions) error {
+	h, err := agent.Find(name)
+	if err != nil {
+		return usageErr("agent: %v", err)
+	}
+	rel, err := h.SettingsFile(o.local)
+	if err != nil {
+		return usageErr("agent: %v", err)
+	}
+	root, err := g.rootDir()
+	if err != nil {
+		return err
+	}
+	edit := h.InstallHooks
+	if !install {
+		edit = h.UninstallHooks
+	}
+	c, err := edit(root, rel, !o.dryRun)
+	if err != nil {
+		// A settings file snapback cannot read is the user's to fix:
+		// it is left as it is.
+		return &exitError{code: 2, kind: "bad_settings", err: err}
+	}
+	if install && !o.dryRun {
+		if _, err := exec.LookPath("snapback"); err != nil {
+			g.warn(h.Title + " runs `" + h.Command() + "`, but snapback is not on this PATH: install it where the agent finds it")
+		}
+	}
+	diff := ""
+	if o.dryRun && c.Changed() {
+		diff, _ = difflib.GetUnifiedDiffString(difflib.UnifiedDiff{ // writes to a string: no error
+			A: difflib.SplitLines(string(c.Old)), B: difflib.SplitLines(string(c.New)),
+			FromFile: "a/" + c.File, ToFile: "b/" + c.File, Context: 3,
+		})
+	}
+	if g.json {
+		out := map[string]any{"harness": h.Name, "file": c.File, "changed": c.Changed(), "dry_run": o.dryRun, "events": nonNil(c.Events)}
+		if o.dryRun {
+			out["diff"] = diff
+		}
+		return g.printJSON(out)
+	}
+	switch {
+	case o.dryRun && c.Changed():
+		fmt.Fprint(g.stdout, diff)
+	case !c.Changed() && install:
+		fmt.Fprintf(g.stdout, "%s already runs snapback's hooks (%s)\n", c.File, h.Title)
+	case !c.Changed():
+		fmt.Fprintf(g.stdout, "%s holds no hook of snapback's (%s)\n", c.File, h.Title)
+	case install:
+		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+	default:
+		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+	}
+	return nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func newAgentHookCmd(g *globals, names []string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "hook HARNESS",
+		Short: "Act on one hook event of HARNESS (JSON on stdin), as the hooks install writes run it",
+		Long: "Act on one hook event of HARNESS: read the harness's hook payload (JSON) on stdin,\n" +
+			"note a turn, open or close the session's checkpoint, and answer as the harness expects.\n" +
+			"It always exits 0: a failure of snapback's is a one-line warning the harness shows,\n" +
+			"never a reason to stop the agent.",
+		Hidden:    true, // run by the agent's hooks, not by people
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: names,
+		RunE: func(c *cobra.Command, args []string) error {
+			h, err := agent.Find(args[0])
+			if err != nil {
+				// Still answer in a form the harnesses read, and exit 0.
+				h = &agent.Harness{}
+				_, werr := g.stdout.Write(h.Answer("warning: " + err.Error()))
+				return werr
+			}
+			_, err = g.stdout.Write(h.Answer(agentHook(g, h, c.InOrStdin())))
+			return err
+		},
+	}
+}
+
+// agentHook acts on one hook payload and returns what the user should
+// be told: "" when all went well and there is nothing to say.
+func agentHook(g *globals, h *agent.Harness, in io.Reader) (msg string) {
+	failed := func(err error) string {
+		return "warning: " + err.Error() + " (the agent goes on; this turn may not be undoable)"
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			msg = failed(fmt.Errorf("the hook failed: %v", r))
+		}
+	}()
+	p, err := agent.ReadPayload(in)
+	if err != nil {
+		return failed(err)
+	}
+	act := h.Decide(p)
+	if act == agent.None {
+		return "" // a reading tool, an event of no interest: at once
+	}
+	if p.Session == "" {
+		return failed(errors.New("hook payload: no session_id"))
+	}
+	if g.dir == "" { // -C, when given, wins
+		dir, err := h.Dir(p)
+		if err == nil {
+			err = os.Chdir(dir)
+		}
+		if err != nil {
+			return failed(err)
+		}
+	}
+	create := act == agent.NoteTurn || act == agent.OpenLazily
+	// Several hooks of a turn arrive at once; the first may snapshot a
+	// large tree: the others wait for it as checkpoint begin does.
+	repo, err := g.openForCheckpoint(create, "agent hook")
+	if errors.Is(err, snapshot.ErrNoStore) {
+		return "" // nothing was ever opened here: nothing to close
+	}
+	if err != nil {
+		return failed(err)
+	}
+	defer repo.Close()
+	note, err := h.Act(repo, p, act)
+	if err != nil {
+		return failed(err)
+	}
+	return note
+}

@@ -1,0 +1,261 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// The hook payloads in testdata/hooks are copied field for field from
+// the harnesses' published documentation:
+//
+//   - Claude Code: https://code.claude.com/docs/en/hooks, "Hook Input"
+//     (UserPromptSubmit, PreToolUse for Bash, Write, Edit and Read, Stop,
+//     SubagentStop, SessionEnd); the answer: "Hook Output", JSON on
+//     stdout with exit status 0, "systemMessage" shown to the user.
+//   - Gemini CLI: https://geminicli.com/docs/hooks/ (docs/hooks/index.md,
+//     "Common input fields", "Event-specific fields") and
+//     https://geminicli.com/docs/hooks/reference ("Base input schema",
+//     AfterAgent's fields; "Common output fields": only JSON on stdout).
+//
+// Only "cwd" is changed, to the test's project.
+
+// golden reads a documented payload, with its cwd set to cwd.
+func golden(t *testing.T, harness, name, cwd string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "hooks", harness, name+".json"))
+	treetest.Must(t, err)
+	var m map[string]any
+	treetest.Must(t, json.Unmarshal(b, &m))
+	m["cwd"] = cwd
+	b, err = json.Marshal(m)
+	treetest.Must(t, err)
+	return b
+}
+
+// hook feeds payload to `snapback agent hook HARNESS`, started in / (the
+// payload's cwd must lead it to the project), as the harness runs it; it
+// must exit 0. It returns what the user is shown: "" when the answer is
+// the harness's silent one.
+func hook(t *testing.T, bin, harness string, payload []byte) string {
+	t.Helper()
+	cmd, done := boundedCommand(2*time.Minute, bin, "agent", "hook", harness)
+	cmd.Dir, cmd.Env = "/", gitEnv()
+	cmd.Stdin = bytes.NewReader(payload)
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); done() || err != nil {
+		t.Fatalf("agent hook %s: %v (it must always exit 0)\nstdout:\n%s\nstderr:\n%s", harness, err, o.String(), e.String())
+	}
+	return answer(t, harness, o.String())
+}
+
+// answer checks a hook's stdout against the harness's documented format
+// and returns the message it shows the user.
+func answer(t *testing.T, harness, out string) string {
+	t.Helper()
+	quiet := "" // Claude Code adds a UserPromptSubmit hook's stdout to the model's context
+	if harness == "gemini-cli" {
+		quiet = "{}\n" // Gemini CLI parses stdout as JSON, always
+	}
+	if out == quiet {
+		return ""
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(out), &m); err != nil || len(m) != 1 || m["systemMessage"] == "" || strings.Count(out, "\n") != 1 {
+		t.Fatalf("%s hook answered %q: want %q or one line {\"systemMessage\": …}", harness, out, quiet)
+	}
+	return m["systemMessage"]
+}
+
+var stepRE = regexp.MustCompile(`^snapback: this turn is undo step ([0-9]{8}-[0-9]{6}-[0-9a-f]{6}) \(` + "`snapback undo`" + ` reverts it\)$`)
+
+// checkpointOpen returns the open checkpoint's session and message ("",
+// "" when none is open).
+func checkpointOpen(t *testing.T, bin, root string) (session, message string) {
+	t.Helper()
+	var st struct {
+		Open             bool
+		Session, Message string
+	}
+	treetest.Must(t, json.Unmarshal([]byte(sb(t, bin, root, "--json", "checkpoint", "status")), &st))
+	if !st.Open {
+		return "", ""
+	}
+	return st.Session, st.Message
+}
+
+// TestHookPayloads feeds each harness's documented payloads through the
+// binary: a reading tool does nothing at all; the prompt notes the turn
+// without opening anything; the first tool that writes opens the
+// checkpoint, with the prompt as its message; (Claude Code) a subagent's
+// end leaves it open; the turn's end closes it into one undo step, named
+// to the user; the session's end finds nothing left open and drops the
+// note; undo reverts the turn.
+func TestHookPayloads(t *testing.T) {
+	bin := snapbackBinary(t)
+	type events struct{ prompt, read, write, more, substop, stop, end, message string }
+	for harness, ev := range map[string]events{
+		"claude-code": {"UserPromptSubmit", "PreToolUse-Read", "PreToolUse-Write", "PreToolUse-Bash", "SubagentStop", "Stop", "SessionEnd",
+			"Write a function to calculate the factorial of a number"},
+		"gemini-cli": {"BeforeAgent", "BeforeTool-read_file", "BeforeTool-write_file", "", "", "AfterAgent", "SessionEnd",
+			"Fix the authentication bug"},
+	} {
+		t.Run(harness, func(t *testing.T) {
+			root := t.TempDir()
+			treetest.Write(t, root, "snapback.toml", "", 0o644)
+			treetest.Write(t, root, "src/a.txt", "one\n", 0o644)
+			before := treetest.Capture(t, root, snapshot.StoreDir)
+			cwd := filepath.Join(root, "src") // the agent works in a subdirectory
+			send := func(name string) string { return hook(t, bin, harness, golden(t, harness, name, cwd)) }
+
+			if msg := send(ev.read); msg != "" {
+				t.Fatalf("a reading tool: %q", msg)
+			}
+			if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+				t.Fatal("a reading tool's hook made the store: it must do nothing")
+			}
+			if msg := send(ev.prompt); msg != "" {
+				t.Fatalf("the prompt: %q", msg)
+			}
+			if s, _ := checkpointOpen(t, bin, root); s != "" {
+				t.Fatal("the prompt opened a checkpoint: a turn that only reads must leave nothing")
+			}
+			if msg := send(ev.write); msg != "" {
+				t.Fatalf("the first writing tool: %q", msg)
+			}
+			if s, m := checkpointOpen(t, bin, root); s != "abc123" || m != ev.message {
+				t.Fatalf("after the first writing tool, open checkpoint: session %q message %q", s, m)
+			}
+			treetest.Write(t, root, "src/a.txt", "two\n", 0o644) // what the tool does
+			treetest.Write(t, root, "src/b.txt", "new\n", 0o644)
+			if ev.more != "" {
+				if msg := send(ev.more); msg != "" {
+					t.Fatalf("a second writing tool: %q", msg)
+				}
+			}
+			if ev.substop != "" {
+				if msg := send(ev.substop); msg != "" {
+					t.Fatalf("a subagent's end: %q", msg)
+				}
+				if s, _ := checkpointOpen(t, bin, root); s != "abc123" {
+					t.Fatal("a subagent's end closed the turn's checkpoint")
+				}
+			}
+			m := stepRE.FindStringSubmatch(send(ev.stop))
+			if m == nil {
+				t.Fatalf("the turn's end did not name its undo step")
+			}
+			if s, _ := checkpointOpen(t, bin, root); s != "" {
+				t.Fatal("a checkpoint is still open after the turn's end")
+			}
+			var list struct{ Snapshots []snapshotJSON }
+			treetest.Must(t, json.Unmarshal([]byte(sb(t, bin, root, "--json", "list")), &list))
+			if len(list.Snapshots) != 1 || list.Snapshots[0].ID != m[1] || list.Snapshots[0].Kind != "checkpoint" ||
+				list.Snapshots[0].Session != "abc123" || list.Snapshots[0].Message != ev.message || list.Snapshots[0].Files != 2 {
+				t.Fatalf("list after the turn: %+v", list.Snapshots)
+			}
+			if msg := send(ev.end); msg != "" {
+				t.Fatalf("the session's end: %q", msg)
+			}
+			if notes, _ := os.ReadDir(filepath.Join(root, snapshot.StoreDir, "agent")); len(notes) != 0 {
+				t.Fatalf("the session's end left its note: %v", notes)
+			}
+			sb(t, bin, root, "undo")
+			treetest.Equal(t, "after undo", before, treetest.Capture(t, root, snapshot.StoreDir))
+		})
+	}
+}
+
+// TestHookFailsOpen: whatever goes wrong on snapback's side, the hook
+// exits 0 (the tool call proceeds) and shows the user one line saying
+// what failed.
+func TestHookFailsOpen(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "[snapshot]\nkeep = \"many\"\n", 0o644)
+	for _, harness := range []string{"claude-code", "gemini-cli"} {
+		write := map[string]string{"claude-code": "PreToolUse-Write", "gemini-cli": "BeforeTool-write_file"}[harness]
+		for what, c := range map[string]struct {
+			payload []byte
+			want    string
+		}{
+			"a bad snapback.toml": {golden(t, harness, write, root), `^snapback: warning: /\S+/snapback.toml:2: snapshot.keep: .*\(the agent goes on; this turn may not be undoable\)$`},
+			"no such directory":   {golden(t, harness, write, filepath.Join(root, "gone")), `^snapback: warning: chdir .*gone: no such file or directory \(the agent goes on`},
+			"a relative cwd":      {golden(t, harness, write, "src"), `^snapback: warning: hook payload: cwd "src" is not an absolute path`},
+			"not JSON":            {[]byte("{\"session_id\": "), `^snapback: warning: hook payload: not a whole JSON object`},
+			"no session":          {[]byte(`{"hook_event_name": "Stop", "cwd": "/"}`), `^snapback: warning: hook payload: no session_id`},
+		} {
+			if harness == "gemini-cli" && what == "no session" {
+				c.payload = []byte(`{"hook_event_name": "AfterAgent", "cwd": "/"}`)
+			}
+			if msg := hook(t, bin, harness, c.payload); !regexp.MustCompile(c.want).MatchString(msg) {
+				t.Errorf("%s, %s: the hook said %q, want %s", harness, what, msg, c.want)
+			}
+		}
+	}
+	if msg := hook(t, bin, "claude-code", []byte(`{"hook_event_name": "Notification", "session_id": "x", "cwd": "/nowhere"}`)); msg != "" {
+		t.Errorf("an event of no interest: %q (it must not even look at the project)", msg)
+	}
+	// An unknown harness: still exit 0 and a systemMessage.
+	if msg := hook(t, bin, "claude-code-x", []byte(`{}`)); !strings.Contains(msg, `unknown harness "claude-code-x"`) {
+		t.Errorf("an unknown harness: %q", msg)
+	}
+}
+
+// BenchmarkAgentHook measures what a hook costs the agent per tool call,
+// the process's start included (the harness starts one per event):
+// "ignored" is a reading tool's call (nothing to do), "open" a writing
+// tool's call while the turn's checkpoint is open already (the common
+// case after a turn's first write), in a project of 10,000 files; "exec"
+// is /bin/true, for scale. Run: go test -run '^$' -bench AgentHook
+// ./cmd/snapback/
+func BenchmarkAgentHook(b *testing.B) {
+	bin := snapbackBinary(b)
+	root := b.TempDir()
+	treetest.Write(b, root, "snapback.toml", "", 0o644)
+	for i := range 10000 {
+		treetest.Write(b, root, fmt.Sprintf("d%03d/f%04d.txt", i/100, i), fmt.Sprintf("file %d\n", i), 0o644)
+	}
+	payload := func(event, tool string) []byte {
+		b, _ := json.Marshal(map[string]any{"session_id": "bench", "cwd": root, "hook_event_name": event, "tool_name": tool, "tool_input": map[string]any{}, "prompt": "bench"})
+		return b
+	}
+	run := func(b *testing.B, name string, args []string, in []byte) {
+		cmd := exec.Command(name, args...)
+		cmd.Stdin = bytes.NewReader(in)
+		if out, err := cmd.CombinedOutput(); err != nil || (len(out) > 0 && !bytes.Contains(out, []byte("{}"))) {
+			b.Fatalf("%s: %v %s", name, err, out)
+		}
+	}
+	hookArgs := []string{"agent", "hook", "claude-code"}
+	run(b, bin, hookArgs, payload("UserPromptSubmit", ""))
+	run(b, bin, hookArgs, payload("PreToolUse", "Write"))
+	b.Run("exec", func(b *testing.B) {
+		for b.Loop() {
+			run(b, "/bin/true", nil, nil)
+		}
+	})
+	b.Run("ignored", func(b *testing.B) {
+		for b.Loop() {
+			run(b, bin, hookArgs, payload("PreToolUse", "Read"))
+		}
+	})
+	b.Run("open", func(b *testing.B) {
+		for b.Loop() {
+			run(b, bin, hookArgs, payload("PreToolUse", "Edit"))
+		}
+	})
+}
