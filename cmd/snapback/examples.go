@@ -21,12 +21,15 @@ var examples = map[string]string{
 	"version": "snapback version\nsnapback version --json",
 	"run": "snapback run make test\nsnapback run --then review sh -c 'npm install && npm test'\n" +
 		"snapback run --continue aadd13 go generate ./...\nsnapback run --mode copy -- ./-odd-name",
-	"status":                "snapback status\nsnapback status --json",
-	"commit":                "snapback commit\nsnapback commit aadd13 src/ docs/README.md\nsnapback commit --force",
-	"discard":               "snapback discard\nsnapback discard aadd13",
-	"shell":                 "snapback run --then review make\nsnapback shell   # look around the run's view, then exit",
-	"doctor":                "snapback doctor\nsnapback doctor --json",
-	"backends":              "snapback backends",
+	"status":   "snapback status\nsnapback status --json",
+	"commit":   "snapback commit\nsnapback commit aadd13 src/ docs/README.md\nsnapback commit --force",
+	"discard":  "snapback discard\nsnapback discard aadd13",
+	"shell":    "snapback run --then review make\nsnapback shell   # look around the run's view, then exit",
+	"doctor":   "snapback doctor\nsnapback doctor --json",
+	"backends": "snapback backends",
+	"mcp": "claude mcp add snapback -- snapback mcp   # Claude Code, started in the project\n" +
+		"claude mcp add snapback-ro -- snapback mcp --read-only   # status, list and diff only\n" +
+		"snapback -C ~/src/app mcp   # serve that project, whatever the directory",
 	"check":                 "snapback check\nsnapback check --read-data=false   # records only, fast\nsnapback check --repair",
 	"archive":               "snapback archive --catalog ~/backups create\nsnapback archive --catalog ~/backups list",
 	"archive create":        "snapback archive --catalog ~/backups create\nsnapback archive --catalog ~/backups create aadd13",

@@ -271,7 +271,7 @@ func newRootCmd(g *globals) *cobra.Command {
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
-		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newCheckpointCmd(g), newAgentCmd(g), newManCmd(),
+		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newCheckpointCmd(g), newAgentCmd(g), newMCPCmd(g), newManCmd(),
 	)
 	root.InitDefaultCompletionCmd() // as Execute would: for its examples
 	setExamples(root)

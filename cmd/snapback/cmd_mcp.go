@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/snapback/snapback/mcpserver"
+	"github.com/spf13/cobra"
+)
+
+type mcpOptions struct{ readOnly bool }
+
+func newMCPCmd(g *globals) *cobra.Command {
+	var o mcpOptions
+	c := &cobra.Command{
+		Use:   "mcp [--read-only]",
+		Short: "Serve snapback's verbs to a coding agent as MCP tools, over stdio",
+		Long: `Serve snapback's verbs as tools of the Model Context Protocol, over stdin
+and stdout, for a coding agent's harness to start: status, list and diff
+read; checkpoint (begin, end), undo, redo, commit and discard change
+things (--read-only leaves them out). Each tool takes the project's
+directory (default: the directory the server runs in, or -C DIR) and the
+verb's ids, paths and flags; its result is the verb's --json object, and
+a failure is a tool error carrying the verb's one-line message. The
+server ends when stdin closes.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error { return runMCP(g, o) },
+	}
+	c.Flags().BoolVar(&o.readOnly, "read-only", false, "serve only the tools that never change anything (status, list, diff)")
+	return c
+}
+
+func runMCP(g *globals, o mcpOptions) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("mcp: the snapback binary: %w", err)
+	}
+	dir, err := os.Getwd() // -C DIR is applied already
+	if err != nil {
+		return fmt.Errorf("mcp: working directory: %w", err)
+	}
+	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, ReadOnly: o.readOnly, Version: version})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err = s.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: nopWriteCloser{g.stdout}})
+	if ctx.Err() != nil || errors.Is(err, io.EOF) {
+		return nil // told to stop, or the client closed stdin: done
+	}
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return nil
+}
+
+// nopWriteCloser: the transport closes its writer at the end, and stdout
+// is not the server's to close.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -1,0 +1,326 @@
+// Package mcpserver serves snapback's verbs to a coding agent as tools of
+// the Model Context Protocol (MCP), through the official Go SDK
+// (github.com/modelcontextprotocol/go-sdk). `snapback mcp` runs it over
+// stdio.
+//
+// # Tools
+//
+// The reading tools are status, list and diff; the writing ones
+// checkpoint (begin, end), undo, redo, commit and discard. [Options.ReadOnly]
+// leaves the writing ones out: a client then neither sees them listed nor
+// can call them. Every tool takes an optional dir, the project (or any
+// directory inside it: the root is found from there as the CLI finds it),
+// relative to [Options.Dir] and defaulting to it.
+//
+// # One verb, one result
+//
+// Each call runs the verb itself: the snapback binary ([Options.Exe]) with
+// --json, in a process of its own. Its result is exactly the CLI's JSON
+// (docs/json.md, "version" included) as the tool's structured content and
+// its text; its failure is a tool error (isError) whose text is the CLI's
+// one-line message (and its hint line), with the CLI's error object
+// (version, error code, message, hint) as structured content. So the tools
+// and the verbs cannot drift apart, and a verb that fails in any way
+// (even a crash) fails one call, never the server. A process per call
+// also keeps what the verbs change for themselves apart: -C changes the
+// working directory of the whole process, and stdin is the protocol's.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Options say which binary the tools run, where, and which tools exist.
+type Options struct {
+	// Exe is the snapback binary each tool call runs (os.Executable()).
+	Exe string
+	// Dir is the project directory a call without dir works on; a
+	// relative dir is relative to it. It must be absolute.
+	Dir string
+	// ReadOnly serves only the tools that never change anything.
+	ReadOnly bool
+	// Version is the server's version, as the client sees it.
+	Version string
+}
+
+// instructions tell the model what the server is for.
+const instructions = `snapback makes changes to a project reversible: every run, checkpointed agent turn
+or snapshot is an undo step covering all files (untracked ones and .git included) and
+declared databases. Use status and diff to see what is pending or what changed, undo/redo
+to move through the history (list shows it), commit or discard to decide a pending run,
+checkpoint begin/end around a stretch of your own edits to make it one undo step.
+Results are snapback's --json objects (version 1).`
+
+// New makes the server with its tools; serve it with its Run method.
+func New(o Options) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "snapback", Version: o.Version},
+		&mcp.ServerOptions{Instructions: instructions})
+	r := &runner{exe: o.Exe, dir: o.Dir}
+	no := false
+	reading := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
+	// Undo, redo and commit save what they replace (redo, undo and undo
+	// bring it back): nothing is lost, so not "destructive".
+	reversible := &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no}
+	destructive := &mcp.ToolAnnotations{OpenWorldHint: &no}
+
+	addTool(s, r, &mcp.Tool{Name: "status", Annotations: reading, Description: "List the pending runs: runs " +
+		"whose changes wait in an isolated layer, not yet in the tree (each with its id, state, command, mode and " +
+		"number of changes). Result: `snapback status --json`: {version, runs: [...]}."},
+		func(in statusIn) []string { return []string{"status"} })
+	addTool(s, r, &mcp.Tool{Name: "list", Annotations: reading, Description: "List the snapshots, newest first: " +
+		"what undo can take back (runs, checkpointed turns, snaps), with which are undone. Result: " +
+		"`snapback list --json`: {version, snapshots: [...], store_bytes}."},
+		func(in listIn) []string { return flagged([]string{"list"}, in.All, "--all") })
+	addTool(s, r, &mcp.Tool{Name: "diff", Annotations: reading, Description: "Show what changed: a pending run's " +
+		"changes (default: the newest pending run), else what changed in the tree since a snapshot (default: " +
+		"the one undo would revert). Each change is a path with op A (added), D (deleted), M (modified) or T " +
+		"(type changed). Result: `snapback diff --json`: {version, snapshot, changes: [{path, op, type, ...}], " +
+		"targets, wrote_through, excluded}; with patch, each change's patch text in git's format."},
+		func(in diffIn) []string {
+			args := flagged(flagged([]string{"diff"}, in.Patch, "--patch"), in.Stat, "--stat")
+			return positional(args, in.ID, in.Paths)
+		})
+	if o.ReadOnly {
+		return s
+	}
+	addTool(s, r, &mcp.Tool{Name: "checkpoint", Annotations: reversible, Description: "Make a stretch of " +
+		"edits one undo step: action begin opens a checkpoint (a cheap incremental snapshot; a no-op when one " +
+		"is open), action end closes it into one undo step holding exactly the paths changed in between (none " +
+		"when nothing changed). Result: `snapback checkpoint begin --json`: {version, id, opened, session}; " +
+		"`snapback checkpoint end --json`: {version, id, state: done|dropped|none, ...}."},
+		func(in checkpointIn) []string {
+			args := []string{"checkpoint", in.Action}
+			if in.Message != "" && in.Action == "begin" {
+				args = append(args, "--message", in.Message)
+			}
+			if in.Session != "" {
+				args = append(args, "--session", in.Session)
+			}
+			return args
+		})
+	addTool(s, r, &mcp.Tool{Name: "undo", Annotations: reversible, Description: "Revert the newest snapshot not " +
+		"yet undone (a committed run, a checkpointed turn, a snap), or the one named by id, or every step of a " +
+		"session. Only the paths it changed are put back: edits made since to other files stay. Refused, " +
+		"changing nothing, when one of those paths was changed since (the error lists them) or while a run is " +
+		"pending, unless force (what force overwrites is saved first). redo puts it back. Result: `snapback " +
+		"undo --json`: {version, snapshot (the one reverted), saved (the state saved first)}."},
+		func(in undoIn) []string {
+			args := flagged([]string{"undo"}, in.Force, "--force")
+			if in.Session != "" {
+				args = append(args, "--session", in.Session)
+			}
+			return positional(args, in.ID, nil)
+		})
+	addTool(s, r, &mcp.Tool{Name: "redo", Annotations: reversible, Description: "Reapply the most recent undo. " +
+		"Result: `snapback redo --json`: {version, snapshot (the one put back), saved (the state saved first)}."},
+		func(in redoIn) []string { return flagged([]string{"redo"}, in.Force, "--force") })
+	addTool(s, r, &mcp.Tool{Name: "commit", Annotations: reversible, Description: "Move a pending run's changes " +
+		"(the newest pending run, or id) into the tree, only those at or below paths when given (the rest stays " +
+		"pending); what they replace is saved first, so undo reverts the commit. Refused, changing nothing, when " +
+		"a path it would write was changed in the tree since the run started (the error lists them), unless " +
+		"force. Result: `snapback commit --json`: {version, run, snapshot (null when the run changed nothing), partial}."},
+		func(in commitIn) []string {
+			args := flagged([]string{"commit"}, in.Force, "--force")
+			return positional(args, in.ID, in.Paths)
+		})
+	addTool(s, r, &mcp.Tool{Name: "discard", Annotations: destructive, Description: "Throw a pending run's " +
+		"changes away (the newest pending run, or id), as if it never ran; its saved database states are " +
+		"restored. This cannot be undone. Result: `snapback discard --json`: {version, discarded, kept_ignored, " +
+		"dropped_excluded}."},
+		func(in discardIn) []string { return positional([]string{"discard"}, in.ID, nil) })
+	return s
+}
+
+// The tools' inputs. Each holds the project's dir (see [project]).
+type (
+	statusIn struct{ project }
+	listIn   struct {
+		project
+		All bool `json:"all,omitempty" jsonschema:"also list the pre-undo and pre-redo records (the states undo and redo saved)"`
+	}
+	diffIn struct {
+		project
+		ID    string   `json:"id,omitempty" jsonschema:"a pending run or a snapshot: its whole id, a prefix of it, or the end of its last part (as status and list show them). Default: the newest pending run, else the snapshot undo would revert"`
+		Paths []string `json:"paths,omitempty" jsonschema:"only changes at or below these paths (relative to dir, or absolute)"`
+		Patch bool     `json:"patch,omitempty" jsonschema:"include each change's patch text, in git's format"`
+		Stat  bool     `json:"stat,omitempty" jsonschema:"include lines added and removed per file"`
+	}
+	checkpointIn struct {
+		project
+		Action  string `json:"action" jsonschema:"begin: open a checkpoint before a stretch of edits; end: close it into one undo step"`
+		Message string `json:"message,omitempty" jsonschema:"with begin: what the stretch is for (shown by list), such as the prompt's first line"`
+		Session string `json:"session,omitempty" jsonschema:"a name for the agent session the checkpoint belongs to (undo with session reverts a whole session)"`
+	}
+	undoIn struct {
+		project
+		ID      string `json:"id,omitempty" jsonschema:"the snapshot to revert: its whole id, a prefix, or the end of its last part (as list shows them). Default: the newest not yet undone"`
+		Session string `json:"session,omitempty" jsonschema:"revert every step of this checkpoint session instead"`
+		Force   bool   `json:"force,omitempty" jsonschema:"revert even over paths changed since (what it overwrites is saved first)"`
+	}
+	redoIn struct {
+		project
+		Force bool `json:"force,omitempty" jsonschema:"redo even over paths changed since the undo (what it overwrites is saved first)"`
+	}
+	commitIn struct {
+		project
+		ID    string   `json:"id,omitempty" jsonschema:"the pending run: its whole id, a prefix, or the end of its last part (as status shows them). Default: the newest pending run"`
+		Paths []string `json:"paths,omitempty" jsonschema:"commit only the changes at or below these paths (relative to dir, or absolute); the rest stays pending"`
+		Force bool     `json:"force,omitempty" jsonschema:"commit over paths changed in the tree since the run started (what it overwrites is saved first)"`
+	}
+	discardIn struct {
+		project
+		ID string `json:"id,omitempty" jsonschema:"the pending run: its whole id, a prefix, or the end of its last part (as status shows them). Default: the newest pending run"`
+	}
+)
+
+// project is the input every tool shares.
+type project struct {
+	Dir string `json:"dir,omitempty" jsonschema:"the project directory, or any directory inside it (the project root is found from there: the nearest ancestor holding snapback.toml or .snapback, else the top of the git work tree); relative to the server's directory, which is the default"`
+}
+
+func (p project) dir() string { return p.Dir }
+
+type hasDir interface{ dir() string }
+
+// addTool adds a tool whose call runs the verb argv gives for its input.
+func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In) []string) {
+	schema, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: schema of %s: %v", t.Name, err)) // a bug in the types above
+	}
+	if a, ok := schema.Properties["action"]; ok {
+		a.Enum = []any{"begin", "end"}
+	}
+	t.InputSchema = schema
+	mcp.AddTool(s, t, func(_ context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+		return r.run(in.dir(), argv(in)), nil, nil
+	})
+}
+
+// flagged appends flag to args when on.
+func flagged(args []string, on bool, flag string) []string {
+	if on {
+		return append(args, flag)
+	}
+	return args
+}
+
+// positional appends the id and the paths after "--", so that neither is
+// read as a flag. Without an id, a first path that could be read as one
+// (commit and diff take an id first, and "d13" may name a run) is made
+// "./d13", which only a path can be.
+func positional(args []string, id string, paths []string) []string {
+	if id == "" && len(paths) == 0 {
+		return args
+	}
+	args = append(args, "--")
+	if id != "" {
+		args = append(args, id)
+	} else if p := paths[0]; p != "" && !filepath.IsAbs(p) && !strings.HasPrefix(p, "./") && !strings.HasPrefix(p, "../") {
+		paths = append([]string{"./" + p}, paths[1:]...)
+	}
+	return append(args, paths...)
+}
+
+// runner runs one verb of the snapback binary per call.
+type runner struct {
+	exe string
+	dir string // the default project directory
+}
+
+// cliError is the CLI's error object (docs/json.md): the last line of its
+// stderr under --json.
+type cliError struct {
+	Version int    `json:"version"`
+	Error   string `json:"error"`
+	Hint    string `json:"hint,omitempty"`
+	Message string `json:"message"`
+}
+
+// run runs `snapback --json -C DIR VERB...` and makes its output the
+// call's result. A cancelled call does not stop the verb: killed half-way,
+// a verb that changes the tree leaves a journal for the next one to
+// finish, and each verb is short.
+func (r *runner) run(dir string, args []string) *mcp.CallToolResult {
+	verb := args[0]
+	if verb == "checkpoint" {
+		verb += " " + args[1]
+	}
+	switch {
+	case dir == "":
+		dir = r.dir
+	case !filepath.IsAbs(dir):
+		dir = filepath.Join(r.dir, dir)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return toolError(cliError{Version: 1, Error: "usage", Message: fmt.Sprintf("dir %s: not a directory", dir)}, "")
+	}
+	argv := append([]string{"--json", "-C", dir}, args...)
+	cmd := exec.Command(r.exe, argv...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr // stdin: /dev/null, never the protocol's
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return toolError(cliError{Version: 1, Error: "error", Message: fmt.Sprintf("snapback %s: %v", verb, err)}, "")
+	}
+	// What precedes the result or the error object on stderr are the
+	// CLI's own notes (warnings, a finished recovery): passed on, never
+	// dropped.
+	notes := strings.TrimSpace(stderr.String())
+	if err != nil {
+		last := notes
+		if i := strings.LastIndexByte(notes, '\n'); i >= 0 {
+			last, notes = notes[i+1:], strings.TrimSpace(notes[:i])
+		} else {
+			notes = ""
+		}
+		var ce cliError
+		if json.Unmarshal([]byte(last), &ce) != nil || ce.Message == "" {
+			// Not the CLI's error object: a crash, say. Say all it said.
+			ce = cliError{Version: 1, Error: "error", Message: fmt.Sprintf("snapback %s: %v", verb, err)}
+			if s := strings.TrimSpace(stderr.String()); s != "" {
+				ce.Message += ": " + s
+			}
+			notes = ""
+		}
+		return toolError(ce, notes)
+	}
+	// The CLI indents its JSON for people; a model reads it compact.
+	var out bytes.Buffer
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(stdout.Bytes(), &obj) != nil || json.Compact(&out, stdout.Bytes()) != nil {
+		return toolError(cliError{Version: 1, Error: "error", Message: fmt.Sprintf("snapback %s: its output is not a JSON object: %.200q", verb, stdout.Bytes())}, notes)
+	}
+	res := &mcp.CallToolResult{StructuredContent: json.RawMessage(out.Bytes()), Content: []mcp.Content{&mcp.TextContent{Text: out.String()}}}
+	if notes != "" {
+		res.Content = append(res.Content, &mcp.TextContent{Text: notes})
+	}
+	return res
+}
+
+// toolError is a failed call: the CLI's message (and its hint) as text,
+// its error object as structured content, and the notes that came before.
+func toolError(ce cliError, notes string) *mcp.CallToolResult {
+	text := ce.Message
+	if ce.Hint != "" {
+		text += "\nhint: " + ce.Hint
+	}
+	b, _ := json.Marshal(ce) // strings and an int always marshal
+	res := &mcp.CallToolResult{IsError: true, StructuredContent: json.RawMessage(b), Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	if notes != "" {
+		res.Content = append(res.Content, &mcp.TextContent{Text: notes})
+	}
+	return res
+}
