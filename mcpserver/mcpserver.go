@@ -77,19 +77,19 @@ func New(o Options) *mcp.Server {
 	addTool(s, r, &mcp.Tool{Name: "status", Annotations: reading, Description: "List the pending runs: runs " +
 		"whose changes wait in an isolated layer, not yet in the tree (each with its id, state, command, mode and " +
 		"number of changes). Result: `snapback status --json`: {version, runs: [...]}."},
-		func(in statusIn) []string { return []string{"status"} })
+		func(statusIn, string) ([]string, error) { return []string{"status"}, nil })
 	addTool(s, r, &mcp.Tool{Name: "list", Annotations: reading, Description: "List the snapshots, newest first: " +
 		"what undo can take back (runs, checkpointed turns, snaps), with which are undone. Result: " +
 		"`snapback list --json`: {version, snapshots: [...], store_bytes}."},
-		func(in listIn) []string { return flagged([]string{"list"}, in.All, "--all") })
+		func(in listIn, _ string) ([]string, error) { return flagged([]string{"list"}, in.All, "--all"), nil })
 	addTool(s, r, &mcp.Tool{Name: "diff", Annotations: reading, Description: "Show what changed: a pending run's " +
 		"changes (default: the newest pending run), else what changed in the tree since a snapshot (default: " +
 		"the one undo would revert). Each change is a path with op A (added), D (deleted), M (modified) or T " +
 		"(type changed). Result: `snapback diff --json`: {version, snapshot, changes: [{path, op, type, ...}], " +
 		"targets, wrote_through, excluded}; with patch, each change's patch text in git's format."},
-		func(in diffIn) []string {
+		func(in diffIn, _ string) ([]string, error) {
 			args := flagged(flagged([]string{"diff"}, in.Patch, "--patch"), in.Stat, "--stat")
-			return positional(args, in.ID, in.Paths)
+			return positional(args, in.ID, in.Paths), nil
 		})
 	if o.ReadOnly {
 		return s
@@ -99,7 +99,7 @@ func New(o Options) *mcp.Server {
 		"is open), action end closes it into one undo step holding exactly the paths changed in between (none " +
 		"when nothing changed). Result: `snapback checkpoint begin --json`: {version, id, opened, session}; " +
 		"`snapback checkpoint end --json`: {version, id, state: done|dropped|none, ...}."},
-		func(in checkpointIn) []string {
+		func(in checkpointIn, _ string) ([]string, error) {
 			args := []string{"checkpoint", in.Action}
 			if in.Message != "" && in.Action == "begin" {
 				args = append(args, "--message", in.Message)
@@ -107,7 +107,7 @@ func New(o Options) *mcp.Server {
 			if in.Session != "" {
 				args = append(args, "--session", in.Session)
 			}
-			return args
+			return args, nil
 		})
 	addTool(s, r, &mcp.Tool{Name: "undo", Annotations: reversible, Description: "Revert the newest snapshot not " +
 		"yet undone (a committed run, a checkpointed turn, a snap), or the one named by id, or every step of a " +
@@ -115,30 +115,40 @@ func New(o Options) *mcp.Server {
 		"changing nothing, when one of those paths was changed since (the error lists them) or while a run is " +
 		"pending, unless force (what force overwrites is saved first). redo puts it back. Result: `snapback " +
 		"undo --json`: {version, snapshot (the one reverted), saved (the state saved first)}."},
-		func(in undoIn) []string {
+		func(in undoIn, _ string) ([]string, error) {
 			args := flagged([]string{"undo"}, in.Force, "--force")
 			if in.Session != "" {
 				args = append(args, "--session", in.Session)
 			}
-			return positional(args, in.ID, nil)
+			return positional(args, in.ID, nil), nil
 		})
 	addTool(s, r, &mcp.Tool{Name: "redo", Annotations: reversible, Description: "Reapply the most recent undo. " +
 		"Result: `snapback redo --json`: {version, snapshot (the one put back), saved (the state saved first)}."},
-		func(in redoIn) []string { return flagged([]string{"redo"}, in.Force, "--force") })
+		func(in redoIn, _ string) ([]string, error) {
+			return flagged([]string{"redo"}, in.Force, "--force"), nil
+		})
 	addTool(s, r, &mcp.Tool{Name: "commit", Annotations: reversible, Description: "Move a pending run's changes " +
 		"(the newest pending run, or id) into the tree, only those at or below paths when given (the rest stays " +
 		"pending); what they replace is saved first, so undo reverts the commit. Refused, changing nothing, when " +
 		"a path it would write was changed in the tree since the run started (the error lists them), unless " +
 		"force. Result: `snapback commit --json`: {version, run, snapshot (null when the run changed nothing), partial}."},
-		func(in commitIn) []string {
+		func(in commitIn, dir string) ([]string, error) {
+			// The CLI reads commit's first argument as a path when a
+			// file of that name is here: the id would name the wrong
+			// thing.
+			if _, err := os.Lstat(filepath.Join(dir, in.ID)); in.ID != "" && err == nil {
+				return nil, fmt.Errorf("id %s is also the name of a file in %s: give the run's whole id (status shows it)", in.ID, dir)
+			}
 			args := flagged([]string{"commit"}, in.Force, "--force")
-			return positional(args, in.ID, in.Paths)
+			return positional(args, in.ID, in.Paths), nil
 		})
 	addTool(s, r, &mcp.Tool{Name: "discard", Annotations: destructive, Description: "Throw a pending run's " +
 		"changes away (the newest pending run, or id), as if it never ran; its saved database states are " +
 		"restored. This cannot be undone. Result: `snapback discard --json`: {version, discarded, kept_ignored, " +
 		"dropped_excluded}."},
-		func(in discardIn) []string { return positional([]string{"discard"}, in.ID, nil) })
+		func(in discardIn, _ string) ([]string, error) {
+			return positional([]string{"discard"}, in.ID, nil), nil
+		})
 	return s
 }
 
@@ -193,8 +203,9 @@ func (p project) dir() string { return p.Dir }
 
 type hasDir interface{ dir() string }
 
-// addTool adds a tool whose call runs the verb argv gives for its input.
-func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In) []string) {
+// addTool adds a tool whose call runs the verb argv gives for its input
+// and its project directory; an error of argv is a usage error.
+func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In, string) ([]string, error)) {
 	schema, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: schema of %s: %v", t.Name, err)) // a bug in the types above
@@ -204,7 +215,15 @@ func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In) []s
 	}
 	t.InputSchema = schema
 	mcp.AddTool(s, t, func(_ context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-		return r.run(in.dir(), argv(in)), nil, nil
+		dir, err := r.resolve(in.dir())
+		if err != nil {
+			return toolError(cliError{Version: 1, Error: "usage", Message: err.Error()}, ""), nil, nil
+		}
+		args, err := argv(in, dir)
+		if err != nil {
+			return toolError(cliError{Version: 1, Error: "usage", Message: err.Error()}, ""), nil, nil
+		}
+		return r.run(dir, args), nil, nil
 	})
 }
 
@@ -248,6 +267,21 @@ type cliError struct {
 	Message string `json:"message"`
 }
 
+// resolve makes a tool's dir absolute (relative to the server's), and
+// checks that it is a directory.
+func (r *runner) resolve(dir string) (string, error) {
+	switch {
+	case dir == "":
+		dir = r.dir
+	case !filepath.IsAbs(dir):
+		dir = filepath.Join(r.dir, dir)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("dir %s: not a directory", dir)
+	}
+	return dir, nil
+}
+
 // run runs `snapback --json -C DIR VERB...` and makes its output the
 // call's result. A cancelled call does not stop the verb: killed half-way,
 // a verb that changes the tree leaves a journal for the next one to
@@ -256,15 +290,6 @@ func (r *runner) run(dir string, args []string) *mcp.CallToolResult {
 	verb := args[0]
 	if verb == "checkpoint" {
 		verb += " " + args[1]
-	}
-	switch {
-	case dir == "":
-		dir = r.dir
-	case !filepath.IsAbs(dir):
-		dir = filepath.Join(r.dir, dir)
-	}
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return toolError(cliError{Version: 1, Error: "usage", Message: fmt.Sprintf("dir %s: not a directory", dir)}, "")
 	}
 	argv := append([]string{"--json", "-C", dir}, args...)
 	cmd := exec.Command(r.exe, argv...)
@@ -288,12 +313,10 @@ func (r *runner) run(dir string, args []string) *mcp.CallToolResult {
 		}
 		var ce cliError
 		if json.Unmarshal([]byte(last), &ce) != nil || ce.Message == "" {
-			// Not the CLI's error object: a crash, say. Say all it said.
-			ce = cliError{Version: 1, Error: "error", Message: fmt.Sprintf("snapback %s: %v", verb, err)}
-			if s := strings.TrimSpace(stderr.String()); s != "" {
-				ce.Message += ": " + s
-			}
-			notes = ""
+			// Not the CLI's error object: a crash, say. Its stderr
+			// follows the line saying so.
+			ce = cliError{Version: 1, Error: "error", Message: fmt.Sprintf("snapback %s: %v, without an error object", verb, err)}
+			notes = strings.TrimSpace(stderr.String())
 		}
 		return toolError(ce, notes)
 	}

@@ -1,0 +1,195 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// connect serves New(o) to the SDK's client over an in-memory pipe.
+func connect(t *testing.T, o Options) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := New(o).Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		parts = append(parts, c.(*mcp.TextContent).Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// fakeSnapback writes a shell script standing in for the snapback binary.
+// It is a fake for what the real binary does not do on purpose: crash
+// with a panic, or write what is not JSON (cmd/snapback's TestMCP runs
+// the real one). It also records its arguments in args.txt.
+func fakeSnapback(t *testing.T, body string) (exe, argsFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	exe, argsFile = filepath.Join(dir, "snapback"), filepath.Join(dir, "args.txt")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + argsFile + "\n" + body + "\n"
+	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return exe, argsFile
+}
+
+// TestVerbFailures: whatever the verb does, the call gets a result and
+// the server lives on: a crash without an error object is a tool error
+// that says so and carries the verb's stderr; output that is not JSON is
+// one too; the CLI's notes on stderr come along with a result.
+func TestVerbFailures(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, body string
+		isError    bool
+		want       []string
+	}{
+		{"panic", "echo 'panic: runtime error' >&2; echo 'goroutine 1 [running]:' >&2; exit 2", true,
+			[]string{"snapback status: exit status 2, without an error object", "panic: runtime error\ngoroutine 1"}},
+		{"not json", "echo 'hello'", true, []string{"snapback status: its output is not a JSON object"}},
+		{"killed", "kill -9 $$", true, []string{"snapback status: signal: killed, without an error object"}},
+		{"error object", `echo 'snapback: warning: a note' >&2; echo '{"version":1,"error":"locked","message":"the store is locked by pid 7"}' >&2; exit 2`,
+			true, []string{"the store is locked by pid 7", "snapback: warning: a note"}},
+		{"result with a note", `echo 'snapback: warning: a note' >&2; printf '{\n  "version": 1,\n  "runs": []\n}\n'`,
+			false, []string{`{"version":1,"runs":[]}`, "snapback: warning: a note"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exe, _ := fakeSnapback(t, tc.body)
+			cs := connect(t, Options{Exe: exe, Dir: t.TempDir()})
+			for range 2 { // the second call: the server is still there
+				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "status", Arguments: map[string]any{}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.IsError != tc.isError {
+					t.Fatalf("isError %v, want %v: %s", res.IsError, tc.isError, resultText(res))
+				}
+				text := resultText(res)
+				for _, w := range tc.want {
+					if !strings.Contains(text, w) {
+						t.Fatalf("result %q lacks %q", text, w)
+					}
+				}
+				b, _ := json.Marshal(res.StructuredContent)
+				var v struct{ Version int }
+				if json.Unmarshal(b, &v) != nil || v.Version != 1 {
+					t.Fatalf("structured content %s lacks \"version\": 1", b)
+				}
+			}
+		})
+	}
+}
+
+// TestArguments: each tool's input becomes the verb's arguments: global
+// flags first, the verb's flags, then "--" and the ids and paths, a first
+// path that could be read as an id made ./PATH; dir is relative to the
+// server's directory.
+func TestArguments(t *testing.T) {
+	ctx := context.Background()
+	exe, argsFile := fakeSnapback(t, `echo '{"version":1}'`)
+	base := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(base, "sub", "d13"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cs := connect(t, Options{Exe: exe, Dir: base})
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want []string // after --json -C DIR
+		dir  string
+	}{
+		{"status", nil, []string{"status"}, base},
+		{"list", map[string]any{"all": true, "dir": "sub"}, []string{"list", "--all"}, filepath.Join(base, "sub")},
+		{"diff", map[string]any{"paths": []string{"src", "/abs", "./x"}, "patch": true}, []string{"diff", "--patch", "--", "./src", "/abs", "./x"}, base},
+		{"diff", map[string]any{"id": "-aadd13", "paths": []string{"src"}, "stat": true}, []string{"diff", "--stat", "--", "-aadd13", "src"}, base},
+		{"commit", map[string]any{"paths": []string{"d13"}, "force": true}, []string{"commit", "--force", "--", "./d13"}, base},
+		{"commit", map[string]any{"id": "aadd13"}, []string{"commit", "--", "aadd13"}, base},
+		{"discard", map[string]any{"id": "aadd13"}, []string{"discard", "--", "aadd13"}, base},
+		{"undo", map[string]any{"session": "s1", "force": true}, []string{"undo", "--force", "--session", "s1"}, base},
+		{"undo", map[string]any{"id": "aadd13"}, []string{"undo", "--", "aadd13"}, base},
+		{"redo", map[string]any{}, []string{"redo"}, base},
+		{"checkpoint", map[string]any{"action": "begin", "message": "fix the tests", "session": "s1"}, []string{"checkpoint", "begin", "--message", "fix the tests", "--session", "s1"}, base},
+		{"checkpoint", map[string]any{"action": "end", "session": "s1"}, []string{"checkpoint", "end", "--session", "s1"}, base},
+	} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if err != nil || res.IsError {
+			t.Fatalf("%s %v: %v %s", tc.tool, tc.args, err, resultText(res))
+		}
+		b, err := os.ReadFile(argsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		want := append([]string{"--json", "-C", tc.dir}, tc.want...)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s %v ran snapback %q, want %q", tc.tool, tc.args, got, want)
+		}
+	}
+	// Refused before any verb runs: a dir that is no directory, and an
+	// id of commit that the CLI would read as a path (sub/d13 exists).
+	os.Remove(argsFile)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"status", map[string]any{"dir": "nowhere"}, "dir " + filepath.Join(base, "nowhere") + ": not a directory"},
+		{"commit", map[string]any{"dir": "sub", "id": "d13"}, "id d13 is also the name of a file in " + filepath.Join(base, "sub")},
+	} {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if err != nil || !res.IsError || !strings.HasPrefix(resultText(res), tc.want) {
+			t.Fatalf("%s %v: %v %q, want a tool error %q", tc.tool, tc.args, err, resultText(res), tc.want)
+		}
+	}
+	if _, err := os.Stat(argsFile); err == nil {
+		t.Fatal("a refused call ran the verb")
+	}
+}
+
+// TestReadOnly: --read-only serves the reading tools only, and a call of
+// another is refused without running anything.
+func TestReadOnly(t *testing.T) {
+	ctx := context.Background()
+	exe, argsFile := fakeSnapback(t, `echo '{"version":1}'`)
+	cs := connect(t, Options{Exe: exe, Dir: t.TempDir(), ReadOnly: true})
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		if !tool.Annotations.ReadOnlyHint {
+			t.Errorf("%s is not marked read-only", tool.Name)
+		}
+	}
+	if slices.Sort(names); !slices.Equal(names, []string{"diff", "list", "status"}) {
+		t.Fatalf("tools %v", names)
+	}
+	if r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "undo", Arguments: map[string]any{}}); err == nil {
+		t.Fatalf("undo in read-only mode: %s", resultText(r))
+	}
+	if _, err := os.Stat(argsFile); err == nil {
+		t.Fatal("a refused call ran the verb")
+	}
+}
