@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,6 +229,25 @@ func TestMCP(t *testing.T) {
 	call(t, ctx, s, "list", nil, false, &ls)
 	if len(ls.Snapshots) == 0 || ls.Snapshots[0].ID != copyRun {
 		t.Fatalf("list: %+v, want %s first", ls.Snapshots, copyRun)
+	}
+
+	// Parallel calls, as the tool calls of one turn arrive: each waits
+	// for the store's lock in its own process, and each gets its answer.
+	errs := make(chan error, 6)
+	for i := range 6 {
+		go func() {
+			name := []string{"status", "list", "diff"}[i%3]
+			res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: map[string]any{}})
+			if err == nil && res.IsError {
+				err = errors.New(text(res))
+			}
+			errs <- err
+		}()
+	}
+	for range 6 {
+		if err := <-errs; err != nil {
+			t.Fatalf("parallel calls: %v", err)
+		}
 	}
 
 	// diff: the pending run's changes, and limited to src/.
