@@ -6,7 +6,7 @@
 // # Tools
 //
 // The reading tools are status, list and diff; the writing ones
-// checkpoint (begin, end), undo, redo, commit and discard. [Options.ReadOnly]
+// checkpoint (begin, end, status), undo, redo, commit and discard. [Options.ReadOnly]
 // leaves the writing ones out: a client then neither sees them listed nor
 // can call them. Every tool takes an optional dir, the project (or any
 // directory inside it: the root is found from there as the CLI finds it),
@@ -88,8 +88,15 @@ func New(o Options) *mcp.Server {
 		"(type changed). Result: `snapback diff --json`: {version, snapshot, changes: [{path, op, type, ...}], " +
 		"targets, wrote_through, excluded}; with patch, each change's patch text in git's format."},
 		func(in diffIn, _ string) ([]string, error) {
+			// diff reads what follows "--" as paths, and an id before it.
 			args := flagged(flagged([]string{"diff"}, in.Patch, "--patch"), in.Stat, "--stat")
-			return positional(args, in.ID, in.Paths), nil
+			if in.ID != "" {
+				args = append(args, in.ID)
+			}
+			if len(in.Paths) > 0 {
+				args = append(append(args, "--"), in.Paths...)
+			}
+			return args, nil
 		})
 	if o.ReadOnly {
 		return s
@@ -97,14 +104,16 @@ func New(o Options) *mcp.Server {
 	addTool(s, r, &mcp.Tool{Name: "checkpoint", Annotations: reversible, Description: "Make a stretch of " +
 		"edits one undo step: action begin opens a checkpoint (a cheap incremental snapshot; a no-op when one " +
 		"is open), action end closes it into one undo step holding exactly the paths changed in between (none " +
-		"when nothing changed). Result: `snapback checkpoint begin --json`: {version, id, opened, session}; " +
-		"`snapback checkpoint end --json`: {version, id, state: done|dropped|none, ...}."},
+		"when nothing changed); status says whether one is open. While one is open, undo, redo and commit are " +
+		"refused. Result: `snapback checkpoint begin --json`: {version, id, opened, session, message, created_at}; " +
+		"`checkpoint end --json`: {version, id, state: done|dropped|none, files, changes, ...}; `checkpoint status " +
+		"--json`: {version, open, id, session, message, created_at}."},
 		func(in checkpointIn, _ string) ([]string, error) {
 			args := []string{"checkpoint", in.Action}
 			if in.Message != "" && in.Action == "begin" {
 				args = append(args, "--message", in.Message)
 			}
-			if in.Session != "" {
+			if in.Session != "" && in.Action != "status" {
 				args = append(args, "--session", in.Session)
 			}
 			return args, nil
@@ -168,7 +177,7 @@ type (
 	}
 	checkpointIn struct {
 		project
-		Action  string `json:"action" jsonschema:"begin: open a checkpoint before a stretch of edits; end: close it into one undo step"`
+		Action  string `json:"action" jsonschema:"begin: open a checkpoint before a stretch of edits; end: close it into one undo step; status: say whether one is open, since when, for which session"`
 		Message string `json:"message,omitempty" jsonschema:"with begin: what the stretch is for (shown by list), such as the prompt's first line"`
 		Session string `json:"session,omitempty" jsonschema:"a name for the agent session the checkpoint belongs to (undo with session reverts a whole session)"`
 	}
@@ -211,7 +220,7 @@ func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In, str
 		panic(fmt.Sprintf("mcpserver: schema of %s: %v", t.Name, err)) // a bug in the types above
 	}
 	if a, ok := schema.Properties["action"]; ok {
-		a.Enum = []any{"begin", "end"}
+		a.Enum = []any{"begin", "end", "status"}
 	}
 	t.InputSchema = schema
 	mcp.AddTool(s, t, func(_ context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
@@ -237,8 +246,8 @@ func flagged(args []string, on bool, flag string) []string {
 
 // positional appends the id and the paths after "--", so that neither is
 // read as a flag. Without an id, a first path that could be read as one
-// (commit and diff take an id first, and "d13" may name a run) is made
-// "./d13", which only a path can be.
+// (commit takes an id first, and "d13" may name a run) is made "./d13",
+// which only a path can be.
 func positional(args []string, id string, paths []string) []string {
 	if id == "" && len(paths) == 0 {
 		return args

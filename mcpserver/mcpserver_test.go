@@ -120,9 +120,11 @@ func TestArguments(t *testing.T) {
 	}{
 		{"status", nil, []string{"status"}, base},
 		{"list", map[string]any{"all": true, "dir": "sub"}, []string{"list", "--all"}, filepath.Join(base, "sub")},
-		{"diff", map[string]any{"paths": []string{"src", "/abs", "./x"}, "patch": true}, []string{"diff", "--patch", "--", "./src", "/abs", "./x"}, base},
-		{"diff", map[string]any{"id": "-aadd13", "paths": []string{"src"}, "stat": true}, []string{"diff", "--stat", "--", "-aadd13", "src"}, base},
-		{"commit", map[string]any{"paths": []string{"d13"}, "force": true}, []string{"commit", "--force", "--", "./d13"}, base},
+		{"diff", map[string]any{"paths": []string{"src", "/abs"}, "patch": true}, []string{"diff", "--patch", "--", "src", "/abs"}, base},
+		{"diff", map[string]any{"id": "aadd13", "paths": []string{"src"}, "stat": true}, []string{"diff", "--stat", "aadd13", "--", "src"}, base},
+		{"diff", map[string]any{"id": "aadd13"}, []string{"diff", "aadd13"}, base},
+		{"commit", map[string]any{"paths": []string{"d13", "/abs", "./x"}, "force": true}, []string{"commit", "--force", "--", "./d13", "/abs", "./x"}, base},
+		{"commit", map[string]any{"id": "-aadd13", "paths": []string{"src"}}, []string{"commit", "--", "-aadd13", "src"}, base},
 		{"commit", map[string]any{"id": "aadd13"}, []string{"commit", "--", "aadd13"}, base},
 		{"discard", map[string]any{"id": "aadd13"}, []string{"discard", "--", "aadd13"}, base},
 		{"undo", map[string]any{"session": "s1", "force": true}, []string{"undo", "--force", "--session", "s1"}, base},
@@ -130,6 +132,7 @@ func TestArguments(t *testing.T) {
 		{"redo", map[string]any{}, []string{"redo"}, base},
 		{"checkpoint", map[string]any{"action": "begin", "message": "fix the tests", "session": "s1"}, []string{"checkpoint", "begin", "--message", "fix the tests", "--session", "s1"}, base},
 		{"checkpoint", map[string]any{"action": "end", "session": "s1"}, []string{"checkpoint", "end", "--session", "s1"}, base},
+		{"checkpoint", map[string]any{"action": "status"}, []string{"checkpoint", "status"}, base},
 	} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
 		if err != nil || res.IsError {

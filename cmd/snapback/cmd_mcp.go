@@ -23,7 +23,7 @@ func newMCPCmd(g *globals) *cobra.Command {
 		Short: "Serve snapback's verbs to a coding agent as MCP tools, over stdio",
 		Long: `Serve snapback's verbs as tools of the Model Context Protocol, over stdin
 and stdout, for a coding agent's harness to start: status, list and diff
-read; checkpoint (begin, end), undo, redo, commit and discard change
+read; checkpoint (begin, end, status), undo, redo, commit and discard change
 things (--read-only leaves them out). Each tool takes the project's
 directory (default: the directory the server runs in, or -C DIR) and the
 verb's ids, paths and flags; its result is the verb's --json object, and

@@ -368,7 +368,21 @@ func TestMCP(t *testing.T) {
 	if !cb.Opened {
 		t.Fatalf("checkpoint begin: %+v", cb)
 	}
+	var cs struct {
+		Open bool   `json:"open"`
+		ID   string `json:"id"`
+	}
+	call(t, ctx, s, "checkpoint", map[string]any{"action": "status"}, false, &cs)
+	if !cs.Open || cs.ID != cb.ID {
+		t.Fatalf("checkpoint status: %+v, want %s open", cs, cb.ID)
+	}
 	treetest.Write(t, root, "docs/e.txt", "agent\n", 0o644)
+	res = call(t, ctx, s, "undo", nil, true, nil) // refused while it is open
+	var code struct{ Error string }
+	b, _ := json.Marshal(res.StructuredContent)
+	if json.Unmarshal(b, &code); code.Error != "checkpoint_open" {
+		t.Fatalf("undo while a checkpoint is open: %s", b)
+	}
 	var ckEnd struct {
 		ID    string `json:"id"`
 		State string `json:"state"`
