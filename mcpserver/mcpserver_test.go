@@ -3,7 +3,9 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -194,5 +196,63 @@ func TestReadOnly(t *testing.T) {
 	}
 	if _, err := os.Stat(argsFile); err == nil {
 		t.Fatal("a refused call ran the verb")
+	}
+}
+
+// realSnapback builds the snapback binary into a temp dir, and a project
+// with a store and one snapshot.
+func realSnapback(b *testing.B) (exe, root string) {
+	b.Helper()
+	dir := b.TempDir()
+	exe, root = filepath.Join(dir, "snapback"), filepath.Join(dir, "p")
+	if out, err := exec.Command("go", "build", "-o", exe, "github.com/snapback/snapback/cmd/snapback").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "src"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 100 {
+		if err := os.WriteFile(filepath.Join(root, "src", fmt.Sprintf("f%d.txt", i)), []byte("x\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if out, err := exec.Command(exe, "-C", root, "snap").CombinedOutput(); err != nil {
+		b.Fatalf("snap: %v\n%s", err, out)
+	}
+	return exe, root
+}
+
+// BenchmarkToolCall: a list call through the server (the protocol, then
+// the verb's process), against BenchmarkVerb, the same verb run directly.
+func BenchmarkToolCall(b *testing.B) {
+	exe, root := realSnapback(b)
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := New(Options{Exe: exe, Dir: root}).Connect(ctx, st, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	b.ResetTimer()
+	for range b.N {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list", Arguments: map[string]any{}})
+		if err != nil || res.IsError {
+			b.Fatal(err, resultText(res))
+		}
+	}
+}
+
+func BenchmarkVerb(b *testing.B) {
+	exe, root := realSnapback(b)
+	b.ResetTimer()
+	for range b.N {
+		if out, err := exec.Command(exe, "--json", "-C", root, "list").CombinedOutput(); err != nil {
+			b.Fatalf("list: %v\n%s", err, out)
+		}
 	}
 }
