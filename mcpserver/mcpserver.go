@@ -65,7 +65,9 @@ Results are snapback's --json objects (version 1).`
 // New makes the server with its tools; serve it with its Run method.
 func New(o Options) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "snapback", Version: o.Version},
-		&mcp.ServerOptions{Instructions: instructions})
+		// No logging capability (the SDK's default): the server sends
+		// no log messages; what a verb warns of comes with its result.
+		&mcp.ServerOptions{Instructions: instructions, Capabilities: &mcp.ServerCapabilities{}})
 	r := &runner{exe: o.Exe, dir: o.Dir}
 	no := false
 	reading := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}

@@ -177,6 +177,9 @@ func TestReadOnly(t *testing.T) {
 	ctx := context.Background()
 	exe, argsFile := fakeSnapback(t, `echo '{"version":1}'`)
 	cs := connect(t, Options{Exe: exe, Dir: t.TempDir(), ReadOnly: true})
+	if c := cs.InitializeResult().Capabilities; c.Tools == nil || c.Logging != nil {
+		t.Errorf("capabilities: tools %v, logging %v; want tools only", c.Tools, c.Logging)
+	}
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
