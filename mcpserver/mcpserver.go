@@ -124,8 +124,9 @@ func New(o Options) *mcp.Server {
 		"yet undone (a committed run, a checkpointed turn, a snap), or the one named by id, or every step of a " +
 		"session. Only the paths it changed are put back: edits made since to other files stay. Refused, " +
 		"changing nothing, when one of those paths was changed since (the error lists them) or while a run is " +
-		"pending, unless force (what force overwrites is saved first). redo puts it back. Result: `snapback " +
-		"undo --json`: {version, snapshot (the one reverted), saved (the state saved first)}."},
+		"pending, unless force (what force overwrites is saved first), and while a checkpoint is open. redo puts " +
+		"it back. Result: `snapback undo --json`: {version, snapshot (the one reverted), saved (the state saved " +
+		"first)}; with session, also session and snapshots (every step it reverted)."},
 		func(in undoIn, _ string) ([]string, error) {
 			args := flagged([]string{"undo"}, in.Force, "--force")
 			if in.Session != "" {
