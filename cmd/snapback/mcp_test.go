@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -382,5 +383,28 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("checkpoint end: %+v", ckEnd)
 	}
 	call(t, ctx, s, "undo", nil, false, &ud)
+	if ud.Snapshot.ID != ckEnd.ID {
+		t.Fatalf("undo reverted %s, want the checkpoint %s", ud.Snapshot.ID, ckEnd.ID)
+	}
 	want("undo of the checkpoint", map[string]string{"docs/e.txt": "", "a.txt": "A\n"})
+
+	// Two turns of session s2, reverted at once by undo with session.
+	for i, f := range []string{"docs/t1.txt", "docs/t2.txt"} {
+		call(t, ctx, s, "checkpoint", map[string]any{"action": "begin", "message": fmt.Sprint("turn ", i+1), "session": "s2"}, false, nil)
+		treetest.Write(t, root, f, "turn\n", 0o644)
+		call(t, ctx, s, "checkpoint", map[string]any{"action": "end", "session": "s2"}, false, &ckEnd)
+		if ckEnd.State != "done" {
+			t.Fatalf("checkpoint end of turn %d: %+v", i+1, ckEnd)
+		}
+	}
+	want("two turns", map[string]string{"docs/t1.txt": "turn\n", "docs/t2.txt": "turn\n"})
+	var us struct {
+		Session   string            `json:"session"`
+		Snapshots []json.RawMessage `json:"snapshots"`
+	}
+	call(t, ctx, s, "undo", map[string]any{"session": "s2"}, false, &us)
+	if us.Session != "s2" || len(us.Snapshots) != 2 {
+		t.Fatalf("undo of session s2: %+v", us)
+	}
+	want("undo of session s2", map[string]string{"docs/t1.txt": "", "docs/t2.txt": "", "a.txt": "A\n", "docs/c.txt": "c\n"})
 }
