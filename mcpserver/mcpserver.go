@@ -78,7 +78,8 @@ func New(o Options) *mcp.Server {
 
 	addTool(s, r, &mcp.Tool{Name: "status", Annotations: reading, Description: "List the pending runs: runs " +
 		"whose changes wait in an isolated layer, not yet in the tree (each with its id, state, command, mode and " +
-		"number of changes). Result: `snapback status --json`: {version, runs: [...]}."},
+		"number of changes), and the open checkpoint if there is one. Result: `snapback status --json`: " +
+		"{version, runs: [...], checkpoint}."},
 		func(statusIn, string) ([]string, error) { return []string{"status"}, nil })
 	addTool(s, r, &mcp.Tool{Name: "list", Annotations: reading, Description: "List the snapshots, newest first: " +
 		"what undo can take back (runs, checkpointed turns, snaps), with which are undone. Result: " +
