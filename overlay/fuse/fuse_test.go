@@ -480,3 +480,63 @@ func TestKilledServer(t *testing.T) {
 		t.Errorf("upper layer: %q", got)
 	}
 }
+
+// TestListings checks directory listings without directory handles (the
+// kernel is told OPENDIR is not implemented, so the server keeps one
+// listing per directory): long listings that take many READDIRPLUS
+// replies, readers at once, a reader that stops early, and listings
+// after changes.
+func TestListings(t *testing.T) {
+	const n = 3000
+	long := strings.Repeat("x", 200) // a few names fill a READDIRPLUS reply
+	_, _, mnt, _ := view(t, func(l string) {
+		treetest.Must(t, os.Mkdir(filepath.Join(l, "d"), 0o755))
+		for i := 0; i < n; i++ {
+			treetest.Write(t, l, fmt.Sprintf("d/%s%05d", long, i), "", 0o644)
+		}
+	})
+	d := filepath.Join(mnt, "d")
+	count := func() int {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Error(err)
+		}
+		return len(ents)
+	}
+	// A reader that stops after a few entries, then full readers at once.
+	f, err := os.Open(d)
+	treetest.Must(t, err)
+	if few, err := f.Readdirnames(5); err != nil || len(few) != 5 {
+		t.Fatalf("first 5 names: %v, %v", few, err)
+	}
+	got := make(chan int, 4)
+	for i := 0; i < 4; i++ {
+		go func() { got <- count() }()
+	}
+	for i := 0; i < 4; i++ {
+		if c := <-got; c != n {
+			t.Errorf("a concurrent listing has %d entries, want %d", c, n)
+		}
+	}
+	rest, err := f.Readdirnames(-1)
+	treetest.Must(t, err)
+	treetest.Must(t, f.Close())
+	if len(rest) != n-5 {
+		t.Errorf("the stopped reader's rest: %d entries, want %d", len(rest), n-5)
+	}
+	// Changes show in the next listing (the kernel's cached one is dropped).
+	treetest.Must(t, os.WriteFile(filepath.Join(d, "new"), nil, 0o644))
+	treetest.Must(t, os.Remove(filepath.Join(d, fmt.Sprintf("%s%05d", long, 7))))
+	treetest.Must(t, os.Rename(filepath.Join(d, fmt.Sprintf("%s%05d", long, 8)), filepath.Join(mnt, "moved")))
+	if c := count(); c != n-1 {
+		t.Errorf("after create, unlink and rename out: %d entries, want %d", c, n-1)
+	}
+	if got := names(t, mnt); got != "d moved" {
+		t.Errorf("root: %q", got)
+	}
+	// fsync of a directory without a handle of the kernel's.
+	g, err := os.Open(d)
+	treetest.Must(t, err)
+	defer g.Close() // read-only
+	treetest.Must(t, g.Sync())
+}
