@@ -330,3 +330,48 @@ func RemoveAll(path string) error {
 	defer parent.Close()
 	return parent.RemoveAll(filepath.Base(path))
 }
+
+// Walk calls fn for every entry below d, parents before their children,
+// with the directory holding it, its name there, its path relative to d
+// and its stat; fn returns whether to enter a directory. It works from
+// directory descriptors, so no path is too long for it (an absolute
+// path string, as filepath.WalkDir builds, passes PATH_MAX where the
+// tree's own relative paths do not). An entry removed meanwhile is
+// skipped.
+func (d *Dir) Walk(fn func(d *Dir, name, rel string, st *unix.Stat_t) (enter bool, err error)) error {
+	return d.walk("", fn)
+}
+
+func (d *Dir) walk(prefix string, fn func(d *Dir, name, rel string, st *unix.Stat_t) (bool, error)) error {
+	names, err := d.ReadDirNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		st, err := d.Lstat(name)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		enter, err := fn(d, name, prefix+name, &st)
+		if err != nil {
+			return err
+		}
+		if !enter || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		sub, err := d.OpenDir(name)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		err = sub.walk(prefix+name+"/", fn)
+		sub.Close() // read-only
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
+
+	"github.com/snapback/snapback/fsutil"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,27 +13,31 @@ import (
 // Size is the space the store takes on disk (as du counts it: blocks, each
 // inode once).
 func (s *Store) Size() (int64, error) {
-	var n int64
+	n := int64(0)
 	seen := map[[2]uint64]bool{}
-	err := filepath.WalkDir(s.Dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
-				return nil // removed meanwhile, or a run's work dir overlayfs left mode 0
-			}
-			return err
-		}
-		var st unix.Stat_t
-		if unix.Lstat(p, &st) != nil {
-			return nil
-		}
+	count := func(st *unix.Stat_t) {
 		key := [2]uint64{uint64(st.Dev), st.Ino}
 		if !seen[key] {
 			seen[key] = true
 			n += st.Blocks * 512
 		}
-		return nil
-	})
+	}
+	d, err := fsutil.OpenRoot(s.Dir)
 	if err != nil {
+		return 0, fmt.Errorf("store size: %w", err)
+	}
+	defer d.Close() // read-only
+	var top unix.Stat_t
+	if err := unix.Fstat(d.Fd(), &top); err == nil {
+		count(&top)
+	}
+	err = d.Walk(func(_ *fsutil.Dir, _, _ string, st *unix.Stat_t) (bool, error) {
+		count(st)
+		return true, nil
+	})
+	// A directory an ordinary user cannot read (a run's work dir overlayfs
+	// left mode 0) ends the count there: the size is then a lower bound.
+	if err != nil && !errors.Is(err, fs.ErrPermission) {
 		return 0, fmt.Errorf("store size: %w", err)
 	}
 	return n, nil

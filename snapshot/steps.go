@@ -6,10 +6,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
+	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,36 +56,25 @@ type layerStamp struct {
 
 // stampLayer reads the upper layer's paths and their stamps.
 func (r *Repo) stampLayer(id string) (map[string]layerStamp, error) {
-	upper := r.UpperDir(id)
 	out := map[string]layerStamp{}
-	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == upper {
-			return nil
-		}
-		if p == filepath.Join(upper, StoreDir) {
+	upper, err := fsutil.OpenRoot(r.UpperDir(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return out, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("read upper layer of run %s: %w", id, err)
+	}
+	defer upper.Close() // read-only
+	err = upper.Walk(func(_ *fsutil.Dir, _, rel string, st *unix.Stat_t) (bool, error) {
+		if rel == StoreDir {
 			// What hides the store in the view (and whatever a command made
 			// under its name) is never a change of the run.
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
+			return false, nil
 		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(upper, p)
-		if err != nil {
-			return err
-		}
-		si := statOf(&st)
-		out[filepath.ToSlash(rel)] = layerStamp{si.Mode, si.Ino, si.Ctime, si.Size}
-		return nil
+		si := statOf(st)
+		out[rel] = layerStamp{si.Mode, si.Ino, si.Ctime, si.Size}
+		return true, nil
 	})
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err != nil {
 		return nil, fmt.Errorf("read upper layer of run %s: %w", id, err)
 	}
 	return out, nil

@@ -2,9 +2,7 @@ package snapshot
 
 import (
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/fsutil"
@@ -46,32 +44,24 @@ func (r *Repo) snapSubvol(m *Meta) error {
 }
 
 // statWalk lists every path of the tree at root (but the store and
-// ignored paths) with its stat.
+// ignored paths) with its stat. It walks from directory descriptors: a
+// path of the tree may be as long as PATH_MAX, too long with root in
+// front of it.
 func statWalk(root string, ign Ignorer) (map[string]statInfo, error) {
 	out := map[string]statInfo{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	d, err := fsutil.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close() // read-only
+	err = d.Walk(func(_ *fsutil.Dir, _, rel string, st *unix.Stat_t) (bool, error) {
+		if excluded(rel) || ign != nil && ign.Ignored(rel, st.Mode&unix.S_IFMT == unix.S_IFDIR) {
+			return false, nil
 		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		if excluded(rel) || ign != nil && ign.Ignored(rel, d.IsDir()) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		si := statOf(&st)
+		si := statOf(st)
 		si.Dev = 0 // a snapshot is another device: all else an untouched file keeps
 		out[rel] = si
-		return nil
+		return true, nil
 	})
 	return out, err
 }

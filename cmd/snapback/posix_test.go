@@ -9,17 +9,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
@@ -183,6 +184,11 @@ y'; printf 'bad\n' > "$(printf 'odd/\377\376')"; mv 'odd/with space' 'odd/with  
 	}},
 	{name: "copies", sh: `cp --reflink=auto a.txt a.copy; cp -a dir dir.copy; cp -a hard hard.copy; cat a.copy; stat -c '%n %a %h' a.copy dir.copy/one hard.copy/x hard.copy/y; getfattr -n user.dir --only-values dir.copy; echo`},
 	{name: "symlink-dir-swap", sh: `rm dirlink; mkdir dirlink; echo in > dirlink/f; rm -r dir/sub; ln -s ../a.txt dir/sub; readlink dir/sub; cat dir/sub dirlink/f`},
+	// Found by pjdfstest (scripts/pjdfstest.sh) in the fuse mode: each
+	// failure it found is one of these cases.
+	{name: "long-paths", setup: deepTree, fn: opLongPaths},
+	{name: "modes-as-asked", fn: opModes},
+	{name: "non-owner", setup: setidFiles, fn: opNonOwner},
 }
 
 // posixBase builds the starting tree all ops share: files of each kind,
@@ -247,14 +253,22 @@ func buildPosixTree(t testing.TB, root string, op *posixOp) {
 	if op.setup != nil {
 		op.setup(t, root)
 	}
+	// From directory descriptors: a path of the tree may be PATH_MAX long
+	// (long-paths), too long with root in front of it.
+	top, err := fsutil.OpenRoot(root)
+	treetest.Must(t, err)
+	defer top.Close()
 	var paths []string
-	treetest.Must(t, filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-		paths = append(paths, p)
-		return err
+	treetest.Must(t, top.Walk(func(_ *fsutil.Dir, _, rel string, _ *unix.Stat_t) (bool, error) {
+		paths = append(paths, rel)
+		return true, nil
 	}))
 	ts := []unix.Timespec{unix.NsecToTimespec(posixT0.UnixNano()), unix.NsecToTimespec(posixT0.UnixNano())}
-	for i := len(paths) - 1; i > 0; i-- { // children before their directories; the root's own time does not count
-		treetest.Must(t, unix.UtimesNanoAt(unix.AT_FDCWD, paths[i], ts, unix.AT_SYMLINK_NOFOLLOW))
+	for i := len(paths) - 1; i >= 0; i-- { // children before their directories; the root's own time does not count
+		d, err := top.OpenDir(snapshot.Parent(paths[i]))
+		treetest.Must(t, err)
+		treetest.Must(t, unix.UtimesNanoAt(d.Fd(), snapshot.Base(paths[i]), ts, unix.AT_SYMLINK_NOFOLLOW))
+		d.Close()
 	}
 }
 
@@ -972,4 +986,220 @@ func opTmpfile(o *opEnv) {
 	o.cat("dir/linked-tmpfile")
 	o.stat("dir/linked-tmpfile")
 	o.ls("dir")
+}
+
+// longDir is a directory path of 4,093 bytes (deep/ and names of 200
+// bytes): a one-letter name in it makes a path of PATH_MAX-1 = 4,095
+// bytes relative to the tree, which a relative call accepts natively
+// while the same path with any directory in front of it is too long.
+func longDir() string {
+	b := []byte("deep")
+	for i := 0; len(b) < 4093; i++ {
+		n := min(200, 4093-len(b)-1)
+		b = append(append(b, '/'), bytes.Repeat([]byte{byte('a' + i%26)}, n)...)
+	}
+	return string(b)
+}
+
+// deepTree adds longDir/x to a starting tree (made from descriptors: its
+// absolute path is too long for the path calls).
+func deepTree(t testing.TB, root string) {
+	d, err := fsutil.OpenRoot(root)
+	treetest.Must(t, err)
+	for _, c := range strings.Split(longDir(), "/") {
+		treetest.Must(t, d.Mkdir(c, 0o755))
+		sub, err := d.OpenDir(c)
+		treetest.Must(t, err)
+		d.Close()
+		d = sub
+	}
+	defer d.Close()
+	f, err := d.Open("x", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
+	treetest.Must(t, err)
+	_, err = f.Write([]byte("lower\n"))
+	treetest.Must(t, err)
+	treetest.Must(t, f.Close())
+}
+
+// opLongPaths does every call that takes a path on paths of PATH_MAX-1
+// bytes: the overlay views name their layers' entries from directory
+// descriptors, never by absolute paths that would be too long. x exists
+// before the run (a copy-up of a deep path).
+func opLongPaths(o *opEnv) {
+	dir := longDir()
+	p := func(name string) string { return dir + "/" + name }
+	o.say("path length: %d", len(p("x")))
+	f, err := os.OpenFile(p("x"), os.O_WRONLY|os.O_APPEND, 0)
+	o.must("open x for append", err)
+	_, err = f.Write([]byte("appended\n"))
+	o.res("append to x", err)
+	f.Close()
+	fd, err := unix.Open(p("c"), unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	o.must("create c", err)
+	unix.Close(fd)
+	o.res("chmod c", unix.Chmod(p("c"), 0o600))
+	o.res("chown c", unix.Lchown(p("c"), 1234, 5678))
+	o.res("truncate c", unix.Truncate(p("c"), 100))
+	f, err = os.OpenFile(p("c"), os.O_RDWR, 0)
+	o.must("open c", err)
+	o.res("ftruncate c", f.Truncate(50))
+	f.Close()
+	o.res("link c l", unix.Link(p("c"), p("l")))
+	o.res("mkdir m", unix.Mkdir(p("m"), 0o750))
+	o.res("rmdir m", unix.Rmdir(p("m")))
+	o.res("mkdir n", unix.Mkdir(p("n"), 0o700))
+	o.res("mkfifo f", unix.Mkfifo(p("f"), 0o640))
+	o.res("mknod k", unix.Mknod(p("k"), unix.S_IFIFO|0o600, 0))
+	o.res("symlink s", unix.Symlink("x", p("s")))
+	o.res("unlink l", unix.Unlink(p("l")))
+	o.res("rename c r", unix.Rename(p("c"), p("r")))
+	o.res("setxattr r", unix.Lsetxattr(p("r"), "user.k", []byte("v"), 0))
+	ts := []unix.Timespec{unix.NsecToTimespec(posixExplicit.UnixNano()), unix.NsecToTimespec(posixExplicit.UnixNano())}
+	o.res("utimes r", unix.UtimesNanoAt(unix.AT_FDCWD, p("r"), ts, 0))
+	buf := make([]byte, 16)
+	n, err := unix.Readlink(p("s"), buf)
+	o.say("readlink s: %q %s", buf[:max(n, 0)], errName(err))
+	for _, name := range []string{"x", "r", "s", "f", "k", "n", "c", "l", "m"} {
+		var st unix.Stat_t
+		err := unix.Lstat(p(name), &st)
+		o.say("stat %s: type=%o mode=%o size=%d nlink=%d uid=%d gid=%d %s", name, st.Mode&unix.S_IFMT, st.Mode&0o7777, st.Size, st.Nlink, st.Uid, st.Gid, errName(err))
+	}
+	b, err := os.ReadFile(p("x"))
+	o.say("read x: %q %s", b, errName(err))
+	ents, err := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	o.say("ls: %v %s", names, errName(err))
+}
+
+// opModes makes entries with the caller's umask 0, then 027: each gets
+// the mode asked for, masked once (a FUSE server's own umask must not
+// mask it again, nor a mode of 0000 become another), and a set-group-ID
+// directory passes on its group (and the bit to directories).
+func opModes(o *opEnv) {
+	create := func(name string, mode uint32) {
+		fd, err := unix.Open(name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, mode)
+		if err == nil {
+			unix.Close(fd)
+		}
+		o.res(fmt.Sprintf("create %s %04o", name, mode), err)
+	}
+	unix.Umask(0)
+	create("m0620", 0o620)
+	create("m0000", 0)
+	create("m6755", 0o6755)
+	create("m1644", 0o1644)
+	o.res("mkdir d0777", unix.Mkdir("d0777", 0o777))
+	o.res("mkdir d1777", unix.Mkdir("d1777", 0o1777))
+	o.res("mkdir d0000", unix.Mkdir("d0000", 0))
+	o.res("mkfifo p0666", unix.Mkfifo("p0666", 0o666))
+	o.res("mknod n0606", unix.Mknod("n0606", unix.S_IFIFO|0o606, 0))
+	o.res("mkdir sg", unix.Mkdir("sg", 0o2775))
+	o.res("chown sg", unix.Chown("sg", 0, 1234))
+	o.res("chmod sg", unix.Chmod("sg", 0o2775)) // (chown may clear the bit on some systems)
+	create("sg/f", 0o640)
+	o.res("mkdir sg/sub", unix.Mkdir("sg/sub", 0o755))
+	unix.Umask(0o027)
+	create("u027", 0o666)
+	o.res("mkdir u027d", unix.Mkdir("u027d", 0o777))
+	for _, p := range []string{"m0620", "m0000", "m6755", "m1644", "d0777", "d1777", "d0000", "p0666", "n0606", "sg", "sg/f", "sg/sub", "u027", "u027d"} {
+		o.stat(p)
+	}
+}
+
+// nonOwner is the user opNonOwner acts as: not root, and the owner of
+// nothing in the starting tree.
+const nonOwner = 65534
+
+// setidFiles adds, for opNonOwner: set-user-ID and set-group-ID files
+// open to everyone (written by another user during the run), two
+// directories open to all and a sticky one, each holding a file of root's.
+func setidFiles(t testing.TB, root string) {
+	for name, mode := range map[string]uint32{"u": 0o4777, "g": 0o2777, "ug": 0o6777, "g-noexec": 0o2767, "trunc": 0o6777, "trunc-g-noexec": 0o2767} {
+		treetest.Write(t, root, "setid/"+name, "lower\n", 0o777)
+		treetest.Must(t, unix.Chmod(filepath.Join(root, "setid", name), mode))
+	}
+	for _, d := range []string{"open1", "open2", "sticky"} {
+		treetest.Write(t, root, d+"/roots", "root's\n", 0o666)
+		treetest.Must(t, os.Chmod(filepath.Join(root, d), 0o777))
+	}
+	treetest.Must(t, unix.Chmod(filepath.Join(root, "sticky"), 0o1777))
+}
+
+// threadAs runs fn as uid and gid (no supplementary groups) on a thread of
+// its own: Linux keeps credentials per thread (syscall.Setuid would change
+// every thread of the process), and a locked thread is never reused, nor
+// cloned for a new one.
+func threadAs(uid, gid int, fn func()) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		for _, c := range [][4]uintptr{{unix.SYS_SETGROUPS, 0, 0, 0}, {unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)}, {unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)}} {
+			if _, _, e := unix.RawSyscall(c[0], c[1], c[2], c[3]); e != 0 {
+				errc <- e
+				return
+			}
+		}
+		fn()
+		errc <- nil
+	}()
+	return <-errc
+}
+
+// opNonOwner acts as a user who owns nothing: a write to a set-ID file
+// clears the set-ID bits (set-group-ID only with group execute), and
+// fstat on the writing descriptor shows it at once; so does truncate;
+// files move between directories open to all, and a sticky directory
+// keeps others' files from being moved or removed. Files made during the
+// run as root behave as those from before it.
+func opNonOwner(o *opEnv) {
+	unix.Umask(0)
+	for _, c := range []struct {
+		name string
+		mode uint32
+	}{{"new-u", 0o4777}, {"new-ug", 0o6777}} {
+		name, mode := c.name, c.mode
+		fd, err := unix.Open("setid/"+name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, mode)
+		if err == nil {
+			unix.Close(fd)
+		}
+		o.res("create setid/"+name, err)
+	}
+	o.must("as another user", threadAs(nonOwner, nonOwner, func() {
+		for _, name := range []string{"u", "g", "ug", "g-noexec", "new-u", "new-ug"} {
+			p := "setid/" + name
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				o.res("open "+p, err)
+				continue
+			}
+			_, err = f.Write([]byte("x"))
+			var st unix.Stat_t
+			ferr := unix.Fstat(int(f.Fd()), &st)
+			o.say("write %s: %s; fstat on the descriptor: mode=%o %s", p, errName(err), st.Mode&0o7777, errName(ferr))
+			f.Close()
+		}
+		o.res("truncate setid/trunc", unix.Truncate("setid/trunc", 1))
+		o.res("truncate setid/trunc-g-noexec", unix.Truncate("setid/trunc-g-noexec", 2))
+		o.res("chmod another's file", unix.Chmod("open1/roots", 0o600))
+		o.res("write open1/mine", os.WriteFile("open1/mine", []byte("mine\n"), 0o644))
+		o.res("rename open1/mine open2/mine", unix.Rename("open1/mine", "open2/mine"))
+		o.res("rename open1/roots open2/moved", unix.Rename("open1/roots", "open2/moved"))
+		o.res("mkdir open1/d", unix.Mkdir("open1/d", 0o755))
+		o.res("rename open1/d open2/d", unix.Rename("open1/d", "open2/d"))
+		o.res("rename sticky/roots (another's, sticky dir)", unix.Rename("sticky/roots", "sticky/taken"))
+		o.res("unlink sticky/roots", unix.Unlink("sticky/roots"))
+		o.res("rename sticky/roots out", unix.Rename("sticky/roots", "open2/taken"))
+		o.res("write sticky/own", os.WriteFile("sticky/own", []byte("own\n"), 0o644))
+		o.res("rename sticky/own sticky/own2", unix.Rename("sticky/own", "sticky/own2"))
+		o.res("rename open2/mine sticky/mine", unix.Rename("open2/mine", "sticky/mine"))
+	}))
+	for _, p := range []string{"setid/u", "setid/g", "setid/ug", "setid/g-noexec", "setid/new-u", "setid/new-ug", "setid/trunc", "setid/trunc-g-noexec", "open1/roots", "open2/mine", "open2/moved", "open2/d", "sticky/roots", "sticky/own2", "sticky/mine"} {
+		o.stat(p)
+	}
+	o.ls("open1")
+	o.ls("open2")
+	o.ls("sticky")
 }

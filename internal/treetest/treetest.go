@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -32,7 +33,10 @@ func Capture(t testing.TB, root string, skip ...string) State {
 	return s
 }
 
-// CaptureErr is Capture for callers without a testing.TB.
+// CaptureErr is Capture for callers without a testing.TB. It works from
+// directory descriptors (fsutil.Dir.Walk), so a path of the tree may be
+// as long as the tree's own relative calls allow (PATH_MAX), whatever the
+// length of root.
 func CaptureErr(root string, skip ...string) (State, error) {
 	st := State{}
 	inodes := map[uint64][]string{}
@@ -40,31 +44,22 @@ func CaptureErr(root string, skip ...string) (State, error) {
 	for _, s := range skip {
 		skipped[s] = true
 	}
-	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
+	top, err := fsutil.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	defer top.Close()
+	err = top.Walk(func(d *fsutil.Dir, name, rel string, s *unix.Stat_t) (bool, error) {
 		if skipped[rel] {
-			if info.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
+			return false, nil
 		}
-		var s unix.Stat_t
-		if err := unix.Lstat(p, &s); err != nil {
-			return err
-		}
+		p := "/proc/self/fd/" + strconv.Itoa(d.Fd()) + "/" + name // for the calls with no *at form
 		desc := fmt.Sprintf("mode=%o uid=%d gid=%d", s.Mode&0o7777, s.Uid, s.Gid)
 		switch s.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
-			sum, err := hashFile(p)
+			sum, err := hashFile(d, name)
 			if err != nil {
-				return err
+				return false, err
 			}
 			desc = fmt.Sprintf("file %s size=%d sha=%s mtime=%d", desc, s.Size, sum, s.Mtim.Nano())
 			if s.Nlink > 1 {
@@ -73,9 +68,9 @@ func CaptureErr(root string, skip ...string) (State, error) {
 		case unix.S_IFDIR:
 			desc = fmt.Sprintf("dir %s mtime=%d", desc, s.Mtim.Nano())
 		case unix.S_IFLNK:
-			target, err := os.Readlink(p)
+			target, err := d.Readlink(name)
 			if err != nil {
-				return err
+				return false, err
 			}
 			desc = fmt.Sprintf("symlink ->%q uid=%d gid=%d mtime=%d", target, s.Uid, s.Gid, s.Mtim.Nano())
 		case unix.S_IFIFO:
@@ -87,7 +82,7 @@ func CaptureErr(root string, skip ...string) (State, error) {
 			desc += xattrs(p)
 		}
 		st[rel] = desc
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return nil, err
@@ -101,8 +96,8 @@ func CaptureErr(root string, skip ...string) (State, error) {
 	return st, nil
 }
 
-func hashFile(p string) (string, error) {
-	f, err := os.Open(p)
+func hashFile(d *fsutil.Dir, name string) (string, error) {
+	f, err := d.Open(name, unix.O_RDONLY, 0)
 	if err != nil {
 		return "", err
 	}

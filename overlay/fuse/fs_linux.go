@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,8 +32,10 @@ const cacheTimeout = time.Hour
 
 // overlayFS is one merged view: lower is read, upper is written.
 type overlayFS struct {
-	lower, upper, work string
-	asRoot             bool // whiteouts as 0/0 devices; owners preserved
+	// The layers' directories, held open (O_PATH): every call names its
+	// entry from one of them (see at).
+	lowerFd, upperFd, workFd int
+	asRoot                   bool // whiteouts as 0/0 devices; owners preserved
 
 	// mu serializes copy-ups and the operations that change names, so a
 	// copy-up never races an unlink or rename of the same path.
@@ -84,14 +85,18 @@ var (
 
 // newRoot makes the view's root node.
 func newRoot(lower, upper, work string) (*node, error) {
-	for _, d := range []string{lower, upper, work} {
-		if st, err := os.Stat(d); err != nil {
-			return nil, err
-		} else if !st.IsDir() {
-			return nil, fmt.Errorf("%s: not a directory", d)
+	var fds [3]int
+	for i, d := range []string{lower, upper, work} {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			for _, f := range fds[:i] {
+				unix.Close(f)
+			}
+			return nil, fmt.Errorf("%s: %w", d, err)
 		}
+		fds[i] = fd
 	}
-	ov := &overlayFS{lower: lower, upper: upper, work: work, asRoot: os.Geteuid() == 0, alias: map[uint64]uint64{}}
+	ov := &overlayFS{lowerFd: fds[0], upperFd: fds[1], workFd: fds[2], asRoot: os.Geteuid() == 0, alias: map[uint64]uint64{}}
 	return &node{ov: ov, lowerOK: true}, nil // lower "": the root
 }
 
@@ -102,6 +107,8 @@ func options() *fs.Options {
 		EntryTimeout:    &t,
 		AttrTimeout:     &t,
 		NegativeTimeout: &t,
+		// A mode 0000 is a mode: go-fuse would show 0644 (0755) instead.
+		NullPermissions: true,
 		MountOptions: gofuse.MountOptions{
 			FsName:       "snapback",
 			Name:         "snapback",
@@ -120,8 +127,15 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-func (ov *overlayFS) up(rel string) string  { return filepath.Join(ov.upper, rel) }
-func (ov *overlayFS) low(rel string) string { return filepath.Join(ov.lower, rel) }
+// up names rel in the upper layer, low in the lower tree (close the
+// result).
+func (ov *overlayFS) up(rel string) (at, error)  { return resolve(ov.upperFd, rel) }
+func (ov *overlayFS) low(rel string) (at, error) { return resolve(ov.lowerFd, rel) }
+
+// tmp names a new temporary entry in the work directory.
+func (ov *overlayFS) tmp() at {
+	return at{dir: ov.workFd, name: "fuse-" + strconv.FormatUint(ov.seq.Add(1), 10) + "-" + strconv.Itoa(os.Getpid())}
+}
 
 // orphan is the path of a node no longer in the tree (an open file
 // whose name was removed): the NUL makes every path call on it fail
@@ -147,12 +161,20 @@ func (n *node) rel() string {
 
 func (n *node) isDir() bool { return n.StableAttr().Mode == syscall.S_IFDIR }
 
-// path is where the node's current state is: upper when it has one.
-func (n *node) path() string {
+// path is where the node's current state is: upper when it has one
+// (close the result).
+func (n *node) path() (at, error) {
 	rel := n.rel()
 	if n.isDir() {
-		if !n.lowerOK || exists(n.ov.up(rel)) {
+		if !n.lowerOK {
 			return n.ov.up(rel)
+		}
+		u, err := n.ov.up(rel)
+		if err == nil && u.exists() {
+			return u, nil
+		}
+		if err == nil {
+			u.close()
 		}
 		return n.ov.low(n.lower)
 	}
@@ -162,23 +184,18 @@ func (n *node) path() string {
 	return n.ov.low(n.lower)
 }
 
-func exists(p string) bool {
-	var st syscall.Stat_t
-	return syscall.Lstat(p, &st) == nil
-}
-
 // isWhiteout reads both whiteout forms.
-func isWhiteout(p string, st *syscall.Stat_t) bool {
-	return layer.IsWhiteout(st.Mode, st.Rdev, st.Size, layer.PathGetter(p))
+func isWhiteout(a at, st *syscall.Stat_t) bool {
+	return layer.IsWhiteout(st.Mode, st.Rdev, st.Size, layer.PathGetter(a.proc()))
 }
 
-// upperState says what the upper layer has at p: nothing (ENOENT), a
+// upperState says what the upper layer has at a: nothing (ENOENT), a
 // whiteout, or an entry.
-func upperState(p string) (st syscall.Stat_t, has, whiteout bool) {
-	if syscall.Lstat(p, &st) != nil {
+func upperState(a at) (st syscall.Stat_t, has, whiteout bool) {
+	if a.lstat(&st) != nil {
 		return st, false, false
 	}
-	if isWhiteout(p, &st) {
+	if isWhiteout(a, &st) {
 		return st, false, true
 	}
 	return st, true, false
@@ -187,36 +204,46 @@ func upperState(p string) (st syscall.Stat_t, has, whiteout bool) {
 // lowerHas reports whether the lower tree shows an entry name in n (a
 // whiteout must then hide it).
 func (n *node) lowerHas(name string) bool {
-	return n.lowerOK && exists(n.ov.low(join(n.lower, name)))
+	if !n.lowerOK {
+		return false
+	}
+	l, err := n.ov.low(join(n.lower, name))
+	if err != nil {
+		return false
+	}
+	defer l.close()
+	return l.exists()
 }
 
 // redirect reads an upper directory's overlay redirect: the lower
 // directory it shows.
-func redirect(p, parentLower string) (string, bool) {
-	r, ok := layer.Redirect(layer.PathGetter(p))
+func redirect(a at, parentLower string) (string, bool) {
+	r, ok := layer.Redirect(layer.PathGetter(a.proc()))
 	if !ok {
 		return "", false
 	}
 	return layer.Origin(r, parentLower), true
 }
 
-func isLowerDir(p string) bool {
+// isLowerDir reports whether the lower tree has a directory at rel.
+func (ov *overlayFS) isLowerDir(rel string) bool {
+	l, err := ov.low(rel)
+	if err != nil {
+		return false
+	}
+	defer l.close()
 	var st syscall.Stat_t
-	return syscall.Lstat(p, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR
+	return l.lstat(&st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR
 }
 
-func (ov *overlayFS) tmpName() string {
-	return filepath.Join(ov.work, "fuse-"+strconv.FormatUint(ov.seq.Add(1), 10)+"-"+strconv.Itoa(os.Getpid()))
-}
-
-// makeWhiteout replaces whatever non-directory is at p with a whiteout.
-func (ov *overlayFS) makeWhiteout(p string) error {
-	tmp := ov.tmpName()
-	if err := makeWhiteout(tmp, ov.asRoot); err != nil {
+// makeWhiteout replaces whatever non-directory is at a with a whiteout.
+func (ov *overlayFS) makeWhiteout(a at) error {
+	tmp := ov.tmp()
+	if err := makeWhiteout(tmp.proc(), ov.asRoot); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
+	if err := unix.Renameat(tmp.dir, tmp.name, a.dir, a.name); err != nil {
+		unix.Unlinkat(tmp.dir, tmp.name, 0) // best effort: err is reported
 		return err
 	}
 	return nil
@@ -280,26 +307,42 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 	if !ok {
 		return nil, syscall.ENOENT
 	}
-	st, has, wh := upperState(n.ov.up(rel))
-	if wh {
-		return nil, syscall.ENOENT
-	}
-	lower := join(n.lower, name)
-	if has {
-		lowerOK := false
-		if st.Mode&syscall.S_IFMT == syscall.S_IFDIR && !layer.IsOpaque(layer.PathGetter(n.ov.up(rel))) {
-			if r, ok := redirect(n.ov.up(rel), n.lower); ok {
-				lower, lowerOK = r, isLowerDir(n.ov.low(r))
-			} else {
-				lowerOK = n.lowerOK && isLowerDir(n.ov.low(lower))
-			}
+	var st syscall.Stat_t
+	var has, wh bool
+	if u, err := n.ov.up(rel); err == nil { // else the upper layer has nothing there
+		st, has, wh = upperState(u)
+		if has && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && layer.IsOpaque(layer.PathGetter(u.proc())) {
+			u.close()
+			return n.newChild(ctx, &st, true, join(n.lower, name), false, out), 0
 		}
-		return n.newChild(ctx, &st, true, lower, lowerOK, out), 0
+		r, redirected := "", false
+		if has && st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			r, redirected = redirect(u, n.lower)
+		}
+		u.close()
+		if wh {
+			return nil, syscall.ENOENT
+		}
+		if has {
+			lower, lowerOK := join(n.lower, name), false
+			if redirected {
+				lower, lowerOK = r, n.ov.isLowerDir(r)
+			} else if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				lowerOK = n.lowerOK && n.ov.isLowerDir(lower)
+			}
+			return n.newChild(ctx, &st, true, lower, lowerOK, out), 0
+		}
 	}
 	if !n.lowerOK {
 		return nil, syscall.ENOENT
 	}
-	if err := syscall.Lstat(n.ov.low(lower), &st); err != nil {
+	lower := join(n.lower, name)
+	l, err := n.ov.low(lower)
+	if err == nil {
+		err = l.lstat(&st)
+		l.close()
+	}
+	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	return n.newChild(ctx, &st, false, lower, st.Mode&syscall.S_IFMT == syscall.S_IFDIR, out), 0
@@ -307,7 +350,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
 	var st syscall.Stat_t
-	err := syscall.Lstat(n.path(), &st)
+	p, err := n.path()
+	if err == nil {
+		err = p.lstat(&st)
+		p.close()
+	}
 	if err != nil {
 		if fg, ok := f.(fs.FileGetattrer); ok { // an open file whose name is gone
 			errno := fg.Getattr(ctx, out)
@@ -326,8 +373,12 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut
 func (ov *overlayFS) list(rel, lower string, lowerOK bool) ([]gofuse.DirEntry, syscall.Errno) {
 	var out []gofuse.DirEntry
 	seen := map[string]bool{}
-	read := func(dir string, upper bool) syscall.Errno {
-		ds, errno := fs.NewLoopbackDirStream(dir)
+	read := func(a at, upper bool) syscall.Errno {
+		fd, err := unix.Openat(a.dir, a.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fs.ToErrno(err)
+		}
+		ds, errno := fs.NewLoopbackDirStreamFd(fd) // closes fd
 		if errno != 0 {
 			return errno
 		}
@@ -342,9 +393,9 @@ func (ov *overlayFS) list(rel, lower string, lowerOK bool) ([]gofuse.DirEntry, s
 			}
 			seen[e.Name] = true
 			if upper && layer.MayBeWhiteout(e.Mode) {
-				p := filepath.Join(dir, e.Name)
+				c := at{dir: fd, name: e.Name}
 				var st syscall.Stat_t
-				if syscall.Lstat(p, &st) == nil && isWhiteout(p, &st) {
+				if c.lstat(&st) == nil && isWhiteout(c, &st) {
 					continue // seen: hides the lower name
 				}
 			}
@@ -355,14 +406,24 @@ func (ov *overlayFS) list(rel, lower string, lowerOK bool) ([]gofuse.DirEntry, s
 		}
 		return 0
 	}
-	upperDir := exists(ov.up(rel))
-	if upperDir {
-		if errno := read(ov.up(rel), true); errno != 0 {
-			return nil, errno
+	upperDir := false
+	if u, err := ov.up(rel); err == nil {
+		if upperDir = u.exists(); upperDir {
+			if errno := read(u, true); errno != 0 {
+				u.close()
+				return nil, errno
+			}
 		}
+		u.close()
 	}
 	if lowerOK {
-		if errno := read(ov.low(lower), false); errno != 0 && (errno != syscall.ENOENT || !upperDir) {
+		l, err := ov.low(lower)
+		errno := fs.ToErrno(err)
+		if err == nil {
+			errno = read(l, false)
+			l.close()
+		}
+		if errno != 0 && (errno != syscall.ENOENT || !upperDir) {
 			return nil, errno
 		}
 	}
@@ -402,20 +463,72 @@ func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {}
 // Fsyncdir makes the upper directory durable (a lower one has nothing
 // of the run's to sync).
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
-	f, err := os.Open(d.n.ov.up(d.n.rel()))
+	u, err := d.n.ov.up(d.n.rel())
 	if err != nil {
 		return 0
 	}
-	defer f.Close() // read-only
-	return fs.ToErrno(f.Sync())
+	defer u.close()
+	fd, err := unix.Openat(u.dir, u.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fd) // read-only
+	return fs.ToErrno(unix.Fsync(fd))
 }
+
+// dirOf is the parent of a view path ("" for the root's children).
+func dirOf(rel string) string {
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		return rel[:i]
+	}
+	return ""
+}
+
+// openDir opens the directory a names (O_PATH) and releases a: the
+// result names the directory itself, and its entries are in(name).
+func (a at) openDir() (at, error) {
+	fd, err := unix.Openat(a.dir, a.name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	a.close()
+	if err != nil {
+		return at{}, err
+	}
+	return at{dir: fd, name: ".", own: true}, nil
+}
+
+// in is the entry name of a directory opened by openDir.
+func (a at) in(name string) at { return at{dir: a.dir, name: name} }
+
+// readlinkAt reads the symbolic link at a, whatever its length.
+func readlinkAt(a at) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(a.dir, a.name, buf)
+		if err != nil {
+			return "", err
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
+// removeAll removes the upper entry at a: a whiteout, or a directory the
+// view shows empty (only whiteouts are left in it).
+func removeAll(a at) error { return os.RemoveAll(a.proc()) }
 
 // copyUpDir makes sure the upper layer has directory d, copying it and
 // its parents up from the lower tree where needed. Called with ov.mu held.
 func (ov *overlayFS) copyUpDir(d *node) error {
 	rel := d.rel()
-	if rel == "" || exists(ov.up(rel)) {
+	if rel == "" {
 		return nil
+	}
+	if u, err := ov.up(rel); err == nil { // else its parent is not there yet either
+		there := u.exists()
+		u.close()
+		if there {
+			return nil
+		}
 	}
 	_, parent := d.Parent()
 	if parent == nil {
@@ -425,16 +538,21 @@ func (ov *overlayFS) copyUpDir(d *node) error {
 	if err := ov.copyUpDir(pn); err != nil {
 		return err
 	}
+	src, err := ov.low(d.lower)
+	if err != nil {
+		return err
+	}
+	defer src.close()
 	var st syscall.Stat_t
-	if err := syscall.Lstat(ov.low(d.lower), &st); err != nil {
+	if err := src.lstat(&st); err != nil {
 		return err
 	}
-	tmp := ov.tmpName()
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	tmp := ov.tmp()
+	if err := unix.Mkdirat(tmp.dir, tmp.name, 0o700); err != nil {
 		return err
 	}
-	if err := ov.copyMeta(ov.low(d.lower), tmp, &st, false); err != nil {
-		os.Remove(tmp)
+	if err := ov.copyMeta(src, tmp, &st, false); err != nil {
+		unix.Unlinkat(tmp.dir, tmp.name, unix.AT_REMOVEDIR) // best effort: err is reported
 		return err
 	}
 	return ov.install(tmp, rel, pn.lower, &st)
@@ -442,17 +560,18 @@ func (ov *overlayFS) copyUpDir(d *node) error {
 
 // copyMeta gives tmp the owner, mode and xattrs of the lower entry src
 // (times are set by install, after the rename).
-func (ov *overlayFS) copyMeta(src, tmp string, st *syscall.Stat_t, symlink bool) error {
+func (ov *overlayFS) copyMeta(src, tmp at, st *syscall.Stat_t, symlink bool) error {
 	if ov.asRoot {
-		if err := os.Lchown(tmp, int(st.Uid), int(st.Gid)); err != nil {
+		if err := unix.Fchownat(tmp.dir, tmp.name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
 	}
 	if !symlink {
-		if err := syscall.Chmod(tmp, st.Mode&0o7777); err != nil {
+		// After the chown, which clears set-user-ID and set-group-ID.
+		if err := unix.Fchmodat(tmp.dir, tmp.name, st.Mode&0o7777, 0); err != nil {
 			return err
 		}
-		if err := copyXattrs(src, tmp); err != nil {
+		if err := copyXattrs(src.proc(), tmp.proc()); err != nil {
 			return err
 		}
 	}
@@ -492,27 +611,40 @@ func copyXattrs(src, dst string) error {
 // the lower entry's times, and keeps the parent's times as they were when
 // the copy-up was the parent's only change (a copy-up changes no
 // directory of the view).
-func (ov *overlayFS) install(tmp, rel, parentLower string, st *syscall.Stat_t) error {
-	parent := filepath.Dir(ov.up(rel))
+func (ov *overlayFS) install(tmp at, rel, parentLower string, st *syscall.Stat_t) error {
+	u, err := ov.up(rel)
+	if err != nil {
+		os.RemoveAll(tmp.proc()) // best effort: err is reported
+		return err
+	}
+	defer u.close()
 	var pst, lpst syscall.Stat_t
-	keep := syscall.Lstat(parent, &pst) == nil && syscall.Lstat(ov.low(parentLower), &lpst) == nil && pst.Mtim == lpst.Mtim
-	if err := os.Rename(tmp, ov.up(rel)); err != nil {
-		os.RemoveAll(tmp)
+	keep := false
+	parent, perr := ov.up(dirOf(rel))
+	if perr == nil {
+		defer parent.close()
+		if lp, err := ov.low(parentLower); err == nil {
+			keep = parent.lstat(&pst) == nil && lp.lstat(&lpst) == nil && pst.Mtim == lpst.Mtim
+			lp.close()
+		}
+	}
+	if err := unix.Renameat(tmp.dir, tmp.name, u.dir, u.name); err != nil {
+		os.RemoveAll(tmp.proc()) // best effort: err is reported
 		return err
 	}
 	ts := []unix.Timespec{unix.Timespec(st.Atim), unix.Timespec(st.Mtim)}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, ov.up(rel), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.UtimesNanoAt(u.dir, u.name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return err
 	}
 	var ust syscall.Stat_t
-	if err := syscall.Lstat(ov.up(rel), &ust); err == nil && (st.Nlink <= 1 || st.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
+	if err := u.lstat(&ust); err == nil && (st.Nlink <= 1 || st.Mode&syscall.S_IFMT == syscall.S_IFDIR) {
 		ov.aliasMu.Lock()
 		ov.alias[ust.Ino] = st.Ino // (a lower hard link has a node of its own: no alias)
 		ov.aliasMu.Unlock()
 	}
 	if keep {
 		pts := []unix.Timespec{unix.Timespec(pst.Atim), unix.Timespec(pst.Mtim)}
-		_ = unix.UtimesNanoAt(unix.AT_FDCWD, parent, pts, unix.AT_SYMLINK_NOFOLLOW) // cosmetic: the parent then shows as changed
+		_ = unix.UtimesNanoAt(parent.dir, parent.name, pts, unix.AT_SYMLINK_NOFOLLOW) // cosmetic: the parent then shows as changed
 	}
 	return nil
 }
@@ -546,26 +678,35 @@ func (n *node) copyUpLocked() syscall.Errno {
 		return fs.ToErrno(err)
 	}
 	rel := n.rel()
-	if _, _, wh := upperState(ov.up(rel)); wh {
-		return syscall.ENOENT // unlinked while this waited for the lock
-	}
-	src := ov.low(n.lower)
-	var st syscall.Stat_t
-	if err := syscall.Lstat(src, &st); err != nil {
+	u, err := ov.up(rel)
+	if err != nil {
 		return fs.ToErrno(err)
 	}
-	tmp := ov.tmpName()
-	var err error
+	_, _, wh := upperState(u)
+	u.close()
+	if wh {
+		return syscall.ENOENT // unlinked while this waited for the lock
+	}
+	src, err := ov.low(n.lower)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer src.close()
+	var st syscall.Stat_t
+	if err := src.lstat(&st); err != nil {
+		return fs.ToErrno(err)
+	}
+	tmp := ov.tmp()
 	switch st.Mode & syscall.S_IFMT {
 	case syscall.S_IFREG:
 		err = copyData(src, tmp)
 	case syscall.S_IFLNK:
 		var target string
-		if target, err = os.Readlink(src); err == nil {
-			err = os.Symlink(target, tmp)
+		if target, err = readlinkAt(src); err == nil {
+			err = unix.Symlinkat(target, tmp.dir, tmp.name)
 		}
 	default:
-		err = unix.Mknod(tmp, st.Mode, int(st.Rdev))
+		err = unix.Mknodat(tmp.dir, tmp.name, st.Mode, int(st.Rdev))
 	}
 	if err == nil {
 		err = ov.copyMeta(src, tmp, &st, st.Mode&syscall.S_IFMT == syscall.S_IFLNK)
@@ -574,7 +715,7 @@ func (n *node) copyUpLocked() syscall.Errno {
 		err = ov.install(tmp, rel, pn.lower, &st)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		unix.Unlinkat(tmp.dir, tmp.name, 0) // best effort (install removed it already): err is reported
 		return fs.ToErrno(err)
 	}
 	n.inUpper.Store(true)
@@ -582,16 +723,18 @@ func (n *node) copyUpLocked() syscall.Errno {
 }
 
 // copyData copies a regular file's content (reflink or sparse copy).
-func copyData(src, dst string) error {
-	in, err := os.Open(src)
+func copyData(src, dst at) error {
+	ifd, err := unix.Openat(src.dir, src.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
+	in := os.NewFile(uintptr(ifd), src.name)
 	defer in.Close() // read-only
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	ofd, err := unix.Openat(dst.dir, dst.name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return err
 	}
+	out := os.NewFile(uintptr(ofd), dst.name)
 	if err := fsutil.CopyFile(out, in); err != nil {
 		out.Close()
 		return err
@@ -606,11 +749,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 	if errno := n.copyUp(); errno != 0 {
 		return errno
 	}
-	// Always by path in the upper layer: a handle may be a read-only
+	// Always by name in the upper layer: a handle may be a read-only
 	// descriptor of the lower file, which must never change.
-	p := n.ov.up(n.rel())
+	p, err := n.ov.up(n.rel())
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer p.close()
 	if m, ok := in.GetMode(); ok {
-		if err := syscall.Chmod(p, m); err != nil {
+		if n.StableAttr().Mode == syscall.S_IFLNK {
+			return syscall.EOPNOTSUPP // fchmodat would follow the link; Linux has no mode on one
+		}
+		if err := unix.Fchmodat(p.dir, p.name, m&0o7777, 0); err != nil {
 			return fs.ToErrno(err)
 		}
 	}
@@ -624,13 +774,19 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 		if gok {
 			sg = int(gid)
 		}
-		if err := unix.Fchownat(unix.AT_FDCWD, p, su, sg, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fchownat(p.dir, p.name, su, sg, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fs.ToErrno(err)
 		}
 	}
 	if sz, ok := in.GetSize(); ok {
-		if err := syscall.Truncate(p, int64(sz)); err != nil {
+		if err := syscall.Truncate(p.proc(), int64(sz)); err != nil { // no truncateat
 			return fs.ToErrno(err)
+		}
+		var st syscall.Stat_t
+		if p.lstat(&st) == nil && killsSGID(ctx, &st) { // as a write does (see file.Write)
+			if err := unix.Fchmodat(p.dir, p.name, st.Mode&0o7777&^syscall.S_ISGID, 0); err != nil {
+				return fs.ToErrno(err)
+			}
 		}
 	}
 	mtime, mok := in.GetMTime()
@@ -643,12 +799,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 		if mok {
 			ts[1] = unix.NsecToTimespec(mtime.UnixNano())
 		}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.UtimesNanoAt(p.dir, p.name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return fs.ToErrno(err)
 		}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(p, &st); err != nil {
+	if err := p.lstat(&st); err != nil {
 		return fs.ToErrno(err)
 	}
 	out.FromStat(&st)
@@ -668,7 +824,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// write passes here).
 	flags &^= syscall.O_APPEND | gofuse.FMODE_EXEC | syscall.O_CREAT
 	lower := !n.inUpper.Load() && !n.isDir()
-	fd, err := syscall.Open(n.path(), int(flags)|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	p, err := n.path()
+	if err != nil {
+		return nil, 0, fs.ToErrno(err)
+	}
+	fd, err := unix.Openat(p.dir, p.name, int(flags)|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	p.close()
 	if err != nil {
 		return nil, 0, fs.ToErrno(err)
 	}
@@ -686,6 +847,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // handle opened on the lower file reads the upper copy once there is one.
 type file struct {
 	*fs.LoopbackFile
+	fd    int // the LoopbackFile's, valid until Release
 	n     *node
 	lower bool
 
@@ -696,7 +858,62 @@ type file struct {
 var _ fs.FilePassthroughFder = (*file)(nil)
 
 func newFile(fd int, n *node, lower bool) *file {
-	return &file{LoopbackFile: fs.NewLoopbackFileFromOS(os.NewFile(uintptr(fd), "")), n: n, lower: lower}
+	return &file{LoopbackFile: fs.NewLoopbackFileFromOS(os.NewFile(uintptr(fd), "")), fd: fd, n: n, lower: lower}
+}
+
+// Write writes, then clears the set-group-ID bit where Linux would and
+// the kernel's FUSE client does not (see killsSGID), making the kernel
+// drop its cached attributes: fstat on the writing descriptor must show
+// the new mode at once (they are cached for an hour). A handle that
+// writes is always an upper one (opening for writing copies up).
+func (f *file) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, errno := f.LoopbackFile.Write(ctx, data, off)
+	var st syscall.Stat_t
+	if errno == 0 && syscall.Fstat(f.fd, &st) == nil && killsSGID(ctx, &st) {
+		if syscall.Fchmod(f.fd, st.Mode&0o7777&^syscall.S_ISGID) == nil {
+			f.n.NotifyContent(-1, 0) // offset -1: the attributes only, not the pages (the writer holds them)
+		}
+	}
+	return n, errno
+}
+
+// killsSGID reports whether a write or truncate by the caller clears the
+// set-group-ID bit of a file with stat st on Linux where the kernel's
+// FUSE client leaves it: the bit without group execute, and a caller
+// outside the file's group without CAP_FSETID (taken as: not root). The
+// client clears set-user-ID, and set-group-ID with group execute, itself
+// (a SETATTR before the write); go-fuse does not negotiate
+// FUSE_HANDLE_KILLPRIV(_V2), which would leave all of it to the server.
+func killsSGID(ctx context.Context, st *syscall.Stat_t) bool {
+	if st.Mode&(syscall.S_ISGID|syscall.S_IXGRP) != syscall.S_ISGID {
+		return false
+	}
+	c, ok := gofuse.FromContext(ctx)
+	if !ok || c.Uid == 0 || c.Gid == st.Gid {
+		return false
+	}
+	return !inGroups(c.Pid, st.Gid)
+}
+
+// inGroups reports whether gid is a supplementary group of the thread
+// pid (FUSE names the calling thread; /proc has its status though it
+// lists only processes). Unreadable: not a member.
+func inGroups(pid, gid uint32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return false
+	}
+	want := strconv.FormatUint(uint64(gid), 10)
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, g := range strings.Fields(rest) {
+				if g == want {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // PassthroughFd declines passthrough (see file).
@@ -706,8 +923,11 @@ func (f *file) Read(ctx context.Context, buf []byte, off int64) (gofuse.ReadResu
 	if f.lower && f.n.inUpper.Load() {
 		f.mu.Lock()
 		if f.up == nil {
-			if up, err := os.Open(f.n.ov.up(f.n.rel())); err == nil {
-				f.up = up
+			if u, err := f.n.ov.up(f.n.rel()); err == nil {
+				if fd, err := unix.Openat(u.dir, u.name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+					f.up = os.NewFile(uintptr(fd), "")
+				}
+				u.close()
 			}
 		}
 		up := f.up
@@ -735,28 +955,38 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 
 // prepareNew readies the upper layer for a new entry name in n: the
 // directory copied up, a whiteout there removed (reported: the lower
-// tree had something there).
-func (n *node) prepareNew(name string) (rel string, overWhiteout bool, errno syscall.Errno) {
+// tree had something there). dir is n's upper directory, opened: the new
+// entry is dir.in(name). Close dir.
+func (n *node) prepareNew(name string) (dir at, overWhiteout bool, errno syscall.Errno) {
 	prel := n.rel()
 	if prel == "" && name == storeName {
-		return "", false, syscall.EPERM
+		return at{}, false, syscall.EPERM
 	}
 	if errno := n.copyUpLocked(); errno != 0 {
-		return "", false, errno
+		return at{}, false, errno
 	}
-	rel = join(prel, name)
-	if _, _, wh := upperState(n.ov.up(rel)); wh {
-		if err := syscall.Unlink(n.ov.up(rel)); err != nil {
-			return "", false, fs.ToErrno(err)
+	u, err := n.ov.up(prel)
+	if err == nil {
+		dir, err = u.openDir()
+	}
+	if err != nil {
+		return at{}, false, fs.ToErrno(err)
+	}
+	if _, _, wh := upperState(dir.in(name)); wh {
+		if err := unix.Unlinkat(dir.dir, name, 0); err != nil {
+			dir.close()
+			return at{}, false, fs.ToErrno(err)
 		}
 		overWhiteout = true
 	}
-	return rel, overWhiteout, 0
+	return dir, overWhiteout, 0
 }
 
-// own gives a new upper entry the caller's uid and gid (the server runs
-// as root), keeping a set-group-ID directory's group.
-func (n *node) own(ctx context.Context, p string) {
+// own gives the new upper entry name in dir the caller's uid and gid
+// (the server runs as root), keeping a set-group-ID directory's group.
+// A chown clears a file's set-user-ID and set-group-ID bits: setid, the
+// mode the caller asked for when it has them, is put back.
+func (n *node) own(ctx context.Context, dir at, name string, setid uint32) {
 	if !n.ov.asRoot {
 		return
 	}
@@ -766,35 +996,42 @@ func (n *node) own(ctx context.Context, p string) {
 	}
 	gid := int(caller.Gid)
 	var pst syscall.Stat_t
-	if syscall.Lstat(filepath.Dir(p), &pst) == nil && pst.Mode&syscall.S_ISGID != 0 {
+	if dir.lstat(&pst) == nil && pst.Mode&syscall.S_ISGID != 0 {
 		gid = -1
 	}
-	_ = os.Lchown(p, int(caller.Uid), gid) // root can always chown
+	_ = unix.Fchownat(dir.dir, name, int(caller.Uid), gid, unix.AT_SYMLINK_NOFOLLOW) // root can always chown
+	if setid&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
+		_ = unix.Fchmodat(dir.dir, name, setid&0o7777, 0) // root can always chmod
+	}
 }
 
-func (n *node) entryOut(ctx context.Context, p string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) entryOut(ctx context.Context, a at, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var st syscall.Stat_t
-	if err := syscall.Lstat(p, &st); err != nil {
+	if err := a.lstat(&st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	return n.newChild(ctx, &st, true, "", false, out), 0
 }
 
+// Create, Mkdir and Mknod make the entry with the mode the request
+// carries: the kernel has applied the caller's umask already (go-fuse
+// does not negotiate FUSE_DONT_MASK), and the server's own umask is 0
+// (Serve), so nothing is masked twice.
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *gofuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	n.ov.mu.Lock()
 	defer n.ov.mu.Unlock()
-	rel, _, errno := n.prepareNew(name)
+	dir, _, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	p := n.ov.up(rel)
+	defer dir.close()
 	flags &^= syscall.O_APPEND | gofuse.FMODE_EXEC
-	fd, err := syscall.Open(p, int(flags)|syscall.O_CREAT|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, mode)
+	fd, err := unix.Openat(dir.dir, name, int(flags)|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode)
 	if err != nil {
 		return nil, nil, 0, fs.ToErrno(err)
 	}
-	n.own(ctx, p)
-	ch, errno := n.entryOut(ctx, p, out)
+	n.own(ctx, dir, name, mode)
+	ch, errno := n.entryOut(ctx, dir.in(name), out)
 	if errno != 0 {
 		syscall.Close(fd)
 		return nil, nil, 0, errno
@@ -803,40 +1040,41 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, out, func(p string, overWhiteout bool) error {
-		if err := syscall.Mkdir(p, mode); err != nil {
+	return n.make(ctx, name, 0, out, func(dir at, overWhiteout bool) error {
+		if err := unix.Mkdirat(dir.dir, name, mode); err != nil {
 			return err
 		}
 		if overWhiteout {
-			return layer.SetOpaque(p) // nothing of the lower directory shows through
+			return layer.SetOpaque(dir.in(name).proc()) // nothing of the lower directory shows through
 		}
 		return nil
 	})
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, out, func(p string, _ bool) error { return unix.Mknod(p, mode, int(dev)) })
+	return n.make(ctx, name, mode, out, func(dir at, _ bool) error { return unix.Mknodat(dir.dir, name, mode, int(dev)) })
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, out, func(p string, _ bool) error { return os.Symlink(target, p) })
+	return n.make(ctx, name, 0, out, func(dir at, _ bool) error { return unix.Symlinkat(target, dir.dir, name) })
 }
 
-// make creates a new entry name in the upper layer with create (told
-// whether it replaces a whiteout), owned by the caller.
-func (n *node) make(ctx context.Context, name string, out *gofuse.EntryOut, create func(p string, overWhiteout bool) error) (*fs.Inode, syscall.Errno) {
+// make creates a new entry name in the upper layer with create (given
+// the opened upper directory, and told whether the entry replaces a
+// whiteout), owned by the caller; setid is as for own.
+func (n *node) make(ctx context.Context, name string, setid uint32, out *gofuse.EntryOut, create func(dir at, overWhiteout bool) error) (*fs.Inode, syscall.Errno) {
 	n.ov.mu.Lock()
 	defer n.ov.mu.Unlock()
-	rel, wh, errno := n.prepareNew(name)
+	dir, wh, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, errno
 	}
-	p := n.ov.up(rel)
-	if err := create(p, wh); err != nil {
+	defer dir.close()
+	if err := create(dir, wh); err != nil {
 		return nil, fs.ToErrno(err)
 	}
-	n.own(ctx, p)
-	return n.entryOut(ctx, p, out)
+	n.own(ctx, dir, name, setid)
+	return n.entryOut(ctx, dir.in(name), out)
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -849,16 +1087,21 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if errno := t.copyUpLocked(); errno != 0 {
 		return nil, errno
 	}
-	rel, _, errno := n.prepareNew(name)
+	dir, _, errno := n.prepareNew(name)
 	if errno != 0 {
 		return nil, errno
 	}
-	p := n.ov.up(rel)
-	if err := os.Link(n.ov.up(t.rel()), p); err != nil {
+	defer dir.close()
+	src, err := n.ov.up(t.rel())
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	defer src.close()
+	if err := unix.Linkat(src.dir, src.name, dir.dir, name, 0); err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	var st syscall.Stat_t
-	if err := syscall.Lstat(p, &st); err != nil {
+	if err := dir.in(name).lstat(&st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	out.Attr.FromStat(&st)
@@ -867,7 +1110,12 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	s, err := os.Readlink(n.path())
+	p, err := n.path()
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	defer p.close()
+	s, err := readlinkAt(p)
 	if err != nil {
 		return nil, fs.ToErrno(err)
 	}
@@ -881,17 +1129,24 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if !ok {
 		return syscall.ENOENT
 	}
-	_, has, _ := upperState(n.ov.up(rel))
-	if n.lowerHas(name) {
+	lower := n.lowerHas(name)
+	if lower {
 		if errno := n.copyUpLocked(); errno != 0 {
 			return errno
 		}
-		return fs.ToErrno(n.ov.makeWhiteout(n.ov.up(rel)))
 	}
-	if !has {
+	u, err := n.ov.up(rel)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer u.close()
+	if lower {
+		return fs.ToErrno(n.ov.makeWhiteout(u))
+	}
+	if _, has, _ := upperState(u); !has {
 		return syscall.ENOENT
 	}
-	return fs.ToErrno(syscall.Unlink(n.ov.up(rel)))
+	return fs.ToErrno(unix.Unlinkat(u.dir, u.name, 0))
 }
 
 // child finds the node of name in n.
@@ -933,17 +1188,25 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	} else if !empty {
 		return syscall.ENOTEMPTY
 	}
-	_, has, _ := upperState(n.ov.up(rel))
-	if has {
-		if err := os.RemoveAll(n.ov.up(rel)); err != nil { // only whiteouts are left in it
-			return fs.ToErrno(err)
-		}
-	}
-	if n.lowerHas(name) {
+	lower := n.lowerHas(name)
+	if lower {
 		if errno := n.copyUpLocked(); errno != 0 {
 			return errno
 		}
-		return fs.ToErrno(n.ov.makeWhiteout(n.ov.up(rel)))
+	}
+	u, err := n.ov.up(rel)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer u.close()
+	_, has, _ := upperState(u)
+	if has {
+		if err := removeAll(u); err != nil {
+			return fs.ToErrno(err)
+		}
+	}
+	if lower {
+		return fs.ToErrno(n.ov.makeWhiteout(u))
 	}
 	if !has {
 		return syscall.ENOENT
@@ -979,7 +1242,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return n.exchange(ctx, src, srel, np, newName, drel)
 	}
 	dir := src.isDir()
-	dst, dstHas, dstWh := upperState(ov.up(drel))
+	var dst syscall.Stat_t
+	var dstHas, dstWh bool
+	if d, err := ov.up(drel); err == nil { // else the upper layer has nothing there
+		dst, dstHas, dstWh = upperState(d)
+		d.close()
+	}
 	dstLower := np.lowerHas(newName)
 	if flags&unix.RENAME_NOREPLACE != 0 && (dstHas || dstLower && !dstWh) {
 		return syscall.EEXIST
@@ -1002,33 +1270,43 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if errno := np.copyUpLocked(); errno != 0 {
 		return errno
 	}
+	s, err := ov.up(srel)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer s.close()
+	d, err := ov.up(drel)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer d.close()
 	if dstWh || dir && dstDir {
-		if err := os.RemoveAll(ov.up(drel)); err != nil { // a whiteout, or a directory of whiteouts
+		if err := removeAll(d); err != nil { // a whiteout, or a directory of whiteouts
 			return fs.ToErrno(err)
 		}
 	}
 	srcLower := n.lowerHas(name)
 	if srcLower && ov.asRoot {
-		if err := layer.RenameLeavingWhiteout(ov.up(srel), ov.up(drel)); err != nil {
+		if err := layer.RenameLeavingWhiteout(s.proc(), d.proc()); err != nil {
 			return fs.ToErrno(err)
 		}
 	} else {
-		if err := os.Rename(ov.up(srel), ov.up(drel)); err != nil {
+		if err := unix.Renameat(s.dir, s.name, d.dir, d.name); err != nil {
 			return fs.ToErrno(err)
 		}
 		if srcLower {
-			if err := ov.makeWhiteout(ov.up(srel)); err != nil {
+			if err := ov.makeWhiteout(s); err != nil {
 				return fs.ToErrno(err)
 			}
 		}
 	}
 	if dir && src.lowerOK {
 		// Its lower children stay where they are: the redirect names them.
-		if err := layer.SetRedirect(ov.up(drel), src.lower); err != nil {
+		if err := layer.SetRedirect(d.proc(), src.lower); err != nil {
 			return fs.ToErrno(err)
 		}
 	} else if dir && dstLower {
-		if err := layer.SetOpaque(ov.up(drel)); err != nil {
+		if err := layer.SetOpaque(d.proc()); err != nil {
 			return fs.ToErrno(err)
 		}
 	}
@@ -1053,7 +1331,17 @@ func (n *node) exchange(ctx context.Context, src *node, srel string, np *node, n
 			return errno
 		}
 	}
-	return fs.ToErrno(unix.Renameat2(unix.AT_FDCWD, n.ov.up(srel), unix.AT_FDCWD, n.ov.up(drel), unix.RENAME_EXCHANGE))
+	s, err := n.ov.up(srel)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer s.close()
+	d, err := n.ov.up(drel)
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer d.close()
+	return fs.ToErrno(unix.Renameat2(s.dir, s.name, d.dir, d.name, unix.RENAME_EXCHANGE))
 }
 
 // base is the last element of a view path.
@@ -1063,12 +1351,22 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if layer.IsMark(attr) {
 		return 0, syscall.ENODATA
 	}
-	sz, err := unix.Lgetxattr(n.path(), attr, dest)
+	p, err := n.path()
+	if err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	defer p.close()
+	sz, err := unix.Lgetxattr(p.proc(), attr, dest)
 	return uint32(sz), fs.ToErrno(err)
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	p := n.path()
+	a, err := n.path()
+	if err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	defer a.close()
+	p := a.proc()
 	sz, err := unix.Llistxattr(p, nil)
 	if err != nil {
 		return 0, fs.ToErrno(err)
@@ -1099,7 +1397,12 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if errno := n.copyUp(); errno != 0 {
 		return errno
 	}
-	return fs.ToErrno(unix.Lsetxattr(n.ov.up(n.rel()), attr, data, int(flags)))
+	p, err := n.ov.up(n.rel())
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer p.close()
+	return fs.ToErrno(unix.Lsetxattr(p.proc(), attr, data, int(flags)))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
@@ -1109,12 +1412,17 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if errno := n.copyUp(); errno != 0 {
 		return errno
 	}
-	return fs.ToErrno(unix.Lremovexattr(n.ov.up(n.rel()), attr))
+	p, err := n.ov.up(n.rel())
+	if err != nil {
+		return fs.ToErrno(err)
+	}
+	defer p.close()
+	return fs.ToErrno(unix.Lremovexattr(p.proc(), attr))
 }
 
 func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
 	var s syscall.Statfs_t
-	if err := syscall.Statfs(n.ov.upper, &s); err != nil {
+	if err := syscall.Fstatfs(n.ov.upperFd, &s); err != nil {
 		return fs.ToErrno(err)
 	}
 	out.FromStatfsT(&s)

@@ -359,8 +359,12 @@ func TestXWhiteout(t *testing.T) {
 	if !treetest.Require(t, "xattr", treetest.XattrsSupported(upper), "no user xattrs on "+upper) {
 		t.Skip("SNAPBACK_REQUIRE does not name xattr: no user xattrs")
 	}
-	ov := &overlayFS{upper: upper, work: upper}
-	treetest.Must(t, ov.makeWhiteout(filepath.Join(upper, "gone")))
+	root0, err := newRoot(root, upper, upper)
+	treetest.Must(t, err)
+	ov := root0.ov
+	gone, err := ov.up("gone")
+	treetest.Must(t, err)
+	treetest.Must(t, ov.makeWhiteout(gone))
 	treetest.Must(t, os.WriteFile(filepath.Join(upper, "empty"), nil, 0o600)) // an empty file, not a whiteout
 	repo, err := snapshot.OpenRepo(root, nil, true)
 	treetest.Must(t, err)

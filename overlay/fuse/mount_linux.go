@@ -44,8 +44,10 @@ func Available() (bool, string) {
 // Mount serves the merged view of lower and upper at mnt from this
 // process (for tests and tools: the process must then never enter mnt in
 // a way that blocks the server, see the package doc). Unmount with the
-// returned server's Unmount.
+// returned server's Unmount. The process's umask becomes 0, as the
+// server's (see Serve).
 func Mount(lower, upper, work, mnt string) (*gofuse.Server, error) {
+	unix.Umask(0)
 	root, err := newRoot(lower, upper, work)
 	if err != nil {
 		return nil, err
@@ -332,6 +334,9 @@ func Serve(args []string) int {
 		io.Copy(io.Discard, files[1]) // returns at EOF: snapback is done with the run
 		os.Exit(0)
 	}()
+	// The kernel sends modes with the caller's umask applied: the
+	// server's own must not mask them again.
+	unix.Umask(0)
 	root, err := newRoot(spec.Root, spec.Upper, spec.Work)
 	if err != nil {
 		return fail(err)
