@@ -130,6 +130,50 @@ func (r *rawFS) open(cancel <-chan struct{}, in *gofuse.ReadIn) (uint64, gofuse.
 	return oout.Fh, gofuse.OK
 }
 
+// Open answers ENOSYS where the kernel can take it: no OPEN, RELEASE or
+// FLUSH is sent for any file from then on (see noopen_linux.go).
+func (r *rawFS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	if !r.noOpen() {
+		return r.RawFileSystem.Open(cancel, in, out)
+	}
+	return gofuse.ENOSYS
+}
+
+func (r *rawFS) noOpen() bool {
+	return r.srv.KernelSettings().Flags64()&gofuse.CAP_NO_OPEN_SUPPORT != 0
+}
+
+// Create answers ENOSYS where the kernel runs without opens: it then
+// makes new files with MKNOD and opens them without a message (one
+// request, as CREATE was, but no RELEASE after it; a CREATE would have
+// to hand back a handle before the kernel learns, at its first OPEN,
+// that none are needed).
+func (r *rawFS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
+	if !r.noOpen() {
+		return r.RawFileSystem.Create(cancel, in, name, out)
+	}
+	return gofuse.ENOSYS
+}
+
+// Release ignores handle 0 (no handle: go-fuse's bridge keeps an entry
+// of its own there).
+func (r *rawFS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
+	if in.Fh != 0 {
+		r.RawFileSystem.Release(cancel, in)
+	}
+}
+
+// Flush without a handle answers ENOSYS: the kernel then sends no FLUSH
+// again. Nothing is left to flush at close: every write has reached the
+// upper file, and locks are the kernel's own (go-fuse does not take
+// them).
+func (r *rawFS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
+	if in.Fh == 0 {
+		return gofuse.ENOSYS
+	}
+	return r.RawFileSystem.Flush(cancel, in)
+}
+
 // FsyncDir without a handle syncs through one opened for the call.
 func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
 	if in.Fh != 0 {
