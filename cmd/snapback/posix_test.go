@@ -1126,6 +1126,7 @@ func setidFiles(t testing.TB, root string) {
 		treetest.Must(t, os.Chmod(filepath.Join(root, d), 0o777))
 	}
 	treetest.Must(t, unix.Chmod(filepath.Join(root, "sticky"), 0o1777))
+	treetest.Must(t, os.Mkdir(filepath.Join(root, "open1", "rootdir"), 0o700))
 }
 
 // threadAs runs fn as uid and gid (no supplementary groups) on a thread of
@@ -1189,6 +1190,10 @@ func opNonOwner(o *opEnv) {
 		o.res("rename open1/roots open2/moved", unix.Rename("open1/roots", "open2/moved"))
 		o.res("mkdir open1/d", unix.Mkdir("open1/d", 0o755))
 		o.res("rename open1/d open2/d", unix.Rename("open1/d", "open2/d"))
+		// Moving another's directory elsewhere rewrites its "..": that
+		// takes write access to it; within its directory it does not.
+		o.res("rename open1/rootdir open2/rootdir", unix.Rename("open1/rootdir", "open2/rootdir"))
+		o.res("rename open1/rootdir open1/renamed", unix.Rename("open1/rootdir", "open1/renamed"))
 		o.res("rename sticky/roots (another's, sticky dir)", unix.Rename("sticky/roots", "sticky/taken"))
 		o.res("unlink sticky/roots", unix.Unlink("sticky/roots"))
 		o.res("rename sticky/roots out", unix.Rename("sticky/roots", "open2/taken"))

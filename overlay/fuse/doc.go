@@ -47,8 +47,9 @@
 //     server ([ServeVerb]) through an intermediate process that exits at
 //     once, in a second new mount namespace copied before the FUSE mount
 //     exists: there the root path still shows the real tree, so the
-//     server's path-based calls can never reach its own mount. The server
-//     is in its own session: Ctrl-C at the terminal does not reach it.
+//     layer directories the server opens by path at its start can never
+//     be its own mount. The server is in its own session: Ctrl-C at the
+//     terminal does not reach it.
 //  3. The helper mounts FUSE on the root with that descriptor, waits for
 //     the server to answer the kernel's INIT and say so on a third pipe,
 //     then starts the overlay package's init (overlay.StartInit) in a new
@@ -67,6 +68,34 @@
 // /dev/fuse must then be open to users. Its server cannot make device
 // nodes, so its whiteouts are xwhiteouts. macOS (macFUSE) has no fuse
 // mode.
+//
+// # Names, modes and privileges
+//
+// The server never builds an absolute path: it holds the lower, upper
+// and work directories open (O_PATH) and names every entry relative to
+// one of them with the *at calls (openat, fstatat, mkdirat, renameat2,
+// linkat, fchownat, utimensat, ...; xattrs and truncate through the
+// descriptor's /proc/self/fd link). A path of the view may then be as
+// long as the user's own relative calls allow (PATH_MAX - 1), which with
+// a layer's directory in front of it would be too long; one longer than
+// PATH_MAX less a margin is walked to in pieces (see at).
+//
+// The kernel applies the caller's umask before a CREATE, MKDIR or MKNOD
+// reaches the server (go-fuse does not negotiate FUSE_DONT_MASK): the
+// server's own umask is 0 and it creates with the mode the request
+// carries, and a mode of 0000 is shown as one (NullPermissions). As root
+// it gives a new entry the caller's uid and gid (the directory's group
+// under set-group-ID) and puts back the set-ID bits that chown cleared.
+// Permission checks are the kernel's (default_permissions): sticky
+// directories and a non-owner's chmod or rename behave as on the disk.
+// Without FUSE_HANDLE_KILLPRIV the kernel clears set-user-ID, and
+// set-group-ID with group execute, itself (a SETATTR before a write or
+// truncate by a caller without CAP_FSETID); Linux also clears
+// set-group-ID without group execute when the caller is outside the
+// file's group, which the server does after the write, then drops the
+// kernel's cached attributes so that fstat on the writing descriptor
+// shows the new mode at once. cmd/snapback's POSIX table and
+// scripts/pjdfstest.sh hold the view to the native filesystem.
 //
 // # Caching
 //

@@ -191,6 +191,12 @@ func isWhiteout(a at, st *syscall.Stat_t) bool {
 	return layer.IsWhiteout(st.Mode, st.Rdev, st.Size, layer.PathGetter(a.proc()))
 }
 
+// isWhiteoutAt reports whether the upper layer has a whiteout at a.
+func isWhiteoutAt(a at) bool {
+	_, _, wh := upperState(a)
+	return wh
+}
+
 // upperState says what the upper layer has at a: nothing (ENOENT), a
 // whiteout, or an entry.
 func upperState(a at) (st syscall.Stat_t, has, whiteout bool) {
@@ -500,8 +506,24 @@ func (a at) openDir() (at, error) {
 	return at{dir: fd, name: ".", own: true}, nil
 }
 
-// in is the entry name of a directory opened by openDir.
-func (a at) in(name string) at { return at{dir: a.dir, name: name} }
+// in is the entry name in the directory a (which keeps the
+// descriptor: close a, not the result). a is short enough for that when
+// it comes from dirFor.
+func (a at) in(name string) at {
+	if a.name == "." {
+		return at{dir: a.dir, name: name}
+	}
+	return at{dir: a.dir, name: a.name + "/" + name}
+}
+
+// dirFor makes the directory a fit to name entries in with in: opened
+// when its path leaves no room for a name.
+func (a at) dirFor() (at, error) {
+	if len(a.name)+1+unix.NAME_MAX <= maxAt {
+		return a, nil
+	}
+	return a.openDir()
+}
 
 // readlinkAt reads the symbolic link at a, whatever its length.
 func readlinkAt(a at) (string, error) {
@@ -970,8 +992,8 @@ func (f *file) Release(ctx context.Context) syscall.Errno {
 
 // prepareNew readies the upper layer for a new entry name in n: the
 // directory copied up, a whiteout there removed (reported: the lower
-// tree had something there). dir is n's upper directory, opened: the new
-// entry is dir.in(name). Close dir.
+// tree had something there). dir is n's upper directory: the new entry
+// is dir.in(name). Close dir.
 func (n *node) prepareNew(name string) (dir at, overWhiteout bool, errno syscall.Errno) {
 	prel := n.rel()
 	if prel == "" && name == storeName {
@@ -982,13 +1004,13 @@ func (n *node) prepareNew(name string) (dir at, overWhiteout bool, errno syscall
 	}
 	u, err := n.ov.up(prel)
 	if err == nil {
-		dir, err = u.openDir()
+		dir, err = u.dirFor()
 	}
 	if err != nil {
 		return at{}, false, fs.ToErrno(err)
 	}
-	if _, _, wh := upperState(dir.in(name)); wh {
-		if err := unix.Unlinkat(dir.dir, name, 0); err != nil {
+	if e := dir.in(name); isWhiteoutAt(e) {
+		if err := unix.Unlinkat(e.dir, e.name, 0); err != nil {
 			dir.close()
 			return at{}, false, fs.ToErrno(err)
 		}
@@ -1014,9 +1036,10 @@ func (n *node) own(ctx context.Context, dir at, name string, setid uint32) {
 	if dir.lstat(&pst) == nil && pst.Mode&syscall.S_ISGID != 0 {
 		gid = -1
 	}
-	_ = unix.Fchownat(dir.dir, name, int(caller.Uid), gid, unix.AT_SYMLINK_NOFOLLOW) // root can always chown
+	e := dir.in(name)
+	_ = unix.Fchownat(e.dir, e.name, int(caller.Uid), gid, unix.AT_SYMLINK_NOFOLLOW) // root can always chown
 	if setid&(syscall.S_ISUID|syscall.S_ISGID) != 0 {
-		_ = unix.Fchmodat(dir.dir, name, setid&0o7777, 0) // root can always chmod
+		_ = unix.Fchmodat(e.dir, e.name, setid&0o7777, 0) // root can always chmod
 	}
 }
 
@@ -1041,12 +1064,13 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	}
 	defer dir.close()
 	flags &^= syscall.O_APPEND | gofuse.FMODE_EXEC
-	fd, err := unix.Openat(dir.dir, name, int(flags)|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode)
+	e := dir.in(name)
+	fd, err := unix.Openat(e.dir, e.name, int(flags)|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode)
 	if err != nil {
 		return nil, nil, 0, fs.ToErrno(err)
 	}
 	n.own(ctx, dir, name, mode)
-	ch, errno := n.entryOut(ctx, dir.in(name), out)
+	ch, errno := n.entryOut(ctx, e, out)
 	if errno != 0 {
 		syscall.Close(fd)
 		return nil, nil, 0, errno
@@ -1056,22 +1080,29 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	return n.make(ctx, name, 0, out, func(dir at, overWhiteout bool) error {
-		if err := unix.Mkdirat(dir.dir, name, mode); err != nil {
+		e := dir.in(name)
+		if err := unix.Mkdirat(e.dir, e.name, mode); err != nil {
 			return err
 		}
 		if overWhiteout {
-			return layer.SetOpaque(dir.in(name).proc()) // nothing of the lower directory shows through
+			return layer.SetOpaque(e.proc()) // nothing of the lower directory shows through
 		}
 		return nil
 	})
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, mode, out, func(dir at, _ bool) error { return unix.Mknodat(dir.dir, name, mode, int(dev)) })
+	return n.make(ctx, name, mode, out, func(dir at, _ bool) error {
+		e := dir.in(name)
+		return unix.Mknodat(e.dir, e.name, mode, int(dev))
+	})
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.make(ctx, name, 0, out, func(dir at, _ bool) error { return unix.Symlinkat(target, dir.dir, name) })
+	return n.make(ctx, name, 0, out, func(dir at, _ bool) error {
+		e := dir.in(name)
+		return unix.Symlinkat(target, e.dir, e.name)
+	})
 }
 
 // make creates a new entry name in the upper layer with create (given
@@ -1112,11 +1143,12 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, fs.ToErrno(err)
 	}
 	defer src.close()
-	if err := unix.Linkat(src.dir, src.name, dir.dir, name, 0); err != nil {
+	e := dir.in(name)
+	if err := unix.Linkat(src.dir, src.name, e.dir, e.name, 0); err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	var st syscall.Stat_t
-	if err := dir.in(name).lstat(&st); err != nil {
+	if err := e.lstat(&st); err != nil {
 		return nil, fs.ToErrno(err)
 	}
 	out.Attr.FromStat(&st)
