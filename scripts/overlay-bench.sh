@@ -16,7 +16,9 @@
 # cost a user pays per `snapback run`; median of FRESH_REPS views, default
 # 3) and in a warm view (after one warm-up, median of WARM_REPS runs,
 # default 5, in the same view). Native runs are all warm (the kernel's
-# caches are), and are the baseline of both tables. The time is measured
+# caches are), and are the baseline of both views; on a shared machine
+# the load changes, so native is measured again right before each mode's
+# column and that column's ratios are to it. The time is measured
 # inside the view: mounting and committing are not included
 # (scripts/bench.sh measures `run -- true`).
 #
@@ -107,14 +109,19 @@ inview() {
 	fi
 }
 
+# The machine may be shared: native is measured again right before each
+# mode, and each mode's ratios are to that native run.
 declare -A ms rng
-while read -r x v r; do ms[native, $x]=$v rng[native, $x]=$r; done < <(bash "$work" warm)
+native() {
+	while read -r x v r; do ms[native, $1, $x]=$v rng[native, $1, $x]=$r; done < <(bash "$work" warm)
+}
 cols=()
 for m in $MODES; do
 	if [ "$m" = fuse-overlayfs ] && ! command -v fuse-overlayfs >/dev/null; then
 		echo "(fuse-overlayfs: not installed; apt-get install fuse-overlayfs to compare with it)" >&2
 		continue
 	fi
+	native "$m"
 	if ! inview "$m" warm >"$tmp/out" 2>"$tmp/err"; then
 		echo "($m: not available here: $(tail -1 "$tmp/err"))" >&2
 		continue
@@ -128,6 +135,7 @@ done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f×", a / (b > 0 ? b : 1) }'; }
 echo "tree: $(find . -path ./.snapback -prune -o -type f -print | wc -l) files, $(find . -path ./.snapback -prune -o -type d -print | wc -l) directories; $(nproc) CPUs, $(uname -r); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "ratios to native measured right before each column (the native column: before the first)"
 hdr="| view | workload | native |"
 sep="|---|---|---:|"
 for m in "${cols[@]}"; do
@@ -138,9 +146,9 @@ echo "$hdr"
 echo "$sep"
 for v in fresh warm; do
 	for x in $WORKLOADS; do
-		line="| $v | $x | ${ms[native, $x]} ms |"
+		line="| $v | $x | ${ms[native, ${cols[0]:-}, $x]:-?} ms |"
 		for m in "${cols[@]}"; do
-			line+=" $(ratio "${ms[$m, $v, $x]}" "${ms[native, $x]}") |"
+			line+=" $(ratio "${ms[$m, $v, $x]}" "${ms[native, $m, $x]}") |"
 		done
 		echo "$line"
 	done
@@ -148,9 +156,9 @@ done
 echo
 echo "milliseconds (warm: median, min-max of $WARM_REPS; fresh: median of $FRESH_REPS views):"
 for x in $WORKLOADS; do
-	line="$x: native ${ms[native, $x]} (${rng[native, $x]})"
+	line="$x:"
 	for m in "${cols[@]}"; do
-		line+="; $m fresh ${ms[$m, fresh, $x]}, warm ${ms[$m, warm, $x]} (${rng[$m, warm, $x]})"
+		line+=" native before $m ${ms[native, $m, $x]} (${rng[native, $m, $x]}); $m fresh ${ms[$m, fresh, $x]}, warm ${ms[$m, warm, $x]} (${rng[$m, warm, $x]});"
 	done
 	echo "$line"
 done
