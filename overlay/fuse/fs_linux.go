@@ -851,6 +851,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND
 
+// Open (and Create, OpendirHandle) serve the kernel's opens only where it
+// cannot do without them (rawFS answers ENOSYS elsewhere: the kernel
+// then opens without a message, see noopen_linux.go). The listing
+// handles of rawFS come from OpendirHandle on every kernel.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&writeFlags != 0 {
 		if errno := n.copyUp(); errno != 0 {
