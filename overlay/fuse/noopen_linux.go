@@ -77,6 +77,12 @@ func (n *node) detach(name string) {
 		mode = unix.O_RDWR
 	}
 	fd, err := unix.Openat(p.dir, p.name, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil && upper {
+		// An ordinary user's server may not write a read-only file: its
+		// readers keep their content at least.
+		mode = unix.O_RDONLY
+		fd, err = unix.Openat(p.dir, p.name, mode|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	}
 	p.close()
 	if err != nil {
 		return // (not a file any more)
