@@ -86,7 +86,7 @@ for mode in "${modes[@]}"; do
 		continue
 	fi
 	failures "$log" >"$tmp/$mode.failed"
-	echo "$mode: $(grep '^Files=' "$log" | cut -d, -f1-2), $(wc -l <"$tmp/$mode.failed") failed"
+	echo "$mode: $(grep '^Files=' "$log" | sed 's/ wallclock secs.*/ s/'), $(wc -l <"$tmp/$mode.failed") failed"
 	sed 's/^/  failed: /' "$tmp/$mode.failed"
 done
 if [ -f "$tmp/native.failed" ]; then
