@@ -10,14 +10,17 @@ import (
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// rawFS is the node tree's request bridge with zero-message directory
-// opens: OPENDIR answers ENOSYS, so the kernel (FUSE_NO_OPENDIR_SUPPORT)
-// never sends OPENDIR or RELEASEDIR again and caches every listing
-// (FOPEN_CACHE_DIR is its default then). go-fuse's fs package cannot say
-// that itself: its READDIR needs a handle. So the handle lives here, on
-// the server's side: READDIR(PLUS) at offset 0 opens one for the
-// directory (a fresh listing), later offsets continue it, the end of
-// the listing releases it.
+// rawFS is the node tree's request bridge with zero-message opens. For
+// directories: OPENDIR answers ENOSYS, so the kernel
+// (FUSE_NO_OPENDIR_SUPPORT) never sends OPENDIR or RELEASEDIR again and
+// caches every listing (FOPEN_CACHE_DIR is its default then). go-fuse's
+// fs package cannot say that itself: its READDIR needs a handle. So the
+// handle lives here, on the server's side: READDIR(PLUS) at offset 0
+// opens one for the directory (a fresh listing), later offsets continue
+// it, the end of the listing releases it. For files: OPEN, CREATE and
+// FLUSH answer ENOSYS (FUSE_NO_OPEN_SUPPORT), and the nodes serve
+// requests without handles (noopen_linux.go). On a kernel that cannot
+// do without opens, the bridge answers them as it would.
 type rawFS struct {
 	gofuse.RawFileSystem
 
