@@ -20,7 +20,7 @@
 //     and the changeset reader follows the redirect;
 //   - anything else is the whole new state of its path: a file is copied
 //     up whole (through a temporary file in the run's work directory,
-//     then renamed into place) the first time it is opened for writing,
+//     then renamed into place) the first time it is written,
 //     truncated, chmod/chown/utimes'd, given an xattr, linked or renamed.
 //
 // Hard links that exist in the lower tree are separate files in the view
@@ -99,32 +99,61 @@
 //
 // # Caching
 //
-// The server is the upper layer's only writer, so entries, attributes and
-// negative lookups are cached by the kernel for an hour, file pages are
-// kept across opens (FOPEN_KEEP_CACHE), read-only opens skip FLUSH
-// (FOPEN_NOFLUSH) and directory listings are cached (FOPEN_CACHE_DIR).
-// Passthrough is never used: go-fuse registers the first open's
-// descriptor as the inode's backing file and reuses it for later opens,
-// so a lower file held open across a copy-up would take the writes meant
-// for the upper copy (a test checks this).
+// A FUSE request costs 25-90 us on a 2 vCPU VM (a round trip between
+// processes on different CPUs), so the view is fast only where the
+// kernel sends none. The server is the upper layer's only writer, so:
+//
+//   - entries, attributes and negative lookups are cached by the kernel
+//     for an hour, and READDIRPLUS (go-fuse's default) hands the kernel
+//     each listed entry with its attributes: a fresh `find` sends no
+//     LOOKUP per name;
+//   - opens send no message: OPENDIR, OPEN and CREATE answer ENOSYS, so
+//     the kernel (FUSE_NO_OPENDIR_SUPPORT, FUSE_NO_OPEN_SUPPORT) never
+//     sends OPENDIR, RELEASEDIR, OPEN, RELEASE or FLUSH (FLUSH without a
+//     handle answers ENOSYS too: every write has reached the upper file
+//     when it returns, and locks are the kernel's own) and makes new
+//     files with MKNOD. Its defaults then are what the server asked for
+//     before: listings cached (FOPEN_CACHE_DIR), pages kept across opens
+//     (FOPEN_KEEP_CACHE). In a warm view a `tar` of the tree sends no
+//     request per file, a `find` one GETATTR per directory (the kernel
+//     drops a directory's cached atime when it reads it);
+//   - with no handles, READ, WRITE, FSYNC and FALLOCATE are served by
+//     name (rawFS keeps a listing per directory being read, on the
+//     server's side, for READDIRPLUS): a read opens the node's entry as
+//     it is now, the upper copy once there is one, so a reader that
+//     opened the lower file sees the writes made after a copy-up; a
+//     write copies up first (a file opened for writing and never
+//     written is not copied up; O_TRUNC comes as a SETATTR of the size,
+//     since go-fuse does not negotiate atomic_o_trunc); a file that
+//     loses its name while the kernel may have it open (unlink, a rename
+//     over it) keeps its content through a descriptor its node holds
+//     until the kernel forgets the node, and a lower one gets a private
+//     unnamed copy in the work directory when written (tests check
+//     these);
+//   - passthrough is never used: it needs a handle per open (the
+//     backing file is registered in the OPEN reply), which zero-message
+//     opens do without, and go-fuse binds one backing file per inode,
+//     so a lower file held open across a copy-up would take the writes
+//     meant for the upper copy. Pages read once stay cached, so
+//     passthrough would only speed the first read of each file.
+//
+// On a kernel without FUSE_NO_OPEN(DIR)_SUPPORT the server answers the
+// opens as before (a handle per open, copy-up when opened for writing).
 //
 // # Performance
 //
-// scripts/overlay-bench.sh on a git repository of Go's src/ (11.5k files,
-// 1.3k directories; 2 vCPU VM, kernel 6.18, ext4), warm, medians of 5,
-// ratio to native (native: find 21 ms, tar 94 ms, git status 30 ms):
-//
-//	mode       find   tar cf /dev/zero   git status
-//	overlayfs  1.1x   1.4x               1.4x
-//	fuse       4.1x   7.3x               4.0x
-//
-// Every entry, attribute, listing and page is cached by the kernel, so
-// what remains is one request per directory open (OPENDIR, RELEASEDIR)
-// and per file open (OPEN, RELEASE) at 25-90 us each on this VM. Going
-// further needs zero-message opens (FUSE_NO_OPEN_SUPPORT and
-// NO_OPENDIR_SUPPORT), which go-fuse's fs package does not negotiate for
-// directories, and which for files moves the copy-up to the first write
-// and must be checked against O_TRUNC (atomic_o_trunc) handling.
+// scripts/overlay-bench.sh measures the view against native, kernel
+// overlayfs and fuse-overlayfs; the README has the figures and the
+// levers tried. What is left per request type, on Go's src/ as a git
+// repository: a fresh `find` sends two READDIRPLUS per directory (the
+// second finds the end), a fresh `git status` one LOOKUP per tracked
+// file (it stats the index's paths before it reads any directory), a
+// fresh `tar` a READ and a GETATTR per file (GNU tar fstats after
+// reading, and a READ drops the cached atime); each file made by `tar x`
+// costs MKNOD, WRITE, three SETATTR, three GETATTR and two GETXATTR of
+// security.capability (the kernel's check before a write or chown may
+// clear privileges; FUSE_HANDLE_KILLPRIV_V2 would leave that to the
+// server, which would then clear set-ID bits on every write itself).
 package fuse
 
 // Hidden first arguments of snapback's own binary.

@@ -59,6 +59,8 @@ type node struct {
 	// (the upper layer records the move with an overlay redirect).
 	lower   string
 	lowerOK bool // directories: the children of lower show through
+
+	detached detachedFile // a file without a name that the kernel may still have open
 }
 
 var (
@@ -355,6 +357,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	if ok, errno := n.orphanAttr(ctx, out); ok {
+		return errno
+	}
 	var st syscall.Stat_t
 	p, err := n.path()
 	if err == nil {
@@ -362,7 +367,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *gofuse.AttrOut
 		p.close()
 	}
 	if err != nil {
-		if fg, ok := f.(fs.FileGetattrer); ok { // an open file whose name is gone
+		if fg, ok := n.handle(f).(fs.FileGetattrer); ok { // an open file whose name is gone
 			errno := fg.Getattr(ctx, out)
 			n.setIno(&out.Attr)
 			return errno
@@ -765,6 +770,16 @@ func copyData(src, dst at) error {
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	if f == nil && n.rel() == orphan { // a file without a name: through its held descriptor
+		if w, own, errno := n.writable(ctx, nil); errno == 0 {
+			if own {
+				defer w.Release(ctx)
+			}
+			errno = w.Setattr(ctx, in, out)
+			n.setIno(&out.Attr)
+			return errno
+		}
+	}
 	if fsa, ok := f.(fs.FileSetattrer); ok && n.inUpper.Load() && n.rel() == orphan {
 		return fsa.Setattr(ctx, in, out) // an open upper file without a name: its descriptor is the upper one
 	}
@@ -836,6 +851,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *gofuse.SetAttrI
 
 const writeFlags = syscall.O_WRONLY | syscall.O_RDWR | syscall.O_TRUNC | syscall.O_APPEND
 
+// Open (and Create, OpendirHandle) serve the kernel's opens only where it
+// cannot do without them (rawFS answers ENOSYS elsewhere: the kernel
+// then opens without a message, see noopen_linux.go). The listing
+// handles of rawFS come from OpendirHandle on every kernel.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if flags&writeFlags != 0 {
 		if errno := n.copyUp(); errno != 0 {
@@ -1173,11 +1192,13 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	defer u.close()
 	if lower {
+		n.detach(name) // (a copied-up file's content is only in the upper layer)
 		return fs.ToErrno(n.ov.makeWhiteout(u))
 	}
 	if _, has, _ := upperState(u); !has {
 		return syscall.ENOENT
 	}
+	n.detach(name)
 	return fs.ToErrno(unix.Unlinkat(u.dir, u.name, 0))
 }
 
@@ -1316,6 +1337,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		if err := removeAll(d); err != nil { // a whiteout, or a directory of whiteouts
 			return fs.ToErrno(err)
 		}
+	}
+	if !dir {
+		np.detach(newName) // the file renamed over, maybe open
 	}
 	srcLower := n.lowerHas(name)
 	if srcLower && ov.asRoot {

@@ -484,3 +484,124 @@ func TestKilledServer(t *testing.T) {
 		t.Errorf("upper layer: %q", got)
 	}
 }
+
+// TestListings checks directory listings without directory handles (the
+// kernel is told OPENDIR is not implemented, so the server keeps one
+// listing per directory): long listings that take many READDIRPLUS
+// replies, readers at once, a reader that stops early, and listings
+// after changes.
+func TestListings(t *testing.T) {
+	const n = 3000
+	long := strings.Repeat("x", 200) // a few names fill a READDIRPLUS reply
+	_, _, mnt, _ := view(t, func(l string) {
+		treetest.Must(t, os.Mkdir(filepath.Join(l, "d"), 0o755))
+		for i := 0; i < n; i++ {
+			treetest.Write(t, l, fmt.Sprintf("d/%s%05d", long, i), "", 0o644)
+		}
+	})
+	d := filepath.Join(mnt, "d")
+	count := func() int {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Error(err)
+		}
+		return len(ents)
+	}
+	// A reader that stops after a few entries, then full readers at once.
+	f, err := os.Open(d)
+	treetest.Must(t, err)
+	if few, err := f.Readdirnames(5); err != nil || len(few) != 5 {
+		t.Fatalf("first 5 names: %v, %v", few, err)
+	}
+	got := make(chan int, 4)
+	for i := 0; i < 4; i++ {
+		go func() { got <- count() }()
+	}
+	for i := 0; i < 4; i++ {
+		if c := <-got; c != n {
+			t.Errorf("a concurrent listing has %d entries, want %d", c, n)
+		}
+	}
+	rest, err := f.Readdirnames(-1)
+	treetest.Must(t, err)
+	treetest.Must(t, f.Close())
+	if len(rest) != n-5 {
+		t.Errorf("the stopped reader's rest: %d entries, want %d", len(rest), n-5)
+	}
+	// Changes show in the next listing (the kernel's cached one is dropped).
+	treetest.Must(t, os.WriteFile(filepath.Join(d, "new"), nil, 0o644))
+	treetest.Must(t, os.Remove(filepath.Join(d, fmt.Sprintf("%s%05d", long, 7))))
+	treetest.Must(t, os.Rename(filepath.Join(d, fmt.Sprintf("%s%05d", long, 8)), filepath.Join(mnt, "moved")))
+	if c := count(); c != n-1 {
+		t.Errorf("after create, unlink and rename out: %d entries, want %d", c, n-1)
+	}
+	if got := names(t, mnt); got != "d moved" {
+		t.Errorf("root: %q", got)
+	}
+	// fsync of a directory without a handle of the kernel's.
+	g, err := os.Open(d)
+	treetest.Must(t, err)
+	defer g.Close() // read-only
+	treetest.Must(t, g.Sync())
+}
+
+// TestOrphans checks files that lose their name while open, which the
+// server serves without the kernel's handles (zero-message opens): from
+// a descriptor it holds from the unlink (or the rename over the file)
+// until the kernel forgets the node. A lower file gets a private copy
+// when it is written; the lower tree never changes.
+func TestOrphans(t *testing.T) {
+	lower, _, mnt, _ := view(t, func(l string) {
+		treetest.Write(t, l, "l.txt", "lower\n", 0o640)
+	})
+	m := func(p string) string { return filepath.Join(mnt, p) }
+	check := func(f *os.File, what, want string, size int64) {
+		t.Helper()
+		var st syscall.Stat_t
+		treetest.Must(t, syscall.Fstat(int(f.Fd()), &st))
+		if st.Nlink != 0 || st.Size != size {
+			t.Errorf("%s: fstat nlink %d size %d, want 0 and %d", what, st.Nlink, st.Size, size)
+		}
+		b := make([]byte, 64)
+		n, _ := f.ReadAt(b, 0)
+		if string(b[:n]) != want {
+			t.Errorf("%s: read %q, want %q", what, b[:n], want)
+		}
+	}
+
+	// A lower file, unlinked while open for writing, then written and
+	// truncated through the descriptor.
+	l, err := os.OpenFile(m("l.txt"), os.O_RDWR, 0)
+	treetest.Must(t, err)
+	defer l.Close()
+	treetest.Must(t, os.Remove(m("l.txt")))
+	check(l, "unlinked lower file", "lower\n", 6)
+	_, err = l.WriteAt([]byte("LOW"), 0)
+	treetest.Must(t, err)
+	treetest.Must(t, l.Truncate(4))
+	check(l, "unlinked lower file, written", "LOWe", 4)
+	var st syscall.Stat_t
+	treetest.Must(t, syscall.Fstat(int(l.Fd()), &st))
+	if st.Mode&0o7777 != 0o640 {
+		t.Errorf("unlinked lower file's private copy: mode %o, want 640", st.Mode&0o7777)
+	}
+
+	// An upper file renamed over while a reader has it open.
+	treetest.Must(t, os.WriteFile(m("u.txt"), []byte("upper\n"), 0o644))
+	treetest.Must(t, os.WriteFile(m("v.txt"), []byte("other\n"), 0o644))
+	u, err := os.Open(m("u.txt"))
+	treetest.Must(t, err)
+	defer u.Close()
+	treetest.Must(t, os.Rename(m("v.txt"), m("u.txt")))
+	check(u, "upper file renamed over", "upper\n", 6)
+	if got := read(t, m("u.txt")); got != "other\n" {
+		t.Errorf("u.txt after the rename: %q", got)
+	}
+
+	if got := read(t, filepath.Join(lower, "l.txt")); got != "lower\n" {
+		t.Errorf("the lower file changed: %q", got)
+	}
+	if got := names(t, mnt); got != "u.txt" {
+		t.Errorf("view: %q", got)
+	}
+}

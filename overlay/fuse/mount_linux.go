@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/snapback/snapback/overlay"
 	"golang.org/x/sys/unix"
@@ -55,7 +54,15 @@ func Mount(lower, upper, work, mnt string) (*gofuse.Server, error) {
 	}
 	opts := options()
 	opts.DirectMountStrict = true
-	return fs.Mount(mnt, root, opts)
+	srv, err := gofuse.NewServer(newRawFS(root, opts), mnt, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		return nil, err
+	}
+	return srv, nil
 }
 
 // Session is one fuse run as seen from snapback's own process: Prepare
@@ -339,7 +346,7 @@ func Serve(args []string) int {
 		return fail(errors.New("the view was not mounted"))
 	}
 	files[4].Close()
-	srv, err := gofuse.NewServer(fs.NewNodeFS(root, opts), "/dev/fd/3", &opts.MountOptions) // waits for the kernel's INIT
+	srv, err := gofuse.NewServer(newRawFS(root, opts), "/dev/fd/3", &opts.MountOptions) // waits for the kernel's INIT
 	if err != nil {
 		return fail(err)
 	}

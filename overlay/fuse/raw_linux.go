@@ -1,0 +1,207 @@
+//go:build linux
+
+package fuse
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// rawFS is the node tree's request bridge with zero-message opens. For
+// directories: OPENDIR answers ENOSYS, so the kernel
+// (FUSE_NO_OPENDIR_SUPPORT) never sends OPENDIR or RELEASEDIR again and
+// caches every listing (FOPEN_CACHE_DIR is its default then). go-fuse's
+// fs package cannot say that itself: its READDIR needs a handle. So the
+// handle lives here, on the server's side: READDIR(PLUS) at offset 0
+// opens one for the directory (a fresh listing), later offsets continue
+// it, the end of the listing releases it. For files: OPEN, CREATE and
+// FLUSH answer ENOSYS (FUSE_NO_OPEN_SUPPORT), and the nodes serve
+// requests without handles (noopen_linux.go). On a kernel that cannot
+// do without opens, the bridge answers them as it would.
+type rawFS struct {
+	gofuse.RawFileSystem
+
+	srv  *gofuse.Server
+	mu   sync.Mutex
+	dirs map[uint64]*dirRef // node id -> its listing being read
+}
+
+// dirRef is a listing opened in the bridge, released once stale (a new
+// listing replaced it, it reached its end, the node was forgotten) and
+// no request reads it any more.
+type dirRef struct {
+	node  uint64
+	fh    uint64
+	users int
+	stale bool
+}
+
+func newRawFS(root fs.InodeEmbedder, opts *fs.Options) *rawFS {
+	return &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), dirs: map[uint64]*dirRef{}}
+}
+
+func (r *rawFS) Init(srv *gofuse.Server) {
+	r.srv = srv
+	r.RawFileSystem.Init(srv)
+}
+
+func (r *rawFS) OpenDir(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	if r.srv.KernelSettings().Flags64()&gofuse.CAP_NO_OPENDIR_SUPPORT == 0 {
+		return r.RawFileSystem.OpenDir(cancel, in, out) // an older kernel: ENOSYS would fail the open
+	}
+	return gofuse.ENOSYS
+}
+
+func (r *rawFS) ReadDir(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) gofuse.Status {
+	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDir)
+}
+
+func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList) gofuse.Status {
+	return r.readDir(cancel, in, out, r.RawFileSystem.ReadDirPlus)
+}
+
+type readDirFunc func(<-chan struct{}, *gofuse.ReadIn, *gofuse.DirEntryList) gofuse.Status
+
+func (r *rawFS) readDir(cancel <-chan struct{}, in *gofuse.ReadIn, out *gofuse.DirEntryList, read readDirFunc) gofuse.Status {
+	if in.Fh != 0 { // opened before the kernel learnt ENOSYS: a handle of its own
+		return read(cancel, in, out)
+	}
+	r.mu.Lock()
+	d := r.dirs[in.NodeId]
+	if d != nil && in.Offset == 0 { // a new reading: a fresh listing
+		r.unlist(in.NodeId)
+		d = nil
+	}
+	if d == nil {
+		r.mu.Unlock()
+		fh, st := r.open(cancel, in)
+		if st != gofuse.OK {
+			return st
+		}
+		r.mu.Lock()
+		r.unlist(in.NodeId) // another reader may have started one meanwhile
+		d = &dirRef{node: in.NodeId, fh: fh}
+		r.dirs[in.NodeId] = d
+	}
+	d.users++
+	r.mu.Unlock()
+
+	withFh := *in
+	withFh.Fh = d.fh
+	st := read(cancel, &withFh, out)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d.users--
+	if st != gofuse.OK || len(out.Bytes()) == 0 { // the end of the listing (or a failure)
+		if r.dirs[in.NodeId] == d {
+			delete(r.dirs, in.NodeId)
+		}
+		d.stale = true
+	}
+	r.maybeRelease(d)
+	return st
+}
+
+// unlist marks the node's listing stale. Called with r.mu held.
+func (r *rawFS) unlist(nodeid uint64) {
+	if d := r.dirs[nodeid]; d != nil {
+		delete(r.dirs, nodeid)
+		d.stale = true
+		r.maybeRelease(d)
+	}
+}
+
+// maybeRelease releases a stale listing nobody reads. Called with r.mu
+// held.
+func (r *rawFS) maybeRelease(d *dirRef) {
+	if d.stale && d.users == 0 {
+		r.RawFileSystem.ReleaseDir(&gofuse.ReleaseIn{InHeader: gofuse.InHeader{NodeId: d.node}, Fh: d.fh})
+	}
+}
+
+// open opens the node's listing in the bridge.
+func (r *rawFS) open(cancel <-chan struct{}, in *gofuse.ReadIn) (uint64, gofuse.Status) {
+	oin := gofuse.OpenIn{InHeader: in.InHeader, Flags: syscall.O_RDONLY | syscall.O_DIRECTORY}
+	var oout gofuse.OpenOut
+	if st := r.RawFileSystem.OpenDir(cancel, &oin, &oout); st != gofuse.OK {
+		return 0, st
+	}
+	return oout.Fh, gofuse.OK
+}
+
+// Open answers ENOSYS where the kernel can take it: no OPEN, RELEASE or
+// FLUSH is sent for any file from then on (see noopen_linux.go).
+func (r *rawFS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	if !r.noOpen() {
+		return r.RawFileSystem.Open(cancel, in, out)
+	}
+	return gofuse.ENOSYS
+}
+
+func (r *rawFS) noOpen() bool {
+	return r.srv.KernelSettings().Flags64()&gofuse.CAP_NO_OPEN_SUPPORT != 0
+}
+
+// Create answers ENOSYS where the kernel runs without opens: it then
+// makes new files with MKNOD and opens them without a message (one
+// request, as CREATE was, but no RELEASE after it; a CREATE would have
+// to hand back a handle before the kernel learns, at its first OPEN,
+// that none are needed).
+func (r *rawFS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
+	if !r.noOpen() {
+		return r.RawFileSystem.Create(cancel, in, name, out)
+	}
+	return gofuse.ENOSYS
+}
+
+// Release ignores handle 0 (no handle: go-fuse's bridge keeps an entry
+// of its own there).
+func (r *rawFS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
+	if in.Fh != 0 {
+		r.RawFileSystem.Release(cancel, in)
+	}
+}
+
+// Flush without a handle answers ENOSYS: the kernel then sends no FLUSH
+// again. Nothing is left to flush at close: every write has reached the
+// upper file, and locks are the kernel's own (go-fuse does not take
+// them).
+func (r *rawFS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
+	if in.Fh == 0 {
+		return gofuse.ENOSYS
+	}
+	return r.RawFileSystem.Flush(cancel, in)
+}
+
+// FsyncDir without a handle syncs through one opened for the call.
+func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	if in.Fh != 0 {
+		return r.RawFileSystem.FsyncDir(cancel, in)
+	}
+	rin := gofuse.ReadIn{InHeader: in.InHeader}
+	fh, st := r.open(cancel, &rin)
+	if st != gofuse.OK {
+		return st
+	}
+	defer r.RawFileSystem.ReleaseDir(&gofuse.ReleaseIn{InHeader: in.InHeader, Fh: fh})
+	withFh := *in
+	withFh.Fh = fh
+	return r.RawFileSystem.FsyncDir(cancel, &withFh)
+}
+
+// Forget drops the node's listing (go-fuse may give a forgotten node's
+// id to another node). BATCH_FORGET comes here too.
+func (r *rawFS) Forget(nodeid, nlookup uint64) {
+	r.drop(nodeid)
+	r.RawFileSystem.Forget(nodeid, nlookup)
+}
+
+func (r *rawFS) drop(nodeid uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unlist(nodeid)
+}
