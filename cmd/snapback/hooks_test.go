@@ -192,7 +192,7 @@ func TestHookFailsOpen(t *testing.T) {
 			payload []byte
 			want    string
 		}{
-			"a bad snapback.toml": {golden(t, harness, write, root), `^snapback: warning: /\S+/snapback.toml:2: snapshot.keep: .*\(the agent goes on; this turn may not be undoable\)$`},
+			"a bad snapback.toml": {golden(t, harness, write, root), `^snapback: warning: /\S+/snapback.toml:2: snapshot\.keep must be an integer, not a string \(the agent goes on; this turn may not be undoable\)$`},
 			"no such directory":   {golden(t, harness, write, filepath.Join(root, "gone")), `^snapback: warning: chdir .*gone: no such file or directory \(the agent goes on`},
 			"a relative cwd":      {golden(t, harness, write, "src"), `^snapback: warning: hook payload: cwd "src" is not an absolute path`},
 			"not JSON":            {[]byte("{\"session_id\": "), `^snapback: warning: hook payload: not a whole JSON object`},
