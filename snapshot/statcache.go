@@ -227,14 +227,16 @@ func (s *Store) decodeCache() (*cacheTable, error) {
 		if !ValidPath(p) {
 			return nil, fmt.Errorf("%w: invalid path %q", ErrCorrupt, p)
 		}
-		if _, dup := m.idx[p]; dup {
-			return nil, fmt.Errorf("%w: %q twice", ErrCorrupt, p)
-		}
 		e.NoXattrs = x[0]&1 != 0
 		if len(m.vals) == 1<<31-1 {
 			return nil, fmt.Errorf("%w: too many entries", ErrCorrupt)
 		}
+		// One map operation rather than a lookup and an insert: a
+		// path seen before does not grow the map.
 		m.idx[p] = int32(len(m.vals))
+		if len(m.idx) != len(m.vals)+1 {
+			return nil, fmt.Errorf("%w: %q twice", ErrCorrupt, p)
+		}
 		m.vals = append(m.vals, e)
 	}
 	if d.err != nil {
@@ -243,10 +245,41 @@ func (s *Store) decodeCache() (*cacheTable, error) {
 	return m, nil
 }
 
+// lazySaveMin: a cache of fewer entries is rewritten at every change
+// (it takes less than half a megabyte).
+const lazySaveMin = 4096
+
+// deferSave says whether the changes since the load are better left
+// unsaved, with c.mu held. Rewriting the cache costs in proportion to its
+// size (10 MB, 100 ms of CPU time and an fsync at 100,000 files), reading a
+// file it lacks costs one open and one hash: an agent's turn that changed
+// ten files of a large tree would pay the first twice (at its begin and
+// its end) to spare the second. So a few changed entries wait: each scan
+// reads their files again (and puts them again: they are counted again),
+// until there are as many as the square root of the cache's size (316 at
+// 100,000 entries, which balances the two costs over a run of turns) or
+// their contents outweigh the cache (64 bytes an entry). A drop is always saved: the
+// cache must not vouch for an object gc has deleted. Leaving entries out is
+// safe: a file the cache does not vouch for is read.
+func (c *statCache) deferSave() bool {
+	n := len(c.base.idx)
+	if n < lazySaveMin || len(c.over)*len(c.over) >= n {
+		return false
+	}
+	var bytes int64
+	for _, e := range c.over {
+		if e == nil {
+			return false
+		}
+		bytes += e.Size
+	}
+	return bytes < int64(n)*64
+}
+
 func (s *Store) saveCache(c *statCache) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.changed {
+	if !c.changed || c.deferSave() {
 		return nil
 	}
 	m := c.merged()
