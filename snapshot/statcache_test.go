@@ -121,7 +121,8 @@ func TestStatCacheEntryPointsElsewhere(t *testing.T) {
 }
 
 // A cache that is truncated, empty, of an unknown version, oversized,
-// not a regular file, or holds an invalid path, is discarded likewise.
+// out of order, not a regular file, or holds an invalid path, is
+// discarded likewise.
 func TestStatCacheDamagedForms(t *testing.T) {
 	_, r, first, warnings := cacheTree(t)
 	index := filepath.Join(r.Dir, "index")
@@ -134,9 +135,15 @@ func TestStatCacheDamagedForms(t *testing.T) {
 	body := good[:len(good)-sha256.Size]
 	cases := map[string]func(){
 		"truncated":       func() { treetest.Must(t, os.WriteFile(index, good[:len(good)-7], 0o600)) },
-		"only the header": func() { treetest.Must(t, os.WriteFile(index, []byte("snapback-index-3\n"), 0o600)) },
+		"only the header": func() { treetest.Must(t, os.WriteFile(index, []byte("snapback-index-4\n"), 0o600)) },
 		"unknown version": func() {
-			treetest.Must(t, os.WriteFile(index, rehash(bytes.Replace(body, []byte("index-3"), []byte("index-9"), 1)), 0o600))
+			treetest.Must(t, os.WriteFile(index, rehash(bytes.Replace(body, []byte("index-4"), []byte("index-9"), 1)), 0o600))
+		},
+		"entries twice": func() {
+			// Every entry again after the last, the checksum
+			// recomputed: out of order, so not believed.
+			twice := append(bytes.Clone(body), body[len("snapback-index-4\n"):]...)
+			treetest.Must(t, os.WriteFile(index, rehash(twice), 0o600))
 		},
 		"invalid path": func() {
 			// "a.txt" becomes "../ax", the checksum recomputed: only the
