@@ -215,7 +215,9 @@ func (s *Store) decodeCache() (*cacheTable, error) {
 		return nil, err
 	}
 	if bytes.HasPrefix(b, []byte("snapback-index-1\n")) || bytes.HasPrefix(b, []byte("snapback-index-2\n")) || bytes.HasPrefix(b, []byte("snapback-index-3\n")) {
-		return m, nil // no checksum to trust, but no sign of damage either
+		// An older format (1 and 2 had no checksum, 3 another order):
+		// no sign of damage, an empty cache; the next save replaces it.
+		return m, nil
 	}
 	if len(b) < len(indexMagic)+sha256.Size || string(b[:len(indexMagic)]) != indexMagic {
 		return nil, fmt.Errorf("%w: bad header or truncated", ErrCorrupt)
