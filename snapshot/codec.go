@@ -124,6 +124,9 @@ func (d *decoder) str(what string) string {
 	return string(d.bytes(d.uvarint(what), what))
 }
 
+// isFile reports whether e is a file that is no link: what a link names.
+func isFile(e *Entry) bool { return e != nil && e.Type == File && e.Link == "" }
+
 // DecodeManifest parses what EncodeManifest wrote and checks it: paths are
 // valid relative paths, sorted and unique; every link names an earlier
 // file; field values are in range.
@@ -139,7 +142,6 @@ func DecodeManifest(b []byte) (Manifest, error) {
 		return nil, fmt.Errorf("%w: manifest: count %d too large for %d bytes", ErrCorrupt, n, len(b))
 	}
 	m := make(Manifest, 0, n)
-	files := map[string]bool{}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var e Entry
 		e.Path = d.str("path")
@@ -175,7 +177,10 @@ func DecodeManifest(b []byte) (Manifest, error) {
 		}
 		e.Target = d.str("target")
 		e.Link = d.str("link")
-		if d.err == nil && e.Link != "" && (e.Type != File || !files[e.Link]) {
+		// A link names an earlier file that is no link itself. (m is
+		// sorted: searched, rather than a map of every file filled,
+		// which took half of the decoding of 100,000 entries.)
+		if d.err == nil && e.Link != "" && (e.Type != File || !isFile(m.Find(e.Link))) {
 			return nil, fmt.Errorf("%w: manifest: %q links to %q, not an earlier file", ErrCorrupt, e.Path, e.Link)
 		}
 		if d.err == nil && e.Target != "" && e.Type != Symlink {
@@ -194,9 +199,6 @@ func DecodeManifest(b []byte) (Manifest, error) {
 			if e.Xattrs[k].Name == "" || k > 0 && e.Xattrs[k-1].Name >= e.Xattrs[k].Name {
 				d.fail("xattr order (names must be non-empty, sorted, unique)")
 			}
-		}
-		if e.Type == File && e.Link == "" {
-			files[e.Path] = true
 		}
 		m = append(m, e)
 	}

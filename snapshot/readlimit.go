@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -52,10 +53,13 @@ func readLimited(path string, max int64) ([]byte, error) {
 	if st.Size() > max {
 		return nil, fmt.Errorf("%w: %d bytes, over the limit of %d", errTooLarge, st.Size(), max)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
+	// Sized from the stat: io.ReadAll would grow its buffer from 512
+	// bytes, copying a 10 MB stat cache or manifest many times over.
+	buf := bytes.NewBuffer(make([]byte, 0, st.Size()+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, err
 	}
+	b := buf.Bytes()
 	if int64(len(b)) > max { // it grew while we read
 		return nil, fmt.Errorf("%w: over the limit of %d bytes", errTooLarge, max)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -180,7 +181,7 @@ func (sc *scanner) finish() (Manifest, error) {
 	if sc.firstErr != nil {
 		return nil, sc.firstErr
 	}
-	sort.Slice(sc.entries, func(i, j int) bool { return sc.entries[i].Path < sc.entries[j].Path })
+	slices.SortFunc(sc.entries, func(a, b *scanned) int { return strings.Compare(a.Path, b.Path) })
 	m := make(Manifest, len(sc.entries))
 	first := map[[2]uint64]string{}
 	for i, e := range sc.entries {

@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,8 @@ func TestStatCacheEntryPointsElsewhere(t *testing.T) {
 }
 
 // A cache that is truncated, empty, of an unknown version, oversized,
-// not a regular file, or holds an invalid path, is discarded likewise.
+// out of order, not a regular file, or holds an invalid path, is
+// discarded likewise.
 func TestStatCacheDamagedForms(t *testing.T) {
 	_, r, first, warnings := cacheTree(t)
 	index := filepath.Join(r.Dir, "index")
@@ -133,9 +135,15 @@ func TestStatCacheDamagedForms(t *testing.T) {
 	body := good[:len(good)-sha256.Size]
 	cases := map[string]func(){
 		"truncated":       func() { treetest.Must(t, os.WriteFile(index, good[:len(good)-7], 0o600)) },
-		"only the header": func() { treetest.Must(t, os.WriteFile(index, []byte("snapback-index-3\n"), 0o600)) },
+		"only the header": func() { treetest.Must(t, os.WriteFile(index, []byte("snapback-index-4\n"), 0o600)) },
 		"unknown version": func() {
-			treetest.Must(t, os.WriteFile(index, rehash(bytes.Replace(body, []byte("index-3"), []byte("index-9"), 1)), 0o600))
+			treetest.Must(t, os.WriteFile(index, rehash(bytes.Replace(body, []byte("index-4"), []byte("index-9"), 1)), 0o600))
+		},
+		"entries twice": func() {
+			// Every entry again after the last, the checksum
+			// recomputed: out of order, so not believed.
+			twice := append(bytes.Clone(body), body[len("snapback-index-4\n"):]...)
+			treetest.Must(t, os.WriteFile(index, rehash(twice), 0o600))
 		},
 		"invalid path": func() {
 			// "a.txt" becomes "../ax", the checksum recomputed: only the
@@ -165,4 +173,56 @@ func TestStatCacheDamagedForms(t *testing.T) {
 			checkSnapAfterDamage(t, r, first, warnings, name)
 		})
 	}
+}
+
+// On a large tree, a scan that found only a few files changed leaves the
+// cache file as it was (rewriting all of it would cost more than reading
+// those files again); the next scan reads them again, and once enough
+// have piled up (the square root of the cache's size), the cache is
+// saved and nothing is read twice.
+func TestStatCacheDefersFewChanges(t *testing.T) {
+	root := t.TempDir()
+	const n = 5000 // more than lazySaveMin
+	for i := range n {
+		treetest.Write(t, root, fmt.Sprintf("d%02d/f%04d", i%50, i), fmt.Sprintf("file %d\n", i), 0o644)
+	}
+	time.Sleep(100 * time.Millisecond) // until the cache trusts them
+	r := openRepo(t, root)
+	_, err := r.Snap(snapshot.KindSnap, "first")
+	treetest.Must(t, err)
+	index := filepath.Join(r.Dir, "index")
+	saved, err := os.ReadFile(index)
+	treetest.Must(t, err)
+	edit := func(from, to int) {
+		for i := from; i < to; i++ {
+			treetest.Write(t, root, fmt.Sprintf("d%02d/f%04d", i%50, i), fmt.Sprintf("file %d, edited\n", i), 0o644)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	scan := func(wantRead int, wantSaved bool) {
+		t.Helper()
+		m, err := r.ScanTree(true)
+		treetest.Must(t, err)
+		if r.LastScan.FilesRead != wantRead {
+			t.Fatalf("scan read %d files, want %d", r.LastScan.FilesRead, wantRead)
+		}
+		now, err := os.ReadFile(index)
+		treetest.Must(t, err)
+		if got := !bytes.Equal(now, saved); got != wantSaved {
+			t.Fatalf("cache rewritten: %v, want %v", got, wantSaved)
+		}
+		saved = now
+		// What the scan records is the tree as it is, whatever the cache
+		// file holds.
+		e := m.Find("d00/f0000")
+		if want := sha256.Sum256([]byte("file 0, edited\n")); e == nil || e.Object != want {
+			t.Fatalf("d00/f0000 recorded as %+v, want object %x", e, want)
+		}
+	}
+	edit(0, 3)
+	scan(3, false)
+	scan(3, false) // read again: the cache file does not have them
+	edit(3, 71)    // 71² ≥ 5000
+	scan(71, true)
+	scan(0, false)
 }
