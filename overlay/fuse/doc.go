@@ -144,8 +144,17 @@
 //
 // scripts/overlay-bench.sh measures the view against native, kernel
 // overlayfs and fuse-overlayfs; the README has the figures and the
-// levers tried. What is left per request type, on Go's src/ as a git
-// repository: a fresh `find` sends two READDIRPLUS per directory (the
+// levers tried. With the kernel sending few requests, what a request
+// costs is mostly the hand-off between processes, so the server answers
+// them one at a time from one goroutine on one P (MaxInflightRequestBytes
+// 1, GOMAXPROCS 1), as fuse-overlayfs does: go-fuse's default of a second
+// reader blocked on the device moved every request between threads. It
+// never splices (a READ is answered with bytes, so go-fuse's attempt only
+// wrote and drained a pipe). While the upper layer is empty and no
+// request that may write has come (a fresh view), lookups and listings
+// do not look at it. SNAPBACK_FUSE_CPUPROFILE=FILE makes the server
+// write a CPU profile of its run. What is left per request type,
+// on Go's src/ as a git repository: a fresh `find` sends two READDIRPLUS per directory (the
 // second finds the end), a fresh `git status` one LOOKUP per tracked
 // file (it stats the index's paths before it reads any directory), a
 // fresh `tar` a READ and a GETATTR per file (GNU tar fstats after

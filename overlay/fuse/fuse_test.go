@@ -605,3 +605,73 @@ func TestOrphans(t *testing.T) {
 		t.Errorf("view: %q", got)
 	}
 }
+
+// TestUpperSkipped: while the upper layer is empty and nothing has
+// written, lookups and listings skip it (overlayFS.upperEmpty); an upper
+// layer with content at the start, and anything written through the
+// view, is seen as before.
+func TestUpperSkipped(t *testing.T) {
+	fill := func(lower string) {
+		treetest.Write(t, lower, "d/a", "a\n", 0o644)
+		treetest.Write(t, lower, "d/b", "b\n", 0o644)
+	}
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(p)
+		treetest.Must(t, err)
+		return string(b)
+	}
+	names := func(dir string) string {
+		t.Helper()
+		ents, err := os.ReadDir(dir)
+		treetest.Must(t, err)
+		var s []string
+		for _, e := range ents {
+			s = append(s, e.Name())
+		}
+		return strings.Join(s, " ")
+	}
+
+	t.Run("written through the view", func(t *testing.T) {
+		_, _, mnt, unmount := view(t, fill)
+		defer unmount()
+		if got := read(filepath.Join(mnt, "d/a")); got != "a\n" {
+			t.Fatalf("d/a = %q", got)
+		}
+		// Nothing of d listed or looked up yet but a: both must come
+		// from the upper layer once written.
+		treetest.Must(t, os.WriteFile(filepath.Join(mnt, "d/new"), []byte("n\n"), 0o644))
+		treetest.Must(t, os.Remove(filepath.Join(mnt, "d/b")))
+		if got, want := names(filepath.Join(mnt, "d")), "a new"; got != want {
+			t.Errorf("d lists %q, want %q", got, want)
+		}
+		if _, err := os.Lstat(filepath.Join(mnt, "d/b")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("d/b after rm: %v", err)
+		}
+	})
+
+	t.Run("upper with content at the start", func(t *testing.T) {
+		if ok, why := Available(); !treetest.Require(t, "fuse", ok, why) {
+			t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+		}
+		dir := t.TempDir()
+		lower, upper, work, mnt := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
+		for _, d := range []string{lower, upper, work, mnt} {
+			treetest.Must(t, os.Mkdir(d, 0o755))
+		}
+		fill(lower)
+		treetest.Write(t, upper, "d/c", "c\n", 0o644) // a run's pending change
+		treetest.Write(t, upper, "d/a", "A\n", 0o644)
+		srv, err := Mount(lower, upper, work, mnt)
+		if err != nil {
+			t.Fatalf("mount: %v", err)
+		}
+		defer func() { treetest.Must(t, srv.Unmount()) }()
+		if got := read(filepath.Join(mnt, "d/a")); got != "A\n" {
+			t.Errorf("d/a = %q, want the upper copy", got)
+		}
+		if got, want := names(filepath.Join(mnt, "d")), "a b c"; got != want {
+			t.Errorf("d lists %q, want %q", got, want)
+		}
+	})
+}

@@ -10,8 +10,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -293,6 +296,37 @@ func mountView(a helperArgs) error {
 	return nil
 }
 
+// ProfileEnv names the environment variable that makes the server write
+// a CPU profile of its whole run to the file it names (for performance
+// work: `go tool pprof` reads it).
+const ProfileEnv = "SNAPBACK_FUSE_CPUPROFILE"
+
+// profile starts the server's CPU profile if ProfileEnv asks for one, and
+// returns what stops it.
+func profile() func() {
+	p := os.Getenv(ProfileEnv)
+	if p == "" {
+		return func() {}
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "snapback: fuse server: %v\n", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "snapback: fuse server: %v\n", err)
+		f.Close()
+		return func() {}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close() // the profile is complete once written; a failed close leaves a short file pprof rejects
+		})
+	}
+}
+
 // Serve is the server's main (args follow ServeVerb).
 func Serve(args []string) int {
 	fail := func(err error) int {
@@ -330,13 +364,19 @@ func Serve(args []string) int {
 		unix.CloseOnExec(int(f.Fd()))
 	}
 	fmt.Fprintf(files[2], "%d\n", os.Getpid())
+	stopProfile := profile()
 	go func() {
 		io.Copy(io.Discard, files[1]) // returns at EOF: snapback is done with the run
+		stopProfile()
 		os.Exit(0)
 	}()
 	// The kernel sends modes with the caller's umask applied: the
 	// server's own must not mask them again.
 	unix.Umask(0)
+	// It serves one request at a time (see options): a second P would
+	// only add thread hand-offs and the runtime's polling of blocked
+	// threads on a machine whose CPUs the command needs.
+	runtime.GOMAXPROCS(1)
 	root, err := newRoot(spec.Root, spec.Upper, spec.Work)
 	if err != nil {
 		return fail(err)
@@ -353,5 +393,6 @@ func Serve(args []string) int {
 	fmt.Fprintln(files[3], "ok")
 	files[3].Close()
 	srv.Serve() // until the mount is gone (its namespace ended)
+	stopProfile()
 	return 0
 }

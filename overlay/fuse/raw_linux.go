@@ -25,6 +25,7 @@ type rawFS struct {
 	gofuse.RawFileSystem
 
 	srv  *gofuse.Server
+	ov   *overlayFS
 	mu   sync.Mutex
 	dirs map[uint64]*dirRef // node id -> its listing being read
 }
@@ -39,8 +40,103 @@ type dirRef struct {
 	stale bool
 }
 
-func newRawFS(root fs.InodeEmbedder, opts *fs.Options) *rawFS {
-	return &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), dirs: map[uint64]*dirRef{}}
+func newRawFS(root *node, opts *fs.Options) *rawFS {
+	return &rawFS{RawFileSystem: fs.NewNodeFS(root, opts), ov: root.ov, dirs: map[uint64]*dirRef{}}
+}
+
+// mayWrite is called before serving any request that may change the
+// upper layer: from then on, lookups and listings read it
+// (overlayFS.upperEmpty). Every such request of the protocol passes
+// here, whether or not the node tree implements it.
+func (r *rawFS) mayWrite() {
+	if r.ov.upperEmpty.Load() {
+		r.ov.upperEmpty.Store(false)
+	}
+}
+
+func (r *rawFS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.SetAttr(cancel, in, out)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (r *rawFS) Unlink(cancel <-chan struct{}, in *gofuse.InHeader, name string) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Unlink(cancel, in, name)
+}
+
+func (r *rawFS) Rmdir(cancel <-chan struct{}, in *gofuse.InHeader, name string) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Rmdir(cancel, in, name)
+}
+
+func (r *rawFS) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Rename(cancel, in, oldName, newName)
+}
+
+func (r *rawFS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Link(cancel, in, name, out)
+}
+
+func (r *rawFS) Symlink(cancel <-chan struct{}, in *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Symlink(cancel, in, target, name, out)
+}
+
+func (r *rawFS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.SetXAttr(cancel, in, attr, data)
+}
+
+func (r *rawFS) RemoveXAttr(cancel <-chan struct{}, in *gofuse.InHeader, attr string) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.RemoveXAttr(cancel, in, attr)
+}
+
+func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *gofuse.CreateIn, out *gofuse.CreateOut) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Tmpfile(cancel, in, out)
+}
+
+func (r *rawFS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {
+	r.mayWrite()
+	return r.RawFileSystem.Write(cancel, in, data)
+}
+
+func (r *rawFS) Writev(cancel <-chan struct{}, in *gofuse.WriteIn, data [][]byte) (uint32, gofuse.Status) {
+	r.mayWrite()
+	return r.RawFileSystem.Writev(cancel, in, data)
+}
+
+func (r *rawFS) CopyFileRange(cancel <-chan struct{}, in *gofuse.CopyFileRangeIn) (uint32, gofuse.Status) {
+	r.mayWrite()
+	return r.RawFileSystem.CopyFileRange(cancel, in)
+}
+
+func (r *rawFS) Ioctl(cancel <-chan struct{}, in *gofuse.IoctlIn, inbuf []byte, out *gofuse.IoctlOut, outbuf []byte) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Ioctl(cancel, in, inbuf, out, outbuf)
+}
+
+func (r *rawFS) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Fsync(cancel, in)
+}
+
+func (r *rawFS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
+	r.mayWrite()
+	return r.RawFileSystem.Fallocate(cancel, in)
 }
 
 func (r *rawFS) Init(srv *gofuse.Server) {
@@ -137,6 +233,7 @@ func (r *rawFS) open(cancel <-chan struct{}, in *gofuse.ReadIn) (uint64, gofuse.
 // FLUSH is sent for any file from then on (see noopen_linux.go).
 func (r *rawFS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
 	if !r.noOpen() {
+		r.mayWrite() // an open for writing copies up
 		return r.RawFileSystem.Open(cancel, in, out)
 	}
 	return gofuse.ENOSYS
@@ -153,6 +250,7 @@ func (r *rawFS) noOpen() bool {
 // that none are needed).
 func (r *rawFS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
 	if !r.noOpen() {
+		r.mayWrite()
 		return r.RawFileSystem.Create(cancel, in, name, out)
 	}
 	return gofuse.ENOSYS
@@ -174,11 +272,13 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status 
 	if in.Fh == 0 {
 		return gofuse.ENOSYS
 	}
+	r.mayWrite()
 	return r.RawFileSystem.Flush(cancel, in)
 }
 
 // FsyncDir without a handle syncs through one opened for the call.
 func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	r.mayWrite()
 	if in.Fh != 0 {
 		return r.RawFileSystem.FsyncDir(cancel, in)
 	}
