@@ -59,6 +59,7 @@ type scanner struct {
 	cache   *statCache
 	store   bool // store contents as objects; else only hash them
 	noCache bool // hash everything (recover: trust nothing)
+	listed  bool // scanning listed paths: each stays in the result, absent if gone
 	// upper: the root is an overlay upper layer. Whiteouts become Absent
 	// entries, opaque directories are noted, overlay xattrs are dropped.
 	upper    bool
@@ -118,7 +119,13 @@ type scanned struct {
 	Entry
 	st     statInfo
 	cached bool // the stat cache vouched for the content
+	gone   bool // removed between the listing and the read: not in the snapshot
 }
+
+// beforeHash, when set (by tests), runs just before a file is opened to be
+// read: it lets a test remove the file at that moment, as a concurrent
+// `git gc` does, which a real race would hit only by chance.
+var beforeHash func(path string)
 
 type job struct {
 	dir *dirRef
@@ -181,6 +188,15 @@ func (sc *scanner) finish() (Manifest, error) {
 	if sc.firstErr != nil {
 		return nil, sc.firstErr
 	}
+	if sc.listed {
+		for _, e := range sc.entries {
+			if e.gone { // a listed path is in the result, as absent
+				e.Entry = Entry{Path: e.Path, Type: Absent}
+			}
+		}
+	} else {
+		sc.entries = slices.DeleteFunc(sc.entries, func(e *scanned) bool { return e.gone })
+	}
 	slices.SortFunc(sc.entries, func(a, b *scanned) int { return strings.Compare(a.Path, b.Path) })
 	m := make(Manifest, len(sc.entries))
 	first := map[[2]uint64]string{}
@@ -219,6 +235,9 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	case unix.S_IFLNK:
 		e.Type = Symlink
 		t, err := d.Readlink(name)
+		if errors.Is(err, unix.ENOENT) {
+			return nil, false, nil // removed since it was listed
+		}
 		if err != nil {
 			return nil, false, err
 		}
@@ -246,6 +265,9 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	}
 	if e.Type != Symlink {
 		xs, err := d.Xattrs(name)
+		if errors.Is(err, unix.ENOENT) {
+			return nil, false, nil // removed since it was listed
+		}
 		if err != nil {
 			return nil, false, err
 		}
@@ -279,7 +301,17 @@ func (sc *scanner) add(ref *dirRef, e *scanned) {
 // hash reads (and, when storing, stores) one file's content.
 func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
 	name := Base(e.Path)
+	if beforeHash != nil {
+		beforeHash(e.Path)
+	}
 	f, err := d.Open(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) {
+		// Removed since it was listed (a `git gc` packing loose objects
+		// while a checkpoint begins): the snapshot is of a live tree, and
+		// the file is no longer part of it.
+		e.gone = true
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", e.Path, err)
 	}
@@ -359,7 +391,9 @@ func (sc *scanner) walk(ref *dirRef, path string) error {
 		}
 		sc.add(ref, e)
 		if isDir {
-			if err := sc.walkSub(ref.d, name, p); err != nil {
+			if err := sc.walkSub(ref.d, name, p); errors.Is(err, unix.ENOENT) {
+				e.gone = true // removed since it was listed
+			} else if err != nil {
 				return err
 			}
 		}
@@ -422,6 +456,7 @@ func (sc *scanner) scanPaths(paths []string, deep bool) (Manifest, error) {
 }
 
 func (sc *scanner) scanPathsDeep(paths []string, deep func(string) bool) (Manifest, error) {
+	sc.listed = true
 	sc.start()
 	var err error
 	seen := map[string]bool{}
