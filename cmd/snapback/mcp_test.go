@@ -124,7 +124,7 @@ func TestMCP(t *testing.T) {
 	} else if ok, why := fuse.Available(); ok && os.Geteuid() == 0 {
 		mode = "fuse"
 	} else if !treetest.Require(t, "overlayfs", false, "no overlay mode as root here: "+why) {
-		t.Skip("no overlay mode here for a pending run: " + why)
+		t.Skip("SNAPBACK_REQUIRE does not name overlayfs, and no overlay mode runs here for a pending run: " + why)
 	}
 	bin := snapbackBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
