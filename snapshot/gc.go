@@ -128,7 +128,8 @@ func (r *Repo) collect(h *History, kept map[string]bool) (GCStats, error) {
 }
 
 // keptRecords chooses the records gc keeps: the keep newest that `list`
-// shows, those named in protect, what redo and runs in progress need, and
+// shows, those named in protect, what undo takes next, what redo and
+// runs in progress need, and
 // the bookkeeping records the kept ones depend on.
 func keptRecords(h *History, keep int, protect []string) map[string]bool {
 	kept := map[string]bool{}
@@ -141,6 +142,14 @@ func keptRecords(h *History, keep int, protect []string) map[string]bool {
 		if h.All[i].Kind.Undoable() {
 			kept[h.All[i].ID] = true
 			n++
+		}
+	}
+	// And what a plain undo takes next, however many newer ones are
+	// undone (the redo chain): without it that undo would find nothing.
+	for i := len(h.All) - 1; i >= 0; i-- {
+		if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] {
+			kept[m.ID] = true
+			break
 		}
 	}
 	keepNeeded(h, kept)

@@ -78,3 +78,22 @@ func TestRetainByAgeKeepsTheNextUndo(t *testing.T) {
 		t.Fatalf("retention within bounds did %+v, %v", st, err)
 	}
 }
+
+// gc --keep N keeps what undo reverts next even when the N newest are
+// all undone (the redo chain): else that undo says "nothing to undo".
+// Found by TestModel (cmd/snapback).
+func TestGCKeepsTheNextUndoBehindTheRedoChain(t *testing.T) {
+	root := t.TempDir()
+	r := openRepo(t, root)
+	states := snaps(t, r, root, 3)
+	for i := 0; i < 2; i++ { // the 3rd and the 2nd undone
+		_, _, err := r.Undo("", false)
+		treetest.Must(t, err)
+	}
+	treetest.Write(t, root, "f", "edited\n", 0o644)
+	_, err := r.GC(1, nil)
+	treetest.Must(t, err)
+	_, _, err = r.Undo("", false)
+	treetest.Must(t, err)
+	treetest.Equal(t, "undo after gc --keep 1", states[0], capture(t, root))
+}
