@@ -159,8 +159,15 @@ func keptRecords(h *History, keep int, protect []string) map[string]bool {
 // keepNeeded adds to kept what redo and runs in progress need, and the
 // bookkeeping records the kept ones depend on.
 func keepNeeded(h *History, kept map[string]bool) {
+	// The redo chain: each pre-undo redo puts back, and what it undid,
+	// which undo takes again once redone.
 	for _, p := range h.Redo {
 		kept[p.ID] = true
+		for _, id := range append([]string{p.Undoes}, p.UndoesMore...) {
+			if id != "" {
+				kept[id] = true
+			}
+		}
 	}
 	for _, m := range h.All {
 		if m.State == StateRunning || m.State == StateOpen {

@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +97,30 @@ func TestGCKeepsTheNextUndoBehindTheRedoChain(t *testing.T) {
 	_, _, err = r.Undo("", false)
 	treetest.Must(t, err)
 	treetest.Equal(t, "undo after gc --keep 1", states[0], capture(t, root))
+}
+
+// gc keeps the undone snapshots of the redo chain, not only the pre-undo
+// records redo puts back: after redo, undo takes them again. (It kept
+// the pre-undo alone: redo worked, and the undo after it reverted an
+// older snapshot instead.) Found by TestModel (cmd/snapback).
+func TestGCKeepsTheRedoChainsSnapshots(t *testing.T) {
+	root := t.TempDir()
+	r := openRepo(t, root)
+	states := snaps(t, r, root, 3)
+	for i := 0; i < 2; i++ { // the 3rd and the 2nd undone: the redo chain
+		_, _, err := r.Undo("", false)
+		treetest.Must(t, err)
+	}
+	_, err := r.GC(1, nil)
+	treetest.Must(t, err)
+	for i := 0; i < 2; i++ {
+		_, _, err = r.Redo(false)
+		treetest.Must(t, err)
+	}
+	treetest.Equal(t, "two redos after gc", states[2], capture(t, root))
+	for _, want := range []int{2, 1} { // undo reverts the 3rd, then the 2nd
+		_, _, err = r.Undo("", false)
+		treetest.Must(t, err)
+		treetest.Equal(t, fmt.Sprintf("undo back to snapshot %d after gc", want+1), states[want], capture(t, root))
+	}
 }
