@@ -484,6 +484,19 @@ func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest) error {
 		}
 		d.Close()
 	}
+	// A commit of PATHs that took the last changes ends the run, as a
+	// whole commit does: an empty pending run would make `undo` refuse.
+	left, err := r.Changeset(upper)
+	if err != nil {
+		return err
+	}
+	excl, err := r.ExcludedIn(p, nil)
+	if err != nil {
+		return err
+	}
+	if len(left) == 0 && len(excl) == 0 {
+		return r.dropRun(p.ID)
+	}
 	return r.SavePending(p)
 }
 
