@@ -3,6 +3,7 @@
 # test command (test.sh) only replays the seed corpora and fuzzes briefly.
 #
 #   scripts/fuzz.sh [DURATION] [TARGET-REGEXP]
+#   scripts/fuzz.sh model [DURATION]
 #
 # DURATION is per target, a Go duration (default 10m); TARGET-REGEXP picks
 # the fuzz functions by name (default: all of them, found in the test
@@ -13,8 +14,24 @@
 # checked-in seeds from what a long run found, copy a few of the cache's
 # files into testdata/fuzz/FuzzX/ (keep the corpora small: under 1 MB in
 # all).
+#
+# "model" runs the model test instead (cmd/snapback TestModel: random
+# sequences of snapback verbs and a person's edits against a model of
+# what each verb promises) for DURATION (default 10m) in all, with up to
+# RAPID_SHRINKTIME (default 5m) to shrink a failing sequence. A failure
+# prints the sequence as a shell script and leaves it in
+# cmd/snapback/testdata/rapid/TestModel/, which every later `go test`
+# replays first: commit it with the fix. As root it also drives the
+# overlayfs and fuse modes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = model ]; then
+	export SNAPBACK_MODEL_TIME=${2:-10m}
+	export RAPID_SHRINKTIME=${RAPID_SHRINKTIME:-5m}
+	echo "== model test ($SNAPBACK_MODEL_TIME)"
+	exec go test -count=1 -v -timeout 0 -run '^TestModel$' ./cmd/snapback/
+fi
 
 duration=${1:-10m}
 pick=${2:-.}

@@ -1,0 +1,887 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"pgregory.net/rapid"
+)
+
+// TestModel drives the real binary through random sequences of
+// operations by several actors — a person editing the tree, commands
+// under `run` in the copy mode and each view mode, `snap`, `undo`,
+// `redo`, `restore`, `gc`, checkpoints of two sessions, SIGKILLs at
+// random kill points followed by `recover` — and after every step
+// compares the tree with a reference model of what each verb promises
+// (the README's): the tree equals the model's, or the verb refused in
+// one line with exit status >= 1 and changed nothing.
+//
+// The model keeps the tree (modeltree_test.go) and the history undo and
+// redo walk: undo reverts the newest step not undone — a tree snapshot
+// (`snap`, `restore`'s saved state) by putting its whole tree back, a
+// run's or a checkpoint's by putting back only its paths, refusing when
+// one of them changed since — and redo reapplies the last undo. What a
+// command does is taken from running it natively on a copy of the tree;
+// what a person does, from the tree after it.
+//
+// rapid (pgregory.net/rapid) draws the sequences, shrinks a failing one
+// and writes it to testdata/rapid/TestModel/, which every later run
+// replays first; the log of the failing sequence is a shell script that
+// replays it. SNAPBACK_MODEL_TIME bounds the search (default 90s; 15s
+// with -short); scripts/fuzz.sh model DURATION runs it longer.
+func TestModel(t *testing.T) {
+	bin := snapbackBinary(t)
+	budget := 90 * time.Second
+	if testing.Short() {
+		budget = 15 * time.Second
+	}
+	if v := os.Getenv("SNAPBACK_MODEL_TIME"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SNAPBACK_MODEL_TIME=%q: %v", v, err)
+		}
+		budget = d
+	}
+	if v := os.Getenv("SNAPBACK_MODEL_STEPS"); v != "" {
+		if err := flag.Set("rapid.steps", v); err != nil {
+			t.Fatalf("SNAPBACK_MODEL_STEPS=%q: %v", v, err)
+		}
+	}
+	// The time bounds the search, not a count: once it is spent, each
+	// further check passes at once (see [modelRun.sequence]).
+	if os.Getenv("RAPID_CHECKS") == "" && !flagSet("rapid.checks") {
+		if err := flag.Set("rapid.checks", "100000"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}}
+	start := time.Now()
+	rapid.Check(t, run.sequence)
+	t.Logf("model: %d sequences, %d steps in %v (modes %v)", run.sequences, run.steps, time.Since(start).Round(time.Second), run.modes)
+	for k, n := range run.known {
+		t.Logf("model: known defect %s tolerated %d times: %s", k, n, knownDefects[k])
+	}
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// viewModes is copy and the view modes doctor finds working here.
+func viewModes(t *testing.T, bin string) []string {
+	dir := t.TempDir()
+	out, err := exec.Command(bin, "-C", dir, "doctor", "--json").Output()
+	if err != nil {
+		t.Fatalf("doctor: %v", err)
+	}
+	var doc struct {
+		Modes []struct {
+			Name      string
+			Available bool
+			Reason    string
+		}
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	modes := []string{"copy"}
+	if !treetest.Require(t, "root", os.Geteuid() == 0, "not root: the view modes are left out, the copy mode only") {
+		return modes
+	}
+	for _, m := range doc.Modes {
+		if (m.Name == "overlayfs" || m.Name == "fuse") && treetest.Require(t, m.Name, m.Available, m.Reason) {
+			modes = append(modes, m.Name)
+		}
+	}
+	return modes
+}
+
+// modelRun is what the sequences of one TestModel share.
+type modelRun struct {
+	bin      string
+	modes    []string
+	deadline time.Time
+	// failed: a sequence failed, and rapid replays it to shrink it:
+	// the deadline no longer cuts sequences short.
+	failed    bool
+	sequences int
+	steps     int
+	known     map[string]int // how often each known defect showed
+}
+
+func (r *modelRun) sequence(t *rapid.T) {
+	if !r.failed && time.Now().After(r.deadline) {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.failed = true
+			panic(p)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "snapback-model-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	m := &model{t: t, run: r, bin: r.bin, dir: dir, root: filepath.Join(dir, "p"),
+		ref: "../ref", scratch: filepath.Join(dir, "scratch"), tree: tree{}}
+	for _, p := range []string{m.root, filepath.Join(dir, "ref")} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(m.root); err == nil {
+		err = os.Mkdir(m.root, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.sequences++
+	m.person("printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l")
+	m.snap(t) // a store to work on: without one, every verb is exit 2
+	t.Repeat(map[string]func(*rapid.T){
+		"edit":       m.edit,
+		"snap":       m.snap,
+		"undo":       m.undo,
+		"redo":       m.redo,
+		"restore":    m.restore,
+		"gc":         m.gc,
+		"run":        m.runCmd,
+		"commit":     m.commit,
+		"discard":    m.discard,
+		"checkpoint": m.checkpoint,
+		"":           m.check,
+	})
+}
+
+// step is one undo step as the model knows it.
+type step struct {
+	id   string
+	kind string // snap, run, checkpoint, pre-restore
+	// scope tree: state is the whole tree it recorded; saved is what
+	// its undo saved, which its redo puts back.
+	whole        bool
+	state, saved tree
+	// scope paths: the paths it changed, before and after.
+	before, after tree
+	undone, gone  bool
+}
+
+type pendingRun struct {
+	id         string
+	base, view tree
+	ctimes     map[string]int64 // each path's at the start
+	timeOnly   []string         // changed by the run in their times alone
+	left       []string         // changed paths not committed yet
+}
+
+type openCheckpoint struct {
+	session string
+	base    tree
+}
+
+type model struct {
+	t                   *rapid.T
+	run                 *modelRun
+	bin, dir, root, ref string
+	scratch             string
+	tree                tree
+	multi               map[string]bool
+	hist                []*step
+	redoStack           []*step
+	pend                *pendingRun
+	cp                  *openCheckpoint
+	script              []string
+	// names: the shell variable the replay script keeps each id in.
+	names map[string]string
+	last  result // the last verb's
+}
+
+// name gives id a shell variable in the replay script, set by capture.
+func (m *model) name(id, prefix, capture string) {
+	if m.names == nil {
+		m.names = map[string]string{}
+	}
+	n := fmt.Sprintf("%s%d", prefix, len(m.names)+1)
+	m.names[id] = n
+	m.script = append(m.script, n+"=$("+capture+")")
+}
+
+// fail ends the sequence with what went wrong and the script that
+// replays it.
+func (m *model) fail(format string, args ...any) {
+	m.run.failed = true
+	m.t.Fatalf("%s\nreplay, as root, in an empty directory:\n%s", fmt.Sprintf(format, args...), strings.Join(m.script, "\n"))
+}
+
+func (m *model) log(line string) {
+	m.script = append(m.script, line)
+	m.t.Log("$ " + line)
+	m.run.steps++
+}
+
+// person runs a shell script in the tree, as a person (or their tools)
+// would, outside snapback: the model takes the tree it leaves.
+func (m *model) person(script string) {
+	m.log(script)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.root
+	_ = cmd.Run() // a failed edit (rmdir of a full directory) is an edit that did nothing
+	m.tree, m.multi = m.walk()
+}
+
+func (m *model) walk() (tree, map[string]bool) {
+	tr, multi, err := walkTree(m.root)
+	if err != nil {
+		m.fail("walking the tree: %v", err)
+	}
+	return tr, multi
+}
+
+type result struct {
+	code           int
+	killed         bool
+	stdout, stderr string
+}
+
+// sb runs snapback in the root.
+func (m *model) sb(env []string, args ...string) result {
+	words := make([]string, len(args))
+	for i, a := range args {
+		words[i] = shq(a)
+		if n, ok := m.names[a]; ok {
+			words[i] = `"$` + n + `"`
+		}
+	}
+	m.log(strings.TrimSpace(strings.Join(env, " ") + " snapback " + strings.Join(words, " ")))
+	cmd := exec.Command(m.bin, args...)
+	cmd.Dir = m.root
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	defer func() { m.last = r }()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		r.code = exit.ExitCode()
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			r.killed = true
+		}
+	default:
+		m.fail("snapback %v: %v", args, err)
+	}
+	return r
+}
+
+// outcome is what the model expects of a verb.
+type outcome struct {
+	refuse bool // it must refuse, changing nothing
+	code   int  // the refusal's exit status (0: any >= 1)
+	either bool // the model cannot tell: success or refusal
+	want   tree // the tree after it succeeds
+	status int  // its exit status when it succeeds
+	// known: a defect found and reported but not fixed yet, whose
+	// status (knownStatus) is tolerated — and logged — unless
+	// SNAPBACK_MODEL_STRICT is set.
+	known       string
+	knownStatus int
+}
+
+// knownDefects are those the model tolerates (see outcome.known): each
+// is reported, with the sequence that shows it; remove it once fixed.
+var knownDefects = map[string]string{
+	"commit-times-conflict": "commit refuses (exit 1, a conflict) on a path whose type, mode, content and link target are as when the run started, when its ctime moved (touch, chmod to the same mode, a rewrite with the same bytes, an undo putting it back): the check compares ctimes, not what the README says a conflict is",
+	"commit-over-new-dir":   "commit replaces a directory made in the tree since the run started (empty, so no path below it conflicts) with what the run wrote there, instead of refusing: the conflict check skips every directory (the directory is saved in the run's record: undo brings it back)",
+	"failed-run-125":        "an overlay run --then commit whose command fails while a checkpoint is open exits 125 (\"commit refused\") instead of the command's status; the run stays pending, as it should",
+}
+
+func refuse(code int) outcome { return outcome{refuse: true, code: code} }
+
+// verb runs snapback and judges it against o. It reports whether the
+// verb took effect (false: it refused, as the model allowed, or a kill
+// left the state before it). With kill set, and a verb expected to
+// change the tree, it is SIGKILLed before a random state-changing
+// system call and `snapback recover` must leave the tree exactly before
+// or after.
+func (m *model) verb(o outcome, kill bool, args ...string) bool {
+	var env []string
+	if kill && !o.refuse && !o.either && len(changed(m.tree, o.want)) > 0 {
+		env = []string{fmt.Sprintf("SNAPBACK_KILL_AT=%d", rapid.IntRange(1, 60).Draw(m.t, "killAt"))}
+	}
+	r := m.sb(env, args...)
+	if r.killed && env != nil {
+		rec := m.sb(nil, "recover")
+		if rec.code != 0 {
+			m.fail("recover after a kill: exit %d\n%s%s", rec.code, rec.stdout, rec.stderr)
+		}
+		got, multi := m.walk()
+		switch {
+		case len(changed(got, o.want)) == 0:
+			m.multi = multi
+			return true
+		case len(changed(got, m.tree)) == 0:
+			return false
+		}
+		m.fail("after a kill and recover, the tree is neither before nor after %v:\nagainst after:\n%s\nagainst before:\n%s",
+			args, strings.Join(diffLines(o.want, got), "\n"), strings.Join(diffLines(m.tree, got), "\n"))
+	}
+	got, multi := m.walk()
+	if o.known != "" && o.knownStatus == 1 && r.code == 1 && !o.refuse && len(changed(m.tree, got)) == 0 && os.Getenv("SNAPBACK_MODEL_STRICT") == "" {
+		m.t.Logf("tolerated known defect %s: %s", o.known, knownDefects[o.known])
+		m.run.known[o.known]++
+		return false
+	}
+	refused := r.code != 0 && (o.refuse || o.either) && len(changed(m.tree, got)) == 0
+	if refused {
+		line := strings.SplitN(strings.TrimSpace(r.stderr), "\n", 2)[0]
+		if !strings.HasPrefix(line, "snapback: ") {
+			m.fail("%v refused (exit %d) without a snapback: line on stderr:\n%s", args, r.code, r.stderr)
+		}
+		if o.refuse && o.code != 0 && r.code != o.code {
+			m.fail("%v refused with exit %d, want %d:\n%s", args, r.code, o.code, r.stderr)
+		}
+		return false
+	}
+	if o.refuse && o.known != "" && r.code == 0 && len(changed(o.want, got)) == 0 && os.Getenv("SNAPBACK_MODEL_STRICT") == "" {
+		m.t.Logf("tolerated known defect %s: %s", o.known, knownDefects[o.known])
+		m.run.known[o.known]++
+		m.multi = multi
+		return true
+	}
+	if o.refuse {
+		m.fail("%v: exit %d, want a refusal (exit >= 1) changing nothing; changed:\n%s\n%s%s",
+			args, r.code, strings.Join(diffLines(m.tree, got), "\n"), r.stdout, r.stderr)
+	}
+	if o.known != "" && r.code == o.knownStatus && r.code != o.status && os.Getenv("SNAPBACK_MODEL_STRICT") == "" {
+		m.t.Logf("tolerated known defect %s: %s", o.known, knownDefects[o.known])
+		m.run.known[o.known]++
+		o.status = r.code
+	}
+	if d := diffLines(o.want, got); len(d) > 0 || r.code != o.status {
+		m.fail("%v: exit %d (want %d), the tree against the model's:\n%s\n%s%s",
+			args, r.code, o.status, strings.Join(d, "\n"), r.stdout, r.stderr)
+	}
+	m.multi = multi
+	return true
+}
+
+// check runs after every step: the tree is the model's, and the store
+// agrees on what is pending and open.
+func (m *model) check(t *rapid.T) {
+	got, _ := m.walk()
+	if d := diffLines(m.tree, got); len(d) > 0 {
+		m.fail("the tree is not the model's:\n%s", strings.Join(d, "\n"))
+	}
+	if _, err := os.Lstat(filepath.Join(m.root, ".snapback")); err != nil {
+		return // no store yet
+	}
+	pending := m.pendingRuns()
+	if want := map[bool]int{true: 1, false: 0}[m.pend != nil]; pending != want {
+		m.fail("status shows %d pending runs, the model %d", pending, want)
+	}
+	var cs struct{ Open bool }
+	m.jsonOf(&cs, "checkpoint", "status", "--json")
+	if cs.Open != (m.cp != nil) {
+		m.fail("checkpoint status: open=%v, the model: %v", cs.Open, m.cp != nil)
+	}
+}
+
+func (m *model) pendingRuns() int {
+	var st struct {
+		Runs []struct{ ID, State string }
+	}
+	m.jsonOf(&st, "status", "--json")
+	pending := 0
+	for _, r := range st.Runs {
+		if r.State == "pending" {
+			pending++
+		}
+	}
+	return pending
+}
+
+// jsonOf runs a reading verb (unlogged: it changes nothing) into v.
+func (m *model) jsonOf(v any, args ...string) {
+	cmd := exec.Command(m.bin, args...)
+	cmd.Dir = m.root
+	out, err := cmd.Output()
+	if err != nil {
+		m.fail("snapback %v: %v", args, err)
+	}
+	if err := json.Unmarshal(out, v); err != nil {
+		m.fail("snapback %v: %v\n%s", args, err, out)
+	}
+}
+
+// newStep records a step the verb just made, with the id the store
+// gave it: the newest record the model does not know yet.
+func (m *model) newStep(s *step) { m.maybeStep(true, s) }
+
+// maybeStep records s if the store made a record for it; must says it
+// has to have.
+func (m *model) maybeStep(must bool, s *step) {
+	var list struct {
+		Snapshots []struct{ ID, Kind string }
+	}
+	m.jsonOf(&list, "list", "-a", "--json")
+	known := map[string]bool{}
+	for _, h := range m.hist {
+		known[h.id] = true
+	}
+	for _, r := range list.Snapshots {
+		if !known[r.ID] && r.Kind != "pre-undo" && r.Kind != "pre-redo" {
+			s.id = r.ID
+			break
+		}
+	}
+	if s.id != "" && s.kind == "snap" {
+		m.name(s.id, "S", `snapback list --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
+	}
+	if s.id == "" {
+		if must {
+			m.fail("%s made no record in list -a", s.kind)
+		}
+		return
+	}
+	m.hist = append(m.hist, s)
+	m.redoStack = nil // a new step ends what redo can reach
+}
+
+func (m *model) edit(t *rapid.T) {
+	m.person(genOp(t, m.tree, m.multi, m.ref, false))
+}
+
+func (m *model) snap(t *rapid.T) {
+	if m.cp != nil {
+		m.verb(refuse(2), false, "snap")
+		return
+	}
+	if m.verb(outcome{want: m.tree}, false, "snap") {
+		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone()})
+	}
+}
+
+// target is the step undo reverts: the newest not undone.
+func (m *model) target() *step {
+	for i := len(m.hist) - 1; i >= 0; i-- {
+		if s := m.hist[i]; !s.undone && !s.gone {
+			return s
+		}
+	}
+	return nil
+}
+
+// pathsOutcome is the outcome of writing vals over the tree, where each
+// path must still be as from says: refused when one is not (conflict),
+// or when a path the write would remove holds what vals does not name.
+func (m *model) pathsOutcome(from, vals tree) outcome {
+	for p, e := range from {
+		if m.tree[p] != e {
+			return refuse(1)
+		}
+	}
+	if len(foreign(m.tree, vals)) > 0 {
+		return refuse(0)
+	}
+	return outcome{want: apply(m.tree, vals)}
+}
+
+func (m *model) undo(t *rapid.T) {
+	s := m.target()
+	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
+	var o outcome
+	switch {
+	case m.cp != nil:
+		o = refuse(2)
+	case m.pend != nil || s == nil:
+		o = refuse(1)
+	case s.whole:
+		o = outcome{want: s.state}
+	default:
+		o = m.pathsOutcome(s.after, s.before)
+	}
+	old := m.tree
+	if m.verb(o, kill, "undo") {
+		m.tree = o.want
+		s.undone, s.saved = true, old
+		m.redoStack = append(m.redoStack, s)
+	}
+}
+
+func (m *model) redo(t *rapid.T) {
+	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
+	var s *step
+	if n := len(m.redoStack); n > 0 {
+		s = m.redoStack[n-1]
+	}
+	var o outcome
+	switch {
+	case m.cp != nil:
+		o = refuse(2)
+	case s == nil:
+		o = refuse(1)
+	case s.whole:
+		o = outcome{want: s.saved}
+	default:
+		o = m.pathsOutcome(s.before, s.after)
+	}
+	if m.verb(o, kill, "redo") {
+		m.tree = o.want
+		s.undone = false
+		m.redoStack = m.redoStack[:len(m.redoStack)-1]
+	}
+}
+
+func (m *model) restore(t *rapid.T) {
+	var snaps []*step
+	for _, s := range m.hist {
+		if s.kind == "snap" && !s.gone {
+			snaps = append(snaps, s)
+		}
+	}
+	if len(snaps) == 0 || m.pend != nil {
+		t.Skip("no snapshot to restore, or a run pending")
+	}
+	s := rapid.SampledFrom(snaps).Draw(t, "restore")
+	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
+	if m.cp != nil {
+		m.verb(refuse(2), false, "restore", s.id)
+		return
+	}
+	old := m.tree
+	if m.verb(outcome{want: s.state}, kill, "restore", s.id) {
+		m.tree = s.state.clone()
+		m.newStep(&step{kind: "pre-restore", whole: true, state: old})
+	}
+}
+
+func (m *model) gc(t *rapid.T) {
+	if m.cp != nil || len(m.hist) == 0 {
+		t.Skip("a checkpoint open, or nothing to collect")
+	}
+	keep := rapid.IntRange(1, 3).Draw(t, "keep")
+	if !m.verb(outcome{want: m.tree}, false, "gc", "--keep", fmt.Sprint(keep)) {
+		return
+	}
+	var list struct {
+		Snapshots []struct{ ID string }
+	}
+	m.jsonOf(&list, "list", "-a", "--json")
+	present := map[string]bool{}
+	for _, r := range list.Snapshots {
+		present[r.ID] = true
+	}
+	need := map[*step]bool{}
+	if s := m.target(); s != nil {
+		need[s] = true
+	}
+	for _, s := range m.redoStack {
+		need[s] = true
+	}
+	for _, s := range m.hist {
+		if !s.gone && !present[s.id] {
+			if need[s] {
+				m.fail("gc --keep %d deleted %s (%s), which undo or redo needs next", keep, s.id, s.kind)
+			}
+			s.gone = true
+		}
+	}
+}
+
+// runCmd runs a drawn command under `snapback run`: the reference for
+// what it does is the same command run natively on a copy of the tree.
+func (m *model) runCmd(t *rapid.T) {
+	mode := rapid.SampledFrom(m.run.modes).Draw(t, "mode")
+	if m.pend != nil {
+		mode = "copy" // one pending run at a time
+	}
+	then := "commit"
+	if mode != "copy" {
+		then = rapid.SampledFrom([]string{"commit", "review", "discard"}).Draw(t, "then")
+	}
+	status := 0
+	if then != "discard" && rapid.IntRange(0, 3).Draw(t, "fails") == 0 {
+		status = 1
+	}
+	script := genScript(t, m.tree, m.multi, m.ref, true, status)
+	view, timeOnly := m.native(script)
+	ch := changed(m.tree, view)
+	resFile := filepath.Join(m.dir, "result.json")
+	os.Remove(resFile)
+	args := []string{"run", "--mode", mode, "--then", then, "--result", "../result.json", "--", "sh", "-c", script}
+	if mode == "copy" && m.cp != nil {
+		m.verb(refuse(125), false, args...)
+		return
+	}
+	o := outcome{want: m.tree, status: status}
+	state := "pending"
+	switch {
+	case mode == "copy":
+		o.want, state = view, "committed"
+	case then == "discard":
+		state = "discarded"
+	case then == "commit" && status == 0 && m.cp == nil:
+		o.want, state = view, "committed"
+	case then == "commit" && status == 0:
+		// The commit refuses while a checkpoint is open (run: 125);
+		// the run stays pending.
+		o.status = 125
+	case then == "commit" && m.cp != nil:
+		o.known, o.knownStatus = "failed-run-125", 125
+	}
+	base, ctimes := m.tree, m.ctimes()
+	m.verb(o, false, args...)
+	var res struct{ ID, State string }
+	if m.last.code == 125 {
+		// snapback failed after the command (the commit refused):
+		// docs/json.md has the error on stderr then, and no result.
+		var st struct{ Runs []struct{ ID, State string } }
+		m.jsonOf(&st, "status", "--json")
+		for _, r := range st.Runs {
+			if r.State == "pending" {
+				res = r
+			}
+		}
+	} else if data, err := os.ReadFile(resFile); err != nil || json.Unmarshal(data, &res) != nil {
+		m.fail("run --result: %v\n%s\n%s%s", err, data, m.last.stdout, m.last.stderr)
+	}
+	if res.State != state && !(len(ch) == 0 && res.State == "empty") {
+		// A command that changed only times (touch, a rewrite with the
+		// same bytes) changed something the model does not see: either
+		// is right then.
+		m.fail("run: state %q, the model %q", res.State, state)
+	}
+	state = res.State
+	m.tree = o.want
+	switch state {
+	case "committed":
+		m.maybeStep(len(ch) > 0, &step{kind: "run", before: pick(base, ch), after: pick(view, ch)})
+	case "pending":
+		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, ctimes: ctimes, timeOnly: timeOnly}
+		m.name(res.ID, "R", `sed -n 's/.*"id": "\([^"]*\)".*/\1/p' ../result.json`)
+	}
+}
+
+// native runs script on a copy of the tree and returns what it left,
+// and the files and symlinks whose mtime alone it changed (a run's
+// changes too, which the model's entries do not show).
+func (m *model) native(script string) (tree, []string) {
+	if err := os.RemoveAll(m.scratch); err != nil {
+		m.fail("%v", err)
+	}
+	if out, err := exec.Command("cp", "-a", m.root, m.scratch).CombinedOutput(); err != nil {
+		m.fail("cp -a: %v\n%s", err, out)
+	}
+	if err := os.RemoveAll(filepath.Join(m.scratch, ".snapback")); err != nil {
+		m.fail("%v", err)
+	}
+	before := mtimes(m.scratch)
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = m.scratch
+	_ = cmd.Run() // its status is the script's own exit
+	tr, _, err := walkTree(m.scratch)
+	if err != nil {
+		m.fail("walking the reference: %v", err)
+	}
+	var timeOnly []string
+	for p, t := range mtimes(m.scratch) {
+		if bt, ok := before[p]; ok && bt != t && !tr.isDir(p) && tr[p] == m.tree[p] {
+			timeOnly = append(timeOnly, p)
+		}
+	}
+	return tr, timeOnly
+}
+
+// mtimes is the mtime of each path below dir.
+func mtimes(dir string) map[string]int64 {
+	out := map[string]int64{}
+	_ = filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		var st syscall.Stat_t
+		if err == nil && syscall.Lstat(p, &st) == nil {
+			rel, _ := filepath.Rel(dir, p)
+			out[rel] = st.Mtim.Nano()
+		}
+		return nil // (a path that went: none)
+	})
+	return out
+}
+
+func (m *model) commit(t *rapid.T) {
+	p := m.pend
+	if p == nil {
+		t.Skip("no run pending")
+	}
+	sub, subTimes := p.left, p.timeOnly
+	args := []string{"commit", p.id}
+	if len(p.left) > 0 && rapid.Bool().Draw(t, "partial") {
+		top := strings.SplitN(rapid.SampledFrom(p.left).Draw(t, "path"), "/", 2)[0]
+		within := func(all []string) []string {
+			var out []string
+			for _, q := range all {
+				if q == top || under(q, top) {
+					out = append(out, q)
+				}
+			}
+			return out
+		}
+		sub, subTimes = within(p.left), within(p.timeOnly)
+		args = append(args, top)
+	}
+	// The paths the commit judges: what it writes, and what the run
+	// changed the times of alone (in its changeset too).
+	judged := append(append([]string{}, sub...), subTimes...)
+	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
+	var o outcome
+	if m.cp != nil {
+		o = refuse(2)
+	} else {
+		o = m.pathsOutcome(pick(p.base, judged), pick(p.view, sub))
+		if o.refuse && o.code == 1 && newDirsOnly(m.tree, p.base, judged) {
+			o.known, o.want = "commit-over-new-dir", apply(m.tree, pick(p.view, sub))
+		}
+		if o.refuse && o.code == 1 && deletedOnly(m.tree, p.base, judged) {
+			// Documented: a path deleted in the tree during the run
+			// is not seen as a conflict.
+			o = outcome{either: true, want: apply(m.tree, pick(p.view, sub))}
+		}
+	}
+	if !o.refuse && !o.either && m.touched(p, judged) {
+		o.known, o.knownStatus = "commit-times-conflict", 1
+	}
+	before := m.tree
+	if !m.verb(o, kill, args...) {
+		return
+	}
+	m.tree = o.want
+	// (A run that changed only times commits a step the model cannot
+	// see coming.)
+	m.maybeStep(len(sub) > 0, &step{kind: "run", before: pick(before, sub), after: pick(p.view, sub)})
+	p.left, p.timeOnly = without(p.left, sub), without(p.timeOnly, subTimes)
+	if len(p.left) == 0 && (len(args) == 2 || m.pendingRuns() == 0) {
+		// (A commit of PATHs leaves what else the run changed, which may
+		// be only times, which the model does not see: status tells.)
+		m.pend = nil
+	}
+}
+
+// ctimes is the ctime of each path of the tree.
+func (m *model) ctimes() map[string]int64 {
+	out := map[string]int64{}
+	for p := range m.tree {
+		var st syscall.Stat_t
+		if syscall.Lstat(filepath.Join(m.root, p), &st) == nil {
+			out[p] = st.Ctim.Nano()
+		}
+	}
+	return out
+}
+
+// touched says whether a path of sub whose entry is as when the run
+// started has had its inode changed since (see commit-times-conflict).
+func (m *model) touched(p *pendingRun, sub []string) bool {
+	now := m.ctimes()
+	for _, q := range sub {
+		if _, ok := now[q]; ok && m.tree[q] == p.base[q] && now[q] != p.ctimes[q] {
+			return true
+		}
+	}
+	return false
+}
+
+// newDirsOnly says whether every path of sub the tree changed since
+// base is a directory now that was none then.
+func newDirsOnly(cur, base tree, sub []string) bool {
+	any := false
+	for _, p := range sub {
+		if cur[p] != base[p] {
+			if !cur.isDir(p) || base.isDir(p) {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+// deletedOnly says whether every path of sub the tree changed since
+// base was deleted (and nothing else stands in the way).
+func deletedOnly(cur, base tree, sub []string) bool {
+	any := false
+	for _, p := range sub {
+		if cur[p] != base[p] {
+			if cur[p] != absent {
+				return false
+			}
+			any = true
+		}
+	}
+	return any
+}
+
+func without(all, drop []string) []string {
+	d := map[string]bool{}
+	for _, p := range drop {
+		d[p] = true
+	}
+	var out []string
+	for _, p := range all {
+		if !d[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (m *model) discard(t *rapid.T) {
+	if m.pend == nil {
+		t.Skip("no run pending")
+	}
+	if m.verb(outcome{want: m.tree}, false, "discard", m.pend.id) {
+		m.pend = nil
+	}
+}
+
+// checkpoint begins or ends a stretch of session A's, B's or none's:
+// one is open at a time; a begin while one is open does nothing, an
+// end names the open one's session or none.
+func (m *model) checkpoint(t *rapid.T) {
+	verb := rapid.SampledFrom([]string{"begin", "end"}).Draw(t, "cpverb")
+	session := rapid.SampledFrom([]string{"", "A", "B"}).Draw(t, "session")
+	args := []string{"checkpoint", verb}
+	if session != "" {
+		args = append(args, "--session", session)
+	}
+	if !m.verb(outcome{want: m.tree}, false, args...) {
+		return
+	}
+	switch {
+	case verb == "begin" && m.cp == nil:
+		m.cp = &openCheckpoint{session: session, base: m.tree}
+	case verb == "end" && m.cp != nil && (session == "" || session == m.cp.session):
+		base := m.cp.base
+		m.cp = nil
+		ch := changed(base, m.tree)
+		// A stretch that changed only times is a step the model cannot
+		// see coming: it takes what the store says.
+		m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", before: pick(base, ch), after: pick(m.tree, ch)})
+	}
+}
