@@ -677,7 +677,7 @@ func (m *model) runCmd(t *rapid.T) {
 		m.maybeStep(len(ch) > 0, &step{kind: "run", before: pick(base, ch), after: pick(view, ch)})
 	case "pending":
 		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, ctimes: ctimes, timeOnly: timeOnly}
-		m.name(res.ID, "R", `sed -n 's/.*"id": "\([^"]*\)".*/\1/p' ../result.json`)
+		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
 	}
 }
 
