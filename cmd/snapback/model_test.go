@@ -41,7 +41,8 @@ import (
 // and writes it to testdata/rapid/TestModel/, which every later run
 // replays first; the log of the failing sequence is a shell script that
 // replays it. SNAPBACK_MODEL_TIME bounds the search (default 90s; 15s
-// with -short); scripts/fuzz.sh model DURATION runs it longer.
+// with -short; 0: the seeds only); scripts/fuzz.sh model DURATION runs
+// it longer.
 func TestModel(t *testing.T) {
 	bin := snapbackBinary(t)
 	budget := 90 * time.Second
@@ -58,6 +59,12 @@ func TestModel(t *testing.T) {
 	if v := os.Getenv("SNAPBACK_MODEL_STEPS"); v != "" {
 		if err := flag.Set("rapid.steps", v); err != nil {
 			t.Fatalf("SNAPBACK_MODEL_STEPS=%q: %v", v, err)
+		}
+	}
+	// Shrinking replays whole sequences: bound it too, in go test.
+	if os.Getenv("RAPID_SHRINKTIME") == "" && !flagSet("rapid.shrinktime") {
+		if err := flag.Set("rapid.shrinktime", "20s"); err != nil {
+			t.Fatal(err)
 		}
 	}
 	// The time bounds the search, not a count: once it is spent, each
@@ -181,6 +188,7 @@ type step struct {
 	// scope paths: the paths it changed, before and after.
 	before, after tree
 	undone, gone  bool
+	unknown       bool // what it holds is not all in before and after
 }
 
 type pendingRun struct {
@@ -188,12 +196,14 @@ type pendingRun struct {
 	base, view tree
 	ctimes     map[string]int64 // each path's at the start
 	timeOnly   []string         // changed by the run in their times alone
+	dirTimes   []string         // directories whose times it changed
 	left       []string         // changed paths not committed yet
 }
 
 type openCheckpoint struct {
 	session string
 	base    tree
+	mtimes  map[string]int64
 }
 
 type model struct {
@@ -462,6 +472,9 @@ func (m *model) maybeStep(must bool, s *step) {
 		}
 		return
 	}
+	// A step the model did not expect holds paths it cannot name (a
+	// directory's times): its undo and redo may refuse.
+	s.unknown = !must
 	m.hist = append(m.hist, s)
 	m.redoStack = nil // a new step ends what redo can reach
 }
@@ -505,6 +518,21 @@ func (m *model) pathsOutcome(from, vals tree) outcome {
 	return outcome{want: apply(m.tree, vals)}
 }
 
+// withParents adds to want the directories above its paths that it
+// lacks, as view has them: a commit writing below a directory a person
+// deleted during the run makes it again (the documented limit: the
+// deletion is no conflict).
+func withParents(want, view tree) tree {
+	for p := range want {
+		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
+			if _, ok := want[d]; !ok && view.isDir(d) {
+				want[d] = view[d]
+			}
+		}
+	}
+	return want
+}
+
 func (m *model) undo(t *rapid.T) {
 	s := m.target()
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
@@ -518,6 +546,9 @@ func (m *model) undo(t *rapid.T) {
 		o = outcome{want: s.state}
 	default:
 		o = m.pathsOutcome(s.after, s.before)
+		if s.unknown && !o.refuse {
+			o.either = true
+		}
 	}
 	old := m.tree
 	if m.verb(o, kill, "undo") {
@@ -543,6 +574,9 @@ func (m *model) redo(t *rapid.T) {
 		o = outcome{want: s.saved}
 	default:
 		o = m.pathsOutcome(s.before, s.after)
+		if s.unknown && !o.refuse {
+			o.either = true
+		}
 	}
 	if m.verb(o, kill, "redo") {
 		m.tree = o.want
@@ -623,7 +657,7 @@ func (m *model) runCmd(t *rapid.T) {
 		status = 1
 	}
 	script := genScript(t, m.tree, m.multi, m.ref, true, status)
-	view, timeOnly := m.native(script)
+	view, timeOnly, dirTimes := m.native(script)
 	ch := changed(m.tree, view)
 	resFile := filepath.Join(m.dir, "result.json")
 	os.Remove(resFile)
@@ -674,9 +708,10 @@ func (m *model) runCmd(t *rapid.T) {
 	m.tree = o.want
 	switch state {
 	case "committed":
-		m.maybeStep(len(ch) > 0, &step{kind: "run", before: pick(base, ch), after: pick(view, ch)})
+		all := append(append([]string{}, ch...), timeOnly...)
+		m.maybeStep(len(all) > 0, &step{kind: "run", before: pick(base, all), after: pick(view, all)})
 	case "pending":
-		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, ctimes: ctimes, timeOnly: timeOnly}
+		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, ctimes: ctimes, timeOnly: timeOnly, dirTimes: dirTimes}
 		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
 	}
 }
@@ -684,7 +719,7 @@ func (m *model) runCmd(t *rapid.T) {
 // native runs script on a copy of the tree and returns what it left,
 // and the files and symlinks whose mtime alone it changed (a run's
 // changes too, which the model's entries do not show).
-func (m *model) native(script string) (tree, []string) {
+func (m *model) native(script string) (tree, []string, []string) {
 	if err := os.RemoveAll(m.scratch); err != nil {
 		m.fail("%v", err)
 	}
@@ -702,13 +737,17 @@ func (m *model) native(script string) (tree, []string) {
 	if err != nil {
 		m.fail("walking the reference: %v", err)
 	}
-	var timeOnly []string
+	var timeOnly, dirTimes []string
 	for p, t := range mtimes(m.scratch) {
-		if bt, ok := before[p]; ok && bt != t && !tr.isDir(p) && tr[p] == m.tree[p] {
-			timeOnly = append(timeOnly, p)
+		if bt, ok := before[p]; ok && bt != t && tr[p] == m.tree[p] {
+			if tr.isDir(p) {
+				dirTimes = append(dirTimes, p)
+			} else {
+				timeOnly = append(timeOnly, p)
+			}
 		}
 	}
-	return tr, timeOnly
+	return tr, timeOnly, dirTimes
 }
 
 // mtimes is the mtime of each path below dir.
@@ -730,7 +769,7 @@ func (m *model) commit(t *rapid.T) {
 	if p == nil {
 		t.Skip("no run pending")
 	}
-	sub, subTimes := p.left, p.timeOnly
+	sub, subTimes, dirs := p.left, p.timeOnly, p.dirTimes
 	args := []string{"commit", p.id}
 	if len(p.left) > 0 && rapid.Bool().Draw(t, "partial") {
 		top := strings.SplitN(rapid.SampledFrom(p.left).Draw(t, "path"), "/", 2)[0]
@@ -744,6 +783,7 @@ func (m *model) commit(t *rapid.T) {
 			return out
 		}
 		sub, subTimes = within(p.left), within(p.timeOnly)
+		dirs = within(p.dirTimes)
 		args = append(args, top)
 	}
 	// The paths the commit judges: what it writes, and what the run
@@ -755,16 +795,27 @@ func (m *model) commit(t *rapid.T) {
 		o = refuse(2)
 	} else {
 		o = m.pathsOutcome(pick(p.base, judged), pick(p.view, sub))
+		if o.want != nil {
+			o.want = withParents(o.want, p.view)
+			// A directory whose times alone the run changed, deleted in
+			// the tree since: the documented limit (no conflict) makes
+			// the commit put it back, or it is not in the changeset.
+			for _, d := range dirs {
+				if m.tree[d] == absent && !o.refuse {
+					o.want[d], o.either = p.view[d], true
+				}
+			}
+		}
 		if o.refuse && o.code == 1 && newDirsOnly(m.tree, p.base, judged) {
 			o.known, o.want = "commit-over-new-dir", apply(m.tree, pick(p.view, sub))
 		}
 		if o.refuse && o.code == 1 && deletedOnly(m.tree, p.base, judged) {
 			// Documented: a path deleted in the tree during the run
 			// is not seen as a conflict.
-			o = outcome{either: true, want: apply(m.tree, pick(p.view, sub))}
+			o = outcome{either: true, want: withParents(apply(m.tree, pick(p.view, sub)), p.view)}
 		}
 	}
-	if !o.refuse && !o.either && m.touched(p, judged) {
+	if !o.refuse && !o.either && m.touched(p) {
 		o.known, o.knownStatus = "commit-times-conflict", 1
 	}
 	before := m.tree
@@ -774,7 +825,7 @@ func (m *model) commit(t *rapid.T) {
 	m.tree = o.want
 	// (A run that changed only times commits a step the model cannot
 	// see coming.)
-	m.maybeStep(len(sub) > 0, &step{kind: "run", before: pick(before, sub), after: pick(p.view, sub)})
+	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged)})
 	p.left, p.timeOnly = without(p.left, sub), without(p.timeOnly, subTimes)
 	if len(p.left) == 0 && (len(args) == 2 || m.pendingRuns() == 0) {
 		// (A commit of PATHs leaves what else the run changed, which may
@@ -795,11 +846,13 @@ func (m *model) ctimes() map[string]int64 {
 	return out
 }
 
-// touched says whether a path of sub whose entry is as when the run
-// started has had its inode changed since (see commit-times-conflict).
-func (m *model) touched(p *pendingRun, sub []string) bool {
+// touched says whether a path whose entry is as when the run started
+// has had its inode changed since (see commit-times-conflict): any path,
+// as the run's changeset may hold more than the model sees (the source
+// of a hard link it made, whose link count changed).
+func (m *model) touched(p *pendingRun) bool {
 	now := m.ctimes()
-	for _, q := range sub {
+	for q := range m.tree {
 		if _, ok := now[q]; ok && m.tree[q] == p.base[q] && now[q] != p.ctimes[q] {
 			return true
 		}
@@ -875,13 +928,18 @@ func (m *model) checkpoint(t *rapid.T) {
 	}
 	switch {
 	case verb == "begin" && m.cp == nil:
-		m.cp = &openCheckpoint{session: session, base: m.tree}
+		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root)}
 	case verb == "end" && m.cp != nil && (session == "" || session == m.cp.session):
 		base := m.cp.base
-		m.cp = nil
 		ch := changed(base, m.tree)
+		for p, t := range mtimes(m.root) {
+			if bt, ok := m.cp.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
+				ch = append(ch, p) // its times alone changed
+			}
+		}
 		// A stretch that changed only times is a step the model cannot
 		// see coming: it takes what the store says.
+		m.cp = nil
 		m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", before: pick(base, ch), after: pick(m.tree, ch)})
 	}
 }
