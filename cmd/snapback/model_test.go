@@ -75,6 +75,8 @@ func TestModel(t *testing.T) {
 		}
 	}
 	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}}
+	seeds, _ := filepath.Glob("testdata/rapid/TestModel/TestModel-*.fail")
+	run.seeds = len(seeds)
 	start := time.Now()
 	rapid.Check(t, run.sequence)
 	t.Logf("model: %d sequences, %d steps in %v (modes %v)", run.sequences, run.steps, time.Since(start).Round(time.Second), run.modes)
@@ -129,18 +131,16 @@ type modelRun struct {
 	sequences int
 	steps     int
 	known     map[string]int // how often each known defect showed
+	seeds     int            // the checked-in sequences
+	calls     int
 }
 
 func (r *modelRun) sequence(t *rapid.T) {
-	if !r.failed && time.Now().After(r.deadline) {
+	// rapid replays the seeds first, one call each: whatever the time.
+	r.calls++
+	if r.calls > r.seeds && !r.failed && time.Now().After(r.deadline) {
 		return
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			r.failed = true
-			panic(p)
-		}
-	}()
 	dir, err := os.MkdirTemp("", "snapback-model-")
 	if err != nil {
 		t.Fatal(err)
