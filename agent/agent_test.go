@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
 )
 
 func TestMessage(t *testing.T) {
@@ -67,8 +70,8 @@ func TestTurnNote(t *testing.T) {
 		t.Fatalf("the note read back: %+v %v", tn, err)
 	}
 	// Another session's note planted under this one's name is refused.
-	other := turnPath(store, "claude-code", "s2")
-	b, _ := os.ReadFile(turnPath(store, "claude-code", "s/../1"))
+	other := filepath.Join(store, TurnDir, turnName("claude-code", "s2"))
+	b, _ := os.ReadFile(filepath.Join(store, TurnDir, turnName("claude-code", "s/../1")))
 	if err := os.WriteFile(other, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +96,56 @@ func TestTurnNote(t *testing.T) {
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Fatalf("a stale note stayed: %v", err)
 	}
+}
+
+// TestTurnNoteHostile: what is in a note's place is refused at once,
+// never waited on or followed: a FIFO (opening it for reading would block
+// until a writer came: the agent's tool call would wait for the harness's
+// timeout), a symbolic link to a file outside, a huge file; and an agent
+// directory that is a symbolic link is not written through.
+func TestTurnNoteHostile(t *testing.T) {
+	outside := t.TempDir()
+	treetest.Write(t, outside, "victim.json", `{"version":1,"harness":"claude-code","session":"s","message":"planted"}`, 0o600)
+	for what, plant := range map[string]func(p string) error{
+		"a FIFO":          func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"a symbolic link": func(p string) error { return os.Symlink(filepath.Join(outside, "victim.json"), p) },
+		"a huge file": func(p string) error {
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				return err
+			}
+			return os.Truncate(p, 1<<30)
+		},
+		"a directory": func(p string) error { return os.Mkdir(p, 0o700) },
+	} {
+		t.Run(what, func(t *testing.T) {
+			store := t.TempDir()
+			treetest.Must(t, os.Mkdir(filepath.Join(store, TurnDir), 0o700))
+			treetest.Must(t, plant(filepath.Join(store, TurnDir, turnName("claude-code", "s"))))
+			done := make(chan error, 1)
+			go func() { _, err := LoadTurn(store, "claude-code", "s"); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("LoadTurn over %s: %v, want a one-line refusal", what, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("LoadTurn over %s blocked", what)
+			}
+		})
+	}
+	t.Run("agent is a symbolic link", func(t *testing.T) {
+		store := t.TempDir()
+		treetest.Must(t, os.Symlink(outside, filepath.Join(store, TurnDir)))
+		if err := SaveTurn(store, Turn{Harness: "claude-code", Session: "s", Message: "m"}); err == nil {
+			t.Fatal("SaveTurn wrote through a symbolic link")
+		}
+		if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+			t.Fatalf("the directory outside changed: %v", ents)
+		}
+		if _, err := LoadTurn(store, "claude-code", "s"); err == nil {
+			t.Fatal("LoadTurn read through a symbolic link")
+		}
+	})
 }
 
 // bare drops what uninstall cannot tell from its own leftovers: empty

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/snapback/snapback/agent"
@@ -152,9 +153,46 @@ func newAgentHookCmd(g *globals, names []string) *cobra.Command {
 				_, werr := g.stdout.Write(h.Answer("warning: " + err.Error()))
 				return werr
 			}
-			_, err = g.stdout.Write(h.Answer(agentHook(g, h, c.InOrStdin())))
+			_, err = g.stdout.Write(h.Answer(agentHookWithin(hookDeadline(), func() string { return agentHook(g, h, c.InOrStdin()) })))
 			return err
 		},
+	}
+}
+
+// defaultHookDeadline bounds a hook's whole life, short of the timeout
+// install gives the harness (hookTimeout): the checkpoint's store lock
+// waits up to checkpointLockWait, and a first snapshot of a large tree
+// takes what it takes; past it the agent goes on without snapback.
+const defaultHookDeadline = hookTimeout - 15*time.Second
+
+// hookTimeout is the timeout install writes into each hook (Claude Code
+// takes seconds, Gemini CLI milliseconds).
+const hookTimeout = 3 * time.Minute
+
+// hookDeadline is defaultHookDeadline, or SNAPBACK_HOOK_DEADLINE (a Go
+// duration) when set: for tests, and for a harness whose timeout is
+// shorter.
+func hookDeadline() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SNAPBACK_HOOK_DEADLINE")); err == nil && d > 0 {
+		return d
+	}
+	return defaultHookDeadline
+}
+
+// agentHookWithin runs act, and answers for it if it has not answered
+// within d: a hook must never hold the agent up, whatever it waits on
+// (a payload whose writer never closes stdin, a lock). The work left
+// behind dies with the process when the answer is written, as after a
+// kill: the store is crash-safe at every step and the next verb
+// recovers it.
+func agentHookWithin(d time.Duration, act func() string) string {
+	done := make(chan string, 1)
+	go func() { done <- act() }()
+	select {
+	case msg := <-done:
+		return msg
+	case <-time.After(d):
+		return fmt.Sprintf("warning: snapback did not answer within %v (the agent goes on; this turn may not be undoable)", d)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -258,4 +259,53 @@ func BenchmarkAgentHook(b *testing.B) {
 			run(b, bin, hookArgs, payload("PreToolUse", "Edit"))
 		}
 	})
+}
+
+// TestHookNeverBlocks: a FIFO in place of the session's turn note (a
+// store is input from outside) is refused at once, not waited on: the
+// tool call's hook answers in time, with a warning, and the checkpoint
+// opens all the same. And whatever the hook would wait on (here a
+// payload whose writer never closes stdin), it answers within its
+// deadline and exits 0.
+func TestHookNeverBlocks(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	treetest.Write(t, root, "a.txt", "one\n", 0o644)
+	if msg := hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root)); msg != "" {
+		t.Fatalf("the prompt: %q", msg)
+	}
+	notes, err := filepath.Glob(filepath.Join(root, snapshot.StoreDir, "agent", "turn-*.json"))
+	if err != nil || len(notes) != 1 {
+		t.Fatalf("the turn's note: %v %v", notes, err)
+	}
+	treetest.Must(t, os.Remove(notes[0]))
+	treetest.Must(t, syscall.Mkfifo(notes[0], 0o600))
+	start := time.Now()
+	msg := hook(t, bin, "claude-code", golden(t, "claude-code", "PreToolUse-Write", root))
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the hook took %v over a FIFO", took)
+	}
+	if !strings.Contains(msg, "not a regular file") {
+		t.Errorf("the hook over a FIFO said %q, want a warning naming it", msg)
+	}
+	if s, _ := checkpointOpen(t, bin, root); s != "abc123" {
+		t.Errorf("the checkpoint did not open: session %q", s)
+	}
+
+	// stdin never closed: the deadline answers.
+	pr, pw, err := os.Pipe()
+	treetest.Must(t, err)
+	defer pw.Close()
+	cmd, done := boundedCommand(time.Minute, bin, "agent", "hook", "claude-code")
+	cmd.Dir, cmd.Env, cmd.Stdin = root, append(gitEnv(), "SNAPBACK_HOOK_DEADLINE=1s"), pr
+	start = time.Now()
+	out, err := cmd.Output()
+	pr.Close()
+	if done() || err != nil || time.Since(start) > 20*time.Second {
+		t.Fatalf("a hook whose stdin stays open: %v after %v\n%s", err, time.Since(start), out)
+	}
+	if msg := answer(t, "claude-code", string(out)); !strings.Contains(msg, "did not answer within 1s") {
+		t.Errorf("the deadline's answer: %q", msg)
+	}
 }
