@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -38,25 +40,29 @@ func newAgentCmd(g *globals) *cobra.Command {
 }
 
 type agentInstallOptions struct {
-	local, dryRun bool
+	shared, local, dryRun bool
 }
 
 func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command {
 	var o agentInstallOptions
 	verb, short := "install", "Write snapback's hooks into the project's settings for HARNESS"
-	long := short + ":\nClaude Code's .claude/settings.json (--local: .claude/settings.local.json),\n" +
-		"Gemini CLI's .gemini/settings.json, at the project root. The settings and hooks already there\n" +
-		"stay, in their order; an event that already runs snapback's hook is left as it is, so a\n" +
-		"second install changes nothing. The file is replaced atomically; one that is not valid\n" +
-		"JSON is refused, naming its line, and left as it is. The hooks run `snapback agent hook\n" +
-		"HARNESS`: snapback must be on the agent's PATH."
+	long := short + ":\nby default the settings kept out of version control (Claude Code's\n" +
+		".claude/settings.local.json; Gemini CLI has one project file, .gemini/settings.json,\n" +
+		"written unless git tracks it); --shared: the committed ones (.claude/settings.json), which\n" +
+		"give every clone the hooks. The settings and hooks already there stay, byte for byte; an\n" +
+		"event that already runs snapback's hook is left as it is, so a second install changes\n" +
+		"nothing, and uninstall after install gives the file back as it was. The file is changed in\n" +
+		"place (its owner, mode and hard links stay) after a backup beside it; one that is not valid\n" +
+		"JSON, or has a key twice, is refused naming its line, and left as it is. The hooks run\n" +
+		"`snapback agent hook HARNESS` with a timeout of " + agent.HookTimeout.String() + ": snapback must be on the agent's PATH."
 	if !install {
 		verb, short = "uninstall", "Remove the hooks install wrote from the project's settings for HARNESS"
 		long = short + ":\nthe hooks whose command is `snapback agent hook HARNESS`, wherever\n" +
-			"they are, and nothing else (a group or event left empty goes too)."
+			"they are, and nothing else (a group or event left empty goes too); the same file as\n" +
+			"install (--shared: the committed one)."
 	}
 	c := &cobra.Command{
-		Use:       verb + " HARNESS [--local] [--dry-run]",
+		Use:       verb + " HARNESS [--shared] [--dry-run]",
 		Short:     short,
 		Long:      long,
 		Args:      cobra.ExactArgs(1),
@@ -65,8 +71,10 @@ func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command
 			return runAgentInstall(g, args[0], install, o)
 		},
 	}
-	c.Flags().BoolVar(&o.local, "local", false, "the settings file kept out of version control (Claude Code: .claude/settings.local.json)")
+	c.Flags().BoolVar(&o.shared, "shared", false, "the committed settings file (Claude Code: .claude/settings.json), shared with everyone who clones the project")
+	c.Flags().BoolVar(&o.local, "local", false, "the settings file kept out of version control: the default")
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the change as a diff, write nothing")
+	_ = c.Flags().MarkHidden("local") // kept for the scripts written when it was not the default
 	return c
 }
 
@@ -75,13 +83,18 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	if err != nil {
 		return usageErr("agent: %v", err)
 	}
-	rel, err := h.SettingsFile(o.local)
-	if err != nil {
-		return usageErr("agent: %v", err)
+	if o.shared && o.local {
+		return usageErr("agent: --shared and --local name different files: give one")
 	}
+	rel := h.SettingsFile(o.shared)
 	root, err := g.rootDir()
 	if err != nil {
 		return err
+	}
+	if install && !o.shared && rel == h.Settings && gitTracks(root, rel) {
+		// A harness with one project file (Gemini CLI): committed, it is
+		// everyone's, and hooks there run for teammates without snapback.
+		return usageErr("agent: %s is tracked by git: the hooks would reach everyone who clones the project; --shared writes them there all the same", rel)
 	}
 	edit := h.InstallHooks
 	if !install {
@@ -121,10 +134,49 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		fmt.Fprintf(g.stdout, "%s holds no hook of snapback's (%s)\n", c.File, h.Title)
 	case install:
 		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+		if hint := firstSnapshotHint(root); hint != "" {
+			fmt.Fprintln(g.stdout, hint)
+		}
 	default:
 		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
 	}
 	return nil
+}
+
+// gitTracks says whether git tracks rel in the work tree at root (false
+// when there is no git, or no repository).
+func gitTracks(root, rel string) bool {
+	cmd := exec.Command("git", "-C", root, "ls-files", "--error-unmatch", "--", rel)
+	return cmd.Run() == nil
+}
+
+// largeTree is the number of files past which install suggests taking
+// the first snapshot now.
+const largeTree = 10000
+
+// firstSnapshotHint suggests a first snapshot when the project has none
+// and holds over largeTree files: the first turn that writes would take
+// it inside a tool call, holding the agent up (later ones read only what
+// changed).
+func firstSnapshotHint(root string) string {
+	if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+		return ""
+	}
+	n := 0
+	stop := errors.New("enough")
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		if n > largeTree {
+			return stop
+		}
+		return nil // an unreadable directory only makes the count smaller
+	})
+	if n <= largeTree {
+		return ""
+	}
+	return fmt.Sprintf("this project holds over %d files and has no snapshot yet: the first turn that writes takes one inside its tool call; `snapback snap -m baseline` takes it now (later ones read only what changed)", largeTree)
 }
 
 func nonNil(s []string) []string {
@@ -160,14 +212,10 @@ func newAgentHookCmd(g *globals, names []string) *cobra.Command {
 }
 
 // defaultHookDeadline bounds a hook's whole life, short of the timeout
-// install gives the harness (hookTimeout): the checkpoint's store lock
-// waits up to checkpointLockWait, and a first snapshot of a large tree
-// takes what it takes; past it the agent goes on without snapback.
-const defaultHookDeadline = hookTimeout - 15*time.Second
-
-// hookTimeout is the timeout install writes into each hook (Claude Code
-// takes seconds, Gemini CLI milliseconds).
-const hookTimeout = 3 * time.Minute
+// install gives the harness (agent.HookTimeout): the checkpoint's store
+// lock waits up to checkpointLockWait, and a first snapshot of a large
+// tree takes what it takes; past it the agent goes on without snapback.
+const defaultHookDeadline = agent.HookTimeout - 15*time.Second
 
 // hookDeadline is defaultHookDeadline, or SNAPBACK_HOOK_DEADLINE (a Go
 // duration) when set: for tests, and for a harness whose timeout is

@@ -309,3 +309,46 @@ func TestHookNeverBlocks(t *testing.T) {
 		t.Errorf("the deadline's answer: %q", msg)
 	}
 }
+
+// TestHookStopFailure: a turn that ends on an API error gets Claude
+// Code's StopFailure, not Stop; it must close the turn all the same.
+// Replayed: prompt, Write, StopFailure, then the person edits a file,
+// then a whole turn; undoing both turns keeps the person's edit.
+func TestHookStopFailure(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	treetest.Write(t, root, "a.txt", "one\n", 0o644)
+	treetest.Write(t, root, "mine.txt", "mine, before\n", 0o644)
+	send := func(name string) string { return hook(t, bin, "claude-code", golden(t, "claude-code", name, root)) }
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		treetest.Must(t, err)
+		return string(b)
+	}
+
+	send("UserPromptSubmit")
+	send("PreToolUse-Write")
+	treetest.Write(t, root, "a.txt", "two\n", 0o644)
+	if m := stepRE.FindStringSubmatch(send("StopFailure")); m == nil {
+		t.Fatal("StopFailure did not close the turn into a step")
+	}
+	if s, _ := checkpointOpen(t, bin, root); s != "" {
+		t.Fatalf("a checkpoint of session %q is open after StopFailure", s)
+	}
+	treetest.Write(t, root, "mine.txt", "mine, edited between the turns\n", 0o644) // the person
+
+	send("UserPromptSubmit")
+	send("PreToolUse-Write")
+	treetest.Write(t, root, "a.txt", "three\n", 0o644)
+	send("Stop")
+
+	sb(t, bin, root, "undo")
+	sb(t, bin, root, "undo")
+	if got := read("a.txt"); got != "one\n" {
+		t.Errorf("a.txt after undoing both turns: %q", got)
+	}
+	if got := read("mine.txt"); got != "mine, edited between the turns\n" {
+		t.Errorf("the person's edit between the turns was undone: mine.txt is %q", got)
+	}
+}
