@@ -76,11 +76,20 @@ func SaveTurn(store string, t Turn) error {
 		return err
 	}
 	defer d.Close() // a directory handle: nothing to flush
-	name := turnName(t.Harness, t.Session)
+	if err := writeSmall(d, turnName(t.Harness, t.Session), b); err != nil {
+		return fmt.Errorf("turn note: %w", err)
+	}
+	pruneTurns(d, "turn-", time.Now())
+	return nil
+}
+
+// writeSmall replaces the file name in d with b atomically: a temporary
+// file in d, synced, renamed over name, then d synced.
+func writeSmall(d *fsutil.Dir, name string, b []byte) error {
 	tmp := ".tmp-" + name + "-" + fmt.Sprint(os.Getpid())
 	f, err := d.Open(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("turn note: %w", err)
+		return err
 	}
 	fsutil.Mutating()
 	_, err = f.Write(b)
@@ -96,13 +105,9 @@ func SaveTurn(store string, t Turn) error {
 	}
 	if err != nil {
 		_ = d.Unlink(tmp) // already failing: a leftover temp is only clutter
-		return fmt.Errorf("turn note: %w", err)
+		return err
 	}
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("turn note: %w", err)
-	}
-	pruneTurns(d, time.Now())
-	return nil
+	return d.Sync()
 }
 
 // staleTurn is the age past which a note goes: its session ended without
@@ -111,13 +116,13 @@ const staleTurn = 30 * 24 * time.Hour
 
 // pruneTurns removes the notes not written for staleTurn, so that
 // sessions that never sent their end leave nothing behind for ever.
-func pruneTurns(d *fsutil.Dir, now time.Time) {
+func pruneTurns(d *fsutil.Dir, prefix string, now time.Time) {
 	names, err := d.ReadDirNames()
 	if err != nil {
 		return // pruning is housekeeping: the next note tries again
 	}
 	for _, name := range names {
-		if !strings.HasPrefix(name, "turn-") || !strings.HasSuffix(name, ".json") {
+		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".json") {
 			continue
 		}
 		st, err := d.Lstat(name)

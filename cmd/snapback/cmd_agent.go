@@ -266,8 +266,15 @@ func agentHook(g *globals, h *agent.Harness, in io.Reader) (msg string) {
 	if p.Session == "" {
 		return failed(errors.New("hook payload: no session_id"))
 	}
+	if act == agent.CloseSession {
+		defer func() {
+			if err := h.DropSession(p.Session); err != nil && msg == "" {
+				msg = failed(err)
+			}
+		}()
+	}
 	if g.dir == "" { // -C, when given, wins
-		dir, err := h.Dir(p)
+		dir, err := h.Project(p)
 		if err == nil {
 			err = os.Chdir(dir)
 		}

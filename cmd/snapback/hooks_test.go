@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,8 +53,26 @@ func golden(t *testing.T, harness, name, cwd string) []byte {
 // the harness's silent one.
 func hook(t *testing.T, bin, harness string, payload []byte) string {
 	t.Helper()
+	return hookEnv(t, bin, harness, payload)
+}
+
+// hookStates holds each test's state directory (where hooks remember a
+// session's first directory): one per test, kept across its hooks.
+var hookStates sync.Map
+
+// hookEnv is hook with env added to the environment, which holds no
+// project directory variable of a harness's unless env sets it.
+func hookEnv(t *testing.T, bin, harness string, payload []byte, env ...string) string {
+	t.Helper()
+	state, _ := hookStates.LoadOrStore(t, t.TempDir())
 	cmd, done := boundedCommand(2*time.Minute, bin, "agent", "hook", harness)
-	cmd.Dir, cmd.Env = "/", gitEnv()
+	cmd.Dir = "/"
+	for _, kv := range gitEnv() {
+		if !strings.HasPrefix(kv, "CLAUDE_PROJECT_DIR=") && !strings.HasPrefix(kv, "GEMINI_PROJECT_DIR=") && !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, "XDG_STATE_HOME="+state.(string)), env...)
 	cmd.Stdin = bytes.NewReader(payload)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -202,9 +221,13 @@ func TestHookFailsOpen(t *testing.T) {
 			if harness == "gemini-cli" && what == "no session" {
 				c.payload = []byte(`{"hook_event_name": "AfterAgent", "cwd": "/"}`)
 			}
-			if msg := hook(t, bin, harness, c.payload); !regexp.MustCompile(c.want).MatchString(msg) {
-				t.Errorf("%s, %s: the hook said %q, want %s", harness, what, msg, c.want)
-			}
+			// Each case a session of its own (a session's first
+			// directory is remembered: see TestHookProjectFixed).
+			t.Run(harness+"/"+what, func(t *testing.T) {
+				if msg := hook(t, bin, harness, c.payload); !regexp.MustCompile(c.want).MatchString(msg) {
+					t.Errorf("the hook said %q, want %s", msg, c.want)
+				}
+			})
 		}
 	}
 	if msg := hook(t, bin, "claude-code", []byte(`{"hook_event_name": "Notification", "session_id": "x", "cwd": "/nowhere"}`)); msg != "" {
@@ -350,5 +373,53 @@ func TestHookStopFailure(t *testing.T) {
 	}
 	if got := read("mine.txt"); got != "mine, edited between the turns\n" {
 		t.Errorf("the person's edit between the turns was undone: mine.txt is %q", got)
+	}
+}
+
+// TestHookProjectFixed: the agent's shell may `cd /elsewhere`, and the
+// payloads' cwd follows it; the hooks still act on the session's
+// project: the one the harness names (CLAUDE_PROJECT_DIR), else the
+// session's first directory, remembered. No store is made elsewhere, and
+// the project's turn closes.
+func TestHookProjectFixed(t *testing.T) {
+	bin := snapbackBinary(t)
+	for _, named := range []bool{true, false} {
+		t.Run(map[bool]string{true: "named", false: "first-cwd"}[named], func(t *testing.T) {
+			root, elsewhere := t.TempDir(), t.TempDir()
+			treetest.Write(t, root, "snapback.toml", "", 0o644)
+			treetest.Write(t, root, "a.txt", "one\n", 0o644)
+			var env []string
+			if named {
+				env = []string{"CLAUDE_PROJECT_DIR=" + root}
+			}
+			send := func(name, cwd string) string {
+				return hookEnv(t, bin, "claude-code", golden(t, "claude-code", name, cwd), env...)
+			}
+			first := root
+			if named {
+				first = elsewhere // the harness's variable wins even over the first cwd
+			}
+			send("UserPromptSubmit", first)
+			send("PreToolUse-Write", elsewhere)
+			treetest.Write(t, root, "a.txt", "two\n", 0o644)
+			if m := stepRE.FindStringSubmatch(send("Stop", elsewhere)); m == nil {
+				t.Fatal("the turn did not close into a step of the project's")
+			}
+			if _, err := os.Lstat(filepath.Join(elsewhere, snapshot.StoreDir)); err == nil {
+				t.Fatal("a hook made a store where the agent's shell wandered")
+			}
+			if s, _ := checkpointOpen(t, bin, root); s != "" {
+				t.Fatalf("the project's checkpoint is still open (session %q)", s)
+			}
+			send("SessionEnd", elsewhere)
+			state, _ := hookStates.Load(t)
+			if ents, _ := os.ReadDir(filepath.Join(state.(string), "snapback", "agent-sessions")); len(ents) != 0 {
+				t.Fatalf("the session's end left its state: %v", ents)
+			}
+			sb(t, bin, root, "undo")
+			if b, _ := os.ReadFile(filepath.Join(root, "a.txt")); string(b) != "one\n" {
+				t.Fatalf("a.txt after undo: %q", b)
+			}
+		})
 	}
 }
