@@ -18,10 +18,11 @@
 // (snapshot.Repo.BeginCheckpoint), later ones find it open; the turn's
 // end closes it (EndCheckpoint) into one undo step of the paths changed.
 // The hook processes of a turn share nothing but the store: the note
-// lives there, under [TurnDir]. [Harness.Act] does what an event asks on
-// a store the caller opened (the CLI finds the project from the
-// payload's cwd as any verb finds it, and answers the harness); this
-// package never prints.
+// lives there, under [TurnDir], read back without following a link or
+// waiting on a FIFO. [Harness.Act] does what an event asks on a store the
+// caller opened (the CLI finds the project from [Harness.Project], the
+// session's fixed directory, as any verb finds it, and answers the
+// harness); this package never prints.
 //
 // # Settings
 //

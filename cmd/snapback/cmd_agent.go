@@ -91,7 +91,8 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	if err != nil {
 		return err
 	}
-	if install && !o.shared && rel == h.Settings && gitTracks(root, rel) {
+	git := gitState(root, rel)
+	if install && !o.shared && rel == h.Settings && git == gitTracked {
 		// A harness with one project file (Gemini CLI): committed, it is
 		// everyone's, and hooks there run for teammates without snapback.
 		return usageErr("agent: %s is tracked by git: the hooks would reach everyone who clones the project; --shared writes them there all the same", rel)
@@ -134,6 +135,11 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		fmt.Fprintf(g.stdout, "%s holds no hook of snapback's (%s)\n", c.File, h.Title)
 	case install:
 		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+		if !o.shared && git == gitUntracked {
+			// Claude Code makes git ignore its local file when it makes
+			// it; one install made is not, and `git add -A` would share it.
+			fmt.Fprintf(g.stdout, "%s is not ignored by git: add it to .gitignore (or .git/info/exclude) to keep the hooks yours\n", c.File)
+		}
 		if hint := firstSnapshotHint(root); hint != "" {
 			fmt.Fprintln(g.stdout, hint)
 		}
@@ -143,11 +149,26 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	return nil
 }
 
-// gitTracks says whether git tracks rel in the work tree at root (false
-// when there is no git, or no repository).
-func gitTracks(root, rel string) bool {
-	cmd := exec.Command("git", "-C", root, "ls-files", "--error-unmatch", "--", rel)
-	return cmd.Run() == nil
+// What git makes of a settings file.
+const (
+	gitNone      = iota // no git, or no work tree here
+	gitTracked          // committed (or staged): everyone's
+	gitIgnored          // kept out of commits
+	gitUntracked        // neither: `git add -A` would take it
+)
+
+// gitState says what git makes of rel in the work tree at root.
+func gitState(root, rel string) int {
+	if exec.Command("git", "-C", root, "rev-parse", "--is-inside-work-tree").Run() != nil {
+		return gitNone
+	}
+	if exec.Command("git", "-C", root, "ls-files", "--error-unmatch", "--", rel).Run() == nil {
+		return gitTracked
+	}
+	if exec.Command("git", "-C", root, "check-ignore", "-q", "--", rel).Run() == nil {
+		return gitIgnored
+	}
+	return gitUntracked
 }
 
 // largeTree is the number of files past which install suggests taking
