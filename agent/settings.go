@@ -256,6 +256,9 @@ func (h *Harness) uninstall(path string, doc *node, e *editor) ([]string, error)
 // and refuses to pass over.
 func (h *Harness) edit(root, rel string, write bool, fn func(path string, doc *node, e *editor) ([]string, error)) (*Change, error) {
 	path := filepath.Join(root, rel)
+	if _, err := os.Lstat(path + BackupSuffix); err == nil {
+		return nil, leftBackup(rel)
+	}
 	f, old, err := openSettings(path, rel, write)
 	if err != nil {
 		return nil, err
@@ -333,6 +336,13 @@ func typeName(m fs.FileMode) string {
 // rewrites the file in place.
 const BackupSuffix = ".snapback-backup"
 
+// leftBackup is the refusal when a settings file's backup is there: an
+// edit was cut short, and the file may be torn; which of the two is
+// right is the user's to say.
+func leftBackup(rel string) error {
+	return fmt.Errorf("%s: %s is there, left by an install or uninstall that was cut short: compare the two, keep the right one, remove the backup", rel, rel+BackupSuffix)
+}
+
 // rewriteInPlace writes data over the open settings file f, after a
 // synced backup of its old bytes (see edit).
 func rewriteInPlace(f *os.File, path, rel string, old, data []byte) error {
@@ -340,7 +350,7 @@ func rewriteInPlace(f *os.File, path, rel string, old, data []byte) error {
 	fsutil.Mutating()
 	b, err := os.OpenFile(backup, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%s: %s is there, left by an install or uninstall that was cut short: compare the two, keep the right one, remove the backup", rel, rel+BackupSuffix)
+		return leftBackup(rel)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: backup: %w", rel, err)
