@@ -259,12 +259,12 @@ func (h *Harness) edit(root, rel string, write bool, fn func(path string, doc *n
 	if _, err := os.Lstat(path + BackupSuffix); err == nil {
 		return nil, leftBackup(rel)
 	}
-	f, old, err := openSettings(path, rel, write)
+	f, old, err := openSettings(path, rel, false)
 	if err != nil {
 		return nil, err
 	}
 	if f != nil {
-		defer f.Close() // closed again after a checked close: harmless
+		defer f.Close() // read-only
 	}
 	c, err := change(rel, old, fn)
 	if err != nil || !c.Changed() || !write {
@@ -273,7 +273,23 @@ func (h *Harness) edit(root, rel string, write bool, fn func(path string, doc *n
 	if f == nil {
 		return c, createSettings(root, path, rel, c.New)
 	}
-	return c, rewriteInPlace(f, path, rel, c.Old, c.New)
+	// Opened for writing only now: a file install finds complete needs
+	// no write permission. It must be the file read.
+	w, again, err := openSettings(path, rel, true)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close() // closed again after a checked close: harmless
+	if !sameFile(f, w) || !bytes.Equal(again, old) {
+		return nil, fmt.Errorf("%s: changed while snapback read it: try again", rel)
+	}
+	return c, rewriteInPlace(w, path, rel, c.Old, c.New)
+}
+
+func sameFile(a, b *os.File) bool {
+	sa, err1 := a.Stat()
+	sb, err2 := b.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
 
 // openSettings opens a settings file (for writing too with write) and
