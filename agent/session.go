@@ -86,8 +86,8 @@ func (h *Harness) Project(p *Payload) (string, error) {
 			return first, nil
 		}
 		// Gone since (a session id used again after its project was
-		// removed): the payload's directory is the session's now.
-		_ = os.Remove(filepath.Join(dir, sessionName(h.Name, p.Session))) // replaced just below
+		// removed): the payload's directory is the session's now,
+		// remembered over it below.
 	}
 	_ = saveSession(dir, sessionState{Harness: h.Name, Session: p.Session, Dir: d}) // best effort, as above
 	return d, nil
