@@ -140,6 +140,12 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 			// it; one install made is not, and `git add -A` would share it.
 			fmt.Fprintf(g.stdout, "%s is not ignored by git: add it to .gitignore (or .git/info/exclude) to keep the hooks yours\n", c.File)
 		}
+		if other := h.SettingsFile(!o.shared); other != rel {
+			// An install of an earlier snapback wrote the shared file.
+			if oc, err := h.UninstallHooks(root, other, false); err == nil && oc.Changed() {
+				fmt.Fprintf(g.stdout, "%s runs snapback's hooks too: `snapback agent uninstall %s%s` removes them there\n", other, h.Name, map[bool]string{true: "", false: " --shared"}[o.shared])
+			}
+		}
 		if hint := firstSnapshotHint(root); hint != "" {
 			fmt.Fprintln(g.stdout, hint)
 		}
