@@ -415,3 +415,24 @@ func TestAgentInstallKilled(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstSnapshotHint: install suggests the first snapshot on a tree
+// of over largeTree files without one (the first turn would take it
+// inside a tool call), and only then.
+func TestFirstSnapshotHint(t *testing.T) {
+	root := t.TempDir()
+	for i := range largeTree {
+		treetest.Write(t, root, fmt.Sprintf("d%02d/f%05d", i/1000, i), "", 0o644)
+	}
+	if h := firstSnapshotHint(root); h != "" {
+		t.Fatalf("%d files: %q", largeTree, h)
+	}
+	treetest.Write(t, root, "one-more", "", 0o644)
+	if h := firstSnapshotHint(root); !strings.Contains(h, "snapback snap -m baseline") {
+		t.Fatalf("%d files: %q", largeTree+1, h)
+	}
+	treetest.Must(t, os.Mkdir(filepath.Join(root, snapshot.StoreDir), 0o700))
+	if h := firstSnapshotHint(root); h != "" {
+		t.Fatalf("with a store: %q", h)
+	}
+}
