@@ -199,22 +199,28 @@ func filled(h *Harness, doc *node) int {
 func TestSettingsKept(t *testing.T) {
 	user := "{\n\t\"permissions\": {\"allow\": [\"Bash(a \\u0026\\u0026 b)\"]},\n\t\"note\": \"\\ud800 lone\",\n\t\"n\": 1.50e3,\n" +
 		"\t\"hooks\": {\n\t\t\"Stop\": [{\"hooks\": [{\"type\": \"command\", \"command\": \"./mine \\udfff\"}]}]\n\t}\n}\n"
-	for _, h := range Harnesses {
-		c, err := change(h.Settings, []byte(user), h.install)
-		if err != nil || !c.Changed() {
-			t.Fatalf("%s install: %v %v", h.Name, c, err)
-		}
-		for _, kept := range []string{`\ud800 lone`, `\u0026\u0026`, `1.50e3`, `./mine \udfff`, "\n\t\"n\": "} {
-			if !bytes.Contains(c.New, []byte(kept)) {
-				t.Errorf("%s install lost %q:\n%s", h.Name, kept, c.New)
+	// The same with lines ending in CR LF: new lines end so too.
+	for _, user := range []string{user, strings.ReplaceAll(user, "\n", "\r\n")} {
+		for _, h := range Harnesses {
+			c, err := change(h.Settings, []byte(user), h.install)
+			if err != nil || !c.Changed() {
+				t.Fatalf("%s install: %v %v", h.Name, c, err)
 			}
-		}
-		if _, err := parseSettings(c.New, h.Settings); err != nil {
-			t.Fatalf("%s install wrote what it cannot read: %v\n%s", h.Name, err, c.New)
-		}
-		back, err := change(h.Settings, c.New, h.uninstall)
-		if err != nil || string(back.New) != user {
-			t.Fatalf("%s uninstall after install: %v\n%s\nwant\n%s", h.Name, err, back.New, user)
+			for _, kept := range []string{`\ud800 lone`, `\u0026\u0026`, `1.50e3`, `./mine \udfff`, "\t\"n\": "} {
+				if !bytes.Contains(c.New, []byte(kept)) {
+					t.Errorf("%s install lost %q:\n%s", h.Name, kept, c.New)
+				}
+			}
+			if _, err := parseSettings(c.New, h.Settings); err != nil {
+				t.Fatalf("%s install wrote what it cannot read: %v\n%s", h.Name, err, c.New)
+			}
+			if strings.Contains(user, "\r") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
+				t.Errorf("%s install mixed line ends into a CR LF file:\n%q", h.Name, c.New)
+			}
+			back, err := change(h.Settings, c.New, h.uninstall)
+			if err != nil || string(back.New) != user {
+				t.Fatalf("%s uninstall after install: %v\n%s\nwant\n%s", h.Name, err, back.New, user)
+			}
 		}
 	}
 	dup := "{\n  \"hooks\": {},\n  \"model\": \"x\",\n  \"hooks\": {\"Stop\": []}\n}\n"
@@ -238,6 +244,7 @@ func FuzzSettings(f *testing.F) {
 		// Duplicate keys, at the top and deeper.
 		`{"hooks": {}, "hooks": {"Stop": []}}`, `{"a": {"b": 1, "b": 2}}`, `{"hooks": {"Stop": [], "Stop": []}}`,
 		"{\n\t\"x\": [1,2],\n\t\"hooks\": {\"PreToolUse\": [ ]}\n}\n",
+		"{\r\n  \"a\": 1,\r\n  \"hooks\": {\r\n    \"Stop\": [\r\n      {\"hooks\": []}\r\n    ]\r\n  }\r\n}\r\n",
 	} {
 		f.Add([]byte(s))
 	}

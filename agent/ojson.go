@@ -295,11 +295,12 @@ type editor struct {
 	data    []byte
 	unit    string // one level of indentation
 	compact bool   // the file is on one line: new values are too
+	crlf    bool   // the file's lines end in CR LF: new lines too
 	splices []splice
 }
 
 func newEditor(data []byte, doc *node) *editor {
-	e := &editor{data: data, unit: indentUnit(data)}
+	e := &editor{data: data, unit: indentUnit(data), crlf: bytes.Contains(data, []byte("\r\n"))}
 	if doc.start >= 0 {
 		e.compact = !bytes.Contains(data[doc.start:doc.end], []byte("\n"))
 	}
@@ -324,6 +325,9 @@ func (e *editor) render(v *node, indent string, compact bool) string {
 		v.compact(&b)
 	} else {
 		v.write(&b, indent, e.unit)
+	}
+	if e.crlf {
+		return strings.ReplaceAll(b.String(), "\n", "\r\n")
 	}
 	return b.String()
 }
