@@ -423,3 +423,29 @@ func TestHookProjectFixed(t *testing.T) {
 		})
 	}
 }
+
+// TestHookAgentDirLink: a store whose agent/ is a symbolic link to a
+// directory outside (a store is input from outside: a clone can carry
+// one): the prompt's hook neither writes its note there nor prunes an
+// old note it finds there; it warns, and the agent goes on.
+func TestHookAgentDirLink(t *testing.T) {
+	bin := snapbackBinary(t)
+	root, outside := t.TempDir(), t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root)) // makes the store
+	agentDir := filepath.Join(root, snapshot.StoreDir, "agent")
+	treetest.Must(t, os.RemoveAll(agentDir))
+	treetest.Must(t, os.Symlink(outside, agentDir))
+	old := filepath.Join(outside, "turn-00000000000000000000000000000000.json")
+	treetest.Write(t, outside, filepath.Base(old), "{}", 0o600)
+	month := time.Now().Add(-40 * 24 * time.Hour)
+	treetest.Must(t, os.Chtimes(old, month, month))
+
+	msg := hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root))
+	if !strings.HasPrefix(msg, "snapback: warning: ") {
+		t.Errorf("the hook over a linked agent/ said %q, want a warning", msg)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 || ents[0].Name() != filepath.Base(old) {
+		t.Fatalf("the directory outside changed: %v", ents)
+	}
+}
