@@ -54,7 +54,7 @@ func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command
 		"nothing, and uninstall after install gives the file back as it was. The file is changed in\n" +
 		"place (its owner, mode and hard links stay) after a backup beside it; one that is not valid\n" +
 		"JSON, or has a key twice, is refused naming its line, and left as it is. The hooks run\n" +
-		"`snapback agent hook HARNESS` with a timeout of " + agent.HookTimeout.String() + ": snapback must be on the agent's PATH."
+		"`snapback agent hook HARNESS` with a timeout of " + fmt.Sprint(int(agent.HookTimeout.Seconds())) + " s: snapback must be on the agent's PATH."
 	if !install {
 		verb, short = "uninstall", "Remove the hooks install wrote from the project's settings for HARNESS"
 		long = short + ":\nthe hooks whose command is `snapback agent hook HARNESS`, wherever\n" +
