@@ -276,8 +276,46 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.InitDefaultCompletionCmd() // as Execute would: for its examples
 	setExamples(root)
 	completeIDArgs(g, root)
+	requireVerb(root)
 	refuseEmpty(root)
 	return root
+}
+
+// requireVerb makes every group of verbs (archive, checkpoint, agent,
+// completion, …) refuse to run without one of its verbs or with one it
+// does not have: cobra would print the group's help and exit 0, so that
+// a script's typo (`snapback archive verfy ID && echo ok`) read as
+// success. Each is a usage error (exit 2) with a did-you-mean hint.
+func requireVerb(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		requireVerb(sub)
+	}
+	if c == c.Root() || !c.HasSubCommands() || c.Runnable() {
+		return // the root refuses an unknown verb itself (see explain)
+	}
+	c.Args = cobra.ArbitraryArgs
+	// A flag of the verb meant (archive restor X --into D) is not the
+	// group's: it must not hide the verb's name behind a flag error.
+	c.FParseErrWhitelist.UnknownFlags = true
+	c.SuggestionsMinimumDistance = 2 // cobra sets it only for the root
+	c.RunE = func(c *cobra.Command, args []string) error {
+		group := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+		hint := "`snapback " + group + " --help` lists its verbs"
+		if len(args) == 0 {
+			var verbs []string
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() {
+					verbs = append(verbs, sub.Name())
+				}
+			}
+			return &exitError{code: 2, kind: "usage", hint: hint,
+				err: fmt.Errorf("%s: a verb is missing (one of: %s)", group, strings.Join(verbs, ", "))}
+		}
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = "did you mean `snapback " + group + " " + strings.Join(s, "` or `snapback "+group+" ") + "`?"
+		}
+		return &exitError{code: 2, kind: "usage", hint: hint, err: fmt.Errorf("unknown verb %q", group+" "+args[0])}
+	}
 }
 
 // emptyAllowed are the string flags whose empty value means something:
