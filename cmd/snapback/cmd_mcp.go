@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/snapback/snapback/mcpserver"
 	"github.com/spf13/cobra"
 )
@@ -48,7 +47,9 @@ func runMCP(g *globals, o mcpOptions) error {
 	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, ReadOnly: o.readOnly, Version: version})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err = s.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: nopWriteCloser{g.stdout}})
+	// A bad line is answered with a JSON-RPC error, never the end of the
+	// server (see mcpserver.Transport).
+	err = s.Run(ctx, mcpserver.Transport(os.Stdin, g.stdout))
 	if ctx.Err() != nil || errors.Is(err, io.EOF) {
 		return nil // told to stop, or the client closed stdin: done
 	}
@@ -57,9 +58,3 @@ func runMCP(g *globals, o mcpOptions) error {
 	}
 	return nil
 }
-
-// nopWriteCloser: the transport closes its writer at the end, and stdout
-// is not the server's to close.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }
