@@ -23,8 +23,9 @@ func newMCPCmd(g *globals) *cobra.Command {
 		Long: `Serve snapback's verbs as tools of the Model Context Protocol, over stdin
 and stdout, for a coding agent's harness to start: status, list and diff
 read; checkpoint (begin, end, status), undo, redo, commit and discard change
-things (--read-only leaves them out). Each tool takes the project's
-directory (default: the directory the server runs in, or -C DIR) and the
+things (--read-only leaves them out). Each tool takes a directory (default: the
+directory the server runs in, or -C DIR), which must be in the project
+the server was started in or in a root the client declares, and the
 verb's ids, paths and flags; its result is the verb's --json object, and
 a failure is a tool error carrying the verb's one-line message. The
 server ends when stdin closes.`,
@@ -44,7 +45,11 @@ func runMCP(g *globals, o mcpOptions) error {
 	if err != nil {
 		return fmt.Errorf("mcp: working directory: %w", err)
 	}
-	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, ReadOnly: o.readOnly, Version: version})
+	root, err := g.rootDir() // the project served: calls act there only
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, Root: root, ReadOnly: o.readOnly, Version: version})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// A bad line is answered with a JSON-RPC error, never the end of the
