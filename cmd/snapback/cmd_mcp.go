@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/snapback/snapback/mcpserver"
 	"github.com/spf13/cobra"
@@ -28,7 +25,8 @@ directory the server runs in, or -C DIR), which must be in the project
 the server was started in or in a root the client declares, and the
 verb's ids, paths and flags; its result is the verb's --json object, and
 a failure is a tool error carrying the verb's one-line message. The
-server ends when stdin closes.`,
+server ends when stdin closes (exit 0), or on SIGINT or SIGTERM (exit 130 or
+143, as every verb).`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runMCP(g, o) },
 	}
@@ -50,13 +48,15 @@ func runMCP(g *globals, o mcpOptions) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, Root: root, ReadOnly: o.readOnly, Version: version})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := g.ctx // cancelled by SIGINT or SIGTERM (interrupt.go)
 	// A bad line is answered with a JSON-RPC error, never the end of the
 	// server (see mcpserver.Transport).
 	err = s.Run(ctx, mcpserver.Transport(os.Stdin, g.stdout))
-	if ctx.Err() != nil || errors.Is(err, io.EOF) {
-		return nil // told to stop, or the client closed stdin: done
+	if ctx.Err() != nil {
+		return fmt.Errorf("mcp: %w", ctx.Err()) // told to stop: interrupted
+	}
+	if errors.Is(err, io.EOF) {
+		return nil // the client closed stdin: done
 	}
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
