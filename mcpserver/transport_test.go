@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // wire is a server served over Transport, driven line by line as a
@@ -19,15 +23,24 @@ type wire struct {
 	done chan error
 }
 
+// wireServer is one server for every session of the tests (as a server
+// is made for many): the fuzzer makes thousands.
+var wireServer = sync.OnceValue(func() *mcp.Server {
+	// Exe: no binary, so that a tool call a fuzzed line makes fails fast.
+	return New(Options{Exe: "/nonexistent/snapback", Dir: os.TempDir(), Version: "test"})
+})
+
 func serveWire(t testing.TB) *wire {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	w := &wire{t: t, in: inW, out: make(chan string, 64), done: make(chan error, 1)}
-	// Exe: no binary, so that a tool call a fuzzed line makes fails fast.
-	s := New(Options{Exe: "/nonexistent/snapback", Dir: t.TempDir(), Version: "test"})
+	ss, err := wireServer().Connect(context.Background(), Transport(inR, outW), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
-		w.done <- s.Run(context.Background(), Transport(inR, outW))
+		w.done <- ss.Wait()
 		outW.Close()
 	}()
 	go func() {
