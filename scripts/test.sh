@@ -31,6 +31,7 @@ need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs back
 need_pkg sqlite3 git # the POSIX table and the agent scenario run them under snapback
 need_pkg postgresql mariadb-server docker.io # database and volume targets
 need_pkg restic # archive push/pull
+need_pkg python3 # TestAgentbox runs agentbox, a Python program
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq

@@ -44,7 +44,8 @@ type Repo struct {
 	// Targets are the [[target]]s of snapback.toml: snap and run save
 	// them along with the tree.
 	Targets []config.Target
-	// Ctx bounds the work of target backends (nil: no bound).
+	// Ctx bounds the work of target backends and scans of the tree (nil:
+	// no bound): once done, they stop with an error wrapping its Err.
 	Ctx context.Context
 	// RecoverNote says what the last [Repo.Recover] did, for the user.
 	RecoverNote string
@@ -93,6 +94,7 @@ func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error
 func (r *Repo) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
 	sc := r.newScanner(r.treeDir, r.ign, store)
 	sc.progress = r.Progress
+	sc.ctx = r.Ctx
 	m, err := fn(sc)
 	report(r.Progress, Progress{Step: StepScan, Paths: int64(len(m)), Bytes: sc.bytesHashed.Load(), Done: true})
 	if err != nil {

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -65,6 +66,10 @@ type scanner struct {
 	upper    bool
 	opaque   map[string]bool
 	redirect map[string]string // upper dir -> its overlay.redirect value
+
+	// ctx, when set, stops the scan once done (Ctrl-C): its error wraps
+	// ctx.Err(), before anything is recorded from the scan.
+	ctx context.Context
 
 	mu       sync.Mutex
 	entries  []*scanned
@@ -300,6 +305,9 @@ func (sc *scanner) add(ref *dirRef, e *scanned) {
 
 // hash reads (and, when storing, stores) one file's content.
 func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
+	if err := sc.stopped(); err != nil {
+		return err
+	}
 	name := Base(e.Path)
 	if beforeHash != nil {
 		beforeHash(e.Path)
@@ -350,8 +358,19 @@ func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
 	return nil
 }
 
+// stopped is the scan's context's error, once it is done.
+func (sc *scanner) stopped() error {
+	if sc.ctx == nil || sc.ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("scan: %w", sc.ctx.Err())
+}
+
 // walk scans the directory at path (open as ref) recursively.
 func (sc *scanner) walk(ref *dirRef, path string) error {
+	if err := sc.stopped(); err != nil {
+		return err
+	}
 	names, err := ref.d.ReadDirNames()
 	if err != nil {
 		return err

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -214,9 +212,9 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Ctrl-C stops the write, and the partial file goes with it.
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// Ctrl-C (c's context: interrupt.go) stops the write, and the
+			// partial file goes with it.
+			ctx := c.Context()
 			p, done := g.progress("archive "+m.ID, plan.Bytes)
 			s, existed, err := cat.Create(ctx, repo, plan, catalog.Project{Root: repo.Root, ID: pid}, p)
 			done()

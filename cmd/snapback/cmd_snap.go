@@ -36,6 +36,8 @@ func runSnap(g *globals, o snapOptions) error {
 	if g.json {
 		return g.printJSON(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead})
 	}
-	fmt.Fprintf(g.stdout, "snapshot %s (%d files, %s; read %d files, %s)\n", m.ID, m.Files, humanBytes(m.Bytes), st.FilesRead, humanBytes(st.BytesRead))
+	// The id is the line's last word: scripts (agentbox among them) take
+	// the last word of snap's output as the snapshot's id.
+	fmt.Fprintf(g.stdout, "snapshot of %d files, %s (read %d files, %s): %s\n", m.Files, humanBytes(m.Bytes), st.FilesRead, humanBytes(st.BytesRead), m.ID)
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,11 @@ type globals struct {
 	// lockWait, when set, is how long open waits for the store's lock
 	// instead of lockWait().
 	lockWait time.Duration
+	// verb is the verb running ("archive create"), for its messages.
+	verb string
+	// ctx is the verb's context: cancelled by SIGINT or SIGTERM.
+	ctx        context.Context
+	interrupts *interrupts
 }
 
 // lockWait is how long a verb waits for another snapback to finish.
@@ -132,6 +138,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		return nil, nil, err
 	}
 	repo.Targets = cfg.Targets
+	repo.Ctx = g.ctx // a scan or a target's work stops on Ctrl-C
 	repo.Working = g.working
 	if p := g.progressLine(); p != nil {
 		repo.Progress = p.snapshot
