@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -161,6 +162,12 @@ func Trial(root string) (bool, string) {
 	if why := machine(); why != "" {
 		return false, why
 	}
+	if why := Uncovered(root); why != "" {
+		return false, why
+	}
+	if subs := Submounts(root); len(subs) > 0 {
+		return false, fmt.Sprintf("%s is a mount point below the root, and an overlayfs view shows the root's own filesystem only: the command would see an empty directory there, and a commit would write into the mount (the fuse mode sees through mounts)", subs[0])
+	}
 	dir, done, err := TrialDir(root)
 	if err != nil {
 		return false, "cannot try a view here: " + err.Error()
@@ -175,6 +182,48 @@ func Trial(root string) (bool, string) {
 		return false, why
 	}
 	return true, tried + " worked"
+}
+
+// Submounts lists the mount points strictly below root, but those in the
+// store (hidden from the view anyway), in this process's mount namespace
+// (nil if /proc/self/mountinfo cannot be read: the trial then decides
+// alone).
+func Submounts(root string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	root = filepath.Clean(root)
+	store := filepath.Join(root, snapshot.StoreDir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescapeMount(f[4])
+		if !strings.HasPrefix(p, root+"/") || p == store || strings.HasPrefix(p, store+"/") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // TrialDir makes an empty directory for a trial layer where a run's layer

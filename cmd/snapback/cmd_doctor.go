@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/runner/isolation"
 	"github.com/spf13/cobra"
 )
@@ -52,7 +53,13 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Name, yes, m.Reason)
 			}
-			fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
+			if why := overlay.Uncovered(root); why != "" {
+				// runner.CheckRoot: auto would fall back to a snapshot of
+				// the whole machine.
+				fmt.Fprintf(tw, "\n--mode auto refuses here: %s\n", why)
+			} else {
+				fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
+			}
 			return tw.Flush()
 		},
 	}

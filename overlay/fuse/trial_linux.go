@@ -27,6 +27,9 @@ func Trial(root string) (bool, string) {
 	if ok, why := Available(); !ok {
 		return false, why
 	}
+	if why := overlay.Uncovered(root); why != "" {
+		return false, why
+	}
 	dir, done, err := overlay.TrialDir(root)
 	if err != nil {
 		return false, "cannot try a view here: " + err.Error()
