@@ -49,7 +49,8 @@ func trial(root, dir string) error {
 			return err
 		}
 	}
-	return overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
+	_, err := overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
+	return err
 }
 
 // Probe is the trial helper's main: arg is its spec, whose Dir is the
