@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -325,6 +326,73 @@ func TestCrashDuringRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunFuseServerKilled is the opposite of a killed snapback: the fuse
+// server killed mid-run. The command loses its view (ENOTCONN), snapback
+// says the server died and exits 125, and the run stays pending with
+// what the command wrote before, the tree untouched; discard drops it.
+func TestRunFuseServerKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		treetest.Require(t, "fuse", false, "not root: this test makes its fuse runs as root only")
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: not root")
+	}
+	if ok, why := fuse.Available(); !treetest.Require(t, "fuse", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+	}
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "a", "before\n", 0o644)
+	sb(t, bin, root, "snap", "-m", "base")
+	before := treetest.Capture(t, root, snapshot.StoreDir)
+	sig := t.TempDir()
+	ready, goOn := filepath.Join(sig, "ready"), filepath.Join(sig, "go")
+	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
+		`echo during > a; touch `+ready+`; while [ ! -e `+goOn+` ]; do sleep 0.02; done; echo late > d`)
+	cmd.Dir = root
+	outf, err := os.Create(filepath.Join(sig, "out"))
+	treetest.Must(t, err)
+	defer outf.Close()
+	cmd.Stdout, cmd.Stderr = outf, outf
+	treetest.Must(t, cmd.Start())
+	waitFor(t, ready)
+	pid := fuseServer(root)
+	if pid == 0 {
+		t.Fatal("no fuse server found")
+	}
+	treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
+	treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
+	err = cmd.Wait()
+	out, _ := os.ReadFile(outf.Name())
+	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(string(out), "the server died during the run") || !strings.Contains(string(out), "Transport endpoint is not connected") {
+		t.Fatalf("snapback with its server killed: %v (exit %d)\n%s", err, code, out)
+	}
+	treetest.Equal(t, "tree after the server died", before, treetest.Capture(t, root, snapshot.StoreDir))
+	if st := sb(t, bin, root, "status"); !strings.Contains(st, "pending") {
+		t.Fatalf("the run is not pending:\n%s", st)
+	}
+	if ups, _ := filepath.Glob(filepath.Join(root, snapshot.StoreDir, "runs", "*", "upper", "a")); len(ups) != 1 {
+		t.Fatalf("what the command wrote before is not in the run's layer: %v", ups)
+	}
+	sb(t, bin, root, "discard")
+	treetest.Equal(t, "tree after discard", before, treetest.Capture(t, root, snapshot.StoreDir))
+}
+
+// fuseServer finds the pid of the fuse server of a run at root (0: none).
+func fuseServer(root string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 3 && args[1] == fuse.ServeVerb && args[2] == "serve" && strings.Contains(args[3], `"root":"`+root+`"`) {
+			pid, _ := strconv.Atoi(e.Name())
+			return pid
+		}
+	}
+	return 0
 }
 
 // waitFor waits up to 10 s for the file p to exist.
