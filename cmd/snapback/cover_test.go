@@ -4,11 +4,15 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/snapback/snapback/internal/treetest"
@@ -173,4 +177,43 @@ func TestRunOverSubmount(t *testing.T) {
 	}
 	sb(t, bin, root, "undo")
 	treetest.Equal(t, "undo of the run over a mount", before, treetest.Capture(t, root, ".snapback"))
+}
+
+// TestDoctorForeignGroup: as an ordinary user, a root whose group is not
+// the user's own cannot be written in a fuse view (its user namespace maps
+// only the user's ids): doctor says why, not only "permission denied".
+func TestDoctorForeignGroup(t *testing.T) {
+	u, err := user.Lookup(testUser)
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "switching to " + testUser + " needs root"
+	case err != nil:
+		why = "no user " + testUser + " (scripts/test.sh creates it)"
+	}
+	if !treetest.Require(t, "userns", why == "", why) {
+		t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
+	}
+	if ok, why := fuse.Available(); !treetest.Require(t, "fuse", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	bin := snapbackBinary(t)
+	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
+	root, err := os.MkdirTemp("", "snapback-foreign-")
+	treetest.Must(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	treetest.Must(t, os.Chmod(root, 0o755))
+	treetest.Must(t, os.Chown(root, uid, 0)) // the user's, of root's group
+	cmd := exec.Command(bin, "--json", "doctor")
+	cmd.Dir = root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := cmd.Output()
+	treetest.Must(t, err)
+	m := doctorModes(t, out)["fuse"]
+	want := fmt.Sprintf("the root's owner:group is %d:0: an ordinary user's view maps only its own uid %d and gid %d", uid, uid, gid)
+	if m.Available || !strings.Contains(m.Reason, want) {
+		t.Errorf("doctor as %s over a root of group 0 says fuse: %+v", testUser, m)
+	}
 }
