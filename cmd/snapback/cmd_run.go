@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/runner/isolation"
@@ -107,6 +108,9 @@ func completeMode(*cobra.Command, []string, string) ([]string, cobra.ShellCompDi
 }
 
 func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
+	if err := precheckRoot(g, o); err != nil {
+		return err
+	}
 	repo, cfg, err := g.open(true, "run")
 	if err != nil {
 		return err
@@ -144,6 +148,30 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 		fmt.Fprintf(g.stderr, "%s\n", b)
 	}
 	return oerr
+}
+
+// precheckRoot refuses a run at a root no view can cover before the
+// store is made there (runner.Run refuses it too, for every caller).
+func precheckRoot(g *globals, o runOptions) error {
+	if o.continue_ != "" {
+		return nil // the pending run's own mode
+	}
+	root, err := g.rootDir()
+	if err != nil {
+		return nil // g.open says so
+	}
+	mode := o.mode
+	if mode == "" {
+		cfg, err := config.Load(root)
+		if err != nil {
+			return nil // g.open says so
+		}
+		mode = cfg.Snapshot.Mode
+	}
+	if err := runner.CheckRoot(root, mode); err != nil {
+		return &exitError{code: 2, kind: "usage", err: err}
+	}
+	return nil
 }
 
 // runResult is run's result under --json and --result (docs/json.md).
