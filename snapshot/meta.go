@@ -64,7 +64,13 @@ type Meta struct {
 	// the change it guards (the run's result, or what an undo wrote): a
 	// path that no longer matches it was edited by someone else since, and
 	// reverting it is a conflict.
-	After  string `json:"after,omitempty"`
+	After string `json:"after,omitempty"`
+	// AfterHashesOnly says that the store does not hold the contents After
+	// names: a commit moves a run's contents into the tree without a
+	// copy. Nothing needs them: undo and redo compare the tree with After
+	// by hash, and what they put back is a Manifest (the undo's own
+	// record saves the contents it replaces, for redo).
+	AfterHashesOnly bool `json:"after_hashes_only,omitempty"`
 	Undoes string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
 	// UndoesMore, for a pre-undo of a whole session (`undo --session`),
 	// are the session's other steps it reverted along with Undoes.
