@@ -70,8 +70,8 @@ type Meta struct {
 	// copy. Nothing needs them: undo and redo compare the tree with After
 	// by hash, and what they put back is a Manifest (the undo's own
 	// record saves the contents it replaces, for redo).
-	AfterHashesOnly bool `json:"after_hashes_only,omitempty"`
-	Undoes string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
+	AfterHashesOnly bool   `json:"after_hashes_only,omitempty"`
+	Undoes          string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
 	// UndoesMore, for a pre-undo of a whole session (`undo --session`),
 	// are the session's other steps it reverted along with Undoes.
 	UndoesMore []string `json:"undoes_more,omitempty"`
