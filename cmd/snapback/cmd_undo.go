@@ -48,7 +48,11 @@ func runUndo(g *globals, ref string, o undoOptions) error {
 		return err
 	}
 	if !g.json {
-		defer noteUnreverted(g, "undo", s.WroteThrough, s.Excluded) // after the line saying what it undid
+		// After the line saying what it undid: a target's paths the run
+		// wrote are restored with it, the ignored ones are not.
+		writes, through := repo.TargetWrites(s.Targets, s.WroteThrough)
+		defer noteUnreverted(g, "undo", through, s.Excluded)
+		defer noteRestored(g, "undo", s.ID, written(writes))
 	}
 	return reportRevert(g, repo, "undid", s, saved)
 }
@@ -115,4 +119,15 @@ func runUndoSession(g *globals, o undoOptions) error {
 		g.summarize(fmt.Sprintf("undid session %s (%d checkpoints): %s changed; snapback redo puts it back", o.session, len(steps), nPaths(len(changes))))
 	}
 	return nil
+}
+
+// written keeps the targets a run wrote paths of the tree to.
+func written(writes []snapshot.TargetWrite) []snapshot.TargetWrite {
+	var out []snapshot.TargetWrite
+	for _, w := range writes {
+		if len(w.Paths) > 0 {
+			out = append(out, w)
+		}
+	}
+	return out
 }
