@@ -35,8 +35,8 @@ var sqliteFixture = fixture{
 		return map[string]backends.Target{
 			"missing directory": {Backend: "sqlite", Path: "nope/nope.db"},
 			"a directory":       {Backend: "sqlite", Path: "."},
-			"not sqlite":   {Backend: "sqlite", Path: "not-a-db.db"},
-			"no path":      {Backend: "sqlite"},
+			"not sqlite":        {Backend: "sqlite", Path: "not-a-db.db"},
+			"no path":           {Backend: "sqlite"},
 		}
 	},
 	absent: func(t *testing.T, root string) (backends.Target, func(), func() bool) {
