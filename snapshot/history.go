@@ -214,9 +214,9 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 
 // Conflicts lists the paths of cur (the tree now) that differ in type,
 // mode, content or link target from after (the state the guarded change
-// left them in) before the operation moves them to target; times are no
-// part of it (a tool that rewrites a file with the same bytes changed
-// nothing the user sees). A path after does not list is expected absent
+// left them in) before the operation moves them to target, and are not
+// already as target has them; times are no part of it (a tool that
+// rewrites a file with the same bytes changed nothing the user sees). A path after does not list is expected absent
 // below what after removed, else as target records it; a path neither
 // lists is expected absent below what target removes, and is not touched
 // otherwise.
@@ -242,11 +242,25 @@ func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []
 		default:
 			continue // the operation does not touch it
 		}
-		if !sameState(a, c) && (same == nil || !same(a, c)) {
+		if !sameState(a, c) && (same == nil || !same(a, c)) && !alreadyThere(target, c, same) {
 			out = append(out, c.Path)
 		}
 	}
 	return out
+}
+
+// alreadyThere reports whether c is already as the operation leaves it
+// (the person put it back by hand): writing it again loses nothing, so it
+// is no conflict.
+func alreadyThere(target Manifest, c *Entry, same func(want, now *Entry) bool) bool {
+	t := target.Find(c.Path)
+	if t == nil {
+		if !belowRemoved(target, c.Path) {
+			return false
+		}
+		t = &Entry{Path: c.Path, Type: Absent}
+	}
+	return sameState(t, c) || same != nil && same(t, c)
 }
 
 // sameState reports whether a path is as recorded in what a user sees:

@@ -110,17 +110,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// Once run has started, its flags are read and what follows its
 	// command's first word is the command's: a --json there is not ours.
+	// A conflict's paths: one a line, or an array.
+	var paths []string
+	if ce := (*snapshot.ConflictError)(nil); errors.As(err, &ce) {
+		paths = ce.Paths
+	}
 	if g.json || (!g.runStarted && jsonRequested(args)) {
 		out := struct {
-			Version int    `json:"version"`
-			Error   string `json:"error"`
-			Hint    string `json:"hint,omitempty"`
-			Message string `json:"message"`
-		}{jsonVersion, kind, hint, err.Error()}
+			Version int      `json:"version"`
+			Error   string   `json:"error"`
+			Hint    string   `json:"hint,omitempty"`
+			Message string   `json:"message"`
+			Paths   []string `json:"paths,omitempty"`
+		}{jsonVersion, kind, hint, err.Error(), paths}
 		b, _ := json.Marshal(out) // strings and an int always marshal
 		fmt.Fprintln(stderr, string(b))
 	} else {
 		fmt.Fprintf(stderr, "snapback: %s\n", oneLine(err.Error()))
+		for _, p := range paths {
+			fmt.Fprintf(stderr, "  %s\n", oneLine(quote(p)))
+		}
 		if hint != "" {
 			fmt.Fprintf(stderr, "hint: %s\n", oneLine(hint))
 		}
