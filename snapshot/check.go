@@ -62,9 +62,11 @@ type CheckOptions struct {
 }
 
 // Check verifies the whole store, in the manner of restic's `check
-// --read-data`: every object's SHA-256, every manifest's decoding and the
-// objects it names, every snapshot and run record and what it refers to
-// (manifests, target payloads), and the stat cache. It returns an error
+// --read-data`: every object's SHA-256, every manifest's decoding, the
+// objects of every state a record returns to (what undo, redo and restore
+// write back; not those of an after-state, only compared by hash), every
+// snapshot and run record and what it refers to (manifests, target
+// payloads), and the stat cache. It returns an error
 // only when it cannot do its work; damage is in the report.
 func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
 	c := &checker{r: r, rep: &CheckReport{Damaged: []Damage{}}}
