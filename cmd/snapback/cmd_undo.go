@@ -25,7 +25,8 @@ checkpoint) at or below each PATH (relative to the current directory):
 the step's other paths and its targets stay, and the step is not marked
 undone (a later undo ID takes the rest); redo reapplies that part.`,
 		Args: func(c *cobra.Command, args []string) error {
-			if dash := c.ArgsLenAtDash(); dash >= 0 {
+			// undo -- ID (as the MCP server passes an id) is a plain undo.
+			if dash := c.ArgsLenAtDash(); dash > 0 {
 				if dash != 1 || len(args) == dash {
 					return usageErr("undo: ID -- PATH...: one ID before --, one or more paths after it")
 				}
