@@ -123,6 +123,16 @@ func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *
 	if !s.Kind.Undoable() {
 		return nil, nil, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore", s.ID, s.Kind)
 	}
+	h, err := r.History()
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case h.Undone[s.ID]:
+		return nil, nil, fmt.Errorf("undo %s -- PATH: %w: %s is undone already (redo puts it back)", s.ID, ErrNothingToUndo, s.ID)
+	case s.State == StateRunning || s.State == StateOpen:
+		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is %s: its changes are not known yet", s.ID, s.ID, s.State)
+	}
 	if s.Scope != ScopePaths || s.After == "" {
 		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is a snapshot of the whole tree, not a step of changed paths (`restore` takes a whole snapshot)", s.ID, s.ID)
 	}
