@@ -123,9 +123,6 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 		base, targets = m.ID, m.Targets
 		through, excluded, skipped = m.WroteThrough, m.Excluded, m.Skipped
 	}
-	// A target's own paths (a SQLite database in the tree) write through
-	// like ignored ones, but its backend restores them: named with it.
-	writes, through := repo.TargetWrites(targets, through)
 	if len(limits) > 0 {
 		var bad int
 		if changes, through, excluded, bad = limitDiff(repo.Root, limits, changes, through, excluded); bad >= 0 {
@@ -134,7 +131,6 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			}
 			return &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: no such path in the tree or the diff", quote(paths[bad]))}
 		}
-		writes = nil // no path names a target
 		var kept []snapshot.Skipped
 		for _, sk := range skipped {
 			if underAny(sk.Path, limits) {
@@ -142,6 +138,19 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			}
 		}
 		skipped = kept
+	}
+	// A target's own paths (a SQLite database in the tree) write through
+	// like ignored ones, but its backend restores them: named with it.
+	writes, through := repo.TargetWrites(targets, through)
+	if len(limits) > 0 {
+		// Only the targets whose paths the PATHs name.
+		var named []snapshot.TargetWrite
+		for _, w := range writes {
+			if len(w.Paths) > 0 {
+				named = append(named, w)
+			}
+		}
+		writes = named
 	}
 	if g.json {
 		out := struct {
