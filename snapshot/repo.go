@@ -27,8 +27,14 @@ type ConflictError struct {
 	Paths []string
 }
 
+// Error names how many paths; the CLI lists them, one a line (a list of
+// quoted names on one line is unreadable past a few).
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("%s refused: %d path(s) changed since: %q (use --force to overwrite; what is overwritten is saved)", e.Op, len(e.Paths), e.Paths)
+	n := "1 path"
+	if len(e.Paths) != 1 {
+		n = fmt.Sprintf("%d paths", len(e.Paths))
+	}
+	return fmt.Sprintf("%s refused: %s changed since by someone else (use --force to overwrite; what is overwritten is saved)", e.Op, n)
 }
 
 // Repo is a project root with its store and ignore rules: the object the

@@ -284,6 +284,7 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	if rec.After, err = r.record(target); err != nil {
 		return nil, err
 	}
+	rec.AfterHashesOnly = true // moved into the tree, not copied (but for git indexes)
 	j := &journal{Op: "commit", OpID: rec.ID, Scope: ScopePaths, Record: rec, Source: filepath.Join("runs", p.ID, "upper")}
 	if len(only) == 0 {
 		j.Done = p.ID

@@ -85,7 +85,7 @@ func runList(g *globals, all bool) error {
 	}{Snapshots: []snapshotJSON{}, StoreBytes: size}
 	for i := len(h.All) - 1; i >= 0; i-- {
 		m := h.All[i]
-		if !all && !g.json && !m.Kind.Undoable() {
+		if !all && !m.Kind.Undoable() { // --json too: the MCP list tool's all is -a
 			continue
 		}
 		out.Snapshots = append(out.Snapshots, snapJSON(m, h.Undone[m.ID]))

@@ -130,7 +130,7 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if err == nil {
 		retain(g, repo, cfg)
 	}
-	oerr := runOutcome(g, res, err)
+	oerr := runOutcome(g, repo, res, err)
 	if err != nil {
 		return oerr // the error says what happened, JSON under --json
 	}
@@ -248,7 +248,7 @@ func nPaths(n int) string {
 
 // runOutcome says what became of a run, and ends snapback with the
 // command's status.
-func runOutcome(g *globals, res runner.Result, err error) error {
+func runOutcome(g *globals, repo *snapshot.Repo, res runner.Result, err error) error {
 	if res.StartErr != nil {
 		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(res.StartErr.Error()))
 	}
@@ -265,17 +265,21 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 	}
 	switch {
 	case res.Failed:
-		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): nothing committed; run %s stays pending: snapback diff, then snapback commit or discard\n",
-			describeStatus(res.Status), res.Pending.ID)
+		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): nothing committed; run %s stays pending: snapback diff, then snapback commit or discard%s\n",
+			describeStatus(res.Status), res.Pending.ID, pendingTargets(repo, res.Pending))
 	case res.Pending != nil:
-		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard\n", res.Pending.ID)
+		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard%s\n", res.Pending.ID, pendingTargets(repo, res.Pending))
 	case res.Recorded != nil && res.Status != 0 && res.StartErr == nil && (res.Recorded.Files > 0 || len(res.Recorded.Targets) > 0):
 		// The copy and btrfs modes have no pending state: the command
 		// changed the tree itself, and its record is what undo reverts.
 		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): the %s mode has no pending state; what it changed is in the tree, recorded as %s: snapback undo reverts it\n",
 			describeStatus(res.Status), res.Recorded.Mode, res.Recorded.ID)
 	}
-	noteUnreverted(g, "discard", res.KeptIgnored, nil)
+	writes, kept := repo.TargetWrites(res.Targets, res.KeptIgnored)
+	if res.State == "discarded" {
+		noteRestored(g, "discard", res.ID, writes)
+	}
+	noteUnreverted(g, "discard", kept, nil)
 	noteDropped(g, res.DroppedExcluded)
 	if !g.json {
 		g.noteSkipped(res.Skipped) // the result holds them under --json
@@ -284,6 +288,37 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 		return &statusError{status: res.Status}
 	}
 	return nil
+}
+
+// pendingTargets says, for the line about a pending run, that its
+// targets are not isolated: what the command did to them is done already
+// (a SQLite database in the tree was written through), and discard
+// restores them.
+func pendingTargets(repo *snapshot.Repo, p *snapshot.ViewRun) string {
+	if len(p.Targets) == 0 {
+		return ""
+	}
+	writes, _ := repo.TargetWrites(p.Targets, p.WroteThrough)
+	var changed, maybe []string
+	for _, w := range writes {
+		if len(w.Paths) > 0 {
+			changed = append(changed, quote(w.Name)+" ("+quoteList(w.Paths)+")")
+		} else {
+			maybe = append(maybe, quote(w.Name))
+		}
+	}
+	var parts []string
+	if len(changed) > 0 {
+		parts = append(parts, "it changed target "+strings.Join(changed, ", "))
+	}
+	if len(maybe) > 0 {
+		parts = append(parts, "target "+strings.Join(maybe, ", ")+" may have changed")
+	}
+	them := "them"
+	if len(writes) == 1 {
+		them = "it"
+	}
+	return "; " + strings.Join(parts, " and ") + " (a view does not isolate targets): snapback discard " + p.ID + " restores " + them
 }
 
 // describeStatus says how a command ended: "exit 3", "exit 143, SIGTERM".

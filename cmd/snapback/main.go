@@ -90,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	g.interrupts = &interrupts{cancel: cancel, now: func(sig syscall.Signal) {
 		// The second signal: stop now, as its default would have.
 		g.bar.end("")
-		printError(g, args, "interrupted", "", fmt.Sprintf("%s, again: stopped at once (the next snapback finishes or rolls back what was under way)", signalName(sig)))
+		printError(g, args, "interrupted", "", fmt.Sprintf("%s, again: stopped at once (the next snapback finishes or rolls back what was under way)", signalName(sig)), nil)
 		os.Exit(128 + int(sig))
 	}}
 	root := newRootCmd(g)
@@ -105,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// Stopped by a signal, at a point where nothing is half-done.
 	if sig := g.interrupts.received(); sig != 0 && errors.Is(err, context.Canceled) {
-		printError(g, args, "interrupted", "", fmt.Sprintf("%s: interrupted by %s", g.verb, signalName(sig)))
+		printError(g, args, "interrupted", "", fmt.Sprintf("%s: interrupted by %s", g.verb, signalName(sig)), nil)
 		return 128 + int(sig)
 	}
 	var se *statusError
@@ -124,27 +124,36 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, k := classify(err); k == "usage" {
 		kind = k
 	}
-	printError(g, args, kind, hint, err.Error())
+	// A conflict's paths: one a line, or an array.
+	var paths []string
+	if ce := (*snapshot.ConflictError)(nil); errors.As(err, &ce) {
+		paths = ce.Paths
+	}
+	printError(g, args, kind, hint, err.Error(), paths)
 	return code
 }
 
-// printError writes a verb's error: one line and its hint, or the JSON
-// error object under --json.
-func printError(g *globals, args []string, kind, hint, msg string) {
+// printError writes a verb's error: one line and its hint, then a
+// conflict's paths one a line; or the JSON error object under --json.
+func printError(g *globals, args []string, kind, hint, msg string, paths []string) {
 	// Once run has started, its flags are read and what follows its
 	// command's first word is the command's: a --json there is not ours.
 	if g.json || (!g.runStarted && jsonRequested(args)) {
 		out := struct {
-			Version int    `json:"version"`
-			Error   string `json:"error"`
-			Hint    string `json:"hint,omitempty"`
-			Message string `json:"message"`
-		}{jsonVersion, kind, hint, msg}
+			Version int      `json:"version"`
+			Error   string   `json:"error"`
+			Hint    string   `json:"hint,omitempty"`
+			Message string   `json:"message"`
+			Paths   []string `json:"paths,omitempty"`
+		}{jsonVersion, kind, hint, msg, paths}
 		b, _ := json.Marshal(out) // strings and an int always marshal
 		fmt.Fprintln(g.stderr, string(b))
 		return
 	}
 	fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(msg))
+	for _, p := range paths {
+		fmt.Fprintf(g.stderr, "  %s\n", oneLine(quote(p)))
+	}
 	if hint != "" {
 		fmt.Fprintf(g.stderr, "hint: %s\n", oneLine(hint))
 	}

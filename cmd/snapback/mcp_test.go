@@ -347,6 +347,26 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("redo put back %s, want %s", ud.Snapshot.ID, copyRun)
 	}
 	want("redo", map[string]string{"a.txt": "A\n", "src/b.txt": "b\n", "src/n.txt": ""})
+	// list's all: the pre-undo and pre-redo records only when asked.
+	kinds := func(args map[string]any) string {
+		var ls struct {
+			Snapshots []struct {
+				Kind string `json:"kind"`
+			} `json:"snapshots"`
+		}
+		call(t, ctx, s, "list", args, false, &ls)
+		var k []string
+		for _, m := range ls.Snapshots {
+			k = append(k, m.Kind)
+		}
+		return strings.Join(k, " ")
+	}
+	if k := kinds(nil); strings.Contains(k, "pre-") {
+		t.Fatalf("list: kinds %s, want no pre-undo/pre-redo records", k)
+	}
+	if k := kinds(map[string]any{"all": true}); !strings.Contains(k, "pre-undo") || !strings.Contains(k, "pre-redo") {
+		t.Fatalf("list all: kinds %s, want the pre-undo and pre-redo records too", k)
+	}
 
 	// checkpoint: begin, an edit of the "agent", end: one undo step.
 	res = call(t, ctx, s, "checkpoint", map[string]any{"action": "middle"}, true, nil)
