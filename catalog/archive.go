@@ -121,7 +121,7 @@ const (
 	CodeBadIndex   = "bad_index"         // index missing, malformed, or not matching the entries
 	CodeChecksum   = "checksum_mismatch" // an entry's content does not match its SHA-256
 	CodeIncomplete = "incomplete"        // a content the manifest needs is missing
-	CodeStoreEntry = "store_entry"       // an archived path inside .snapback/: an archive never writes a project's store
+	CodeStoreEntry = "store_entry"       // an archived path with a .snapback component, or a restore into a store: an archive never writes a project's store
 	CodeNotEmpty   = "dir_not_empty"     // restore into a non-empty directory without --merge
 	CodeToken      = "bad_token"         // unknown, used or expired prune token
 	CodeIO         = "io_error"

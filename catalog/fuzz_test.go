@@ -72,7 +72,16 @@ func FuzzArchive(f *testing.F) {
 				t.Fatalf("verified with %q in it", e.Path)
 			}
 		}
-		if checkRestorable(r.manifest) != nil || restored.Add(1) > 20 {
+		if checkRestorable(r.manifest) != nil {
+			return
+		}
+		// What a restore would write holds no store at any depth.
+		for _, e := range r.manifest {
+			if inStore(e.Path) {
+				t.Fatalf("restorable with %q in it", e.Path)
+			}
+		}
+		if restored.Add(1) > 20 {
 			return // restoring writes and syncs files: a few per process tell enough
 		}
 		c := &Catalog{Dir: t.TempDir(), Limits: lim}
@@ -86,6 +95,15 @@ func FuzzArchive(f *testing.F) {
 		}
 		if ents, _ := os.ReadDir(outer); len(ents) > 1 {
 			t.Fatalf("restore wrote beside its directory: %v", ents)
+		}
+		// Never into a store, or beneath one.
+		for _, into := range []string{filepath.Join(outer, snapshot.StoreDir), filepath.Join(outer, snapshot.StoreDir, "objects")} {
+			if _, err := c.Restore(name, into, RestoreOptions{Merge: true}, nil); CodeOf(err) != CodeStoreEntry {
+				t.Fatalf("restore into %s: %v, want %s", into, err, CodeStoreEntry)
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(outer, snapshot.StoreDir)); err == nil {
+			t.Fatal("a refused restore made a store")
 		}
 	})
 }
@@ -104,16 +122,28 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	m, err := repo.Snap(snapshot.KindSnap, "seed")
 	treetest.Must(f, err)
 	c := &Catalog{Dir: f.TempDir(), Limits: DefaultLimits}
-	p, err := PlanArchive(repo, m)
+	archive := func(repo *snapshot.Repo, m *snapshot.Meta) []byte {
+		p, err := PlanArchive(repo, m)
+		treetest.Must(f, err)
+		s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
+		treetest.Must(f, err)
+		b, err := os.ReadFile(c.Path(s.ID))
+		treetest.Must(f, err)
+		return b
+	}
+	b := archive(repo, m)
+	// A nested project's store, and files named like a store's: what a
+	// restore into (or of) a store would plant.
+	treetest.Write(f, root, "sub/.snapback/journal.json", `{"op":"restore"}`, 0o600)
+	treetest.Write(f, root, "journal.json", `{"op":"restore"}`, 0o600)
+	treetest.Write(f, root, "objects/ab/"+strings.Repeat("c", 62), "planted", 0o600)
+	m, err = repo.Snap(snapshot.KindSnap, "nested store")
 	treetest.Must(f, err)
-	s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
-	treetest.Must(f, err)
-	b, err := os.ReadFile(c.Path(s.ID))
-	treetest.Must(f, err)
+	nested := archive(repo, m)
 	// The shapes the layout check refuses, for the fuzzer to start from.
 	comment := append(bytes.Clone(b), "payload"...)
 	comment[len(b)-2] = 7
 	flipped := bytes.Clone(b)
 	flipped[31] ^= 1
-	return [][]byte{b, []byte("PK\x03\x04"), {}, append([]byte("prefix"), b...), append(bytes.Clone(b), "suffix"...), comment, flipped}
+	return [][]byte{b, nested, []byte("PK\x03\x04"), {}, append([]byte("prefix"), b...), append(bytes.Clone(b), "suffix"...), comment, flipped}
 }

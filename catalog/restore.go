@@ -47,7 +47,8 @@ type RestoreOptions struct {
 // Restore writes the snapshot held by the archive name beneath into. The
 // archive is verified in full first; every entry is checked before
 // anything is written (no "..", no absolute path, no duplicate, no
-// device, nothing under .snapback/). Symlinks are recreated exactly as
+// device, no .snapback component at any depth), and into must not be in
+// or be a store. Symlinks are recreated exactly as
 // archived; no path is ever written through a symlink.
 //
 // When into is missing or empty, the tree is built in a private sibling
@@ -86,6 +87,13 @@ func looseName(p string) string {
 }
 
 func restore(r *reader, name, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
+	into, err := filepath.Abs(into)
+	if err != nil {
+		return nil, wrap(CodeIO, err, "restore into %s", into)
+	}
+	if err := refuseStoreTarget(into); err != nil {
+		return nil, err
+	}
 	if err := r.check(name, progress); err != nil {
 		return nil, prefix(displayName(name), err)
 	}
@@ -96,9 +104,10 @@ func restore(r *reader, name, into string, o RestoreOptions, progress Progress) 
 	if !o.KeepPrivileges {
 		m = dropPrivileges(m)
 	}
-	into, err := filepath.Abs(into)
-	if err != nil {
-		return nil, wrap(CodeIO, err, "restore into %s", into)
+	for _, l := range r.index {
+		if rest, ok := strings.CutPrefix(l.name, targetsDir); ok && inStore(rest) {
+			return nil, prefix(displayName(name), errf(CodeStoreEntry, "target payload %q: an archive never writes a project's store", l.name))
+		}
 	}
 	res := &RestoreResult{Summary: r.summary}
 	for i := range m {
@@ -509,9 +518,54 @@ func checkRestorable(m snapshot.Manifest) error {
 		if e.Path == TargetsDirName || strings.HasPrefix(e.Path, TargetsDirName+"/") {
 			return errf(CodeUnsafe, "path %q: the name is reserved for target payloads", e.Path)
 		}
-		if e.Path == snapshot.StoreDir || strings.HasPrefix(e.Path, snapshot.StoreDir+"/") {
-			return errf(CodeStoreEntry, "path %q: an archive never writes a project's store", e.Path)
+		if inStore(e.Path) {
+			return errf(CodeStoreEntry, "path %q: an archive never writes a project's store (a %s directory, at any depth)", e.Path, snapshot.StoreDir)
 		}
+	}
+	return nil
+}
+
+// inStore reports whether the slash-separated path p has a component
+// named like a store: written anywhere, the directory holding it would
+// be a project whose store the archive wrote (a planted journal is
+// "finished" by the next snapback there, over that project's tree).
+func inStore(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if c == snapshot.StoreDir {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseStoreTarget refuses to restore into a store, or beneath one, or
+// into a path that would make one: no component of into, as written or
+// as the kernel resolves its existing part (a symlink to a store), is
+// named .snapback.
+func refuseStoreTarget(into string) error {
+	refuse := func(p string) error {
+		return errf(CodeStoreEntry, "restore into %s: %s is a project's store (or would become one); a restore never writes into a store", into, p)
+	}
+	if inStore(filepath.ToSlash(into)) {
+		return refuse(into)
+	}
+	p := into
+	for {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		up := filepath.Dir(p)
+		if up == p {
+			return nil
+		}
+		p = up
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return wrap(CodeIO, err, "restore into %s", into)
+	}
+	if inStore(filepath.ToSlash(real)) {
+		return refuse(real)
 	}
 	return nil
 }

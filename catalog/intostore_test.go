@@ -1,0 +1,91 @@
+package catalog
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// snapTree makes a project of files (path: content), snapshots it and
+// archives the snapshot into c.
+func snapTree(t *testing.T, c *Catalog, files map[string]string) *Summary {
+	t.Helper()
+	root := t.TempDir()
+	for p, content := range files {
+		treetest.Write(t, root, p, content, 0o644)
+	}
+	repo, err := snapshot.OpenRepo(root, nil, true)
+	treetest.Must(t, err)
+	t.Cleanup(repo.Close)
+	m, err := repo.Snap(snapshot.KindSnap, "")
+	treetest.Must(t, err)
+	return create(t, c, repo, m)
+}
+
+// An archive whose files are named like a store's (journal.json,
+// objects/…) restored into a store would plant a journal that the next
+// snapback there "finishes" over the project's tree: a restore never
+// writes into a store, however the directory is named.
+func TestRestoreNeverIntoAStore(t *testing.T) {
+	c := newCatalog(t)
+	s := snapTree(t, c, map[string]string{
+		"journal.json":                          `{"op":"restore"}`,
+		"objects/ab/" + strings.Repeat("c", 62): "planted",
+	})
+	victim := t.TempDir()
+	treetest.Write(t, victim, "work.txt", "the victim's work\n", 0o644)
+	repo, err := snapshot.OpenRepo(victim, nil, true)
+	treetest.Must(t, err)
+	_, err = repo.Snap(snapshot.KindSnap, "")
+	treetest.Must(t, err)
+	repo.Close()
+	before := treetest.Capture(t, victim)
+	store := filepath.Join(victim, snapshot.StoreDir)
+	link := filepath.Join(t.TempDir(), "link")
+	treetest.Must(t, os.Symlink(store, link))
+	for _, into := range []string{
+		store,                                   // the store itself
+		filepath.Join(store, "objects"),         // beneath it
+		filepath.Join(store, "new", "dir"),      // beneath it, not there yet
+		filepath.Join(t.TempDir(), ".snapback"), // one it would make
+		filepath.Join(link, "objects"),          // through a symlink to it
+	} {
+		for _, merge := range []bool{false, true} {
+			_, err := c.Restore(FileName(s.ID), into, RestoreOptions{Merge: merge}, nil)
+			code(t, err, CodeStoreEntry)
+			if !strings.Contains(err.Error(), ".snapback") {
+				t.Errorf("restore into %s: %v does not name the store", into, err)
+			}
+		}
+	}
+	treetest.Equal(t, "the victim after refused restores", before, treetest.Capture(t, victim))
+}
+
+// A .snapback component anywhere in an archived path (a nested
+// project's store) is refused before anything is written; the archive
+// itself is a faithful record and verifies.
+func TestRestoreRefusesNestedStoreEntries(t *testing.T) {
+	c := newCatalog(t)
+	s := snapTree(t, c, map[string]string{
+		"a.txt":                      "alpha",
+		"sub/.snapback/journal.json": `{"op":"restore"}`,
+	})
+	if _, err := c.Verify(FileName(s.ID), nil); err != nil {
+		t.Fatal(err)
+	}
+	into := filepath.Join(t.TempDir(), "into")
+	for _, merge := range []bool{false, true} {
+		_, err := c.Restore(FileName(s.ID), into, RestoreOptions{Merge: merge}, nil)
+		code(t, err, CodeStoreEntry)
+		if !strings.Contains(err.Error(), "sub/.snapback") {
+			t.Errorf("%v does not name the path", err)
+		}
+		if _, err := os.Lstat(into); !os.IsNotExist(err) {
+			t.Fatalf("a refused restore made %s: %v", into, err)
+		}
+	}
+}
