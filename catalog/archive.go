@@ -124,6 +124,7 @@ const (
 	CodeStoreEntry = "store_entry"       // an archived path with a .snapback component, or a restore into a store: an archive never writes a project's store
 	CodeNotEmpty   = "dir_not_empty"     // restore into a non-empty directory without --merge
 	CodeToken      = "bad_token"         // unknown, used or expired prune token
+	CodeStale      = "retention_stale"   // the catalog no longer matches a prune's plan: refused, nothing deleted
 	CodeIO         = "io_error"
 	CodeUsage      = "usage"         // an option out of its range
 	CodeNoCatalog  = "no_catalog"    // no --catalog and no [archive] destination

@@ -88,22 +88,55 @@ func Open(dir string, create bool) (*Catalog, error) {
 // Path is where the archive with this id lives.
 func (c *Catalog) Path(id string) string { return filepath.Join(c.Dir, FileName(id)) }
 
+// stamp is what stat says of one name: a change to the file's content,
+// owner, mode or place shows in it (ctime too, which no one can set back
+// as they can the mtime).
+type stamp struct {
+	dev, ino     uint64
+	mode         uint32 // st_mode: type and permissions
+	uid, gid     uint32
+	size         int64
+	mtime, ctime int64 // ns
+}
+
+func stampOf(st os.FileInfo) stamp {
+	sys := st.Sys().(*syscall.Stat_t)
+	return stamp{dev: uint64(sys.Dev), ino: sys.Ino, mode: sys.Mode, uid: sys.Uid, gid: sys.Gid, size: sys.Size,
+		mtime: sys.Mtim.Nano(), ctime: sys.Ctim.Nano()}
+}
+
+func (s stamp) String() string {
+	return fmt.Sprintf("dev %d ino %d mode %o uid %d gid %d size %d mtime %d ctime %d", s.dev, s.ino, s.mode, s.uid, s.gid, s.size, s.mtime, s.ctime)
+}
+
 // dirEntry is one name of the catalog directory, as a fingerprint sees it.
 type dirEntry struct {
 	name  string
 	size  int64
-	mtime int64
-	ino   uint64
 	mode  fs.FileMode
+	stamp stamp
 }
 
-// readDir lists the catalog, bounded, and fingerprints what it saw.
+// dirIdentity is the catalog directory's own identity: the same path
+// holding another directory (moved there, mounted over) is another
+// catalog. Its times are not in it: every create changes them.
+func dirIdentity(st os.FileInfo) string {
+	s := stampOf(st)
+	return fmt.Sprintf("dev %d ino %d mode %o uid %d gid %d", s.dev, s.ino, s.mode, s.uid, s.gid)
+}
+
+// readDir lists the catalog, bounded, and fingerprints what it saw: the
+// directory's identity and every name's full stamp.
 func (c *Catalog) readDir() ([]dirEntry, string, error) {
 	f, err := os.Open(c.Dir)
 	if err != nil {
 		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
 	}
 	defer f.Close() // read-only
+	dst, err := f.Stat()
+	if err != nil {
+		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
 	names, err := f.Readdirnames(MaxDirEntries + 1)
 	if err != nil && len(names) == 0 && !errors.Is(err, io.EOF) {
 		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
@@ -113,7 +146,6 @@ func (c *Catalog) readDir() ([]dirEntry, string, error) {
 	}
 	sort.Strings(names)
 	var out []dirEntry
-	h := sha256.New()
 	for _, n := range names {
 		st, err := os.Lstat(filepath.Join(c.Dir, n))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -122,11 +154,22 @@ func (c *Catalog) readDir() ([]dirEntry, string, error) {
 		if err != nil {
 			return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
 		}
-		e := dirEntry{name: n, size: st.Size(), mtime: st.ModTime().UnixNano(), ino: st.Sys().(*syscall.Stat_t).Ino, mode: st.Mode()}
-		fmt.Fprintf(h, "%q %d %d %d %d\n", e.name, e.size, e.mtime, e.ino, e.mode)
-		out = append(out, e)
+		out = append(out, dirEntry{name: n, size: st.Size(), mode: st.Mode(), stamp: stampOf(st)})
 	}
-	return out, hex.EncodeToString(h.Sum(nil)), nil
+	return out, fingerprint(dirIdentity(dst), out, nil), nil
+}
+
+// fingerprint hashes the directory's identity and the entries' stamps,
+// but those named in skip.
+func fingerprint(dir string, ents []dirEntry, skip map[string]bool) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", dir)
+	for _, e := range ents {
+		if !skip[e.name] {
+			fmt.Fprintf(h, "%q %s\n", e.name, e.stamp)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Listed is one archive a listing accepted, after full verification.
@@ -143,7 +186,7 @@ type Rejected struct {
 	Msg   string `json:"message"`
 }
 
-// Listing is the result of a scan: valid archives (oldest first),
+// Listing is the result of a scan: valid archives (oldest snapshot first),
 // rejected candidates, and the fingerprint of what was scanned.
 type Listing struct {
 	Archives    []Listed
@@ -151,6 +194,9 @@ type Listing struct {
 	Fingerprint string
 	// VerifiedAt is when this scan finished verifying them.
 	VerifiedAt time.Time
+
+	ents []dirEntry // what the scan saw, with each name's stamp
+	dir  string     // the directory's identity
 }
 
 // Of returns the archives of the project with this id, oldest first.
@@ -173,7 +219,10 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Fingerprint: fp}
+	l := &Listing{Fingerprint: fp, ents: ents}
+	if l.dir, err = c.identity(); err != nil {
+		return nil, err
+	}
 	var scanned int64
 	n := 0
 	for _, e := range ents {
@@ -209,9 +258,33 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 	} else if fp2 != fp {
 		return nil, errf(CodeChanged, "catalog %s changed during the scan; try again", c.Dir)
 	}
-	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].CreatedAt.Before(l.Archives[j].CreatedAt) })
+	// Oldest first by the state they hold: an old snapshot archived
+	// late is still old (retention keeps the newest states, not the
+	// newest files).
+	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].older(&l.Archives[j].Summary) })
 	l.VerifiedAt = time.Now().UTC()
 	return l, nil
+}
+
+// older orders archives by their snapshot's capture time, then by when
+// they were written, then by id: one order, whatever the scan met first.
+func (s *Summary) older(t *Summary) bool {
+	switch {
+	case !s.SnapshotCreatedAt.Equal(t.SnapshotCreatedAt):
+		return s.SnapshotCreatedAt.Before(t.SnapshotCreatedAt)
+	case !s.CreatedAt.Equal(t.CreatedAt):
+		return s.CreatedAt.Before(t.CreatedAt)
+	}
+	return s.ID < t.ID
+}
+
+// identity is the catalog directory's identity (see dirIdentity).
+func (c *Catalog) identity() (string, error) {
+	st, err := os.Lstat(c.Dir)
+	if err != nil {
+		return "", wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
+	return dirIdentity(st), nil
 }
 
 // Find resolves ref (an archive's file name or path in the catalog, its

@@ -342,7 +342,7 @@ func TestPrune(t *testing.T) {
 	// A change since the preview refuses, and deletes nothing.
 	treetest.Write(t, c.Dir, "new-file", "x", 0o600)
 	_, err = c.PruneApply(plan.Token, tokens, nil)
-	code(t, err, CodeChanged)
+	code(t, err, CodeStale)
 	for _, id := range ids {
 		if _, err := os.Stat(c.Path(id)); err != nil {
 			t.Fatalf("a refused prune deleted %s", id)
@@ -411,9 +411,9 @@ func TestSweepStaging(t *testing.T) {
 }
 
 // A prune that fails half-way loses nothing: the second archive cannot be
-// moved (immutable, a real fault set after the preview: the flag changes
-// only the ctime, which the fingerprint does not see), so the first one,
-// already staged, is moved back, and nothing is deleted.
+// moved (immutable: a real fault, set once the apply has checked the plan,
+// as the flag changes the ctime the plan binds), so the first one, already
+// staged, is moved back, and nothing is deleted.
 func TestPruneFailsHalfWay(t *testing.T) {
 	if !treetest.Require(t, "root", os.Geteuid() == 0, "the immutable flag needs root") {
 		t.Skip("SNAPBACK_REQUIRE does not name root: not root")
@@ -433,10 +433,19 @@ func TestPruneFailsHalfWay(t *testing.T) {
 	if len(plan.Delete) != 2 {
 		t.Fatalf("plan deletes %d", len(plan.Delete))
 	}
-	second := c.Path(plan.Delete[1].ID)
-	if out, err := exec.Command("chattr", "+i", second).CombinedOutput(); !treetest.Require(t, "root", err == nil, fmt.Sprintf("chattr +i: %v %s", err, out)) {
+	// The flag works here (tried on a file of its own, or skipped).
+	probe := filepath.Join(c.Dir, "probe")
+	treetest.Write(t, c.Dir, "probe", "x", 0o600)
+	if out, err := exec.Command("chattr", "+i", probe).CombinedOutput(); !treetest.Require(t, "root", err == nil, fmt.Sprintf("chattr +i: %v %s", err, out)) {
 		t.Skip("SNAPBACK_REQUIRE does not name root: no immutable flag here")
 	}
+	treetest.Must(t, exec.Command("chattr", "-i", probe).Run())
+	treetest.Must(t, os.Remove(probe))
+	plan, err = c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	treetest.Must(t, err)
+	second := c.Path(plan.Delete[1].ID)
+	pruneStaged = func() { treetest.Must(t, exec.Command("chattr", "+i", second).Run()) }
+	defer func() { pruneStaged = nil }()
 	defer exec.Command("chattr", "-i", second).Run()
 	_, err = c.PruneApply(plan.Token, tokens, nil)
 	code(t, err, CodeIO)
