@@ -126,10 +126,11 @@ const (
 	CodeToken      = "bad_token"         // unknown, used or expired prune token
 	CodeStale      = "retention_stale"   // the catalog no longer matches a prune's plan: refused, nothing deleted
 	CodeIO         = "io_error"
-	CodeUsage      = "usage"         // an option out of its range
-	CodeNoCatalog  = "no_catalog"    // no --catalog and no [archive] destination
-	CodeBadPath    = "bad_path"      // a catalog path with "..", or relative outside a project
-	CodeOther      = "other_project" // an archive of another project, without --all
+	CodeUsage      = "usage"              // an option out of its range
+	CodeNoCatalog  = "no_catalog"         // no --catalog and no [archive] destination
+	CodeBadPath    = "bad_path"           // a catalog path with "..", or relative outside a project
+	CodeOther      = "other_project"      // an archive of another project, without --all
+	CodeInProject  = "catalog_in_project" // a catalog at or beneath the project root
 )
 
 func errf(code string, format string, a ...any) *Error {

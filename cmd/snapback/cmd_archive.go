@@ -51,7 +51,8 @@ func newArchiveCmd(g *globals) *cobra.Command {
 		Long: `Export snapshots to verified archives in a catalog directory.
 
 Every verb works on one catalog: --catalog DIR, else [archive] destination
-in snapback.toml (a relative path is relative to the project root). The
+in snapback.toml, outside the project (a catalog inside it is refused:
+the tree's snapshots and restores would carry or remove it). The
 directory is the truth: every listing reads and verifies the archives
 themselves. list, verify and prune act on this project's archives unless
 --all is given. Archives are NOT encrypted: anyone who can read the catalog
@@ -73,7 +74,9 @@ can read the project's files.`,
 // catalogPath is the catalog's absolute path: --catalog, else the
 // configured destination. A relative one is relative to the project
 // root (refused outside a project); one with ".." is refused as written,
-// before anything cleans it away.
+// before anything cleans it away; one inside the project is refused (a
+// relative one always is): the tree's snapshots, restores and commands
+// would carry, remove or rewrite the archives meant to outlive them.
 func (g *globals) catalogPath(flag string) (string, error) {
 	dir, what := flag, "--catalog"
 	root, rootErr := g.rootDir()
@@ -95,13 +98,20 @@ func (g *globals) catalogPath(flag string) (string, error) {
 			return "", &catalog.Error{Code: catalog.CodeBadPath, Msg: fmt.Sprintf("%s %s: a path with \"..\" is refused (write it without)", what, dir)}
 		}
 	}
-	if filepath.IsAbs(dir) {
-		return filepath.Clean(dir), nil
+	inProject := rootErr == nil && g.inProject(root)
+	if !filepath.IsAbs(dir) {
+		if !inProject {
+			return "", &catalog.Error{Code: catalog.CodeBadPath, Msg: fmt.Sprintf("%s %s: a relative path is relative to the project root, and there is no project here; give an absolute path", what, dir)}
+		}
+		dir = filepath.Join(root, dir)
 	}
-	if rootErr != nil || !g.inProject(root) {
-		return "", &catalog.Error{Code: catalog.CodeBadPath, Msg: fmt.Sprintf("%s %s: a relative path is relative to the project root, and there is no project here; give an absolute path", what, dir)}
+	dir = filepath.Clean(dir)
+	if inProject {
+		if err := catalog.OutsideProject(dir, root); err != nil {
+			return "", err
+		}
 	}
-	return filepath.Join(root, dir), nil
+	return dir, nil
 }
 
 // inProject reports whether root is a project's (it has a store or a
