@@ -21,6 +21,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -131,6 +132,9 @@ const (
 	CodeBadPath    = "bad_path"           // a catalog path with "..", or relative outside a project
 	CodeOther      = "other_project"      // an archive of another project, without --all
 	CodeInProject  = "catalog_in_project" // a catalog at or beneath the project root
+	// CodeInterrupted: stopped by its context (Ctrl-C), nothing half-done
+	// left; the error wraps the context's (errors.Is context.Canceled).
+	CodeInterrupted = "interrupted"
 )
 
 func errf(code string, format string, a ...any) *Error {
@@ -139,6 +143,17 @@ func errf(code string, format string, a ...any) *Error {
 
 func wrap(code string, err error, format string, a ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, a...) + ": " + err.Error(), Err: err}
+}
+
+// interrupted is the error of an operation ctx stopped.
+func interrupted(ctx context.Context, what string) error {
+	return &Error{Code: CodeInterrupted, Msg: what + ": interrupted; nothing half-done was left", Err: ctx.Err()}
+}
+
+// isInterrupted reports whether err is an operation's stop by its
+// context (not a finding about an archive).
+func isInterrupted(err error) bool {
+	return CodeOf(err) == CodeInterrupted || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // CodeOf returns an error's code ("" when it has none).

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -214,7 +215,9 @@ func (l *Listing) Of(projectID string) []Listed {
 // the scan bounds, and reports the valid and the invalid ones; other
 // files are ignored and left alone. A catalog that changes during the
 // scan is an error (CodeChanged), not a half listing.
-func (c *Catalog) List(progress Progress) (*Listing, error) {
+//
+// Cancelling ctx stops the scan (CodeInterrupted); it changes nothing.
+func (c *Catalog) List(ctx context.Context, progress Progress) (*Listing, error) {
 	ents, fp, err := c.readDir()
 	if err != nil {
 		return nil, err
@@ -239,6 +242,9 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 			return nil, errf(CodeTooLarge, "catalog %s: more than %d GiB of archives; split the catalog (move some archives to another directory)", c.Dir, MaxScanBytes>>30)
 		}
 		n++
+		if ctx.Err() != nil {
+			return nil, interrupted(ctx, "list "+c.Dir)
+		}
 		if err := regularMode(e.name, e.mode); err != nil {
 			// Looked at, never opened: a FIFO would block, a symlink lead
 			// out of the catalog.
@@ -246,7 +252,10 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 			continue
 		}
 		scanned += e.size
-		s, err := c.verifyFile(e.name, progress)
+		s, err := c.verifyFile(ctx, e.name, progress)
+		if isInterrupted(err) {
+			return nil, err
+		}
 		if err != nil {
 			l.Rejected = append(l.Rejected, Rejected{ID: id, File: e.name, Error: CodeOf(err), Msg: err.Error()})
 			continue

@@ -50,7 +50,7 @@ func FuzzArchive(f *testing.F) {
 			}
 			return
 		}
-		if err := r.check("", nil); err != nil {
+		if err := r.check(context.Background(), "", nil); err != nil {
 			if CodeOf(err) == "" {
 				t.Fatalf("error without a code: %v", err)
 			}
@@ -63,7 +63,7 @@ func FuzzArchive(f *testing.F) {
 		// Every byte counts: the same bytes with one more before or
 		// after, or holding a path in a project's store, do not verify.
 		for _, c := range [][]byte{append([]byte{0}, b...), append(bytes.Clone(b), 0)} {
-			if r2, err := newReader(bytes.NewReader(c), int64(len(c)), "fuzz", lim); err == nil && r2.check("", nil) == nil {
+			if r2, err := newReader(bytes.NewReader(c), int64(len(c)), "fuzz", lim); err == nil && r2.check(context.Background(), "", nil) == nil {
 				t.Fatal("verified with a byte added")
 			}
 		}
@@ -90,7 +90,7 @@ func FuzzArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 		outer := t.TempDir()
-		if _, err := c.Restore(name, filepath.Join(outer, "into"), RestoreOptions{}, nil); err != nil && CodeOf(err) == "" {
+		if _, err := c.Restore(context.Background(), name, filepath.Join(outer, "into"), RestoreOptions{}, nil); err != nil && CodeOf(err) == "" {
 			t.Fatalf("restore error without a code: %v", err)
 		}
 		if ents, _ := os.ReadDir(outer); len(ents) > 1 {
@@ -98,7 +98,7 @@ func FuzzArchive(f *testing.F) {
 		}
 		// Never into a store, or beneath one.
 		for _, into := range []string{filepath.Join(outer, snapshot.StoreDir), filepath.Join(outer, snapshot.StoreDir, "objects")} {
-			if _, err := c.Restore(name, into, RestoreOptions{Merge: true}, nil); CodeOf(err) != CodeStoreEntry {
+			if _, err := c.Restore(context.Background(), name, into, RestoreOptions{Merge: true}, nil); CodeOf(err) != CodeStoreEntry {
 				t.Fatalf("restore into %s: %v, want %s", into, err, CodeStoreEntry)
 			}
 		}

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,7 +56,7 @@ func TestRestoreNeverIntoAStore(t *testing.T) {
 		filepath.Join(link, "objects"),          // through a symlink to it
 	} {
 		for _, merge := range []bool{false, true} {
-			_, err := c.Restore(FileName(s.ID), into, RestoreOptions{Merge: merge}, nil)
+			_, err := c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{Merge: merge}, nil)
 			code(t, err, CodeStoreEntry)
 			if !strings.Contains(err.Error(), ".snapback") {
 				t.Errorf("restore into %s: %v does not name the store", into, err)
@@ -74,12 +75,12 @@ func TestRestoreRefusesNestedStoreEntries(t *testing.T) {
 		"a.txt":                      "alpha",
 		"sub/.snapback/journal.json": `{"op":"restore"}`,
 	})
-	if _, err := c.Verify(FileName(s.ID), nil); err != nil {
+	if _, err := c.Verify(context.Background(), FileName(s.ID), nil); err != nil {
 		t.Fatal(err)
 	}
 	into := filepath.Join(t.TempDir(), "into")
 	for _, merge := range []bool{false, true} {
-		_, err := c.Restore(FileName(s.ID), into, RestoreOptions{Merge: merge}, nil)
+		_, err := c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{Merge: merge}, nil)
 		code(t, err, CodeStoreEntry)
 		if !strings.Contains(err.Error(), "sub/.snapback") {
 			t.Errorf("%v does not name the path", err)

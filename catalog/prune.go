@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -77,7 +78,9 @@ const (
 // the other valid ones, and stores a one-time token for it in tokenDir
 // (a private directory of the user's: the preview and its application are
 // separate processes).
-func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progress) (*PrunePlan, error) {
+//
+// Cancelling ctx stops it (CodeInterrupted) before a token is stored.
+func (c *Catalog) PrunePreview(ctx context.Context, o PruneOptions, tokenDir string, progress Progress) (*PrunePlan, error) {
 	keep := o.Keep
 	if keep < 1 || keep > MaxKeep {
 		return nil, errf(CodeUsage, "prune: --keep must be 1 to %d, not %d", MaxKeep, keep)
@@ -88,7 +91,7 @@ func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progres
 	if o.MaxDelete < 1 || o.MaxDelete > MaxDeletions {
 		return nil, errf(CodeUsage, "prune: --max-delete must be 1 to %d, not %d", MaxDeletions, o.MaxDelete)
 	}
-	l, err := c.List(progress)
+	l, err := c.List(ctx, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -184,8 +187,9 @@ var pruneStaged func()
 // full where they are, and the catalog must still be as planned; only
 // then are the staged ones deleted. If anything fails on the way, they
 // are moved back; what cannot be is left staged, and the error says
-// where.
-func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneResult, error) {
+// where. Cancelling ctx before the first deletion puts everything back
+// (CodeInterrupted; the token is spent).
+func (c *Catalog) PruneApply(ctx context.Context, token, tokenDir string, progress Progress) (*PruneResult, error) {
 	rec, err := claimToken(token, tokenDir)
 	if err != nil {
 		return nil, err
@@ -237,7 +241,7 @@ func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneR
 	}
 	staged := &Catalog{Dir: stage, Limits: c.Limits}
 	for i, f := range rec.Delete {
-		s, err := staged.verifyFile(f, progress)
+		s, err := staged.verifyFile(ctx, f, progress)
 		if err == nil && s.ArchiveSHA256 != rec.SHA256[i] {
 			err = stale("%s is not the archive previewed", f)
 		}
@@ -247,7 +251,10 @@ func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneR
 	}
 	// What stays must hold: each kept archive verifies, as previewed.
 	for i, f := range rec.Kept {
-		s, err := c.verifyFile(f, progress)
+		s, err := c.verifyFile(ctx, f, progress)
+		if isInterrupted(err) {
+			return nil, putBack(err)
+		}
 		if err != nil {
 			return nil, putBack(stale("the kept archive %s no longer verifies (%s)", f, CodeOf(err)))
 		}
@@ -265,6 +272,9 @@ func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneR
 	}
 	if fingerprint(dirIdentity(dst), ents, map[string]bool{filepath.Base(stage): true}) != rec.After {
 		return nil, putBack(stale("the catalog %s changed during the prune", c.Dir))
+	}
+	if ctx.Err() != nil { // the last moment a stop leaves everything as it was
+		return nil, putBack(interrupted(ctx, "prune"))
 	}
 	for _, f := range rec.Delete {
 		fsutil.Mutating()

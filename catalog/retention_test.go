@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,7 +38,7 @@ func allThere(t *testing.T, c *Catalog, ids []string, corrupt string) {
 	for _, id := range ids {
 		if _, err := os.Lstat(c.Path(id)); err != nil {
 			t.Errorf("a refused prune deleted %s: %v", id, err)
-		} else if _, err := c.Verify(FileName(id), nil); (err != nil) != (id == corrupt) {
+		} else if _, err := c.Verify(context.Background(), FileName(id), nil); (err != nil) != (id == corrupt) {
 			t.Errorf("archive %s: verify %v", id, err)
 		}
 	}
@@ -52,7 +53,7 @@ func allThere(t *testing.T, c *Catalog, ids []string, corrupt string) {
 func TestPruneRechecksKept(t *testing.T) {
 	c, ids := threeArchives(t)
 	tokens := t.TempDir()
-	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Kept) != 1 || plan.Kept[0].ID != ids[2] || len(plan.Delete) != 2 {
 		t.Fatalf("plan keeps %v, deletes %v", plan.Kept, plan.Delete)
@@ -69,7 +70,7 @@ func TestPruneRechecksKept(t *testing.T) {
 	treetest.Must(t, err)
 	treetest.Must(t, f.Close())
 	treetest.Must(t, os.Chtimes(kept, st.ModTime(), st.ModTime()))
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	code(t, err, CodeStale)
 	allThere(t, c, ids, ids[2])
 }
@@ -83,7 +84,7 @@ func TestPruneRechecksKeptOwner(t *testing.T) {
 	for _, back := range []bool{false, true} {
 		c, ids := threeArchives(t)
 		tokens := t.TempDir()
-		plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+		plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 		treetest.Must(t, err)
 		kept := c.Path(ids[2])
 		treetest.Must(t, os.Chown(kept, 1001, 1001))
@@ -92,7 +93,7 @@ func TestPruneRechecksKeptOwner(t *testing.T) {
 			treetest.Must(t, os.Chown(kept, os.Geteuid(), os.Getegid()))
 			corrupt = ""
 		}
-		_, err = c.PruneApply(plan.Token, tokens, nil)
+		_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 		code(t, err, CodeStale)
 		allThere(t, c, ids, corrupt)
 	}
@@ -103,7 +104,7 @@ func TestPruneRechecksKeptOwner(t *testing.T) {
 func TestPruneBindsTheDirectory(t *testing.T) {
 	c, ids := threeArchives(t)
 	tokens := t.TempDir()
-	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	old := c.Dir + ".old"
 	treetest.Must(t, os.Rename(c.Dir, old))
@@ -111,7 +112,7 @@ func TestPruneBindsTheDirectory(t *testing.T) {
 	for _, id := range ids {
 		treetest.Must(t, os.Link(filepath.Join(old, FileName(id)), c.Path(id)))
 	}
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	code(t, err, CodeStale)
 	if !strings.Contains(err.Error(), c.Dir) {
 		t.Errorf("%v does not name the directory", err)
@@ -135,18 +136,18 @@ func TestPruneKeepsNewestSnapshots(t *testing.T) {
 	c := newCatalog(t)
 	sNew := create(t, c, repo, newer)
 	sOld := create(t, c, repo, old) // written last
-	l, err := c.List(nil)
+	l, err := c.List(context.Background(), nil)
 	treetest.Must(t, err)
 	if len(l.Archives) != 2 || l.Archives[1].ID != sNew.ID {
 		t.Fatalf("listed %v, want the newer snapshot's archive last", l.Archives)
 	}
 	tokens := t.TempDir()
-	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Kept) != 1 || plan.Kept[0].ID != sNew.ID || len(plan.Delete) != 1 || plan.Delete[0].ID != sOld.ID {
 		t.Fatalf("plan keeps %v, deletes %v; want the newer state kept", plan.Kept, plan.Delete)
 	}
-	res, err := c.PruneApply(plan.Token, tokens, nil)
+	res, err := c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	treetest.Must(t, err)
 	if len(res.Deleted) != 1 || res.Deleted[0] != FileName(sOld.ID) {
 		t.Fatalf("deleted %v", res.Deleted)
@@ -158,7 +159,7 @@ func TestPruneKeepsNewestSnapshots(t *testing.T) {
 func TestListSeesCtime(t *testing.T) {
 	c, ids := threeArchives(t)
 	once := false
-	_, err := c.List(func(int64) {
+	_, err := c.List(context.Background(), func(int64) {
 		if !once {
 			once = true
 			p := c.Path(ids[0])

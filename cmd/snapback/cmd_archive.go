@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -176,6 +177,14 @@ func printable(s string) string {
 
 type catalogOpener func(create bool) (*catalog.Catalog, error)
 
+// interruptible is an archive verb's context, also cancelled by SIGINT
+// and SIGTERM: the catalog's operations then stop, remove what they had
+// begun, and return an error wrapping context.Canceled (code
+// interrupted). The process-wide handler sees the signal too.
+func interruptible(c *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+}
+
 // progress shows how far work on total bytes has got, on a terminal, for
 // work over a second (progress.go); done must be called when it ends.
 func (g *globals) progress(what string, total int64) (p catalog.Progress, done func()) {
@@ -225,7 +234,7 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				return err
 			}
 			// Ctrl-C stops the write, and the partial file goes with it.
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(c)
 			defer stop()
 			p, done := g.progress("archive "+m.ID, plan.Bytes)
 			s, existed, err := cat.Create(ctx, repo, plan, catalog.Project{Root: repo.Root, ID: pid}, p)
@@ -274,7 +283,9 @@ func newArchiveListCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			}
 			out.Destination = cat.Dir
 			p, done := g.progress("verify", catalogBytes(cat.Dir))
-			l, err := cat.List(p)
+			ctx, stop := interruptible(c)
+			defer stop()
+			l, err := cat.List(ctx, p)
 			done()
 			if err != nil {
 				return err
@@ -364,10 +375,12 @@ wherever it is, a copy on a USB stick say, without a catalog.`,
 		RunE: func(c *cobra.Command, args []string) error {
 			var s *catalog.Summary
 			name := filepath.Base(args[0])
+			ctx, stop := interruptible(c)
+			defer stop()
 			if looseFile(args[0]) {
 				p, done := g.progress("verify", fileSize(args[0]))
 				var err error
-				s, err = catalog.VerifyFile(args[0], catalog.DefaultLimits, p)
+				s, err = catalog.VerifyFile(ctx, args[0], catalog.DefaultLimits, p)
 				done()
 				if err != nil {
 					return err
@@ -385,7 +398,7 @@ wherever it is, a copy on a USB stick say, without a catalog.`,
 					return err
 				}
 				p, done := g.progress("verify", fileSize(filepath.Join(cat.Dir, name)))
-				s, err = cat.Verify(name, p)
+				s, err = cat.Verify(ctx, name, p)
 				done()
 				if err != nil {
 					return err
@@ -439,9 +452,11 @@ capabilities) and owners other than you are dropped, as tar does without
 			var res *catalog.RestoreResult
 			var err error
 			name := filepath.Base(args[0])
+			ctx, stop := interruptible(c)
+			defer stop()
 			if looseFile(args[0]) {
 				p, done := g.progress("restore", fileSize(args[0]))
-				res, err = catalog.RestoreFile(args[0], catalog.DefaultLimits, into, o, p)
+				res, err = catalog.RestoreFile(ctx, args[0], catalog.DefaultLimits, into, o, p)
 				done()
 			} else {
 				var cat *catalog.Catalog
@@ -452,7 +467,7 @@ capabilities) and owners other than you are dropped, as tar does without
 					return err
 				}
 				p, done := g.progress("restore", fileSize(filepath.Join(cat.Dir, name)))
-				res, err = cat.Restore(name, into, o, p)
+				res, err = cat.Restore(ctx, name, into, o, p)
 				done()
 			}
 			if err != nil {
@@ -503,8 +518,10 @@ preview out. Other projects' archives and invalid files are never deleted;
 			}
 			p, done := g.progress("verify", catalogBytes(cat.Dir))
 			defer done()
+			ctx, stop := interruptible(c)
+			defer stop()
 			if apply != "" {
-				res, err := cat.PruneApply(apply, tokens, p)
+				res, err := cat.PruneApply(ctx, apply, tokens, p)
 				if err != nil {
 					return err
 				}
@@ -541,7 +558,7 @@ preview out. Other projects' archives and invalid files are never deleted;
 				return usageErr("archive prune: not in a project; give --all to prune every project's archives")
 			}
 			o.Project = scope
-			plan, err := cat.PrunePreview(o, tokens, p)
+			plan, err := cat.PrunePreview(ctx, o, tokens, p)
 			if err != nil {
 				return err
 			}
