@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/snapback/snapback/snapshot"
 )
 
 // Catalog is a directory of archives. The directory is the truth: there
@@ -46,6 +48,10 @@ func Open(dir string, create bool) (*Catalog, error) {
 	for _, c := range strings.Split(dir, "/") {
 		if c == ".." {
 			return nil, errf(CodeBadPath, "catalog %s: a path with \"..\" is refused (write it without)", dir)
+		}
+		// A store is a project's own: its files are read as records.
+		if c == snapshot.StoreDir {
+			return nil, errf(CodeBadPath, "catalog %s: a catalog is never inside a project's store (%s); use a directory of its own", dir, snapshot.StoreDir)
 		}
 	}
 	abs := filepath.Clean(dir)

@@ -262,7 +262,7 @@ func (w *archiveWriter) add(name string, mod time.Time, r io.Reader) error {
 	h := sha256.New()
 	n, err := io.CopyBuffer(io.MultiWriter(hw, h, progressWriter(w.progress)), ctxReader{w.ctx, r}, w.buf)
 	if w.ctx.Err() != nil {
-		return interrupted(w.ctx, "write archive (the partial file is removed)")
+		return interrupted(w.ctx, "write archive")
 	}
 	if err != nil {
 		return wrap(CodeIO, err, "write archive entry %s", name)
