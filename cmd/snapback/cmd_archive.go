@@ -332,9 +332,9 @@ func (g *globals) printList(out listJSON) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ARCHIVE\tSNAPSHOT\tCREATED\tFILES\tSIZE\tMESSAGE")
+	fmt.Fprintln(tw, "ARCHIVE\tSNAPSHOT\tTAKEN\tFILES\tSIZE\tMESSAGE")
 	for _, a := range out.Archives {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Snapshot, a.CreatedAt.Local().Format("2006-01-02 15:04:05"), a.Files, humanBytes(a.Bytes), printable(a.Message))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Snapshot, a.SnapshotCreatedAt.Local().Format("2006-01-02 15:04:05"), a.Files, humanBytes(a.Bytes), printable(a.Message))
 	}
 	tw.Flush()
 	if len(out.Archives) < out.Count {
@@ -575,7 +575,7 @@ preview out. Other projects' archives and invalid files are never deleted;
 				return g.printJSON(out)
 			}
 			for _, a := range plan.Delete {
-				fmt.Fprintf(g.stdout, "would delete %s (snapshot %s, created %s)\n", a.File, a.Snapshot, a.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+				fmt.Fprintf(g.stdout, "would delete %s (snapshot %s, taken %s)\n", a.File, a.Snapshot, a.SnapshotCreatedAt.Local().Format("2006-01-02 15:04:05"))
 			}
 			for _, r := range plan.Rejected {
 				fmt.Fprintf(g.stdout, "left alone (invalid) %s: %s\n", printable(r.File), r.Error)
