@@ -108,8 +108,9 @@ type stamp struct {
 
 func stampOf(st os.FileInfo) stamp {
 	sys := st.Sys().(*syscall.Stat_t)
-	return stamp{dev: uint64(sys.Dev), ino: sys.Ino, mode: sys.Mode, uid: sys.Uid, gid: sys.Gid, size: sys.Size,
-		mtime: sys.Mtim.Nano(), ctime: sys.Ctim.Nano()}
+	mtime, ctime := statTimes(sys)
+	return stamp{dev: uint64(sys.Dev), ino: uint64(sys.Ino), mode: uint32(sys.Mode), uid: sys.Uid, gid: sys.Gid, size: sys.Size,
+		mtime: mtime, ctime: ctime}
 }
 
 func (s stamp) String() string {
