@@ -206,6 +206,7 @@ func restore(ctx context.Context, r *reader, name, into string, o RestoreOptions
 	}
 	err = restoreInPlace(into, !empty, build)
 	if err != nil && !exists {
+		fsutil.Mutating()
 		os.Remove(into) // made here: gone again unless something was moved in (then it is not empty)
 	}
 	return res, err
