@@ -90,3 +90,38 @@ func TestRestoreRefusesNestedStoreEntries(t *testing.T) {
 		}
 	}
 }
+
+// A target payload whose path has a .snapback component (forged: a
+// backend never writes one) would make DIR/.snapback-targets/N a
+// project with a planted store: refused before anything is written.
+func TestRestoreRefusesStoreInPayload(t *testing.T) {
+	root := t.TempDir()
+	treetest.Write(t, root, "a.txt", "alpha", 0o644)
+	repo, err := snapshot.OpenRepo(root, nil, true)
+	treetest.Must(t, err)
+	defer repo.Close()
+	m, err := repo.Snap(snapshot.KindSnap, "")
+	treetest.Must(t, err)
+	p, err := PlanArchive(repo, m)
+	treetest.Must(t, err)
+	journal := filepath.Join(t.TempDir(), "journal.json")
+	treetest.Write(t, filepath.Dir(journal), "journal.json", `{"op":"restore"}`, 0o600)
+	meta := *m
+	meta.Targets = []snapshot.TargetState{{Name: "db", Backend: "sqlite", Payload: "targets/" + m.ID + "/0", Bytes: 16}}
+	p.meta = &meta
+	p.metaJSON, err = snapshot.EncodeMeta(&meta)
+	treetest.Must(t, err)
+	p.payloads = []payloadFile{{name: targetsDir + "0/.snapback/journal.json", path: journal, size: 16}}
+	c := newCatalog(t)
+	s, _, err := c.Create(context.Background(), repo, p, projectOf(t, repo), nil)
+	treetest.Must(t, err)
+	if _, err := c.Verify(context.Background(), FileName(s.ID), nil); err != nil {
+		t.Fatal(err)
+	}
+	into := filepath.Join(t.TempDir(), "into")
+	_, err = c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, nil)
+	code(t, err, CodeStoreEntry)
+	if _, err := os.Lstat(into); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore made %s: %v", into, err)
+	}
+}

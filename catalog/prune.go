@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -350,7 +351,11 @@ func (c *Catalog) matches(rec *tokenRecord) error {
 		case !ok:
 			return stale("%s went away since the preview", cd.Name)
 		case st != cd.Stamp:
-			return stale("%s changed since the preview (its content, owner, mode or times)", cd.Name)
+			was := "valid"
+			if !strings.HasPrefix(cd.Result, "ok ") {
+				was = "rejected: " + cd.Result
+			}
+			return stale("%s changed since the preview (its content, owner, mode or times; it was %s)", cd.Name, was)
 		}
 	}
 	return stale("the catalog %s changed since the preview (a file came, went or changed)", c.Dir)
