@@ -91,6 +91,9 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			return nil, nil, ErrNothingToUndo
 		}
 	}
+	if err := r.checkGit("undo", s, true, force); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreUndo, s.Scope)
 	if err != nil {
 		return nil, nil, err
@@ -133,6 +136,9 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 		return nil, nil, ErrNothingToRedo
 	}
 	p := h.Redo[len(h.Redo)-1]
+	if err := r.checkRedoGit(p, force); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreRedo, p.Scope)
 	if err != nil {
 		return nil, nil, err

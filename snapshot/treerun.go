@@ -67,6 +67,7 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		return nil, err
 	}
 	m.Command, m.Mode, m.State = command, mode, StateRunning
+	m.Git = r.seeGit()
 	f, err := r.lockRun(m.ID)
 	if err != nil {
 		return nil, err
@@ -210,6 +211,7 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 // was done to them cannot be seen, so a record with targets always stays),
 // it removes the record instead and reports dropped: no undo step.
 func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
+	m.Git = r.sawGit(m.Git)
 	after, err := r.LoadManifest(m.After)
 	if err != nil {
 		return false, err

@@ -116,6 +116,7 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if mode == "" {
 		mode = cfg.Snapshot.Mode
 	}
+	unc := g.noteUncovered(repo.Root) // before the command's own output
 	waiting := func(p *snapshot.ViewRun) {
 		fmt.Fprintf(g.stderr, "snapback: waiting for run %s: %s\n", p.ID, oneLine(runner.RunningStep(p)))
 	}
@@ -132,12 +133,12 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	}
 	g.summarize(runSummary(res))
 	if o.result != "" {
-		if werr := writeResult(o.result, res); werr != nil {
+		if werr := writeResult(o.result, res, unc); werr != nil {
 			return werr
 		}
 	} else if g.json {
 		// The last line of stderr: the command's stdout stays its own.
-		b, jerr := json.Marshal(versioned(runResultJSON(res)))
+		b, jerr := json.Marshal(versioned(runResultJSON(res, unc)))
 		if jerr != nil {
 			return jerr
 		}
@@ -156,15 +157,17 @@ type runResult struct {
 	Changes    map[string]int         `json:"changes"`
 	Targets    []snapshot.TargetState `json:"targets"`
 	Skipped    []snapshot.Skipped     `json:"skipped"`
+	// Uncovered are the directories the run's protection does not hold.
+	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
 }
 
 // changeKinds names DiffManifests' ops in the result.
 var changeKinds = map[string]string{"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}
 
-func runResultJSON(res runner.Result) runResult {
+func runResultJSON(res runner.Result, unc uncoveredJSON) runResult {
 	r := runResult{ID: res.ID, Mode: res.Mode, ExitStatus: res.Status, State: res.State,
 		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets,
-		Skipped: skippedJSON(res.Skipped)}
+		Skipped: skippedJSON(res.Skipped), Uncovered: unc}
 	if res.Snapshot != "" {
 		r.Snapshot = &res.Snapshot
 	}
@@ -179,8 +182,8 @@ func runResultJSON(res runner.Result) runResult {
 
 // writeResult writes the result to path whole or not at all, so that a
 // script that finds the file can read it.
-func writeResult(path string, res runner.Result) error {
-	b, err := json.MarshalIndent(versioned(runResultJSON(res)), "", "  ")
+func writeResult(path string, res runner.Result, unc uncoveredJSON) error {
+	b, err := json.MarshalIndent(versioned(runResultJSON(res, unc)), "", "  ")
 	if err != nil {
 		return err
 	}
