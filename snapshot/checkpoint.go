@@ -176,7 +176,7 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 	}
 	m.Message, m.Session, m.State = message, session, StateOpen
 	m.Git = r.seeGit()
-	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
 	if err := r.snapInto(m); err != nil {

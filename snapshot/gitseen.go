@@ -129,8 +129,8 @@ func putBack(want, now gitdirs.Head) string {
 // outside the root that s moved is elsewhere. Forced, it warns instead.
 func (r *Repo) checkGit(op string, s *Meta, toBefore, force bool) error {
 	for _, g := range s.Git {
-		if !g.Moved() {
-			continue
+		if !g.Moved() || coveredGit(s, g.GitDir) {
+			continue // unmoved, or put back with the files
 		}
 		want := g.Before
 		if !toBefore {

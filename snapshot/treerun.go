@@ -73,7 +73,7 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		return nil, err
 	}
 	run := &TreeRun{Meta: m, lock: f}
-	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		run.release(r)
 		return nil, err
 	}
@@ -212,6 +212,9 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 // it removes the record instead and reports dropped: no undo step.
 func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
 	m.Git = r.sawGit(m.Git)
+	if err := r.dropUnchangedGit(m); err != nil {
+		return false, err
+	}
 	after, err := r.LoadManifest(m.After)
 	if err != nil {
 		return false, err

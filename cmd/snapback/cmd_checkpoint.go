@@ -116,7 +116,7 @@ func runCheckpointBegin(g *globals, o checkpointOptions) error {
 	}
 	var unc uncoveredJSON
 	if opened { // said once per checkpoint, not on every hook's begin
-		unc = g.noteUncovered(repo.Root)
+		unc = g.noteUncovered(repo.Root, savedBy(m))
 	}
 	if g.json {
 		return g.printJSON(struct {

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -86,7 +87,7 @@ func runList(g *globals, all bool) error {
 		StoreBytes int64 `json:"store_bytes"`
 		// Uncovered are the directories the project's protection does not hold.
 		Uncovered uncoveredJSON `json:"uncovered,omitempty"`
-	}{Snapshots: []snapshotJSON{}, StoreBytes: size, Uncovered: uncovered(repo.Root)}
+	}{Snapshots: []snapshotJSON{}, StoreBytes: size, Uncovered: uncovered(repo.Root, gitdirs.SavedByMode)}
 	for i := len(h.All) - 1; i >= 0; i-- {
 		m := h.All[i]
 		if !all && !g.json && !m.Kind.Undoable() {

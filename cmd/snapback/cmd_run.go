@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/runner/isolation"
 	"github.com/snapback/snapback/snapshot"
@@ -116,7 +117,6 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if mode == "" {
 		mode = cfg.Snapshot.Mode
 	}
-	unc := g.noteUncovered(repo.Root) // before the command's own output
 	waiting := func(p *snapshot.ViewRun) {
 		fmt.Fprintf(g.stderr, "snapback: waiting for run %s: %s\n", p.ID, oneLine(runner.RunningStep(p)))
 	}
@@ -127,6 +127,13 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if err == nil {
 		retain(g, repo, cfg)
 	}
+	// Said once the mode is known: a copy-mode run saves HEAD, an
+	// overlay run does not.
+	saved := gitdirs.SavedNone
+	if res.Recorded != nil && savedBy(res.Recorded) == gitdirs.SavedHead || res.Recorded == nil && (res.Mode == "copy" || res.Mode == snapshot.ModeBtrfs) {
+		saved = gitdirs.SavedHead
+	}
+	unc := g.noteUncovered(repo.Root, saved)
 	oerr := runOutcome(g, res, err)
 	if err != nil {
 		return oerr // the error says what happened, JSON under --json

@@ -33,7 +33,7 @@ func runSnap(g *globals, o snapOptions) error {
 	}
 	st := repo.LastScan
 	defer retain(g, repo, cfg)
-	unc := g.noteUncovered(repo.Root)
+	unc := g.noteUncovered(repo.Root, savedBy(m))
 	if g.json {
 		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead}, unc))
 	}

@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -65,7 +66,7 @@ func runStatus(g *globals) error {
 		Checkpoint *checkpointJSON `json:"checkpoint,omitempty"`
 		// Uncovered are the directories the project's protection does not hold.
 		Uncovered uncoveredJSON `json:"uncovered,omitempty"`
-	}{Runs: []runJSON{}, Uncovered: uncovered(repo.Root)}
+	}{Runs: []runJSON{}, Uncovered: uncovered(repo.Root, gitdirs.SavedByMode)}
 	if cp != nil {
 		out.Checkpoint = &checkpointJSON{ID: cp.ID, Session: cp.Session, Message: cp.Message, CreatedAt: cp.CreatedAt}
 	}

@@ -54,7 +54,7 @@ func runUndo(g *globals, ref string, o undoOptions) error {
 }
 
 func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapshot.Meta) error {
-	unc := g.noteUncovered(repo.Root)
+	unc := g.noteUncovered(repo.Root, savedBy(s))
 	if g.json {
 		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(s, verb == "undid"), "saved": snapJSON(saved, false)}, unc))
 	}
@@ -101,13 +101,13 @@ func runUndoSession(g *globals, o undoOptions) error {
 			Snapshots []snapshotJSON `json:"snapshots"`
 			Saved     snapshotJSON   `json:"saved"`
 			Uncovered uncoveredJSON  `json:"uncovered,omitempty"`
-		}{Session: o.session, Snapshot: snapJSON(steps[len(steps)-1], true), Saved: snapJSON(saved, false), Uncovered: g.noteUncovered(repo.Root)}
+		}{Session: o.session, Snapshot: snapJSON(steps[len(steps)-1], true), Saved: snapJSON(saved, false), Uncovered: g.noteUncovered(repo.Root, savedBy(steps[0]))}
 		for i := len(steps) - 1; i >= 0; i-- {
 			out.Snapshots = append(out.Snapshots, snapJSON(steps[i], true))
 		}
 		return g.printJSON(out)
 	}
-	g.noteUncovered(repo.Root)
+	g.noteUncovered(repo.Root, savedBy(steps[0]))
 	fmt.Fprintf(g.stdout, "undid session %s: %d checkpoint(s), %s to %s (previous state saved as %s)\n",
 		oneLine(o.session), len(steps), steps[0].ID, steps[len(steps)-1].ID, saved.ID)
 	if g.summary() {

@@ -20,7 +20,7 @@ type uncoveredJSON = []gitdirs.Uncovered
 // its snapshots do not hold: a linked worktree's or a submodule's git
 // dir, a common dir, a work tree elsewhere. A .git that cannot be read
 // is itself one: what it names is unknown.
-func uncovered(root string) uncoveredJSON {
+func uncovered(root string, saved gitdirs.Saved) uncoveredJSON {
 	r, err := gitdirs.Find(root, os.Getenv)
 	if err != nil {
 		return uncoveredJSON{{Path: filepath.Join(root, ".git"), Reason: "cannot tell where the git dir is: " + err.Error()}}
@@ -28,7 +28,15 @@ func uncovered(root string) uncoveredJSON {
 	if r == nil {
 		return nil
 	}
-	return r.Uncovered(root)
+	return r.Uncovered(root, saved)
+}
+
+// savedBy says what step s saved of the git state outside the root.
+func savedBy(s *snapshot.Meta) gitdirs.Saved {
+	if snapshot.SavesGit(s) {
+		return gitdirs.SavedHead
+	}
+	return gitdirs.SavedNone
 }
 
 // withUncovered adds unc to a verb's JSON object when it is not empty.
@@ -42,8 +50,8 @@ func withUncovered(out map[string]any, unc uncoveredJSON) map[string]any {
 // noteUncovered says, one line each on stderr, what the verb's protection
 // does not hold, unless --json carries it in the result. It returns the
 // list for that result.
-func (g *globals) noteUncovered(root string) uncoveredJSON {
-	u := uncovered(root)
+func (g *globals) noteUncovered(root string, saved gitdirs.Saved) uncoveredJSON {
+	u := uncovered(root, saved)
 	if !g.json {
 		g.bar.end("")
 		for _, d := range u {
@@ -76,7 +84,7 @@ func protection(root string) protectionJSON {
 			}
 		}
 	}
-	out.Uncovered = append(uncoveredJSON{}, uncovered(root)...) // an array, empty when all is covered
+	out.Uncovered = append(uncoveredJSON{}, uncovered(root, gitdirs.SavedByMode)...) // an array, empty when all is covered
 	cfg, err := config.Load(root)
 	if err != nil {
 		out.Uncovered = append(out.Uncovered, gitdirs.Uncovered{Path: filepath.Join(root, config.FileName), Reason: "targets unknown: " + err.Error()})

@@ -51,15 +51,42 @@ func (r *Repo) gitDirWhat() string {
 	return "the git dir (HEAD, index, refs, objects)"
 }
 
+// Saved says how much of the git state outside the root a step saves.
+type Saved int
+
+const (
+	// SavedNone: nothing (an overlay run); undo does not put it back.
+	SavedNone Saved = iota
+	// SavedHead: HEAD, the index and the branch HEAD names (a copy-mode
+	// run, a checkpoint, a snap); undo puts those back.
+	SavedHead
+	// SavedByMode: the project in general, as doctor and status say it.
+	SavedByMode
+)
+
 // Uncovered lists the directories of Dirs outside root, each with a
-// reason to show a user: a snapshot does not hold them, so an undo does
-// not put back what a command changed there.
-func (r *Repo) Uncovered(root string) []Uncovered {
+// reason to show a user: no snapshot holds them, so an undo puts back of
+// what a command changed there only what saved says.
+func (r *Repo) Uncovered(root string, saved Saved) []Uncovered {
 	var out []Uncovered
 	for _, d := range r.Dirs(root) {
-		if !d.Inside {
-			out = append(out, Uncovered{Path: d.Path, Reason: d.What + ": outside the root, not snapshotted; undo does not put it back"})
+		if d.Inside {
+			continue
 		}
+		why := d.What + ": outside the root, not snapshotted"
+		switch {
+		case d.Path == r.WorkTree && d.Path != r.GitDir:
+			why += "; undo does not put it back"
+		case saved == SavedNone:
+			why += "; undo does not put it back"
+		case saved == SavedHead && d.Path == r.GitDir:
+			why += "; this step saves HEAD and the index (and the branch HEAD names), which undo puts back, nothing else"
+		case saved == SavedHead:
+			why += "; this step saves the branch HEAD names, which undo puts back, not other branches, tags or config"
+		default:
+			why += "; checkpoints, snaps and copy-mode runs save HEAD, the index and the branch HEAD names, which undo puts back; overlay runs do not (undo then refuses while HEAD is elsewhere)"
+		}
+		out = append(out, Uncovered{Path: d.Path, Reason: why})
 	}
 	return out
 }

@@ -138,13 +138,13 @@ func TestPlainRepo(t *testing.T) {
 		if r.Via != ViaDir || len(r.Dirs(root)) != 1 {
 			t.Errorf("plain repo: %+v, dirs %+v", r, r.Dirs(root))
 		}
-		if u := r.Uncovered(root); len(u) != 0 || r.HeadUncovered(root) {
+		if u := r.Uncovered(root, SavedNone); len(u) != 0 || r.HeadUncovered(root) {
 			t.Errorf("plain repo: uncovered %+v", u)
 		}
 	}
 	// A root below the top of the work tree leaves the git dir outside.
 	sub := filepath.Join(root, "sub")
-	if u := find(t, sub, env()).Uncovered(sub); len(u) != 1 || u[0].Path != filepath.Join(root, ".git") {
+	if u := find(t, sub, env()).Uncovered(sub, SavedNone); len(u) != 1 || u[0].Path != filepath.Join(root, ".git") {
 		t.Errorf("root below the work tree's top: uncovered %+v", u)
 	}
 	// Not a repository at all.
@@ -164,12 +164,12 @@ func TestLinkedWorktree(t *testing.T) {
 	if r.GitDir != filepath.Join(main, ".git", "worktrees", "wt") || r.CommonDir != filepath.Join(main, ".git") || r.Via != ViaFile {
 		t.Fatalf("linked worktree: %+v", r)
 	}
-	u := r.Uncovered(wt)
+	u := r.Uncovered(wt, SavedNone)
 	if len(u) != 2 || u[0].Path != r.GitDir || u[1].Path != r.CommonDir || !r.HeadUncovered(wt) {
 		t.Fatalf("linked worktree: uncovered %+v", u)
 	}
 	// The main worktree's protection holds both.
-	if u := find(t, main, env()).Uncovered(main); len(u) != 0 {
+	if u := find(t, main, env()).Uncovered(main, SavedNone); len(u) != 0 {
 		t.Errorf("main worktree: uncovered %+v", u)
 	}
 
@@ -206,11 +206,11 @@ func TestSubmodule(t *testing.T) {
 	if r.GitDir != filepath.Join(super, ".git", "modules", "lib") || r.CommonDir != r.GitDir || r.WorkTree != sub {
 		t.Fatalf("submodule: %+v", r)
 	}
-	if u := r.Uncovered(sub); len(u) != 1 || u[0].Path != r.GitDir {
+	if u := r.Uncovered(sub, SavedNone); len(u) != 1 || u[0].Path != r.GitDir {
 		t.Errorf("submodule as the root: uncovered %+v", u)
 	}
 	// From the superproject, the submodule's git dir is inside.
-	if u := r.Uncovered(super); len(u) != 0 {
+	if u := r.Uncovered(super, SavedNone); len(u) != 0 {
 		t.Errorf("superproject as the root: uncovered %+v", u)
 	}
 }
@@ -236,7 +236,7 @@ func TestCoreWorktreeAndGitDir(t *testing.T) {
 		if r.Via != ViaGitDir {
 			t.Errorf("via %s", r.Via)
 		}
-		if u := r.Uncovered(wt); len(u) != 1 || u[0].Path != gd {
+		if u := r.Uncovered(wt, SavedNone); len(u) != 1 || u[0].Path != gd {
 			t.Errorf("GIT_DIR: uncovered %+v", u)
 		}
 	}
@@ -252,7 +252,7 @@ func TestCoreWorktreeAndGitDir(t *testing.T) {
 	if r.WorkTree != other {
 		t.Fatalf("core.worktree: %+v", r)
 	}
-	if u := r.Uncovered(root); len(u) != 1 || u[0].Path != other {
+	if u := r.Uncovered(root, SavedNone); len(u) != 1 || u[0].Path != other {
 		t.Errorf("core.worktree elsewhere: uncovered %+v", u)
 	}
 }
@@ -272,7 +272,7 @@ func TestOddGitDirs(t *testing.T) {
 	if r.GitDir != sep || r.CommonDir != sep || r.Via != ViaFile {
 		t.Fatalf("separate git dir: %+v", r)
 	}
-	if u := r.Uncovered(wt); len(u) != 1 || u[0].Path != sep {
+	if u := r.Uncovered(wt, SavedNone); len(u) != 1 || u[0].Path != sep {
 		t.Errorf("separate git dir: uncovered %+v", u)
 	}
 
@@ -284,7 +284,7 @@ func TestOddGitDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = find(t, ln, env("GIT_WORK_TREE", ln))
-	if u := r.Uncovered(ln); len(u) != 1 || u[0].Path != filepath.Join(ln, ".git") {
+	if u := r.Uncovered(ln, SavedNone); len(u) != 1 || u[0].Path != filepath.Join(ln, ".git") {
 		t.Errorf(".git linked elsewhere: uncovered %+v", u)
 	}
 
