@@ -128,6 +128,11 @@ func putBack(want, now gitdirs.Head) string {
 // recorded before it (toBefore, an undo) or after it (a redo) while a HEAD
 // outside the root that s moved is elsewhere. Forced, it warns instead.
 func (r *Repo) checkGit(op string, s *Meta, toBefore, force bool) error {
+	if toBefore {
+		if err := r.checkGitTargets(op, s.Targets); err != nil {
+			return err
+		}
+	}
 	for _, g := range s.Git {
 		if !g.Moved() || coveredGit(s, g.GitDir) {
 			continue // unmoved, or put back with the files
@@ -175,6 +180,9 @@ func mergeGit(steps []*Meta) []GitHead {
 // back to what the undone steps left (a session's: UndoesMore, oldest
 // first, then Undoes), which HEAD must then match.
 func (r *Repo) checkRedoGit(p *Meta, force bool) error {
+	if err := r.checkGitTargets("redo", p.Targets); err != nil {
+		return err
+	}
 	var steps []*Meta
 	for _, id := range append(append([]string(nil), p.UndoesMore...), p.Undoes) {
 		s, err := r.ReadMeta(id)

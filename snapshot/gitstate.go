@@ -201,35 +201,14 @@ func readGitState(t config.Target, dir string) (gitState, error) {
 }
 
 // Restore puts back the saved HEAD, the branch it names and the index,
-// in that order of checks first: the commit must still exist (a ref is
-// never left naming a missing object), the branch must not be checked
-// out by another worktree that moved it, and git must not hold the
-// index's lock. Each step sets a value, so running it again finishes it.
+// after checks (restorable): each step sets a value, so running it again
+// finishes it.
 func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string) error {
-	g, err := b.repoFor(t, root)
-	if err != nil {
-		return err
-	}
-	st, err := readGitState(t, dir)
+	g, st, err := b.restorable(t, root, dir)
 	if err != nil {
 		return err
 	}
 	h := st.Head
-	if h.OID != "" {
-		if _, err := runGit(g, root, "cat-file", "-e", h.OID+"^{commit}"); err != nil {
-			return fmt.Errorf("%s: commit %s is not in the repository any more (pruned?): HEAD is left as it is", t.Name, h.OID)
-		}
-	}
-	if h.Ref != "" {
-		if other, err := checkedOutElsewhere(g, h.Ref); err != nil {
-			return fmt.Errorf("%s: %w", t.Name, err)
-		} else if other != "" {
-			return fmt.Errorf("%s: %s is checked out in the worktree of %s: its ref is left as it is", t.Name, h.Ref, other)
-		}
-	}
-	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil {
-		return fmt.Errorf("%s: %s exists: git is working on the index (or crashed: remove it)", t.Name, filepath.Join(g.GitDir, "index.lock"))
-	}
 	if h.Ref != "" {
 		args := []string{"update-ref", "-m", "snapback: restore", h.Ref, h.OID}
 		if h.OID == "" {
@@ -251,6 +230,57 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 	}
 	if err := restoreIndex(g.GitDir, dir, st.Index); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
+	}
+	return nil
+}
+
+// restorable checks, changing nothing, that a payload can be restored:
+// it names the git dir found from root, the commit it points to still
+// exists (a ref is never left naming a missing object), its branch is
+// not checked out by another worktree, and git does not hold the index's
+// lock. Undo and redo ask it before the files move (checkGitTargets).
+func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo, gitState, error) {
+	g, err := b.repoFor(t, root)
+	if err != nil {
+		return nil, gitState{}, err
+	}
+	st, err := readGitState(t, dir)
+	if err != nil {
+		return nil, st, err
+	}
+	h := st.Head
+	if h.OID != "" {
+		if _, err := runGit(g, root, "cat-file", "-e", h.OID+"^{commit}"); err != nil {
+			return nil, st, fmt.Errorf("%w: %s: commit %s is not in the repository any more (pruned?): HEAD cannot go back to it", backends.ErrTarget, t.Name, h.OID)
+		}
+	}
+	if h.Ref != "" {
+		if other, err := checkedOutElsewhere(g, h.Ref); err != nil {
+			return nil, st, fmt.Errorf("%s: %w", t.Name, err)
+		} else if other != "" {
+			return nil, st, fmt.Errorf("%w: %s: %s is checked out in the worktree of %s: its ref is left as it is", backends.ErrTarget, t.Name, h.Ref, other)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil {
+		return nil, st, fmt.Errorf("%w: %s: %s exists: git is working on the index (or crashed: remove it)", backends.ErrTarget, t.Name, filepath.Join(g.GitDir, "index.lock"))
+	}
+	return g, st, nil
+}
+
+// checkGitTargets refuses, before anything moves, an undo or redo whose
+// git state cannot be restored: the files would move and HEAD not.
+func (r *Repo) checkGitTargets(op string, states []TargetState) error {
+	for _, s := range states {
+		if s.Backend != gitBackendName {
+			continue
+		}
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if _, _, err := (gitBackend{}).restorable(t, r.Root, r.path(s.Payload, "data")); err != nil {
+			return fmt.Errorf("%s refused: %w", op, err)
+		}
 	}
 	return nil
 }
