@@ -22,7 +22,8 @@ import (
 // The git state outside the root.
 //
 // Where a linked worktree's or a submodule's HEAD lives outside the root
-// (package gitdirs), a copy-mode run, a checkpoint and a snap save this
+// (package gitdirs) and the root is its work tree's top, a copy-mode
+// run, a checkpoint and a snap save this
 // worktree's git state as an implicit target, so that undo, redo and
 // restore put it back with the files: HEAD, the index, and the one ref
 // HEAD names (the branch). Nothing else is saved or touched: other
@@ -60,10 +61,12 @@ func gitTarget(gitDir string) config.Target {
 }
 
 // withGitTarget is ts and, where HEAD lives outside the root, the
-// implicit git target.
+// implicit git target. Only where the root is the top of git's work tree:
+// below it, HEAD and the index also speak for files outside the root,
+// which an undo must not revert (there undo refuses instead: checkGit).
 func (r *Repo) withGitTarget(ts []config.Target) []config.Target {
 	g, err := gitdirs.Find(r.Root, os.Getenv)
-	if err != nil || g == nil || !g.HeadUncovered(r.Root) {
+	if err != nil || g == nil || !g.HeadUncovered(r.Root) || !g.TopIsRoot(r.Root) {
 		return ts
 	}
 	if _, err := g.ReadHead(); err != nil {

@@ -130,8 +130,8 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	// Said once the mode is known: a copy-mode run saves HEAD, an
 	// overlay run does not.
 	saved := gitdirs.SavedNone
-	if res.Recorded != nil && savedBy(res.Recorded) == gitdirs.SavedHead || res.Recorded == nil && (res.Mode == "copy" || res.Mode == snapshot.ModeBtrfs) {
-		saved = gitdirs.SavedHead
+	if res.Recorded != nil {
+		saved = savedBy(res.Recorded)
 	}
 	unc := g.noteUncovered(repo.Root, saved)
 	oerr := runOutcome(g, res, err)

@@ -99,6 +99,13 @@ func (r *Repo) HeadUncovered(root string) bool {
 	return !within(resolved(r.GitDir), root) || !within(resolved(r.CommonDir), root)
 }
 
+// TopIsRoot reports whether the top of git's work tree is root itself
+// (not an ancestor of it, nor elsewhere): then HEAD and the index speak
+// for the root's files alone.
+func (r *Repo) TopIsRoot(root string) bool {
+	return r.WorkTree != "" && resolved(r.WorkTree) == resolved(root)
+}
+
 // resolved is p with its symbolic links resolved, as far as they can be:
 // a `.git` linked elsewhere is elsewhere.
 func resolved(p string) string {
