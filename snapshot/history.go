@@ -161,6 +161,9 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := r.checkGitTargets("restore", s.Targets); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreRestore, s.Scope)
 	if err != nil {
 		return nil, nil, err
