@@ -73,6 +73,9 @@ func (r *Repo) seeGit() []GitHead {
 func (r *Repo) sawGit(gs []GitHead) []GitHead {
 	out := make([]GitHead, 0, len(gs))
 	for _, g := range gs {
+		if g.validate() != nil {
+			continue // a pending run's record is input too: a bad entry says nothing
+		}
 		g.After = nil
 		if repo, err := gitdirs.Open(g.GitDir); err == nil {
 			if h, err := repo.ReadHead(); err == nil {
