@@ -72,6 +72,9 @@ func (r *Repo) withGitTarget(ts []config.Target) []config.Target {
 	if _, err := g.ReadHead(); err != nil {
 		return ts // (reftable, say): seeGit warns
 	}
+	if ok, _ := (gitBackend{}).Available(); !ok {
+		return ts // no git to restore with: undo refuses instead (checkGit)
+	}
 	return append(append([]config.Target(nil), ts...), gitTarget(g.GitDir))
 }
 
