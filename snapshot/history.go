@@ -95,6 +95,9 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			return nil, nil, ErrNothingToUndo
 		}
 	}
+	if err := r.checkGit("undo", s, true, force); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreUndo, s.Scope)
 	if err != nil {
 		return nil, nil, err
@@ -229,6 +232,9 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 		return nil, nil, ErrNothingToRedo
 	}
 	p := h.Redo[len(h.Redo)-1]
+	if err := r.checkRedoGit(p, force); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreRedo, p.Scope)
 	if err != nil {
 		return nil, nil, err
@@ -249,6 +255,9 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 	}
 	s, err := r.Resolve(ref)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.checkGitTargets("restore", s.Targets); err != nil {
 		return nil, nil, err
 	}
 	rec, err := r.newMeta(KindPreRestore, s.Scope)

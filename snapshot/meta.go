@@ -96,6 +96,10 @@ type Meta struct {
 	// devices its command left that the record does not carry: undo
 	// leaves them where they are.
 	Skipped []Skipped `json:"skipped,omitempty"`
+	// Git, for a step taken where HEAD lives outside the root (a linked
+	// worktree, a submodule), is what HEAD was before and after it
+	// (gitseen.go): undo refuses to leave the files disagreeing with it.
+	Git []GitHead `json:"git,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
@@ -180,6 +184,9 @@ func (m *Meta) validate() error {
 		}
 	}
 	if err := m.validateCheckpoint(); err != nil {
+		return err
+	}
+	if err := m.validateGit(); err != nil {
 		return err
 	}
 	if m.Files < 0 || m.Bytes < 0 {

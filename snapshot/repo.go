@@ -148,7 +148,7 @@ func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
 		return nil, err
 	}
 	meta.Message = message
-	if meta.Targets, err = r.snapTargets(meta.ID, r.Targets); err != nil {
+	if meta.Targets, err = r.snapTargets(meta.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, err
 	}
 	if err := r.snapInto(meta); err != nil {

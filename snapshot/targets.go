@@ -98,7 +98,7 @@ func (r *Repo) CheckTargets() error {
 
 func (r *Repo) checkTargets(ts []config.Target) error {
 	for _, t := range ts {
-		b, err := backends.Get(t.Backend)
+		b, err := backendOf(t.Backend)
 		if err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 		if err := os.Mkdir(data, 0o700); err != nil {
 			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
 		}
-		be, err := backends.Get(t.Backend)
+		be, err := backendOf(t.Backend)
 		if err != nil {
 			return fail(err)
 		}
@@ -207,7 +207,7 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 		if err != nil {
 			return err
 		}
-		b, err := backends.Get(t.Backend)
+		b, err := backendOf(t.Backend)
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func (r *Repo) releasePayloads(owner string) error {
 	for _, e := range ents {
 		rel := filepath.Join("targets", owner, e.Name())
 		if t, err := r.payloadTarget(rel); err == nil {
-			if b, err := backends.Get(t.Backend); err == nil {
+			if b, err := backendOf(t.Backend); err == nil {
 				if err := b.Release(r.ctx(), t, r.Root, r.path(rel, "data")); err != nil {
 					return fmt.Errorf("release target %s: %w", TargetName(t), err)
 				}

@@ -67,12 +67,13 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		return nil, err
 	}
 	m.Command, m.Mode, m.State = command, mode, StateRunning
+	m.Git = r.seeGit()
 	f, err := r.lockRun(m.ID)
 	if err != nil {
 		return nil, err
 	}
 	run := &TreeRun{Meta: m, lock: f}
-	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		run.release(r)
 		return nil, err
 	}
@@ -210,6 +211,10 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 // was done to them cannot be seen, so a record with targets always stays),
 // it removes the record instead and reports dropped: no undo step.
 func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
+	m.Git = r.sawGit(m.Git)
+	if err := r.dropUnchangedGit(m); err != nil {
+		return false, err
+	}
 	after, err := r.LoadManifest(m.After)
 	if err != nil {
 		return false, err

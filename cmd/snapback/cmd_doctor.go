@@ -31,7 +31,7 @@ func modes(root string) []modeJSON {
 func newDoctorCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Say which isolation modes work on this machine, and why not",
+		Short: "Say which isolation modes work on this machine, and what the project's protection covers",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			root, err := g.rootDir()
@@ -39,8 +39,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			ms := modes(root)
+			pr := protection(root)
 			if g.json {
-				return g.printJSON(map[string]any{"modes": ms})
+				return g.printJSON(map[string]any{"modes": ms, "root": root, "covered": pr.Covered, "uncovered": pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
@@ -65,7 +66,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			} else {
 				fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return printProtection(g, pr)
 		},
 	}
 }

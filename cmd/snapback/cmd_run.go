@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/runner/isolation"
 	"github.com/snapback/snapback/snapshot"
@@ -130,18 +131,25 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if err == nil {
 		retain(g, repo, cfg)
 	}
+	// Said once the mode is known: a copy-mode run saves HEAD, an
+	// overlay run does not.
+	saved := gitdirs.SavedNone
+	if res.Recorded != nil {
+		saved = savedBy(res.Recorded)
+	}
+	unc := g.noteUncovered(repo.Root, saved)
 	oerr := runOutcome(g, repo, res, err)
 	if err != nil {
 		return oerr // the error says what happened, JSON under --json
 	}
 	g.summarize(runSummary(res))
 	if o.result != "" {
-		if werr := writeResult(o.result, res); werr != nil {
+		if werr := writeResult(o.result, res, unc); werr != nil {
 			return werr
 		}
 	} else if g.json {
 		// The last line of stderr: the command's stdout stays its own.
-		b, jerr := json.Marshal(versioned(runResultJSON(res)))
+		b, jerr := json.Marshal(versioned(runResultJSON(res, unc)))
 		if jerr != nil {
 			return jerr
 		}
@@ -184,15 +192,17 @@ type runResult struct {
 	Changes    map[string]int         `json:"changes"`
 	Targets    []snapshot.TargetState `json:"targets"`
 	Skipped    []snapshot.Skipped     `json:"skipped"`
+	// Uncovered are the directories the run's protection does not hold.
+	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
 }
 
 // changeKinds names DiffManifests' ops in the result.
 var changeKinds = map[string]string{"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}
 
-func runResultJSON(res runner.Result) runResult {
+func runResultJSON(res runner.Result, unc uncoveredJSON) runResult {
 	r := runResult{ID: res.ID, Mode: res.Mode, ExitStatus: res.Status, State: res.State,
 		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets,
-		Skipped: skippedJSON(res.Skipped)}
+		Skipped: skippedJSON(res.Skipped), Uncovered: unc}
 	if res.Snapshot != "" {
 		r.Snapshot = &res.Snapshot
 	}
@@ -207,8 +217,8 @@ func runResultJSON(res runner.Result) runResult {
 
 // writeResult writes the result to path whole or not at all, so that a
 // script that finds the file can read it.
-func writeResult(path string, res runner.Result) error {
-	b, err := json.MarshalIndent(versioned(runResultJSON(res)), "", "  ")
+func writeResult(path string, res runner.Result, unc uncoveredJSON) error {
+	b, err := json.MarshalIndent(versioned(runResultJSON(res, unc)), "", "  ")
 	if err != nil {
 		return err
 	}

@@ -116,8 +116,9 @@ func runUndoPaths(g *globals, ref string, paths []string, o undoOptions) error {
 }
 
 func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapshot.Meta) error {
+	unc := g.noteUncovered(repo.Root, savedBy(s))
 	if g.json {
-		return g.printJSON(map[string]any{"snapshot": snapJSON(s, verb == "undid"), "saved": snapJSON(saved, false)})
+		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(s, verb == "undid"), "saved": snapJSON(saved, false)}, unc))
 	}
 	what := s.Message
 	if what == "" && len(s.Command) > 0 {
@@ -161,12 +162,14 @@ func runUndoSession(g *globals, o undoOptions) error {
 			Snapshot  snapshotJSON   `json:"snapshot"`
 			Snapshots []snapshotJSON `json:"snapshots"`
 			Saved     snapshotJSON   `json:"saved"`
-		}{Session: o.session, Snapshot: snapJSON(steps[len(steps)-1], true), Saved: snapJSON(saved, false)}
+			Uncovered uncoveredJSON  `json:"uncovered,omitempty"`
+		}{Session: o.session, Snapshot: snapJSON(steps[len(steps)-1], true), Saved: snapJSON(saved, false), Uncovered: g.noteUncovered(repo.Root, savedBy(steps[0]))}
 		for i := len(steps) - 1; i >= 0; i-- {
 			out.Snapshots = append(out.Snapshots, snapJSON(steps[i], true))
 		}
 		return g.printJSON(out)
 	}
+	g.noteUncovered(repo.Root, savedBy(steps[0]))
 	fmt.Fprintf(g.stdout, "undid session %s: %d checkpoint(s), %s to %s (previous state saved as %s)\n",
 		oneLine(o.session), len(steps), steps[0].ID, steps[len(steps)-1].ID, saved.ID)
 	if g.summary() {

@@ -249,6 +249,8 @@ func classify(err error) (int, string) {
 		return 1, "conflict"
 	case errors.As(err, &pe):
 		return 1, "pending"
+	case errors.As(err, new(*snapshot.GitMovedError)):
+		return 1, "git_moved" // refused, nothing changed: HEAD outside the root would disagree
 	case errors.Is(err, snapshot.ErrNothingToUndo), errors.Is(err, snapshot.ErrNothingToRedo):
 		return 1, "nothing_to_do"
 	case errors.Is(err, snapshot.ErrRunning):
