@@ -67,7 +67,7 @@ func TestHostileStore(t *testing.T) {
 // and changing ones alike. S1 stands for the first snapshot's id.
 var hostileVerbs = [][]string{
 	{"list"}, {"status"}, {"diff"}, {"check"}, {"snap", "-m", "h"}, {"undo"}, {"redo"},
-	{"restore", "S1"}, {"gc", "--keep", "1"}, {"recover"},
+	{"restore", "S1"}, {"gc", "--keep", "10"}, {"recover"},
 	{"checkpoint", "begin", "-m", "c"}, {"checkpoint", "end"},
 	{"run", "--mode", "copy", "--", "sh", "-c", "echo z > c"},
 }
@@ -127,8 +127,10 @@ func hostileCase(t *testing.T, bin, rel, kind string) {
 	}
 	after := verbs("after check --repair")
 	for v, r := range after {
-		if strings.Contains(r.stderr, "refusing store") {
-			t.Errorf("after check --repair, %s still refuses the store: %s", v, r.stderr)
+		// A history set aside whole (a foreign store, snapshots/ not a
+		// directory) has no S1 any more; anything else must work.
+		if (r.code == 2 || r.code == 125) && !strings.Contains(r.stderr, "no such snapshot") {
+			t.Errorf("after check --repair, %s still fails: exit %d: %s", v, r.code, r.stderr)
 		}
 	}
 	if got := treeSum(t, out); got != before {
@@ -199,7 +201,14 @@ func plantHostile(t *testing.T, path, sentinel, kind string) {
 		treetest.Must(t, os.RemoveAll(path))
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
 		treetest.Must(t, err)
-		treetest.Must(t, f.Truncate(8<<30))
+		size := int64(8 << 30)
+		if filepath.Base(filepath.Dir(filepath.Dir(path))) == "objects" {
+			// An object: just over every bound of a whole read (1 GiB).
+			// `check` re-hashes every object in full, so 8 GiB would cost
+			// it seconds of reading zeros at each call.
+			size = 1<<30 + 1
+		}
+		treetest.Must(t, f.Truncate(size))
 		treetest.Must(t, f.Close())
 	}
 }
