@@ -129,7 +129,11 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		// replaced by an empty one, so that every verb works again.
 		moved, err := snapshot.SetAsideUntrusted(root)
 		for _, m := range moved {
-			fmt.Fprintln(g.stdout, oneLine(m))
+			if g.json { // stdout holds the one JSON object
+				fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(m))
+			} else {
+				fmt.Fprintln(g.stdout, oneLine(m))
+			}
 		}
 		if err != nil {
 			return nil, nil, err
