@@ -45,6 +45,9 @@ import (
 // finish an operation, deleting and writing tree files, so one found in a
 // store that cannot prove it was made here is refused (check --repair sets
 // it aside, its interrupted operation then unfinished but nothing lost).
+// The same adoption is the user's way to vouch for a store refused as
+// copied (a project copied with cp -a, or a filesystem whose inode
+// numbers change at each mount): delete the identity record.
 
 // UntrustedPrefix begins the name, in the root, of a store check --repair
 // set aside whole; no snapshot holds it and no restore touches it.
