@@ -397,6 +397,11 @@ func (s *Store) openStaged(opID string, id ObjectID) (*os.File, error) {
 // adoptStaged makes the staged links of opID objects. Idempotent.
 func (s *Store) adoptStaged(opID string) error {
 	dir := s.stagingDir(opID)
+	// The staging area must be the store's own directory: a symlink there
+	// would make outside files objects (moving them away).
+	if st, err := os.Lstat(dir); err == nil && !st.IsDir() {
+		return &UntrustedError{Path: dir, Reason: "is not a directory"}
+	}
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
