@@ -46,9 +46,12 @@ func (si statInfo) key() statKey {
 	return statKey{Size: si.Size, Mtime: si.Mtime, Ctime: si.Ctime, Ino: si.Ino, Dev: si.Dev, Mode: si.Mode}
 }
 
-// excluded reports paths no snapshot ever holds: the store and restore temps.
+// excluded reports paths no snapshot ever holds: the store, a store set
+// aside as untrusted (check --repair: never captured, never deleted by a
+// restore) and restore temps.
 func excluded(path string) bool {
-	return path == StoreDir || strings.HasPrefix(Base(path), TempPrefix)
+	return path == StoreDir || strings.HasPrefix(path, UntrustedPrefix) && !strings.Contains(path, "/") ||
+		strings.HasPrefix(Base(path), TempPrefix)
 }
 
 // scanner reads the tree into manifests, storing (or only hashing) the

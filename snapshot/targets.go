@@ -176,7 +176,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 // payloadTarget reads the settings a payload was taken with.
 func (r *Repo) payloadTarget(rel string) (config.Target, error) {
 	var t config.Target
-	b, err := readLimited(r.path(rel, "target.json"), maxPayloadSize)
+	b, err := r.readFile(r.path(rel, "target.json"), maxPayloadSize)
 	if err != nil {
 		return t, fmt.Errorf("target payload %s: target.json: %w", rel, err)
 	}

@@ -39,8 +39,7 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 	if err := os.MkdirAll(r.runDir(id), 0o700); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	fsutil.Mutating()
-	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := r.openLockFile("runs/" + id + "/lock")
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
@@ -116,8 +115,7 @@ type TreeLock struct{ f *os.File }
 
 // TryLockTree takes the tree lock, or returns ErrTreeBusy at once.
 func (r *Repo) TryLockTree() (*TreeLock, error) {
-	fsutil.Mutating()
-	f, err := os.OpenFile(r.path("treerun.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := r.openLockFile("treerun.lock")
 	if err != nil {
 		return nil, fmt.Errorf("lock tree: %w", err)
 	}
@@ -155,7 +153,7 @@ func (r *Repo) TreeRunning() *Meta {
 
 // alive reports whether the process running id still holds its lock.
 func (r *Repo) alive(id string) bool {
-	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR, 0)
+	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false // no lock file: its process is gone
 	}

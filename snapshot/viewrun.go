@@ -177,7 +177,7 @@ func (r *Repo) PendingRuns() ([]*ViewRun, error) {
 	}
 	var out []*ViewRun
 	for _, e := range ents {
-		b, err := readLimited(r.pendingPath(e.Name()), maxRunSize)
+		b, err := r.readFile(r.pendingPath(e.Name()), maxRunSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // a copy-mode run's lock directory, or not ours
 		}
@@ -447,7 +447,7 @@ func (r *Repo) changedSince(p *ViewRun, cur Manifest) []string {
 // sameAsGitIndexCopy reports whether the project's git index stages what
 // it did when run id started.
 func (r *Repo) sameAsGitIndexCopy(id string) bool {
-	x, err := readLimited(r.gitIndexCopy(id), maxGitIndex)
+	x, err := r.readFile(r.gitIndexCopy(id), maxGitIndex)
 	if err != nil {
 		return false
 	}

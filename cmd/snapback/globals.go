@@ -128,6 +128,24 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	if err != nil {
 		return nil, nil, err
 	}
+	if what == "check --repair" {
+		// A store refused as untrusted (a symlink or a stranger's file in
+		// it, or a store not made here: trust.go in package snapshot) is
+		// set aside first, nothing deleted; a store set aside whole is
+		// replaced by an empty one, so that every verb works again.
+		moved, err := snapshot.SetAsideUntrusted(root)
+		for _, m := range moved {
+			if g.json { // stdout holds the one JSON object
+				fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(m))
+			} else {
+				fmt.Fprintln(g.stdout, oneLine(m))
+			}
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		create = create || len(moved) > 0
+	}
 	if !create {
 		if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("%s: %w", root, snapshot.ErrNoStore)

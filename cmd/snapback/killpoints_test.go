@@ -369,6 +369,12 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		if out, err := exec.Command("cp", "-a", tpl, dir).CombinedOutput(); err != nil {
 			t.Fatalf("cp -a: %v\n%s", err, out)
 		}
+		// A copied store is not the one made for its root (new inodes):
+		// without its identity record it is adopted, as one an older
+		// snapback made (the template holds no journal).
+		if err := os.Remove(filepath.Join(dir, sc.project, ".snapback", "identity")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
 		return dir
 	}
 	// The uninterrupted operation gives the state after it.

@@ -268,6 +268,8 @@ func classify(err error) (int, string) {
 		return 2, "no_store"
 	case errors.Is(err, snapshot.ErrLocked):
 		return 2, "locked"
+	case errors.Is(err, snapshot.ErrUntrusted):
+		return 2, "untrusted_store"
 	case errors.Is(err, snapshot.ErrDamaged):
 		return 2, "damaged"
 	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
