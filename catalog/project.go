@@ -26,7 +26,9 @@ func ProjectID(root string, create bool) (string, error) {
 	store := filepath.Join(root, snapshot.StoreDir)
 	p := filepath.Join(store, ProjectIDFile)
 	for try := 0; try < 2; try++ {
-		b, err := os.ReadFile(p)
+		// Bounded, never through a link, never waiting on a FIFO: the
+		// store is input from outside.
+		b, err := fsutil.ReadFileLimit(p, 4096)
 		if err == nil {
 			id := strings.TrimSpace(string(b))
 			if !projectIDRE.MatchString(id) {
