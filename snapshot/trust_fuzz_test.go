@@ -254,6 +254,9 @@ func cleanRel(b []byte) string {
 func (o plantOp) plant(store, sentinel string) {
 	p := store
 	if o.rel != "." {
+		if fi, err := os.Lstat(store); err != nil || !fi.IsDir() {
+			return // the store itself was replaced by an earlier op
+		}
 		steps := strings.Split(o.rel, "/")
 		for _, s := range steps[:len(steps)-1] {
 			p = filepath.Join(p, s)
