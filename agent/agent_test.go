@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
 )
 
 func TestMessage(t *testing.T) {
@@ -41,6 +44,7 @@ func TestDecide(t *testing.T) {
 		{ClaudeCode, "PreToolUse", "mcp__fs__write", None},
 		{ClaudeCode, "SubagentStop", "", None},
 		{ClaudeCode, "Stop", "", Close},
+		{ClaudeCode, "StopFailure", "", Close},
 		{ClaudeCode, "SessionEnd", "", CloseSession},
 		{ClaudeCode, "Notification", "", None},
 		{GeminiCLI, "BeforeAgent", "", NoteTurn},
@@ -67,8 +71,8 @@ func TestTurnNote(t *testing.T) {
 		t.Fatalf("the note read back: %+v %v", tn, err)
 	}
 	// Another session's note planted under this one's name is refused.
-	other := turnPath(store, "claude-code", "s2")
-	b, _ := os.ReadFile(turnPath(store, "claude-code", "s/../1"))
+	other := filepath.Join(store, TurnDir, turnName("claude-code", "s2"))
+	b, _ := os.ReadFile(filepath.Join(store, TurnDir, turnName("claude-code", "s/../1")))
 	if err := os.WriteFile(other, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +99,56 @@ func TestTurnNote(t *testing.T) {
 	}
 }
 
+// TestTurnNoteHostile: what is in a note's place is refused at once,
+// never waited on or followed: a FIFO (opening it for reading would block
+// until a writer came: the agent's tool call would wait for the harness's
+// timeout), a symbolic link to a file outside, a huge file; and an agent
+// directory that is a symbolic link is not written through.
+func TestTurnNoteHostile(t *testing.T) {
+	outside := t.TempDir()
+	treetest.Write(t, outside, "victim.json", `{"version":1,"harness":"claude-code","session":"s","message":"planted"}`, 0o600)
+	for what, plant := range map[string]func(p string) error{
+		"a FIFO":          func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"a symbolic link": func(p string) error { return os.Symlink(filepath.Join(outside, "victim.json"), p) },
+		"a huge file": func(p string) error {
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				return err
+			}
+			return os.Truncate(p, 1<<30)
+		},
+		"a directory": func(p string) error { return os.Mkdir(p, 0o700) },
+	} {
+		t.Run(what, func(t *testing.T) {
+			store := t.TempDir()
+			treetest.Must(t, os.Mkdir(filepath.Join(store, TurnDir), 0o700))
+			treetest.Must(t, plant(filepath.Join(store, TurnDir, turnName("claude-code", "s"))))
+			done := make(chan error, 1)
+			go func() { _, err := LoadTurn(store, "claude-code", "s"); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("LoadTurn over %s: %v, want a one-line refusal", what, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("LoadTurn over %s blocked", what)
+			}
+		})
+	}
+	t.Run("agent is a symbolic link", func(t *testing.T) {
+		store := t.TempDir()
+		treetest.Must(t, os.Symlink(outside, filepath.Join(store, TurnDir)))
+		if err := SaveTurn(store, Turn{Harness: "claude-code", Session: "s", Message: "m"}); err == nil {
+			t.Fatal("SaveTurn wrote through a symbolic link")
+		}
+		if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+			t.Fatalf("the directory outside changed: %v", ents)
+		}
+		if _, err := LoadTurn(store, "claude-code", "s"); err == nil {
+			t.Fatal("LoadTurn read through a symbolic link")
+		}
+	})
+}
+
 // bare drops what uninstall cannot tell from its own leftovers: empty
 // event lists in "hooks", and "hooks" when that leaves it empty.
 func bare(doc *node) *node {
@@ -115,6 +169,66 @@ func bare(doc *node) *node {
 	return doc
 }
 
+// filled counts the empty containers install fills (and uninstall, left
+// with an empty one, removes): an empty file or root, an empty "hooks",
+// an empty event list.
+func filled(h *Harness, doc *node) int {
+	if doc.start < 0 || len(doc.keys) == 0 {
+		return 1
+	}
+	hooks := doc.get("hooks")
+	if hooks == nil {
+		return 0
+	}
+	if len(hooks.keys) == 0 {
+		return 1
+	}
+	n := 0
+	for _, ev := range h.Install {
+		if g := hooks.get(ev); g != nil && g.kind == '[' && len(g.elems) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSettingsKept: install splices its hooks into the file's own bytes
+// (a lone surrogate escape, `\u0026`, a number's digits, tabs and the
+// file's layout stay as written), and uninstall gives the file back
+// byte for byte; duplicate keys are refused naming their line.
+func TestSettingsKept(t *testing.T) {
+	user := "{\n\t\"permissions\": {\"allow\": [\"Bash(a \\u0026\\u0026 b)\"]},\n\t\"note\": \"\\ud800 lone\",\n\t\"n\": 1.50e3,\n" +
+		"\t\"hooks\": {\n\t\t\"Stop\": [{\"hooks\": [{\"type\": \"command\", \"command\": \"./mine \\udfff\"}]}]\n\t}\n}\n"
+	// The same with lines ending in CR LF: new lines end so too.
+	for _, user := range []string{user, strings.ReplaceAll(user, "\n", "\r\n")} {
+		for _, h := range Harnesses {
+			c, err := change(h.Settings, []byte(user), h.install)
+			if err != nil || !c.Changed() {
+				t.Fatalf("%s install: %v %v", h.Name, c, err)
+			}
+			for _, kept := range []string{`\ud800 lone`, `\u0026\u0026`, `1.50e3`, `./mine \udfff`, "\t\"n\": "} {
+				if !bytes.Contains(c.New, []byte(kept)) {
+					t.Errorf("%s install lost %q:\n%s", h.Name, kept, c.New)
+				}
+			}
+			if _, err := parseSettings(c.New, h.Settings); err != nil {
+				t.Fatalf("%s install wrote what it cannot read: %v\n%s", h.Name, err, c.New)
+			}
+			if strings.Contains(user, "\r") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
+				t.Errorf("%s install mixed line ends into a CR LF file:\n%q", h.Name, c.New)
+			}
+			back, err := change(h.Settings, c.New, h.uninstall)
+			if err != nil || string(back.New) != user {
+				t.Fatalf("%s uninstall after install: %v\n%s\nwant\n%s", h.Name, err, back.New, user)
+			}
+		}
+	}
+	dup := "{\n  \"hooks\": {},\n  \"model\": \"x\",\n  \"hooks\": {\"Stop\": []}\n}\n"
+	if _, err := change(".claude/settings.json", []byte(dup), ClaudeCode.install); err == nil || err.Error() != `.claude/settings.json:4: duplicate key "hooks"` {
+		t.Fatalf("duplicate hooks: %v", err)
+	}
+}
+
 // FuzzSettings: any settings file is either refused with a line number
 // and left alone, or install then uninstall gives back the document that
 // uninstall alone gives (the file itself when it held no hook of
@@ -125,6 +239,12 @@ func FuzzSettings(f *testing.F) {
 		`{}`, ``, `{"hooks": {}}`, `{"a": 1, "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "x && y"}]}]}, "z": [1.50, "é\u00e9", null]}`,
 		`{"hooks": {"enabled": true, "PreToolUse": [{"matcher": "*", "hooks": [{"command": "snapback agent hook claude-code"}]}]}}`,
 		`{"hooks": []}`, `[1]`, `{"a": }`, `{"a": 1} {}`,
+		// A lone surrogate and escapes a re-encoding would change.
+		`{"a": "\ud800 \u0026 \/", "hooks": {"Stop": [{"hooks": [{"command": "x \udfff"}]}]}, "n": 1.50e3}`,
+		// Duplicate keys, at the top and deeper.
+		`{"hooks": {}, "hooks": {"Stop": []}}`, `{"a": {"b": 1, "b": 2}}`, `{"hooks": {"Stop": [], "Stop": []}}`,
+		"{\n\t\"x\": [1,2],\n\t\"hooks\": {\"PreToolUse\": [ ]}\n}\n",
+		"{\r\n  \"a\": 1,\r\n  \"hooks\": {\r\n    \"Stop\": [\r\n      {\"hooks\": []}\r\n    ]\r\n  }\r\n}\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -133,10 +253,18 @@ func FuzzSettings(f *testing.F) {
 			rel := h.Settings
 			c, err := change(rel, data, h.install)
 			if err != nil {
-				if !strings.HasPrefix(err.Error(), rel+":") {
-					t.Fatalf("the error does not name the file: %v", err)
+				if !strings.HasPrefix(err.Error(), rel+":") || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("the error is not one line naming the file: %v", err)
 				}
 				continue
+			}
+			doc, _ := parseSettings(data, rel)
+			hooks := doc.get("hooks")
+			if hooks != nil && c.Changed() {
+				// Every byte outside the hooks is the user's, as it was.
+				if !bytes.HasPrefix(c.New, data[:hooks.start]) || !bytes.HasSuffix(c.New, data[hooks.end:]) {
+					t.Fatalf("install changed bytes outside the hooks:\n%s\nbecame\n%s", data, c.New)
+				}
 			}
 			again, err := change(rel, c.New, h.install)
 			if err != nil || again.Changed() {
@@ -162,6 +290,68 @@ func FuzzSettings(f *testing.F) {
 			if w, g := bare(want).encode("  "), bare(got).encode("  "); !bytes.Equal(w, g) {
 				t.Fatalf("install then uninstall changed the document:\n%s\nbecame\n%s", w, g)
 			}
+			// A file that held none of snapback's hooks and nothing empty
+			// for install to fill is back byte for byte.
+			if !alone.Changed() && filled(h, doc) == 0 && !bytes.Equal(back.New, data) {
+				t.Fatalf("install then uninstall is not a no-op:\n%q\nbecame\n%q", data, back.New)
+			}
 		}
 	})
+}
+
+// TestInstallInPlace: install changes the settings file in place, after
+// a backup: its inode (a hard link to it still shows the change), owner
+// and mode stay (an install run as root must not take the user's file
+// away from them), and the backup goes. A backup left by an edit cut
+// short is named and never passed over. A FIFO in the file's place is
+// refused at once.
+func TestInstallInPlace(t *testing.T) {
+	root := t.TempDir()
+	rel := ClaudeCode.LocalSettings
+	path := filepath.Join(root, rel)
+	treetest.Write(t, root, rel, "{\n  \"model\": \"opus\"\n}\n", 0o640)
+	link := filepath.Join(root, "elsewhere.json")
+	treetest.Must(t, os.Link(path, link))
+	if os.Geteuid() == 0 {
+		treetest.Must(t, os.Chown(path, 12345, 23456))
+	}
+	var before syscall.Stat_t
+	treetest.Must(t, syscall.Stat(path, &before))
+	if _, err := ClaudeCode.InstallHooks(root, rel, true); err != nil {
+		t.Fatal(err)
+	}
+	var after syscall.Stat_t
+	treetest.Must(t, syscall.Stat(path, &after))
+	if after.Ino != before.Ino || after.Uid != before.Uid || after.Gid != before.Gid || after.Mode != before.Mode || after.Nlink != 2 {
+		t.Fatalf("install replaced the file: inode %d→%d, owner %d:%d→%d:%d, mode %o→%o, links %d",
+			before.Ino, after.Ino, before.Uid, before.Gid, after.Uid, after.Gid, before.Mode, after.Mode, after.Nlink)
+	}
+	if b, _ := os.ReadFile(link); !bytes.Contains(b, []byte(ClaudeCode.Command())) {
+		t.Fatalf("the hard link does not show the hooks:\n%s", b)
+	}
+	if _, err := os.Lstat(path + BackupSuffix); !os.IsNotExist(err) {
+		t.Fatalf("the backup stayed: %v", err)
+	}
+
+	treetest.Write(t, root, rel+BackupSuffix, "{}\n", 0o600)
+	if _, err := ClaudeCode.UninstallHooks(root, rel, true); err == nil || !strings.Contains(err.Error(), rel+BackupSuffix+" is there") {
+		t.Fatalf("a leftover backup: %v", err)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Contains(b, []byte(ClaudeCode.Command())) {
+		t.Fatal("the file changed though a backup was in the way")
+	}
+
+	fifo := filepath.Join(root, ".gemini", "settings.json")
+	treetest.Must(t, os.MkdirAll(filepath.Dir(fifo), 0o755))
+	treetest.Must(t, syscall.Mkfifo(fifo, 0o644))
+	done := make(chan error, 1)
+	go func() { _, err := GeminiCLI.InstallHooks(root, GeminiCLI.Settings, true); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || err.Error() != ".gemini/settings.json: not a regular file (a named pipe)" {
+			t.Fatalf("a FIFO: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("install blocked on a FIFO")
+	}
 }

@@ -18,17 +18,25 @@
 // (snapshot.Repo.BeginCheckpoint), later ones find it open; the turn's
 // end closes it (EndCheckpoint) into one undo step of the paths changed.
 // The hook processes of a turn share nothing but the store: the note
-// lives there, under [TurnDir]. [Harness.Act] does what an event asks on
-// a store the caller opened (the CLI finds the project from the
-// payload's cwd as any verb finds it, and answers the harness); this
-// package never prints.
+// lives there, under [TurnDir], read back without following a link or
+// waiting on a FIFO. [Harness.Act] does what an event asks on a store the
+// caller opened (the CLI finds the project from [Harness.Project], the
+// session's fixed directory, as any verb finds it, and answers the
+// harness); this package never prints.
 //
 // # Settings
 //
 // [Harness.InstallHooks] and [Harness.UninstallHooks] edit a settings
-// file as JSON kept in its own order: the user's keys, hooks and
-// indentation stay; snapback's hooks are recognised by their command
-// ([Harness.Command]), so install is idempotent and uninstall removes
-// exactly them. A file that is not valid JSON is an error naming its line,
-// and is never rewritten; a change is written atomically.
+// file by splicing: the file is parsed with each value's place, install
+// inserts its hooks after the last child of the containers they join
+// (with the separator the file uses there), uninstall cuts each of
+// snapback's hooks out with its separator, so every byte of the user's
+// (escapes, numbers, layout) stays and install then uninstall gives the
+// file back byte for byte. snapback's hooks are recognised by their
+// command ([Harness.Command]): install is idempotent and uninstall
+// removes exactly them. A file that is not valid JSON, or has a key
+// twice (harnesses disagree on which counts), is an error naming its
+// line, and is never rewritten; anything but a regular file is refused
+// without waiting on it. A change is written in place after a synced
+// backup, so the file keeps its inode, owner and mode.
 package agent

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Action is what a hook event asks of snapback.
@@ -52,10 +53,18 @@ type Harness struct {
 	// NamedHooks: hook entries carry a "name" (Gemini CLI enables and
 	// disables hooks by name).
 	NamedHooks bool
+	// TimeoutMillis: a hook's "timeout" is in milliseconds (Gemini CLI),
+	// not seconds (Claude Code).
+	TimeoutMillis bool
 	// quiet is the answer when all went well: Gemini CLI parses stdout
 	// as JSON and wants an object; Claude Code wants nothing.
 	quiet string
 }
+
+// HookTimeout is the timeout install gives each hook: room for the
+// first snapshot of a large tree and for a wait on the store's lock. The
+// hook itself answers a little before it (see the CLI's hook deadline).
+const HookTimeout = 3 * time.Minute
 
 // Claude Code's hooks: https://code.claude.com/docs/en/hooks ("Hook
 // Input", "Hook Output": exit 0 with JSON on stdout; `systemMessage` is
@@ -69,6 +78,12 @@ type Harness struct {
 // points, and cut the other subagents' work in two. The subagents' tool
 // calls carry the main session's id, so their writes join the turn's
 // checkpoint, which Stop closes.
+//
+// Every event that ends a turn closes it: Stop when the answer is
+// complete, StopFailure when an API error ends the turn instead (rate
+// limit, authentication, server error: Stop is then not sent, and a
+// checkpoint left open would take the person's later edits into the
+// agent's turn), SessionEnd with the session.
 var ClaudeCode = &Harness{
 	Name:  "claude-code",
 	Title: "Claude Code",
@@ -76,10 +91,11 @@ var ClaudeCode = &Harness{
 		"UserPromptSubmit": NoteTurn,
 		"PreToolUse":       OpenLazily,
 		"Stop":             Close,
+		"StopFailure":      Close,
 		"SubagentStop":     None,
 		"SessionEnd":       CloseSession,
 	},
-	Install:       []string{"UserPromptSubmit", "PreToolUse", "Stop", "SessionEnd"},
+	Install:       []string{"UserPromptSubmit", "PreToolUse", "Stop", "StopFailure", "SessionEnd"},
 	Tools:         []string{"Edit", "Write", "MultiEdit", "NotebookEdit", "Bash"},
 	Settings:      ".claude/settings.json",
 	LocalSettings: ".claude/settings.local.json",
@@ -90,7 +106,9 @@ var ClaudeCode = &Harness{
 // ("Base input schema", "Common output fields": exit 0 with JSON on
 // stdout, nothing else; `systemMessage` is displayed to the user).
 // BeforeAgent fires after the user submits a prompt, AfterAgent once per
-// turn after the final response.
+// turn after the final response; the reference documents no other event
+// that ends a turn (no failure event: a turn that ends otherwise is
+// closed by the next prompt, as an interrupted one, or by SessionEnd).
 var GeminiCLI = &Harness{
 	Name:  "gemini-cli",
 	Title: "Gemini CLI",
@@ -100,12 +118,13 @@ var GeminiCLI = &Harness{
 		"AfterAgent":  Close,
 		"SessionEnd":  CloseSession,
 	},
-	Install:    []string{"BeforeAgent", "BeforeTool", "AfterAgent", "SessionEnd"},
-	Tools:      []string{"write_file", "replace", "run_shell_command"},
-	Settings:   ".gemini/settings.json",
-	ProjectEnv: "GEMINI_PROJECT_DIR",
-	NamedHooks: true,
-	quiet:      "{}",
+	Install:       []string{"BeforeAgent", "BeforeTool", "AfterAgent", "SessionEnd"},
+	Tools:         []string{"write_file", "replace", "run_shell_command"},
+	Settings:      ".gemini/settings.json",
+	ProjectEnv:    "GEMINI_PROJECT_DIR",
+	NamedHooks:    true,
+	TimeoutMillis: true,
+	quiet:         "{}",
 }
 
 // Harnesses lists the supported harnesses, in the order help shows them.

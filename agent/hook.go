@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,25 +40,6 @@ func ReadPayload(r io.Reader) (*Payload, error) {
 		return nil, errors.New("hook payload: no hook_event_name")
 	}
 	return &p, nil
-}
-
-// Dir is the directory the hook acts for: the payload's cwd (the
-// session's working directory), else the harness's project directory
-// variable, else the hook's own working directory (harnesses start hooks
-// in the project). The project root is then found from it as for any
-// verb.
-func (h *Harness) Dir(p *Payload) (string, error) {
-	d := p.Cwd
-	if d == "" && h.ProjectEnv != "" {
-		d = os.Getenv(h.ProjectEnv)
-	}
-	if d == "" {
-		return os.Getwd()
-	}
-	if !filepath.IsAbs(d) {
-		return "", fmt.Errorf("hook payload: cwd %q is not an absolute path", d)
-	}
-	return d, nil
 }
 
 // MaxMessage bounds a turn's message (the prompt's first line), in bytes.

@@ -6,23 +6,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 )
 
-// node is one JSON value of a settings file, kept in the file's order:
-// a harness's settings hold the user's own keys, and rewriting them in
-// Go's map order would reorder the whole file. Scalars keep their text
-// (numbers as written).
+// node is one JSON value of a settings file, kept in the file's order
+// and with its place in the file: install and uninstall change the file
+// by splicing text in and cutting text out at those places, so that every
+// byte of the user's outside what they add or remove stays as it was (a
+// string's escapes, a number's digits, the blanks). A node install makes
+// has no place (start -1) until it is written out.
 type node struct {
-	line  int // where the value starts, for error messages
-	keys  []string
-	vals  []*node // an object's values, in the order of keys
-	elems []*node // an array's elements
-	raw   json.RawMessage
-	kind  byte // '{', '[' or 0 for a scalar
+	line       int // where the value starts, for error messages
+	start, end int // the value's bytes in the file: [start, end); -1 for a new node
+	keys       []string
+	keyStart   []int   // where each key's opening quote is
+	vals       []*node // an object's values, in the order of keys
+	elems      []*node // an array's elements
+	raw        []byte  // a scalar's text, as written
+	kind       byte    // '{', '[' or 0 for a scalar
 }
 
-func object() *node { return &node{kind: '{'} }
+func object() *node { return &node{kind: '{', start: -1, end: -1} }
 
 // get returns the value of key in an object, or nil.
 func (n *node) get(key string) *node {
@@ -43,6 +48,7 @@ func (n *node) set(key string, v *node) {
 		}
 	}
 	n.keys = append(n.keys, key)
+	n.keyStart = append(n.keyStart, -1)
 	n.vals = append(n.vals, v)
 }
 
@@ -50,6 +56,7 @@ func (n *node) del(key string) {
 	for i, k := range n.keys {
 		if k == key {
 			n.keys = append(n.keys[:i], n.keys[i+1:]...)
+			n.keyStart = append(n.keyStart[:i], n.keyStart[i+1:]...)
 			n.vals = append(n.vals[:i], n.vals[i+1:]...)
 			return
 		}
@@ -65,7 +72,7 @@ func (n *node) str() string {
 	return s
 }
 
-func scalar(v any) *node { return &node{raw: marshal(v)} }
+func scalar(v any) *node { return &node{raw: marshal(v), start: -1, end: -1} }
 
 // marshal encodes a scalar as written by hand: without json.Marshal's
 // HTML escaping, which would turn a user's `a && b` into \u0026\u0026.
@@ -117,34 +124,50 @@ func (p *parser) wrap(err error) error {
 	return err
 }
 
-func (p *parser) value() (*node, error) {
-	// The offset before the token is where the previous one ended: skip
-	// the blanks and separators so that the line is the value's own.
-	off := p.dec.InputOffset()
+// skip returns the offset of the next token from off: past the blanks
+// and separators the decoder consumes before it.
+func (p *parser) skip(off int64) int {
 	for off < int64(len(p.data)) && strings.ContainsRune(" \t\r\n,:", rune(p.data[off])) {
 		off++
 	}
+	return int(off)
+}
+
+func (p *parser) value() (*node, error) {
+	// The offset before the token is where the previous one ended: skip
+	// the blanks and separators so that the place is the value's own.
+	start := p.skip(p.dec.InputOffset())
 	tok, err := p.dec.Token()
 	if err != nil {
 		return nil, err
 	}
-	n := &node{line: p.line(off)}
+	n := &node{line: p.line(int64(start)), start: start}
 	switch t := tok.(type) {
 	case json.Delim:
 		switch t {
 		case '{':
 			n.kind = '{'
+			seen := map[string]bool{}
 			for p.dec.More() {
+				ks := p.skip(p.dec.InputOffset())
 				kt, err := p.dec.Token()
 				if err != nil {
 					return nil, err
 				}
 				k, _ := kt.(string) // the decoder allows only strings as keys
+				if seen[k] {
+					// Harnesses disagree on which of two keys counts (a
+					// JavaScript harness keeps the last, a Go decoder
+					// the first): hooks written into one may not run.
+					return nil, fmt.Errorf("%d: duplicate key %q", p.line(int64(ks)), k)
+				}
+				seen[k] = true
 				v, err := p.value()
 				if err != nil {
 					return nil, err
 				}
 				n.keys = append(n.keys, k)
+				n.keyStart = append(n.keyStart, ks)
 				n.vals = append(n.vals, v)
 			}
 		case '[':
@@ -160,8 +183,10 @@ func (p *parser) value() (*node, error) {
 		if _, err := p.dec.Token(); err != nil { // the closing delimiter
 			return nil, err
 		}
+		n.end = int(p.dec.InputOffset())
 	default:
-		n.raw = marshal(t)
+		n.end = int(p.dec.InputOffset())
+		n.raw = p.data[n.start:n.end] // as written: escapes and digits kept
 	}
 	return n, nil
 }
@@ -227,4 +252,193 @@ func (n *node) write(b *bytes.Buffer, indent, unit string) {
 	default:
 		b.Write(n.raw)
 	}
+}
+
+// compact writes n on one line, `{"a": 1, "b": [2]}`: for a file written
+// that way.
+func (n *node) compact(b *bytes.Buffer) {
+	switch n.kind {
+	case '{':
+		b.WriteByte('{')
+		for i, k := range n.keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.Write(marshal(k))
+			b.WriteString(": ")
+			n.vals[i].compact(b)
+		}
+		b.WriteByte('}')
+	case '[':
+		b.WriteByte('[')
+		for i, e := range n.elems {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			e.compact(b)
+		}
+		b.WriteByte(']')
+	default:
+		b.Write(n.raw)
+	}
+}
+
+// splice is one change to a file's bytes: [start, end) becomes text.
+type splice struct {
+	start, end int
+	text       string
+}
+
+// editor collects the splices of one install or uninstall on a file's
+// bytes, and knows the file's style to write new values in it.
+type editor struct {
+	data    []byte
+	unit    string // one level of indentation
+	compact bool   // the file is on one line: new values are too
+	crlf    bool   // the file's lines end in CR LF: new lines too
+	splices []splice
+}
+
+func newEditor(data []byte, doc *node) *editor {
+	e := &editor{data: data, unit: indentUnit(data), crlf: bytes.Contains(data, []byte("\r\n"))}
+	if doc.start >= 0 {
+		e.compact = !bytes.Contains(data[doc.start:doc.end], []byte("\n"))
+	}
+	return e
+}
+
+// lineIndent is the indentation of the line holding offset off.
+func (e *editor) lineIndent(off int) string {
+	ls := bytes.LastIndexByte(e.data[:off], '\n') + 1
+	i := ls
+	for i < off && (e.data[i] == ' ' || e.data[i] == '\t') {
+		i++
+	}
+	return string(e.data[ls:i])
+}
+
+// render writes v as it will stand at indent: one value a line, or on
+// one line for a compact file.
+func (e *editor) render(v *node, indent string, compact bool) string {
+	var b bytes.Buffer
+	if compact {
+		v.compact(&b)
+	} else {
+		v.write(&b, indent, e.unit)
+	}
+	if e.crlf {
+		return strings.ReplaceAll(b.String(), "\n", "\r\n")
+	}
+	return b.String()
+}
+
+// childStart and childEnd are the bytes of c's i-th member (key to
+// value) or element.
+func childStart(c *node, i int) int {
+	if c.kind == '{' {
+		return c.keyStart[i]
+	}
+	return c.elems[i].start
+}
+
+func childEnd(c *node, i int) int {
+	if c.kind == '{' {
+		return c.vals[i].end
+	}
+	return c.elems[i].end
+}
+
+func children(c *node) int { return len(c.keys) + len(c.elems) }
+
+// add appends children to the container c: members (keys with vals) of
+// an object, or elements of an array. A container made by install takes
+// them in memory; one of the file's gets them spliced in after its last
+// child, each after the separator the file uses between children (so
+// that uninstall, cutting each out with its separator, gives back the
+// file's bytes); an empty one of the file's is written anew, at its
+// line's indentation.
+func (e *editor) add(c *node, keys []string, vals []*node) {
+	if len(vals) == 0 {
+		return
+	}
+	if c.start < 0 || children(c) == 0 {
+		for i, v := range vals {
+			if c.kind == '{' {
+				c.set(keys[i], v)
+			} else {
+				c.elems = append(c.elems, v)
+			}
+		}
+		if c.start >= 0 {
+			e.splices = append(e.splices, splice{c.start, c.end, e.render(c, e.lineIndent(c.start), e.compact)})
+		}
+		return
+	}
+	n := children(c)
+	var sep string
+	if n >= 2 {
+		sep = string(e.data[childEnd(c, n-2):childStart(c, n-1)])
+	} else {
+		sep = "," + string(e.data[c.start+1:childStart(c, 0)])
+	}
+	// Children on lines of their own: the new ones too, at their
+	// indentation; children side by side: the new one beside them.
+	nl := strings.LastIndexByte(sep, '\n')
+	indent, compact := sep[nl+1:], e.compact || nl < 0
+	var b strings.Builder
+	for i, v := range vals {
+		b.WriteString(sep)
+		if c.kind == '{' {
+			b.Write(marshal(keys[i]))
+			b.WriteString(": ")
+		}
+		b.WriteString(e.render(v, indent, compact))
+	}
+	at := childEnd(c, n-1)
+	e.splices = append(e.splices, splice{at, at, b.String()})
+}
+
+// remove cuts the children of c listed in drop (ascending indices, not
+// all of them) out of the file: each with the separator before it, the
+// first with the one after it.
+func (e *editor) remove(c *node, drop []int) {
+	gone := map[int]bool{}
+	for _, i := range drop {
+		gone[i] = true
+	}
+	for _, i := range drop {
+		if i > 0 {
+			e.splices = append(e.splices, splice{childEnd(c, i-1), childEnd(c, i), ""})
+			continue
+		}
+		next := 1
+		for gone[next] {
+			next++
+		}
+		e.splices = append(e.splices, splice{childStart(c, 0), childStart(c, next), ""})
+	}
+}
+
+// empty cuts every child of c out, leaving `{}` or `[]`.
+func (e *editor) empty(c *node) {
+	e.splices = append(e.splices, splice{c.start + 1, c.end - 1, ""})
+}
+
+// apply returns the file's bytes with the splices made. Cuts may
+// overlap (two neighbours cut out each with its separator): their union
+// goes; insertions at one place keep their order.
+func (e *editor) apply() []byte {
+	sort.SliceStable(e.splices, func(i, j int) bool { return e.splices[i].start < e.splices[j].start })
+	var b bytes.Buffer
+	pos := 0
+	for _, s := range e.splices {
+		if s.start > pos {
+			b.Write(e.data[pos:s.start])
+			pos = s.start
+		}
+		b.WriteString(s.text)
+		pos = max(pos, s.end)
+	}
+	b.Write(e.data[pos:])
+	return b.Bytes()
 }

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/snapback/snapback/fsutil"
 )
@@ -26,15 +28,13 @@ func (h *Harness) ownCommand(cmd string) bool {
 }
 
 // SettingsFile is the settings file install and uninstall change: the
-// shared one, or with local the one kept out of version control.
-func (h *Harness) SettingsFile(local bool) (string, error) {
-	if !local {
-		return h.Settings, nil
+// one kept out of version control, or with shared the committed one. A
+// harness without a local file (Gemini CLI) has only its project file.
+func (h *Harness) SettingsFile(shared bool) string {
+	if shared || h.LocalSettings == "" {
+		return h.Settings
 	}
-	if h.LocalSettings == "" {
-		return "", fmt.Errorf("%s has no local settings file (only %s)", h.Title, h.Settings)
-	}
-	return h.LocalSettings, nil
+	return h.LocalSettings
 }
 
 // Change is what install or uninstall did, or would do, to a settings
@@ -50,31 +50,6 @@ func (c *Change) Changed() bool { return len(c.Events) > 0 }
 
 // maxSettings bounds a settings file read.
 const maxSettings = 16 << 20
-
-// readSettings reads a settings file (nil, nil when there is none).
-func readSettings(path, name string) ([]byte, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close() // read-only
-	if st, err := f.Stat(); err != nil {
-		return nil, err
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", name)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSettings+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if len(b) > maxSettings {
-		return nil, fmt.Errorf("%s: over %d MiB", name, maxSettings>>20)
-	}
-	return b, nil
-}
 
 // parseSettings parses a settings file's contents; an empty one is an
 // empty object. A malformed one is an error naming the file and line.
@@ -92,17 +67,13 @@ func parseSettings(b []byte, name string) (*node, error) {
 	return doc, nil
 }
 
-// hooksOf returns the settings' "hooks" object (made when make is set),
+// hooksOf returns the settings' "hooks" object (nil when there is none),
 // checking the shape the harnesses document: an object of events, each
 // an array of groups, each with an array "hooks".
-func hooksOf(path string, doc *node, make bool) (*node, error) {
+func hooksOf(path string, doc *node) (*node, error) {
 	hooks := doc.get("hooks")
 	if hooks == nil {
-		if !make {
-			return nil, nil
-		}
-		hooks = object()
-		doc.set("hooks", hooks)
+		return nil, nil
 	}
 	if hooks.kind != '{' {
 		return nil, fmt.Errorf("%s:%d: \"hooks\" is not an object", path, hooks.line)
@@ -140,7 +111,10 @@ func (h *Harness) has(groups *node) bool {
 	return false
 }
 
-// entry is the group install adds for one event.
+// entry is the group install adds for one event: its hook carries a
+// timeout (Claude Code counts it in seconds, Gemini CLI in
+// milliseconds), so that a hook snapback cannot finish is cut short by
+// the harness too.
 func (h *Harness) entry(event string) *node {
 	hook := object()
 	if h.NamedHooks {
@@ -148,34 +122,54 @@ func (h *Harness) entry(event string) *node {
 	}
 	hook.set("type", scalar("command"))
 	hook.set("command", scalar(h.Command()))
+	hook.set("timeout", scalar(h.timeoutValue()))
 	g := object()
 	if h.Events[event] == OpenLazily {
 		g.set("matcher", scalar(strings.Join(h.Tools, "|")))
 	}
-	g.set("hooks", &node{kind: '[', elems: []*node{hook}})
+	g.set("hooks", &node{kind: '[', start: -1, end: -1, elems: []*node{hook}})
 	return g
 }
 
+// timeoutValue is HookTimeout in the harness's unit.
+func (h *Harness) timeoutValue() int64 {
+	if h.TimeoutMillis {
+		return HookTimeout.Milliseconds()
+	}
+	return int64(HookTimeout.Seconds())
+}
+
 // InstallHooks adds the harness's hooks to the settings file rel (relative to
-// root), keeping every other setting and hook, in their order. An event
-// that already runs snapback's hook is left as it is, so a second
-// install changes nothing. With write unset it only says what it would
-// do.
+// root), keeping every other setting and hook, in their order, and every
+// byte of the file outside what it adds. An event that already runs
+// snapback's hook is left as it is, so a second install changes nothing.
+// With write unset it only says what it would do.
 func (h *Harness) InstallHooks(root, rel string, write bool) (*Change, error) {
 	return h.edit(root, rel, write, h.install)
 }
 
-func (h *Harness) install(path string, doc *node) ([]string, error) {
-	hooks, err := hooksOf(path, doc, true)
+func (h *Harness) install(path string, doc *node, e *editor) ([]string, error) {
+	hooks, err := hooksOf(path, doc)
 	if err != nil {
 		return nil, err
 	}
-	var added []string
+	if hooks == nil {
+		hooks = object()
+		for _, ev := range h.Install {
+			hooks.set(ev, &node{kind: '[', start: -1, end: -1, elems: []*node{h.entry(ev)}})
+		}
+		e.add(doc, []string{"hooks"}, []*node{hooks})
+		return h.Install, nil
+	}
+	var added, newKeys []string
+	var newVals []*node
 	for _, ev := range h.Install {
 		groups := hooks.get(ev)
 		if groups == nil {
-			groups = &node{kind: '['}
-			hooks.set(ev, groups)
+			newKeys = append(newKeys, ev)
+			newVals = append(newVals, &node{kind: '[', start: -1, end: -1, elems: []*node{h.entry(ev)}})
+			added = append(added, ev)
+			continue
 		}
 		if groups.kind != '[' {
 			return nil, fmt.Errorf("%s:%d: hooks.%s is not an array", path, groups.line, ev)
@@ -183,9 +177,10 @@ func (h *Harness) install(path string, doc *node) ([]string, error) {
 		if h.has(groups) {
 			continue
 		}
-		groups.elems = append(groups.elems, h.entry(ev))
+		e.add(groups, nil, []*node{h.entry(ev)})
 		added = append(added, ev)
 	}
+	e.add(hooks, newKeys, newVals)
 	return added, nil
 }
 
@@ -193,99 +188,297 @@ func (h *Harness) install(path string, doc *node) ([]string, error) {
 // command is this harness's snapback hook, wherever they are, and
 // nothing else; a group or event left empty by the removal goes too, and
 // so does "hooks" when it is left empty (an empty one the user had
-// before install cannot be told from install's and goes with it).
+// before install cannot be told from install's and goes with it). Each
+// is cut out of the file's bytes with its separator: after an install,
+// the file is back byte for byte.
 func (h *Harness) UninstallHooks(root, rel string, write bool) (*Change, error) {
 	return h.edit(root, rel, write, h.uninstall)
 }
 
-func (h *Harness) uninstall(path string, doc *node) ([]string, error) {
-	hooks, err := hooksOf(path, doc, false)
+func (h *Harness) uninstall(path string, doc *node, e *editor) ([]string, error) {
+	hooks, err := hooksOf(path, doc)
 	if hooks == nil || err != nil {
 		return nil, err
 	}
 	var removed []string
-	for i := 0; i < len(hooks.keys); i++ {
-		ev, groups := hooks.keys[i], hooks.vals[i]
+	var dropEvents []int
+	for i, ev := range hooks.keys {
+		groups := hooks.vals[i]
 		if groups.kind != '[' || !h.has(groups) {
 			continue
 		}
-		var keep []*node
-		for _, g := range groups.elems {
+		removed = append(removed, ev)
+		var dropGroups []int
+		for j, g := range groups.elems {
 			hs := g.get("hooks")
 			if hs == nil {
-				keep = append(keep, g)
 				continue
 			}
-			var left []*node
-			for _, e := range hs.elems {
-				if !(e.kind == '{' && h.ownCommand(e.get("command").str())) {
-					left = append(left, e)
+			var dropHooks []int
+			for k, x := range hs.elems {
+				if x.kind == '{' && h.ownCommand(x.get("command").str()) {
+					dropHooks = append(dropHooks, k)
 				}
 			}
-			// A group keeps what is left of it; one that held only
-			// snapback's hook goes.
-			if len(left) == len(hs.elems) || len(left) > 0 {
-				hs.elems = left
-				keep = append(keep, g)
+			switch {
+			case len(dropHooks) == 0:
+			case len(dropHooks) == len(hs.elems): // a group that held only snapback's hooks goes
+				dropGroups = append(dropGroups, j)
+			default:
+				e.remove(hs, dropHooks)
 			}
 		}
-		removed = append(removed, ev)
-		if len(keep) == 0 {
-			hooks.del(ev)
-			i--
-			continue
+		if len(dropGroups) == len(groups.elems) {
+			dropEvents = append(dropEvents, i)
+		} else {
+			e.remove(groups, dropGroups)
 		}
-		groups.elems = keep
 	}
-	if len(removed) > 0 && len(hooks.keys) == 0 {
-		doc.del("hooks")
+	switch {
+	case len(dropEvents) == 0:
+	case len(dropEvents) < len(hooks.keys):
+		e.remove(hooks, dropEvents)
+	case len(doc.keys) == 1: // "hooks" was all there was
+		e.empty(doc)
+	default:
+		e.remove(doc, []int{slices.Index(doc.keys, "hooks")})
 	}
 	return removed, nil
 }
 
-// edit reads the settings file, applies fn, and (with write) replaces
-// the file atomically when fn changed something. A symbolic link is
-// followed: the file it leads to is the one replaced.
-func (h *Harness) edit(root, rel string, write bool, fn func(path string, doc *node) ([]string, error)) (*Change, error) {
+// edit reads the settings file, applies fn, and (with write) writes the
+// file when fn changed something. A symbolic link is followed: the file
+// it leads to is the one changed. The file is changed in place, so that
+// it keeps its inode (hard links to it stay links), owner, mode and
+// attributes: first its old bytes go to a backup beside it, synced; then
+// the file is rewritten and synced; then the backup goes. A crash in
+// between leaves the backup, which the next install or uninstall names
+// and refuses to pass over.
+func (h *Harness) edit(root, rel string, write bool, fn func(path string, doc *node, e *editor) ([]string, error)) (*Change, error) {
 	path := filepath.Join(root, rel)
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
+	if _, err := os.Lstat(path + BackupSuffix); err == nil {
+		return nil, leftBackup(rel)
 	}
-	old, err := readSettings(path, rel)
+	f, old, err := openSettings(path, rel, false)
 	if err != nil {
 		return nil, err
+	}
+	if f != nil {
+		defer f.Close() // read-only
 	}
 	c, err := change(rel, old, fn)
 	if err != nil || !c.Changed() || !write {
 		return c, err
 	}
-	perm := os.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil {
-		perm = st.Mode().Perm()
+	if f == nil {
+		return c, createSettings(root, path, rel, c.New)
 	}
-	fsutil.Mutating()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("%s: %w", rel, err)
-	}
-	if err := fsutil.WriteFileAtomic(path, c.New, perm); err != nil {
+	// Opened for writing only now: a file install finds complete needs
+	// no write permission. It must be the file read.
+	w, again, err := openSettings(path, rel, true)
+	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	defer w.Close() // closed again after a checked close: harmless
+	if !sameFile(f, w) || !bytes.Equal(again, old) {
+		return nil, fmt.Errorf("%s: changed while snapback read it: try again", rel)
+	}
+	return c, rewriteInPlace(w, path, rel, c.Old, c.New)
+}
+
+func sameFile(a, b *os.File) bool {
+	sa, err1 := a.Stat()
+	sb, err2 := b.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// openSettings opens a settings file (for writing too with write) and
+// reads it: nil, nil, nil when there is none. Anything but a regular file
+// is refused before a read, and opening does not wait (a FIFO opens at
+// once with O_NONBLOCK), so a FIFO in the file's place cannot hang
+// install.
+func openSettings(path, rel string, write bool) (*os.File, []byte, error) {
+	flags := os.O_RDONLY
+	if write {
+		flags = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, flags|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		// A directory will not open for writing: say what it is.
+		if st, serr := os.Stat(path); serr == nil && !st.Mode().IsRegular() {
+			return nil, nil, fmt.Errorf("%s: not a regular file (%s)", rel, typeName(st.Mode()))
+		}
+		return nil, nil, fmt.Errorf("%s: %w", rel, errors.Unwrap(err))
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("not a regular file (%s)", typeName(st.Mode()))
+	}
+	if err == nil && st.Size() > maxSettings {
+		err = fmt.Errorf("over %d MiB", maxSettings>>20)
+	}
+	var b []byte
+	if err == nil {
+		b, err = io.ReadAll(io.LimitReader(f, maxSettings+1))
+	}
+	if err == nil && len(b) > maxSettings {
+		err = fmt.Errorf("over %d MiB", maxSettings>>20)
+	}
+	if err != nil {
+		f.Close() // failing already
+		return nil, nil, fmt.Errorf("%s: %w", rel, err)
+	}
+	return f, b, nil
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return m.Type().String()
+}
+
+// BackupSuffix names the copy of a settings file an edit keeps while it
+// rewrites the file in place.
+const BackupSuffix = ".snapback-backup"
+
+// leftBackup is the refusal when a settings file's backup is there: an
+// edit was cut short, and the file may be torn; which of the two is
+// right is the user's to say.
+func leftBackup(rel string) error {
+	return fmt.Errorf("%s: %s is there, left by an install or uninstall that was cut short: compare the two, keep the right one, remove the backup", rel, rel+BackupSuffix)
+}
+
+// rewriteInPlace writes data over the open settings file f, after a
+// synced backup of its old bytes (see edit).
+func rewriteInPlace(f *os.File, path, rel string, old, data []byte) error {
+	backup := path + BackupSuffix
+	fsutil.Mutating()
+	b, err := os.OpenFile(backup, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return leftBackup(rel)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: backup: %w", rel, err)
+	}
+	fsutil.Mutating()
+	_, err = b.Write(old)
+	if err == nil {
+		fsutil.Mutating()
+		err = b.Sync()
+	}
+	if cerr := b.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsutil.SyncDir(filepath.Dir(backup))
+	}
+	if err != nil {
+		_ = os.Remove(backup) // the file itself is untouched yet
+		return fmt.Errorf("%s: backup: %w", rel, err)
+	}
+	fsutil.Mutating()
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		fsutil.Mutating()
+		err = f.Truncate(int64(len(data)))
+	}
+	if err == nil {
+		fsutil.Mutating()
+		err = f.Sync()
+	}
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		// The file may be half written: the backup stays, and says so.
+		return fmt.Errorf("%s: %w (its old contents are in %s)", rel, err, rel+BackupSuffix)
+	}
+	fsutil.Mutating()
+	if err := os.Remove(backup); err != nil {
+		return fmt.Errorf("%s: written; remove its backup %s: %w", rel, rel+BackupSuffix, err)
+	}
+	return fsutil.SyncDir(filepath.Dir(backup))
+}
+
+// createSettings writes a new settings file (and its directory), owned
+// like the project root: an install run as root in a user's project must
+// not leave a file the user cannot change.
+func createSettings(root, path, rel string, data []byte) error {
+	st, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	uid, gid := -1, -1
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && os.Geteuid() == 0 {
+		uid, gid = int(sys.Uid), int(sys.Gid)
+	}
+	dir := filepath.Dir(path)
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		fsutil.Mutating()
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if uid >= 0 {
+			fsutil.Mutating()
+			if err := os.Lchown(dir, uid, gid); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+		}
+	}
+	fsutil.Mutating()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	fsutil.Mutating()
+	_, err = f.Write(data)
+	if err == nil && uid >= 0 {
+		fsutil.Mutating()
+		err = f.Chown(uid, gid)
+	}
+	if err == nil {
+		fsutil.Mutating()
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path) // ours, just made, incomplete
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	return fsutil.SyncDir(dir)
 }
 
 // change applies fn to a settings file's contents old (nil: no file).
-func change(rel string, old []byte, fn func(path string, doc *node) ([]string, error)) (*Change, error) {
+func change(rel string, old []byte, fn func(path string, doc *node, e *editor) ([]string, error)) (*Change, error) {
 	doc, err := parseSettings(old, rel)
 	if err != nil {
 		return nil, err
 	}
-	events, err := fn(rel, doc)
+	e := newEditor(old, doc)
+	events, err := fn(rel, doc, e)
 	if err != nil {
 		return nil, err
 	}
 	c := &Change{File: rel, Old: old, New: old, Events: events}
-	if c.Changed() {
-		c.New = doc.encode(indentUnit(old))
+	switch {
+	case !c.Changed():
+	case doc.start < 0: // an empty file: written anew
+		c.New = doc.encode(e.unit)
+	default:
+		c.New = e.apply()
 	}
 	return c, nil
 }

@@ -9,12 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
 )
 
 // TurnDir is where the turns' notes live, inside the store.
@@ -31,31 +30,84 @@ type Turn struct {
 	Noted   time.Time `json:"noted"`
 }
 
-// turnPath names a session's note by a hash: the session id comes from
+// turnName names a session's note by a hash: the session id comes from
 // the payload and is no file name to trust.
-func turnPath(store, harness, session string) string {
+func turnName(harness, session string) string {
 	sum := sha256.Sum256([]byte(harness + "\x00" + session))
-	return filepath.Join(store, TurnDir, "turn-"+hex.EncodeToString(sum[:16])+".json")
+	return "turn-" + hex.EncodeToString(sum[:16]) + ".json"
+}
+
+// turnDir opens the store's TurnDir (made when make is set) without
+// following a symbolic link: a store is input from outside, and an
+// `agent` that leads elsewhere must not take the notes there. It returns
+// nil, nil when the directory is absent and make is unset.
+func turnDir(store string, make bool) (*fsutil.Dir, error) {
+	root, err := fsutil.OpenRoot(store)
+	if err != nil {
+		return nil, fmt.Errorf("turn note: %w", err)
+	}
+	defer root.Close() // read-only handle
+	d, err := root.OpenDir(TurnDir)
+	if errors.Is(err, fs.ErrNotExist) && make {
+		if err = root.Mkdir(TurnDir, 0o700); err == nil || errors.Is(err, fs.ErrExist) {
+			d, err = root.OpenDir(TurnDir)
+		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("turn note: %w", err)
+	}
+	return d, nil
 }
 
 // SaveTurn writes the note of a session's current turn into store (the
-// .snapback directory), replacing the previous turn's.
+// .snapback directory), replacing the previous turn's, atomically: a
+// temporary file in the same directory, synced, renamed over the note.
 func SaveTurn(store string, t Turn) error {
 	t.Version = 1
 	b, err := json.Marshal(t)
 	if err != nil {
 		return fmt.Errorf("turn note: %w", err)
 	}
-	p := turnPath(store, t.Harness, t.Session)
-	fsutil.Mutating()
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("turn note: %w", err)
-	}
-	if err := fsutil.WriteFileAtomic(p, b, 0o600); err != nil {
+	d, err := turnDir(store, true)
+	if err != nil {
 		return err
 	}
-	pruneTurns(filepath.Dir(p), time.Now())
+	defer d.Close() // a directory handle: nothing to flush
+	if err := writeSmall(d, turnName(t.Harness, t.Session), b); err != nil {
+		return fmt.Errorf("turn note: %w", err)
+	}
+	pruneTurns(d, "turn-", time.Now())
 	return nil
+}
+
+// writeSmall replaces the file name in d with b atomically: a temporary
+// file in d, synced, renamed over name, then d synced.
+func writeSmall(d *fsutil.Dir, name string, b []byte) error {
+	tmp := ".tmp-" + name + "-" + fmt.Sprint(os.Getpid())
+	f, err := d.Open(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	fsutil.Mutating()
+	_, err = f.Write(b)
+	if err == nil {
+		fsutil.Mutating()
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.Rename(tmp, d, name)
+	}
+	if err != nil {
+		_ = d.Unlink(tmp) // already failing: a leftover temp is only clutter
+		return err
+	}
+	return d.Sync()
 }
 
 // staleTurn is the age past which a note goes: its session ended without
@@ -64,20 +116,20 @@ const staleTurn = 30 * 24 * time.Hour
 
 // pruneTurns removes the notes not written for staleTurn, so that
 // sessions that never sent their end leave nothing behind for ever.
-func pruneTurns(dir string, now time.Time) {
-	ents, err := os.ReadDir(dir)
+func pruneTurns(d *fsutil.Dir, prefix string, now time.Time) {
+	names, err := d.ReadDirNames()
 	if err != nil {
 		return // pruning is housekeeping: the next note tries again
 	}
-	for _, e := range ents {
-		info, err := e.Info()
-		if err != nil || !e.Type().IsRegular() || now.Sub(info.ModTime()) < staleTurn {
+	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, ".json") {
 			continue
 		}
-		if name := e.Name(); strings.HasPrefix(name, "turn-") && strings.HasSuffix(name, ".json") {
-			fsutil.Mutating()
-			_ = os.Remove(filepath.Join(dir, name)) // housekeeping, as above
+		st, err := d.Lstat(name)
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || now.Sub(time.Unix(st.Mtim.Unix())) < staleTurn {
+			continue
 		}
+		_ = d.Unlink(name) // housekeeping, as above
 	}
 }
 
@@ -87,25 +139,26 @@ const maxTurn = 64 << 10
 
 // LoadTurn reads a session's note; a session without one (a harness that
 // sends no prompt event, hooks installed mid-session) has the zero Turn.
-// A note that cannot be read, or is not this session's, is an error.
+// A note that cannot be read, or is not this session's, is an error; so
+// is anything but a regular file of at most maxTurn bytes in its place
+// (a FIFO, a symbolic link, a device), refused without blocking: a hook
+// that waited there would stall the agent.
 func LoadTurn(store, harness, session string) (Turn, error) {
-	p := turnPath(store, harness, session)
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	d, err := turnDir(store, false)
+	if d == nil || err != nil {
+		return Turn{}, err
+	}
+	defer d.Close() // read-only
+	name := turnName(harness, session)
+	b, err := readSmall(d, name, maxTurn)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Turn{}, nil
 	}
 	if err != nil {
 		return Turn{}, fmt.Errorf("turn note: %w", err)
 	}
-	defer f.Close() // read-only
-	b, err := io.ReadAll(io.LimitReader(f, maxTurn+1))
-	if err != nil {
-		return Turn{}, fmt.Errorf("turn note %s: %w", p, err)
-	}
+	p := d.Name() + "/" + name
 	var t Turn
-	if len(b) > maxTurn {
-		return Turn{}, fmt.Errorf("turn note %s: over %d bytes", p, maxTurn)
-	}
 	if err := json.Unmarshal(b, &t); err != nil {
 		return Turn{}, fmt.Errorf("turn note %s: %w", p, err)
 	}
@@ -115,10 +168,45 @@ func LoadTurn(store, harness, session string) (Turn, error) {
 	return t, nil
 }
 
+// readSmall reads the regular file name in d, of at most max bytes,
+// without following a symbolic link and without blocking: it is opened
+// with O_NONBLOCK (a FIFO with no writer opens at once, a regular file's
+// reads ignore the flag), checked to be a regular file before any read,
+// and read no further than max+1 bytes.
+func readSmall(d *fsutil.Dir, name string, max int64) ([]byte, error) {
+	f, err := d.Open(name, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s/%s: a symbolic link, not followed", d.Name(), name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // read-only
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", f.Name(), st.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: over %d bytes", f.Name(), max)
+	}
+	return b, nil
+}
+
 // DropTurn removes a session's note (at the session's end).
 func DropTurn(store, harness, session string) error {
-	fsutil.Mutating()
-	err := os.Remove(turnPath(store, harness, session))
+	d, err := turnDir(store, false)
+	if d == nil || err != nil {
+		return err
+	}
+	defer d.Close() // a directory handle
+	err = d.Unlink(turnName(harness, session))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("turn note: %w", err)
 	}

@@ -34,6 +34,11 @@ type fixture struct {
 	state func(t *testing.T, tg backends.Target, root string) (fp string, consistent bool)
 	// write commits one multi-row transaction (what a live writer does).
 	write func(t *testing.T, tg backends.Target, root string) error
+	// absent, for a backend that can save "there is nothing yet" (a
+	// database file the first migration will make), returns such a
+	// target, the call that makes it (as setup does), and one that
+	// reports whether it exists.
+	absent func(t *testing.T, root string) (tg backends.Target, create func(), exists func() bool)
 }
 
 // fixtures maps a backend's name to its fixture; each backend's test file
@@ -125,6 +130,10 @@ func TestConformance(t *testing.T) {
 				t.Fatal("a snapshot taken under a live writer restored an inconsistent state")
 			}
 
+			if fx.absent != nil {
+				absentState(t, b, fx, root)
+			}
+
 			// Releasing payloads frees them, twice over; the target is
 			// untouched by it.
 			st, _ := fx.state(t, tg, root)
@@ -136,6 +145,39 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Release changed the target: %q, want %q", got, st)
 			}
 		})
+	}
+}
+
+// absentState: a target that does not exist yet is a state to save; a
+// restore of it removes what was made since, twice over, and the state
+// made since comes back from its own snapshot.
+func absentState(t *testing.T, b backends.Backend, fx fixture, root string) {
+	t.Helper()
+	ctx := context.Background()
+	tg, create, exists := fx.absent(t, root)
+	treetest.Must(t, b.Check(ctx, tg, root))
+	none := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, root, none))
+	if exists() {
+		t.Fatal("Snapshot of an absent target made it")
+	}
+	create()
+	treetest.Must(t, fx.write(t, tg, root))
+	made, _ := fx.state(t, tg, root)
+	some := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, root, some))
+	for i := 0; i < 2; i++ { // idempotent
+		treetest.Must(t, b.Restore(ctx, tg, root, none))
+		if exists() {
+			t.Fatalf("restore %d of the absent state left the target in place", i+1)
+		}
+	}
+	treetest.Must(t, b.Restore(ctx, tg, root, some))
+	if got, ok := fx.state(t, tg, root); got != made || !ok {
+		t.Fatalf("after restoring the state made since: %q (consistent %v), want %q", got, ok, made)
+	}
+	for _, p := range []string{none, some} {
+		treetest.Must(t, b.Release(ctx, tg, root, p))
 	}
 }
 

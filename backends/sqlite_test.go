@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -32,10 +33,29 @@ var sqliteFixture = fixture{
 	bad: func(t *testing.T, root string) map[string]backends.Target {
 		writeFile(t, filepath.Join(root, "not-a-db.db"), "hello, I am text\n")
 		return map[string]backends.Target{
-			"missing file": {Backend: "sqlite", Path: "nope.db"},
-			"not sqlite":   {Backend: "sqlite", Path: "not-a-db.db"},
-			"no path":      {Backend: "sqlite"},
+			"missing directory": {Backend: "sqlite", Path: "nope/nope.db"},
+			"a directory":       {Backend: "sqlite", Path: "."},
+			"not sqlite":        {Backend: "sqlite", Path: "not-a-db.db"},
+			"no path":           {Backend: "sqlite"},
 		}
+	},
+	absent: func(t *testing.T, root string) (backends.Target, func(), func() bool) {
+		p := filepath.Join(root, "first.db")
+		create := func() {
+			db := sqliteOpen(t, p)
+			defer db.Close()
+			_, err := db.Exec(`CREATE TABLE t(id INTEGER PRIMARY KEY, v INTEGER); CREATE TABLE meta(n INTEGER); INSERT INTO meta VALUES (0);`)
+			treetest.Must(t, err)
+		}
+		exists := func() bool {
+			for _, q := range []string{p, p + "-wal", p + "-shm", p + "-journal"} {
+				if _, err := os.Lstat(q); err == nil {
+					return true
+				}
+			}
+			return false
+		}
+		return backends.Target{Backend: "sqlite", Path: "first.db"}, create, exists
 	},
 	state: func(t *testing.T, tg backends.Target, root string) (string, bool) {
 		db := sqliteOpen(t, filepath.Join(root, tg.Path))
@@ -94,4 +114,38 @@ func TestSQLiteRestoreReachesOpenConnections(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("the open connection sees n = %d after restore, want 2", n)
 	}
+}
+
+// TestSQLiteEmptyFile: an empty file (what `touch app.db` leaves, or a
+// tool that opens the database before making it) is a state: saved, and
+// a restore empties the database again, leaving no journal beside it.
+func TestSQLiteEmptyFile(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	p := filepath.Join(root, "app.db")
+	treetest.Must(t, os.WriteFile(p, nil, 0o644))
+	tg := backends.Target{Backend: "sqlite", Path: "app.db"}
+	b := &backends.SQLite{}
+	treetest.Must(t, b.Check(ctx, tg, root))
+	empty := t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, root, empty))
+	if st, err := os.Stat(p); err != nil || st.Size() != 0 {
+		t.Fatalf("Snapshot changed the empty file: %v, %v", st, err)
+	}
+	db := sqliteOpen(t, p)
+	_, err := db.Exec(`CREATE TABLE t(v TEXT); INSERT INTO t VALUES ('x')`)
+	treetest.Must(t, err)
+	treetest.Must(t, db.Close())
+	treetest.Must(t, b.Restore(ctx, tg, root, empty))
+	st, err := os.Lstat(p)
+	treetest.Must(t, err)
+	if !st.Mode().IsRegular() || st.Size() != 0 {
+		t.Fatalf("after restore: %v, size %d; want an empty file", st.Mode(), st.Size())
+	}
+	for _, j := range []string{"-wal", "-shm", "-journal"} {
+		if _, err := os.Lstat(p + j); err == nil {
+			t.Errorf("after restore %s is left", p+j)
+		}
+	}
+	treetest.Must(t, b.Check(ctx, tg, root))
 }

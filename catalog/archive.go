@@ -21,6 +21,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -121,14 +122,19 @@ const (
 	CodeBadIndex   = "bad_index"         // index missing, malformed, or not matching the entries
 	CodeChecksum   = "checksum_mismatch" // an entry's content does not match its SHA-256
 	CodeIncomplete = "incomplete"        // a content the manifest needs is missing
-	CodeStoreEntry = "store_entry"       // an archived path inside .snapback/: an archive never writes a project's store
+	CodeStoreEntry = "store_entry"       // an archived path with a .snapback component, or a restore into a store: an archive never writes a project's store
 	CodeNotEmpty   = "dir_not_empty"     // restore into a non-empty directory without --merge
 	CodeToken      = "bad_token"         // unknown, used or expired prune token
+	CodeStale      = "retention_stale"   // the catalog no longer matches a prune's plan: refused, nothing deleted
 	CodeIO         = "io_error"
-	CodeUsage      = "usage"         // an option out of its range
-	CodeNoCatalog  = "no_catalog"    // no --catalog and no [archive] destination
-	CodeBadPath    = "bad_path"      // a catalog path with "..", or relative outside a project
-	CodeOther      = "other_project" // an archive of another project, without --all
+	CodeUsage      = "usage"              // an option out of its range
+	CodeNoCatalog  = "no_catalog"         // no --catalog and no [archive] destination
+	CodeBadPath    = "bad_path"           // a catalog path with "..", or relative outside a project
+	CodeOther      = "other_project"      // an archive of another project, without --all
+	CodeInProject  = "catalog_in_project" // a catalog at or beneath the project root
+	// CodeInterrupted: stopped by its context (Ctrl-C), nothing half-done
+	// left; the error wraps the context's (errors.Is context.Canceled).
+	CodeInterrupted = "interrupted"
 )
 
 func errf(code string, format string, a ...any) *Error {
@@ -137,6 +143,17 @@ func errf(code string, format string, a ...any) *Error {
 
 func wrap(code string, err error, format string, a ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, a...) + ": " + err.Error(), Err: err}
+}
+
+// interrupted is the error of an operation ctx stopped.
+func interrupted(ctx context.Context, what string) error {
+	return &Error{Code: CodeInterrupted, Msg: what + ": interrupted; nothing half-done was left", Err: ctx.Err()}
+}
+
+// isInterrupted reports whether err is an operation's stop by its
+// context (not a finding about an archive).
+func isInterrupted(err error) bool {
+	return CodeOf(err) == CodeInterrupted || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // CodeOf returns an error's code ("" when it has none).

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/snapback/snapback/snapshot"
 )
 
 // Catalog is a directory of archives. The directory is the truth: there
@@ -45,6 +48,10 @@ func Open(dir string, create bool) (*Catalog, error) {
 	for _, c := range strings.Split(dir, "/") {
 		if c == ".." {
 			return nil, errf(CodeBadPath, "catalog %s: a path with \"..\" is refused (write it without)", dir)
+		}
+		// A store is a project's own: its files are read as records.
+		if c == snapshot.StoreDir {
+			return nil, errf(CodeBadPath, "catalog %s: a catalog is never inside a project's store (%s); use a directory of its own", dir, snapshot.StoreDir)
 		}
 	}
 	abs := filepath.Clean(dir)
@@ -88,22 +95,56 @@ func Open(dir string, create bool) (*Catalog, error) {
 // Path is where the archive with this id lives.
 func (c *Catalog) Path(id string) string { return filepath.Join(c.Dir, FileName(id)) }
 
+// stamp is what stat says of one name: a change to the file's content,
+// owner, mode or place shows in it (ctime too, which no one can set back
+// as they can the mtime).
+type stamp struct {
+	dev, ino     uint64
+	mode         uint32 // st_mode: type and permissions
+	uid, gid     uint32
+	size         int64
+	mtime, ctime int64 // ns
+}
+
+func stampOf(st os.FileInfo) stamp {
+	sys := st.Sys().(*syscall.Stat_t)
+	mtime, ctime := statTimes(sys)
+	return stamp{dev: uint64(sys.Dev), ino: uint64(sys.Ino), mode: uint32(sys.Mode), uid: sys.Uid, gid: sys.Gid, size: sys.Size,
+		mtime: mtime, ctime: ctime}
+}
+
+func (s stamp) String() string {
+	return fmt.Sprintf("dev %d ino %d mode %o uid %d gid %d size %d mtime %d ctime %d", s.dev, s.ino, s.mode, s.uid, s.gid, s.size, s.mtime, s.ctime)
+}
+
 // dirEntry is one name of the catalog directory, as a fingerprint sees it.
 type dirEntry struct {
 	name  string
 	size  int64
-	mtime int64
-	ino   uint64
 	mode  fs.FileMode
+	stamp stamp
 }
 
-// readDir lists the catalog, bounded, and fingerprints what it saw.
+// dirIdentity is the catalog directory's own identity: the same path
+// holding another directory (moved there, mounted over) is another
+// catalog. Its times are not in it: every create changes them.
+func dirIdentity(st os.FileInfo) string {
+	s := stampOf(st)
+	return fmt.Sprintf("dev %d ino %d mode %o uid %d gid %d", s.dev, s.ino, s.mode, s.uid, s.gid)
+}
+
+// readDir lists the catalog, bounded, and fingerprints what it saw: the
+// directory's identity and every name's full stamp.
 func (c *Catalog) readDir() ([]dirEntry, string, error) {
 	f, err := os.Open(c.Dir)
 	if err != nil {
 		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
 	}
 	defer f.Close() // read-only
+	dst, err := f.Stat()
+	if err != nil {
+		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
 	names, err := f.Readdirnames(MaxDirEntries + 1)
 	if err != nil && len(names) == 0 && !errors.Is(err, io.EOF) {
 		return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
@@ -113,7 +154,6 @@ func (c *Catalog) readDir() ([]dirEntry, string, error) {
 	}
 	sort.Strings(names)
 	var out []dirEntry
-	h := sha256.New()
 	for _, n := range names {
 		st, err := os.Lstat(filepath.Join(c.Dir, n))
 		if errors.Is(err, fs.ErrNotExist) {
@@ -122,11 +162,22 @@ func (c *Catalog) readDir() ([]dirEntry, string, error) {
 		if err != nil {
 			return nil, "", wrap(CodeIO, err, "catalog %s", c.Dir)
 		}
-		e := dirEntry{name: n, size: st.Size(), mtime: st.ModTime().UnixNano(), ino: st.Sys().(*syscall.Stat_t).Ino, mode: st.Mode()}
-		fmt.Fprintf(h, "%q %d %d %d %d\n", e.name, e.size, e.mtime, e.ino, e.mode)
-		out = append(out, e)
+		out = append(out, dirEntry{name: n, size: st.Size(), mode: st.Mode(), stamp: stampOf(st)})
 	}
-	return out, hex.EncodeToString(h.Sum(nil)), nil
+	return out, fingerprint(dirIdentity(dst), out, nil), nil
+}
+
+// fingerprint hashes the directory's identity and the entries' stamps,
+// but those named in skip.
+func fingerprint(dir string, ents []dirEntry, skip map[string]bool) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", dir)
+	for _, e := range ents {
+		if !skip[e.name] {
+			fmt.Fprintf(h, "%q %s\n", e.name, e.stamp)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Listed is one archive a listing accepted, after full verification.
@@ -143,7 +194,7 @@ type Rejected struct {
 	Msg   string `json:"message"`
 }
 
-// Listing is the result of a scan: valid archives (oldest first),
+// Listing is the result of a scan: valid archives (oldest snapshot first),
 // rejected candidates, and the fingerprint of what was scanned.
 type Listing struct {
 	Archives    []Listed
@@ -151,6 +202,9 @@ type Listing struct {
 	Fingerprint string
 	// VerifiedAt is when this scan finished verifying them.
 	VerifiedAt time.Time
+
+	ents []dirEntry // what the scan saw, with each name's stamp
+	dir  string     // the directory's identity
 }
 
 // Of returns the archives of the project with this id, oldest first.
@@ -168,12 +222,17 @@ func (l *Listing) Of(projectID string) []Listed {
 // the scan bounds, and reports the valid and the invalid ones; other
 // files are ignored and left alone. A catalog that changes during the
 // scan is an error (CodeChanged), not a half listing.
-func (c *Catalog) List(progress Progress) (*Listing, error) {
+//
+// Cancelling ctx stops the scan (CodeInterrupted); it changes nothing.
+func (c *Catalog) List(ctx context.Context, progress Progress) (*Listing, error) {
 	ents, fp, err := c.readDir()
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Fingerprint: fp}
+	l := &Listing{Fingerprint: fp, ents: ents}
+	if l.dir, err = c.identity(); err != nil {
+		return nil, err
+	}
 	var scanned int64
 	n := 0
 	for _, e := range ents {
@@ -190,6 +249,9 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 			return nil, errf(CodeTooLarge, "catalog %s: more than %d GiB of archives; split the catalog (move some archives to another directory)", c.Dir, MaxScanBytes>>30)
 		}
 		n++
+		if ctx.Err() != nil {
+			return nil, interrupted(ctx, "list "+c.Dir)
+		}
 		if err := regularMode(e.name, e.mode); err != nil {
 			// Looked at, never opened: a FIFO would block, a symlink lead
 			// out of the catalog.
@@ -197,7 +259,10 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 			continue
 		}
 		scanned += e.size
-		s, err := c.verifyFile(e.name, progress)
+		s, err := c.verifyFile(ctx, e.name, progress)
+		if isInterrupted(err) {
+			return nil, err
+		}
 		if err != nil {
 			l.Rejected = append(l.Rejected, Rejected{ID: id, File: e.name, Error: CodeOf(err), Msg: err.Error()})
 			continue
@@ -209,9 +274,33 @@ func (c *Catalog) List(progress Progress) (*Listing, error) {
 	} else if fp2 != fp {
 		return nil, errf(CodeChanged, "catalog %s changed during the scan; try again", c.Dir)
 	}
-	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].CreatedAt.Before(l.Archives[j].CreatedAt) })
+	// Oldest first by the state they hold: an old snapshot archived
+	// late is still old (retention keeps the newest states, not the
+	// newest files).
+	sort.SliceStable(l.Archives, func(i, j int) bool { return l.Archives[i].older(&l.Archives[j].Summary) })
 	l.VerifiedAt = time.Now().UTC()
 	return l, nil
+}
+
+// older orders archives by their snapshot's capture time, then by when
+// they were written, then by id: one order, whatever the scan met first.
+func (s *Summary) older(t *Summary) bool {
+	switch {
+	case !s.SnapshotCreatedAt.Equal(t.SnapshotCreatedAt):
+		return s.SnapshotCreatedAt.Before(t.SnapshotCreatedAt)
+	case !s.CreatedAt.Equal(t.CreatedAt):
+		return s.CreatedAt.Before(t.CreatedAt)
+	}
+	return s.ID < t.ID
+}
+
+// identity is the catalog directory's identity (see dirIdentity).
+func (c *Catalog) identity() (string, error) {
+	st, err := os.Lstat(c.Dir)
+	if err != nil {
+		return "", wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
+	return dirIdentity(st), nil
 }
 
 // Find resolves ref (an archive's file name or path in the catalog, its

@@ -83,7 +83,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	if s.Snapshot != m.ID || s.Files != m.Files || s.Project != repo.Root {
 		t.Errorf("summary %+v does not describe snapshot %+v", s, m)
 	}
-	if _, err := c.Verify(FileName(s.ID), nil); err != nil {
+	if _, err := c.Verify(context.Background(), FileName(s.ID), nil); err != nil {
 		t.Fatal(err)
 	}
 	// The same snapshot again: the same identity, kept as it is.
@@ -97,7 +97,7 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 
 	into := filepath.Join(t.TempDir(), "out")
 	var read int64
-	res, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, func(n int64) { read += n })
+	res, err := c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, func(n int64) { read += n })
 	treetest.Must(t, err)
 	if res.Files != m.Files || read != s.Bytes {
 		t.Errorf("restored %d files reading %d bytes, want %d files, %d bytes", res.Files, read, m.Files, s.Bytes)
@@ -120,11 +120,11 @@ func TestCreateVerifyRestoreExact(t *testing.T) {
 	}
 
 	// Not into a non-empty directory, unless merging.
-	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+	_, err = c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, nil)
 	code(t, err, CodeNotEmpty)
 	treetest.Write(t, into, "mine.txt", "kept\n", 0o644)
 	treetest.Write(t, into, "plain.txt", "replaced\n", 0o644)
-	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{Merge: true}, nil)
+	_, err = c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{Merge: true}, nil)
 	treetest.Must(t, err)
 	if b, _ := os.ReadFile(filepath.Join(into, "plain.txt")); string(b) != "hello\n" {
 		t.Errorf("merge: plain.txt = %q, want the archive's", b)
@@ -147,7 +147,7 @@ func TestRestoreKeepsSymlinks(t *testing.T) {
 	c := newCatalog(t)
 	s := create(t, c, repo, m)
 	into := filepath.Join(t.TempDir(), "out")
-	_, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+	_, err := c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, nil)
 	treetest.Must(t, err)
 	want := treetest.Capture(t, repo.Root, snapshot.StoreDir)
 	got := treetest.Capture(t, into)
@@ -165,7 +165,7 @@ func TestRestoreKeepsSymlinks(t *testing.T) {
 	elsewhere := t.TempDir()
 	into2 := t.TempDir()
 	treetest.Must(t, os.Symlink(elsewhere, filepath.Join(into2, "deep")))
-	_, err = c.Restore(FileName(s.ID), into2, RestoreOptions{Merge: true}, nil)
+	_, err = c.Restore(context.Background(), FileName(s.ID), into2, RestoreOptions{Merge: true}, nil)
 	treetest.Must(t, err)
 	if ents, _ := os.ReadDir(elsewhere); len(ents) > 0 {
 		t.Fatalf("restore wrote through a symlink: %d entries in its target", len(ents))
@@ -241,7 +241,7 @@ func TestListRejectsAndKeeps(t *testing.T) {
 	flipped[i] ^= 1
 	c2 := newCatalog(t)
 	treetest.Must(t, os.WriteFile(c2.Path(s.ID), flipped, 0o600))
-	_, err = c2.Verify(FileName(s.ID), nil)
+	_, err = c2.Verify(context.Background(), FileName(s.ID), nil)
 	code(t, err, CodeChecksum)
 	put("00000000000000000000000000000004", CodeBadZip, []byte("not a zip at all"))
 	dir := t.TempDir()
@@ -270,7 +270,7 @@ func TestListRejectsAndKeeps(t *testing.T) {
 	treetest.Write(t, c.Dir, "README.txt", "mine\n", 0o600)
 	treetest.Write(t, c.Dir, "backup-short.zip", "x", 0o600)
 
-	l, err := c.List(nil)
+	l, err := c.List(context.Background(), nil)
 	treetest.Must(t, err)
 	if len(l.Archives) != 1 || l.Archives[0].ID != s.ID {
 		t.Fatalf("listed %+v, want only %s", l.Archives, s.ID)
@@ -303,7 +303,7 @@ func TestListSeesChange(t *testing.T) {
 	c := newCatalog(t)
 	create(t, c, repo, m)
 	once := false
-	_, err := c.List(func(int64) {
+	_, err := c.List(context.Background(), func(int64) {
 		if !once {
 			once = true
 			treetest.Write(t, c.Dir, "arrived-meanwhile", "x", 0o600)
@@ -328,32 +328,32 @@ func TestPrune(t *testing.T) {
 	// An invalid candidate is never deleted.
 	treetest.Must(t, os.WriteFile(c.Path("0000000000000000000000000000dead"), []byte("junk"), 0o600))
 
-	plan, err := c.PrunePreview(PruneOptions{Keep: 2}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 2}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 || plan.Delete[0].ID != ids[0] || plan.Delete[1].ID != ids[1] || len(plan.Rejected) != 1 {
 		t.Fatalf("plan deletes %v (rejected %v), want the two oldest", plan.Delete, plan.Rejected)
 	}
 	// Unknown and malformed tokens.
-	_, err = c.PruneApply(strings.Repeat("0", 32), tokens, nil)
+	_, err = c.PruneApply(context.Background(), strings.Repeat("0", 32), tokens, nil)
 	code(t, err, CodeToken)
-	_, err = c.PruneApply("../../etc", tokens, nil)
+	_, err = c.PruneApply(context.Background(), "../../etc", tokens, nil)
 	code(t, err, CodeToken)
 
 	// A change since the preview refuses, and deletes nothing.
 	treetest.Write(t, c.Dir, "new-file", "x", 0o600)
-	_, err = c.PruneApply(plan.Token, tokens, nil)
-	code(t, err, CodeChanged)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
+	code(t, err, CodeStale)
 	for _, id := range ids {
 		if _, err := os.Stat(c.Path(id)); err != nil {
 			t.Fatalf("a refused prune deleted %s", id)
 		}
 	}
 	// That token is spent; a fresh preview and its token work once.
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	code(t, err, CodeToken)
-	plan, err = c.PrunePreview(PruneOptions{Keep: 2}, tokens, nil)
+	plan, err = c.PrunePreview(context.Background(), PruneOptions{Keep: 2}, tokens, nil)
 	treetest.Must(t, err)
-	res, err := c.PruneApply(plan.Token, tokens, nil)
+	res, err := c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	treetest.Must(t, err)
 	if len(res.Deleted) != 2 {
 		t.Fatalf("deleted %v", res.Deleted)
@@ -370,11 +370,11 @@ func TestPrune(t *testing.T) {
 	if ents, _ := filepath.Glob(filepath.Join(c.Dir, ".snapback-prune-*")); len(ents) > 0 {
 		t.Errorf("staging left behind: %v", ents)
 	}
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	code(t, err, CodeToken)
 
 	// An expired token (its record aged on disk) is refused.
-	plan, err = c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	plan, err = c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	p := filepath.Join(tokens, plan.Token+".json")
 	b, _ := os.ReadFile(p)
@@ -383,7 +383,7 @@ func TestPrune(t *testing.T) {
 	rec.Expires = time.Now().Add(-time.Second)
 	b, _ = json.Marshal(rec)
 	treetest.Must(t, os.WriteFile(p, b, 0o600))
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	code(t, err, CodeToken)
 	if _, err := os.Stat(c.Path(ids[2])); err != nil {
 		t.Error("an expired token deleted an archive")
@@ -411,9 +411,9 @@ func TestSweepStaging(t *testing.T) {
 }
 
 // A prune that fails half-way loses nothing: the second archive cannot be
-// moved (immutable, a real fault set after the preview: the flag changes
-// only the ctime, which the fingerprint does not see), so the first one,
-// already staged, is moved back, and nothing is deleted.
+// moved (immutable: a real fault, set once the apply has checked the plan,
+// as the flag changes the ctime the plan binds), so the first one, already
+// staged, is moved back, and nothing is deleted.
 func TestPruneFailsHalfWay(t *testing.T) {
 	if !treetest.Require(t, "root", os.Geteuid() == 0, "the immutable flag needs root") {
 		t.Skip("SNAPBACK_REQUIRE does not name root: not root")
@@ -428,20 +428,29 @@ func TestPruneFailsHalfWay(t *testing.T) {
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}
-	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 {
 		t.Fatalf("plan deletes %d", len(plan.Delete))
 	}
-	second := c.Path(plan.Delete[1].ID)
-	if out, err := exec.Command("chattr", "+i", second).CombinedOutput(); !treetest.Require(t, "root", err == nil, fmt.Sprintf("chattr +i: %v %s", err, out)) {
+	// The flag works here (tried on a file of its own, or skipped).
+	probe := filepath.Join(c.Dir, "probe")
+	treetest.Write(t, c.Dir, "probe", "x", 0o600)
+	if out, err := exec.Command("chattr", "+i", probe).CombinedOutput(); !treetest.Require(t, "root", err == nil, fmt.Sprintf("chattr +i: %v %s", err, out)) {
 		t.Skip("SNAPBACK_REQUIRE does not name root: no immutable flag here")
 	}
+	treetest.Must(t, exec.Command("chattr", "-i", probe).Run())
+	treetest.Must(t, os.Remove(probe))
+	plan, err = c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
+	treetest.Must(t, err)
+	second := c.Path(plan.Delete[1].ID)
+	pruneStaged = func() { treetest.Must(t, exec.Command("chattr", "+i", second).Run()) }
+	defer func() { pruneStaged = nil }()
 	defer exec.Command("chattr", "-i", second).Run()
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	code(t, err, CodeIO)
 	for _, id := range ids {
-		if _, err := c.Verify(FileName(id), nil); err != nil {
+		if _, err := c.Verify(context.Background(), FileName(id), nil); err != nil {
 			t.Errorf("after a failed prune, archive %s: %v", id, err)
 		}
 	}

@@ -3,6 +3,7 @@
 package catalog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	if job := os.Getenv("SNAPBACK_TEST_RESTORE"); job != "" {
 		f := strings.Split(job, "|")
 		c := &Catalog{Dir: f[0], Limits: DefaultLimits}
-		if _, err := c.Restore(f[1], f[2], RestoreOptions{Merge: f[3] == "merge"}, nil); err != nil {
+		if _, err := c.Restore(context.Background(), f[1], f[2], RestoreOptions{Merge: f[3] == "merge"}, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(3)
 		}
@@ -158,7 +159,7 @@ func TestRestoreKilled(t *testing.T) {
 			// The retry works; or, when the kill came after the rename
 			// (the restore was whole already), it finds the directory
 			// full: a restore is all or nothing.
-			if _, err := c.Restore(name, into, RestoreOptions{Merge: sc.merge}, nil); err != nil && (CodeOf(err) != CodeNotEmpty || sc.merge) {
+			if _, err := c.Restore(context.Background(), name, into, RestoreOptions{Merge: sc.merge}, nil); err != nil && (CodeOf(err) != CodeNotEmpty || sc.merge) {
 				t.Fatalf("%s: the retry: %v", what, err)
 			}
 			extra := []string{}

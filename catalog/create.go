@@ -129,7 +129,7 @@ type Project struct {
 // removed by the next create.
 func (c *Catalog) Create(ctx context.Context, src Source, p *Plan, proj Project, progress Progress) (s *Summary, existed bool, err error) {
 	sweepTemps(c.Dir, TempAge)
-	if s := c.existing(p.meta.ID, proj.ID); s != nil {
+	if s := c.existing(ctx, p.meta.ID, proj.ID); s != nil {
 		return s, true, nil
 	}
 	var rb [8]byte
@@ -225,7 +225,7 @@ func (c *Catalog) Create(ctx context.Context, src Source, p *Plan, proj Project,
 }
 
 // existing finds a valid archive of the snapshot from the project.
-func (c *Catalog) existing(snap, projectID string) *Summary {
+func (c *Catalog) existing(ctx context.Context, snap, projectID string) *Summary {
 	ents, _, err := c.readDir()
 	if err != nil {
 		return nil // the create that follows reports it
@@ -237,7 +237,7 @@ func (c *Catalog) existing(snap, projectID string) *Summary {
 		if s, err := c.readSummary(e.name); err != nil || s.Snapshot != snap || s.ProjectID != projectID {
 			continue
 		}
-		if s, err := c.verifyFile(e.name, nil); err == nil {
+		if s, err := c.verifyFile(ctx, e.name, nil); err == nil {
 			return s
 		}
 	}
@@ -262,7 +262,7 @@ func (w *archiveWriter) add(name string, mod time.Time, r io.Reader) error {
 	h := sha256.New()
 	n, err := io.CopyBuffer(io.MultiWriter(hw, h, progressWriter(w.progress)), ctxReader{w.ctx, r}, w.buf)
 	if w.ctx.Err() != nil {
-		return wrap(CodeIO, w.ctx.Err(), "write archive: interrupted; the partial archive was removed")
+		return interrupted(w.ctx, "write archive")
 	}
 	if err != nil {
 		return wrap(CodeIO, err, "write archive entry %s", name)

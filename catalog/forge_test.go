@@ -74,12 +74,12 @@ func TestStoreEntriesRefused(t *testing.T) {
 			}
 			return mf
 		})
-		_, err := c.Verify(FileName(s.ID), nil)
+		_, err := c.Verify(context.Background(), FileName(s.ID), nil)
 		code(t, err, CodeStoreEntry)
 		into := filepath.Join(t.TempDir(), "into")
-		_, err = c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+		_, err = c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, nil)
 		code(t, err, CodeStoreEntry)
-		_, err = c.Restore(FileName(s.ID), repo.Root, RestoreOptions{Merge: true}, nil)
+		_, err = c.Restore(context.Background(), FileName(s.ID), repo.Root, RestoreOptions{Merge: true}, nil)
 		code(t, err, CodeStoreEntry)
 		if _, err := os.Lstat(filepath.Join(repo.Root, ".snapback", "journal")); err == nil {
 			t.Fatal("a merge restore planted a journal in the store")
@@ -141,11 +141,11 @@ func TestRestoreDropsPrivileges(t *testing.T) {
 		}
 	}
 	into := filepath.Join(t.TempDir(), "into")
-	_, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+	_, err := c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, nil)
 	treetest.Must(t, err)
 	check(into, false)
 	into = filepath.Join(t.TempDir(), "into")
-	_, err = c.Restore(FileName(s.ID), into, RestoreOptions{KeepPrivileges: true}, nil)
+	_, err = c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{KeepPrivileges: true}, nil)
 	treetest.Must(t, err)
 	check(into, true)
 }

@@ -50,7 +50,7 @@ func FuzzArchive(f *testing.F) {
 			}
 			return
 		}
-		if err := r.check("", nil); err != nil {
+		if err := r.check(context.Background(), "", nil); err != nil {
 			if CodeOf(err) == "" {
 				t.Fatalf("error without a code: %v", err)
 			}
@@ -63,7 +63,7 @@ func FuzzArchive(f *testing.F) {
 		// Every byte counts: the same bytes with one more before or
 		// after, or holding a path in a project's store, do not verify.
 		for _, c := range [][]byte{append([]byte{0}, b...), append(bytes.Clone(b), 0)} {
-			if r2, err := newReader(bytes.NewReader(c), int64(len(c)), "fuzz", lim); err == nil && r2.check("", nil) == nil {
+			if r2, err := newReader(bytes.NewReader(c), int64(len(c)), "fuzz", lim); err == nil && r2.check(context.Background(), "", nil) == nil {
 				t.Fatal("verified with a byte added")
 			}
 		}
@@ -72,7 +72,16 @@ func FuzzArchive(f *testing.F) {
 				t.Fatalf("verified with %q in it", e.Path)
 			}
 		}
-		if checkRestorable(r.manifest) != nil || restored.Add(1) > 20 {
+		if checkRestorable(r.manifest) != nil {
+			return
+		}
+		// What a restore would write holds no store at any depth.
+		for _, e := range r.manifest {
+			if inStore(e.Path) {
+				t.Fatalf("restorable with %q in it", e.Path)
+			}
+		}
+		if restored.Add(1) > 20 {
 			return // restoring writes and syncs files: a few per process tell enough
 		}
 		c := &Catalog{Dir: t.TempDir(), Limits: lim}
@@ -81,11 +90,20 @@ func FuzzArchive(f *testing.F) {
 			t.Fatal(err)
 		}
 		outer := t.TempDir()
-		if _, err := c.Restore(name, filepath.Join(outer, "into"), RestoreOptions{}, nil); err != nil && CodeOf(err) == "" {
+		if _, err := c.Restore(context.Background(), name, filepath.Join(outer, "into"), RestoreOptions{}, nil); err != nil && CodeOf(err) == "" {
 			t.Fatalf("restore error without a code: %v", err)
 		}
 		if ents, _ := os.ReadDir(outer); len(ents) > 1 {
 			t.Fatalf("restore wrote beside its directory: %v", ents)
+		}
+		// Never into a store, or beneath one.
+		for _, into := range []string{filepath.Join(outer, snapshot.StoreDir), filepath.Join(outer, snapshot.StoreDir, "objects")} {
+			if _, err := c.Restore(context.Background(), name, into, RestoreOptions{Merge: true}, nil); CodeOf(err) != CodeStoreEntry {
+				t.Fatalf("restore into %s: %v, want %s", into, err, CodeStoreEntry)
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(outer, snapshot.StoreDir)); err == nil {
+			t.Fatal("a refused restore made a store")
 		}
 	})
 }
@@ -104,16 +122,28 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	m, err := repo.Snap(snapshot.KindSnap, "seed")
 	treetest.Must(f, err)
 	c := &Catalog{Dir: f.TempDir(), Limits: DefaultLimits}
-	p, err := PlanArchive(repo, m)
+	archive := func(repo *snapshot.Repo, m *snapshot.Meta) []byte {
+		p, err := PlanArchive(repo, m)
+		treetest.Must(f, err)
+		s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
+		treetest.Must(f, err)
+		b, err := os.ReadFile(c.Path(s.ID))
+		treetest.Must(f, err)
+		return b
+	}
+	b := archive(repo, m)
+	// A nested project's store, and files named like a store's: what a
+	// restore into (or of) a store would plant.
+	treetest.Write(f, root, "sub/.snapback/journal.json", `{"op":"restore"}`, 0o600)
+	treetest.Write(f, root, "journal.json", `{"op":"restore"}`, 0o600)
+	treetest.Write(f, root, "objects/ab/"+strings.Repeat("c", 62), "planted", 0o600)
+	m, err = repo.Snap(snapshot.KindSnap, "nested store")
 	treetest.Must(f, err)
-	s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
-	treetest.Must(f, err)
-	b, err := os.ReadFile(c.Path(s.ID))
-	treetest.Must(f, err)
+	nested := archive(repo, m)
 	// The shapes the layout check refuses, for the fuzzer to start from.
 	comment := append(bytes.Clone(b), "payload"...)
 	comment[len(b)-2] = 7
 	flipped := bytes.Clone(b)
 	flipped[31] ^= 1
-	return [][]byte{b, []byte("PK\x03\x04"), {}, append([]byte("prefix"), b...), append(bytes.Clone(b), "suffix"...), comment, flipped}
+	return [][]byte{b, nested, []byte("PK\x03\x04"), {}, append([]byte("prefix"), b...), append(bytes.Clone(b), "suffix"...), comment, flipped}
 }

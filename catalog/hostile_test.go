@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,17 +48,17 @@ func TestNotRegularCandidates(t *testing.T) {
 
 	for _, id := range []string{fifo, toFifo, s.ID, dir} {
 		within(t, "verify "+id, func() {
-			_, err := c.Verify(FileName(id), nil)
+			_, err := c.Verify(context.Background(), FileName(id), nil)
 			code(t, err, CodeNotRegular)
 		})
 	}
 	within(t, "restore of a FIFO", func() {
-		_, err := c.Restore(FileName(fifo), filepath.Join(t.TempDir(), "into"), RestoreOptions{}, nil)
+		_, err := c.Restore(context.Background(), FileName(fifo), filepath.Join(t.TempDir(), "into"), RestoreOptions{}, nil)
 		code(t, err, CodeNotRegular)
 	})
 	within(t, "restore through a symlink", func() {
 		into := filepath.Join(t.TempDir(), "into")
-		_, err := c.Restore(FileName(s.ID), into, RestoreOptions{}, nil)
+		_, err := c.Restore(context.Background(), FileName(s.ID), into, RestoreOptions{}, nil)
 		code(t, err, CodeNotRegular)
 		if ents, _ := os.ReadDir(into); len(ents) > 0 {
 			t.Errorf("a refused restore wrote %d entries", len(ents))
@@ -66,7 +67,7 @@ func TestNotRegularCandidates(t *testing.T) {
 	var l *Listing
 	within(t, "list", func() {
 		var err error
-		l, err = c.List(nil)
+		l, err = c.List(context.Background(), nil)
 		treetest.Must(t, err)
 	})
 	if len(l.Archives) != 0 {
@@ -83,7 +84,7 @@ func TestNotRegularCandidates(t *testing.T) {
 	}
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	within(t, "prune", func() {
-		plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+		plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 		treetest.Must(t, err)
 		if len(plan.Delete) != 0 {
 			t.Errorf("prune plans to delete %v", plan.Delete)
@@ -105,23 +106,23 @@ func TestInsecureArchives(t *testing.T) {
 	p := c.Path(s.ID)
 	for _, mode := range []os.FileMode{0o644, 0o666, 0o400} {
 		treetest.Must(t, os.Chmod(p, mode))
-		_, err := c.Verify(FileName(s.ID), nil)
+		_, err := c.Verify(context.Background(), FileName(s.ID), nil)
 		code(t, err, CodeArchiveIns)
-		l, err := c.List(nil)
+		l, err := c.List(context.Background(), nil)
 		treetest.Must(t, err)
 		if len(l.Archives) != 0 || len(l.Rejected) != 1 || l.Rejected[0].Error != CodeArchiveIns || l.Rejected[0].ID != s.ID {
 			t.Errorf("mode %04o: listed %v, rejected %v", mode, l.Archives, l.Rejected)
 		}
-		_, err = c.Restore(FileName(s.ID), filepath.Join(t.TempDir(), "into"), RestoreOptions{}, nil)
+		_, err = c.Restore(context.Background(), FileName(s.ID), filepath.Join(t.TempDir(), "into"), RestoreOptions{}, nil)
 		code(t, err, CodeArchiveIns)
 	}
 	treetest.Must(t, os.Chmod(p, 0o600))
-	if _, err := c.Verify(FileName(s.ID), nil); err != nil {
+	if _, err := c.Verify(context.Background(), FileName(s.ID), nil); err != nil {
 		t.Fatal(err)
 	}
 	if treetest.Require(t, "root", os.Geteuid() == 0, "chown to another uid needs root") {
 		treetest.Must(t, os.Chown(p, 4242, 4242))
-		_, err := c.Verify(FileName(s.ID), nil)
+		_, err := c.Verify(context.Background(), FileName(s.ID), nil)
 		code(t, err, CodeArchiveIns)
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("not left in place: %v", err)

@@ -3,6 +3,7 @@ package catalog
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -40,7 +41,7 @@ func verifyBytes(b []byte, name string, lim Limits) error {
 	if err != nil {
 		return err
 	}
-	return r.check(name, nil)
+	return r.check(context.Background(), name, nil)
 }
 
 // Every byte of an archive is verified: flipping any one bit anywhere in
@@ -172,7 +173,7 @@ func TestBombsRefused(t *testing.T) {
 	c := newCatalog(t)
 	treetest.Must(t, os.WriteFile(c.Path("0000000000000000000000000000b0b0"), shared, 0o600))
 	into := filepath.Join(t.TempDir(), "into")
-	if _, err := c.Restore(FileName("0000000000000000000000000000b0b0"), into, RestoreOptions{}, nil); err == nil {
+	if _, err := c.Restore(context.Background(), FileName("0000000000000000000000000000b0b0"), into, RestoreOptions{}, nil); err == nil {
 		t.Fatal("restored a bomb")
 	}
 	if ents, _ := os.ReadDir(into); len(ents) > 0 {

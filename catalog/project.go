@@ -26,7 +26,9 @@ func ProjectID(root string, create bool) (string, error) {
 	store := filepath.Join(root, snapshot.StoreDir)
 	p := filepath.Join(store, ProjectIDFile)
 	for try := 0; try < 2; try++ {
-		b, err := os.ReadFile(p)
+		// Bounded, never through a link, never waiting on a FIFO: the
+		// store is input from outside.
+		b, err := fsutil.ReadFileLimit(p, 4096)
 		if err == nil {
 			id := strings.TrimSpace(string(b))
 			if !projectIDRE.MatchString(id) {
@@ -56,4 +58,33 @@ func ProjectID(root string, create bool) (string, error) {
 		}
 	}
 	return "", errf(CodeIO, "project id %s: made but not readable", p)
+}
+
+// OutsideProject refuses a catalog at or beneath the project root: its
+// archives would go into every later snapshot, a restore of an earlier
+// one would remove them, and a command under `run` could delete them
+// with the tree. Both paths are compared as written and by identity
+// (the catalog's existing ancestors against the root), so a symlink to
+// the project or a second path to it is seen through.
+func OutsideProject(dir, root string) error {
+	dir, root = filepath.Clean(dir), filepath.Clean(root)
+	refuse := func() error {
+		alt := filepath.Join(filepath.Dir(root), filepath.Base(root)+"-archives")
+		return errf(CodeInProject, "catalog %s is inside the project %s: its archives would go into every snapshot and a restore would remove them; use a directory outside it (e.g. %s) and move any archives there", dir, root, alt)
+	}
+	if dir == root || strings.HasPrefix(dir, root+"/") {
+		return refuse()
+	}
+	rst, err := os.Stat(root)
+	if err != nil {
+		return nil // no project directory: nothing to be inside
+	}
+	for p := dir; ; p = filepath.Dir(p) {
+		if st, err := os.Stat(p); err == nil && os.SameFile(st, rst) {
+			return refuse()
+		}
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -35,14 +37,29 @@ type PrunePlan struct {
 	Expires  time.Time
 }
 
-// tokenRecord is a token as stored: bound to the catalog and its
-// fingerprint, and to the plan.
+// tokenRecord is a token as stored: bound to the catalog directory (its
+// path and identity), to every name in it (the fingerprint of their full
+// stamps), to every candidate's stamp and verification result, and to
+// the plan.
 type tokenRecord struct {
-	Catalog     string    `json:"catalog"`
-	Fingerprint string    `json:"fingerprint"`
-	Delete      []string  `json:"delete"` // file names
-	SHA256      []string  `json:"sha256"` // their archive_sha256, in order
-	Expires     time.Time `json:"expires"`
+	Catalog     string      `json:"catalog"`
+	Dir         string      `json:"dir"` // the directory's identity
+	Fingerprint string      `json:"fingerprint"`
+	After       string      `json:"after"` // the fingerprint once the deleted ones are gone
+	Candidates  []candidate `json:"candidates"`
+	Delete      []string    `json:"delete"` // file names
+	SHA256      []string    `json:"sha256"` // their archive_sha256, in order
+	Kept        []string    `json:"kept"`   // file names, verified again before anything is deleted
+	KeptSHA256  []string    `json:"kept_sha256"`
+	Expires     time.Time   `json:"expires"`
+}
+
+// candidate is one archive-named file as the preview saw it: its stamp,
+// and what verifying it said ("ok <archive_sha256>", or the error code).
+type candidate struct {
+	Name   string `json:"name"`
+	Stamp  string `json:"stamp"`
+	Result string `json:"result"`
 }
 
 // PruneOptions say what a prune keeps.
@@ -62,7 +79,9 @@ const (
 // the other valid ones, and stores a one-time token for it in tokenDir
 // (a private directory of the user's: the preview and its application are
 // separate processes).
-func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progress) (*PrunePlan, error) {
+//
+// Cancelling ctx stops it (CodeInterrupted) before a token is stored.
+func (c *Catalog) PrunePreview(ctx context.Context, o PruneOptions, tokenDir string, progress Progress) (*PrunePlan, error) {
 	keep := o.Keep
 	if keep < 1 || keep > MaxKeep {
 		return nil, errf(CodeUsage, "prune: --keep must be 1 to %d, not %d", MaxKeep, keep)
@@ -73,7 +92,7 @@ func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progres
 	if o.MaxDelete < 1 || o.MaxDelete > MaxDeletions {
 		return nil, errf(CodeUsage, "prune: --max-delete must be 1 to %d, not %d", MaxDeletions, o.MaxDelete)
 	}
-	l, err := c.List(progress)
+	l, err := c.List(ctx, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +103,7 @@ func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progres
 		p.Others = len(l.Archives) - len(mine)
 	}
 	n := len(mine)
-	for i, a := range mine { // oldest first
+	for i, a := range mine { // oldest snapshot first
 		switch {
 		case i >= n-keep:
 			p.Kept = append(p.Kept, a)
@@ -98,11 +117,19 @@ func (c *Catalog) PrunePreview(o PruneOptions, tokenDir string, progress Progres
 	rand.Read(b[:])
 	p.Token = hex.EncodeToString(b[:])
 	p.Expires = time.Now().Add(TokenTTL).UTC()
-	rec := tokenRecord{Catalog: c.Dir, Fingerprint: l.Fingerprint, Expires: p.Expires, Delete: []string{}, SHA256: []string{}}
+	rec := tokenRecord{Catalog: c.Dir, Dir: l.dir, Fingerprint: l.Fingerprint, Expires: p.Expires, Candidates: candidates(l),
+		Delete: []string{}, SHA256: []string{}, Kept: []string{}, KeptSHA256: []string{}}
+	gone := map[string]bool{}
 	for _, a := range p.Delete {
 		rec.Delete = append(rec.Delete, a.File)
 		rec.SHA256 = append(rec.SHA256, a.ArchiveSHA256)
+		gone[a.File] = true
 	}
+	for _, a := range p.Kept {
+		rec.Kept = append(rec.Kept, a.File)
+		rec.KeptSHA256 = append(rec.KeptSHA256, a.ArchiveSHA256)
+	}
+	rec.After = fingerprint(l.dir, l.ents, gone)
 	js, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
@@ -122,13 +149,151 @@ type PruneResult struct {
 	Deleted []string
 }
 
+// candidates lists every archive-named file of a listing with its stamp
+// and verification result.
+func candidates(l *Listing) []candidate {
+	result := map[string]string{}
+	for _, a := range l.Archives {
+		result[a.File] = "ok " + a.ArchiveSHA256
+	}
+	for _, r := range l.Rejected {
+		result[r.File] = r.Error
+	}
+	out := []candidate{}
+	for _, e := range l.ents {
+		if _, ok := IDOf(e.name); ok {
+			out = append(out, candidate{Name: e.name, Stamp: e.stamp.String(), Result: result[e.name]})
+		}
+	}
+	return out
+}
+
+// stale is the refusal of a plan the catalog no longer matches.
+func stale(format string, a ...any) error {
+	return errf(CodeStale, "prune: "+format+"; nothing deleted (preview again)", a...)
+}
+
+// pruneStaged, when set (by a test), runs once the plan has been checked
+// and before the first archive is staged: where a test causes a real
+// fault the checks must not see.
+var pruneStaged func()
+
 // PruneApply carries out the plan a token stands for: the token must be
-// known, unused and unexpired, and the catalog exactly as previewed (every
-// archive verified again). The archives move into a private staging
-// directory, are verified there once more, and only then deleted. If
-// anything fails on the way, they are moved back; what cannot be is left
-// staged, and the error says where.
-func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneResult, error) {
+// known, unused and unexpired, and the catalog exactly as previewed: the
+// same directory, every name with the same full stamp (ctime included,
+// which cannot be set back), so every candidate's verification result
+// still holds; a plan the catalog no longer matches is refused with
+// CodeStale. The archives to delete move into a private staging
+// directory and are verified there; the kept ones are verified again in
+// full where they are, and the catalog must still be as planned; only
+// then are the staged ones deleted. If anything fails on the way, they
+// are moved back; what cannot be is left staged, and the error says
+// where. Cancelling ctx before the first deletion puts everything back
+// (CodeInterrupted; the token is spent).
+func (c *Catalog) PruneApply(ctx context.Context, token, tokenDir string, progress Progress) (*PruneResult, error) {
+	rec, err := claimToken(token, tokenDir)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Catalog != c.Dir {
+		return nil, errf(CodeToken, "prune: token %s is for the catalog %s, not %s", token, rec.Catalog, c.Dir)
+	}
+	if err := c.matches(rec); err != nil {
+		return nil, err
+	}
+	res := &PruneResult{}
+	if len(rec.Delete) == 0 {
+		return res, nil
+	}
+	if pruneStaged != nil {
+		pruneStaged()
+	}
+	stage := filepath.Join(c.Dir, ".snapback-prune-"+token)
+	fsutil.Mutating()
+	if err := os.Mkdir(stage, 0o700); err != nil {
+		return nil, wrap(CodeIO, err, "prune: staging directory")
+	}
+	var moved []string
+	putBack := func(cause error) error {
+		var left []string
+		for _, f := range moved {
+			fsutil.Mutating()
+			if err := os.Rename(filepath.Join(stage, f), filepath.Join(c.Dir, f)); err != nil {
+				left = append(left, f)
+			}
+		}
+		if len(left) == 0 {
+			fsutil.Mutating()
+			os.Remove(stage) // empty, ours: should it stay, it is only a name
+			return cause
+		}
+		return &Error{Code: CodeOf(cause), Msg: fmt.Sprintf("%v; %d archive(s) remain staged in %s: move them back into %s", cause, len(left), stage, c.Dir), Err: cause}
+	}
+	for _, f := range rec.Delete {
+		fsutil.Mutating()
+		if err := os.Rename(filepath.Join(c.Dir, f), filepath.Join(stage, f)); err != nil {
+			return nil, putBack(wrap(CodeIO, err, "prune: stage %s", f))
+		}
+		moved = append(moved, f)
+	}
+	fsutil.Mutating()
+	if err := fsutil.SyncDir(c.Dir); err != nil {
+		return nil, putBack(wrap(CodeIO, err, "prune"))
+	}
+	staged := &Catalog{Dir: stage, Limits: c.Limits}
+	for i, f := range rec.Delete {
+		s, err := staged.verifyFile(ctx, f, progress)
+		if err == nil && s.ArchiveSHA256 != rec.SHA256[i] {
+			err = stale("%s is not the archive previewed", f)
+		}
+		if err != nil {
+			return nil, putBack(err)
+		}
+	}
+	// What stays must hold: each kept archive verifies, as previewed.
+	for i, f := range rec.Kept {
+		s, err := c.verifyFile(ctx, f, progress)
+		if isInterrupted(err) {
+			return nil, putBack(err)
+		}
+		if err != nil {
+			return nil, putBack(stale("the kept archive %s no longer verifies (%s)", f, CodeOf(err)))
+		}
+		if s.ArchiveSHA256 != rec.KeptSHA256[i] {
+			return nil, putBack(stale("the kept archive %s is not the one previewed", f))
+		}
+	}
+	ents, _, err := c.readDir()
+	if err != nil {
+		return nil, putBack(err)
+	}
+	dst, err := os.Lstat(c.Dir)
+	if err != nil {
+		return nil, putBack(wrap(CodeIO, err, "prune"))
+	}
+	if fingerprint(dirIdentity(dst), ents, map[string]bool{filepath.Base(stage): true}) != rec.After {
+		return nil, putBack(stale("the catalog %s changed during the prune", c.Dir))
+	}
+	if ctx.Err() != nil { // the last moment a stop leaves everything as it was
+		return nil, putBack(interrupted(ctx, "prune"))
+	}
+	for _, f := range rec.Delete {
+		fsutil.Mutating()
+		if err := os.Remove(filepath.Join(stage, f)); err != nil {
+			return res, &Error{Code: CodeIO, Msg: fmt.Sprintf("prune: delete %s: %v; what remains is staged in %s", f, err, stage), Err: err}
+		}
+		res.Deleted = append(res.Deleted, f)
+	}
+	fsutil.Mutating()
+	if err := os.Remove(stage); err != nil {
+		return res, wrap(CodeIO, err, "prune: remove the staging directory")
+	}
+	return res, fsutil.SyncDir(c.Dir)
+}
+
+// claimToken marks the token used and returns its record, refusing a
+// malformed, unknown, used, damaged or expired one.
+func claimToken(token, tokenDir string) (*tokenRecord, error) {
 	if !tokenRE.MatchString(token) {
 		return nil, errf(CodeToken, "prune: %q is not a prune token", token)
 	}
@@ -136,6 +301,7 @@ func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneR
 	used := filepath.Join(tokenDir, token+".used")
 	// Claim the token first: a second apply, even a concurrent one, finds
 	// it used.
+	fsutil.Mutating()
 	if err := os.Rename(fresh, used); err != nil {
 		if _, uerr := os.Lstat(used); uerr == nil {
 			return nil, errf(CodeToken, "prune: token %s was already used", token)
@@ -150,82 +316,49 @@ func (c *Catalog) PruneApply(token, tokenDir string, progress Progress) (*PruneR
 		return nil, wrap(CodeIO, err, "prune: token %s", token)
 	}
 	var rec tokenRecord
-	if err := json.Unmarshal(js, &rec); err != nil || len(rec.Delete) != len(rec.SHA256) {
-		return nil, errf(CodeToken, "prune: token %s is damaged", token)
+	if err := json.Unmarshal(js, &rec); err != nil || len(rec.Delete) != len(rec.SHA256) || len(rec.Kept) != len(rec.KeptSHA256) || rec.Dir == "" || rec.After == "" {
+		return nil, errf(CodeToken, "prune: token %s is damaged (or from an older snapback: preview again)", token)
 	}
 	if time.Now().After(rec.Expires) {
 		return nil, errf(CodeToken, "prune: token %s expired at %s (preview again)", token, rec.Expires.Local().Format(time.TimeOnly))
 	}
-	if rec.Catalog != c.Dir {
-		return nil, errf(CodeToken, "prune: token %s is for the catalog %s, not %s", token, rec.Catalog, c.Dir)
-	}
-	l, err := c.List(progress)
+	return &rec, nil
+}
+
+// matches checks the catalog is as the plan saw it: the same directory,
+// and every name with the same stamp. It names the first difference.
+func (c *Catalog) matches(rec *tokenRecord) error {
+	ents, fp, err := c.readDir()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if l.Fingerprint != rec.Fingerprint {
-		return nil, errf(CodeChanged, "prune: the catalog %s changed since the preview; nothing deleted (preview again)", c.Dir)
+	dir, err := c.identity()
+	if err != nil {
+		return err
 	}
-	valid := map[string]string{}
-	for _, a := range l.Archives {
-		valid[a.File] = a.ArchiveSHA256
+	if dir != rec.Dir {
+		return stale("%s is not the catalog directory previewed (replaced or remounted)", c.Dir)
 	}
-	for i, f := range rec.Delete {
-		if valid[f] != rec.SHA256[i] {
-			return nil, errf(CodeChanged, "prune: %s is not the archive previewed; nothing deleted", f)
-		}
+	if fp == rec.Fingerprint {
+		return nil
 	}
-	res := &PruneResult{}
-	if len(rec.Delete) == 0 {
-		return res, nil
+	now := map[string]string{}
+	for _, e := range ents {
+		now[e.name] = e.stamp.String()
 	}
-	stage := filepath.Join(c.Dir, ".snapback-prune-"+token)
-	if err := os.Mkdir(stage, 0o700); err != nil {
-		return nil, wrap(CodeIO, err, "prune: staging directory")
-	}
-	var moved []string
-	putBack := func(cause error) error {
-		var left []string
-		for _, f := range moved {
-			if err := os.Rename(filepath.Join(stage, f), filepath.Join(c.Dir, f)); err != nil {
-				left = append(left, f)
+	for _, cd := range rec.Candidates {
+		switch st, ok := now[cd.Name]; {
+		case !ok:
+			return stale("%s went away since the preview", cd.Name)
+		case st != cd.Stamp:
+			was := "valid"
+			if !strings.HasPrefix(cd.Result, "ok ") {
+				was = "rejected: " + cd.Result
 			}
-		}
-		if len(left) == 0 {
-			os.Remove(stage)
-			return cause
-		}
-		return &Error{Code: CodeOf(cause), Msg: fmt.Sprintf("%v; %d archive(s) remain staged in %s: move them back into %s", cause, len(left), stage, c.Dir), Err: cause}
-	}
-	for _, f := range rec.Delete {
-		if err := os.Rename(filepath.Join(c.Dir, f), filepath.Join(stage, f)); err != nil {
-			return nil, putBack(wrap(CodeIO, err, "prune: stage %s", f))
-		}
-		moved = append(moved, f)
-	}
-	if err := fsutil.SyncDir(c.Dir); err != nil {
-		return nil, putBack(wrap(CodeIO, err, "prune"))
-	}
-	staged := &Catalog{Dir: stage, Limits: c.Limits}
-	for i, f := range rec.Delete {
-		s, err := staged.verifyFile(f, progress)
-		if err == nil && s.ArchiveSHA256 != rec.SHA256[i] {
-			err = errf(CodeChanged, "prune: %s changed since the preview", f)
-		}
-		if err != nil {
-			return nil, putBack(err)
+			return stale("%s changed since the preview (its content, owner, mode or times; it was %s)", cd.Name, was)
 		}
 	}
-	for _, f := range rec.Delete {
-		if err := os.Remove(filepath.Join(stage, f)); err != nil {
-			return res, &Error{Code: CodeIO, Msg: fmt.Sprintf("prune: delete %s: %v; what remains is staged in %s", f, err, stage), Err: err}
-		}
-		res.Deleted = append(res.Deleted, f)
-	}
-	if err := os.Remove(stage); err != nil {
-		return res, wrap(CodeIO, err, "prune: remove the staging directory")
-	}
-	return res, fsutil.SyncDir(c.Dir)
+	return stale("the catalog %s changed since the preview (a file came, went or changed)", c.Dir)
 }
 
 // sweepTokens removes tokens (used or not) a day past their validity.

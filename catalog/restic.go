@@ -287,8 +287,8 @@ func (r *Restic) pushOne(ctx context.Context, cat *Catalog, name, host string, h
 		return false, true, err
 	}
 	defer f.Close() // read-only
-	if _, err := cat.Verify(name, progress); err != nil {
-		return false, true, err
+	if _, err := cat.Verify(ctx, name, progress); err != nil {
+		return false, !isInterrupted(err), err
 	}
 	fst, err := f.Stat()
 	if err != nil {
@@ -434,7 +434,7 @@ func (r *Restic) pullOne(ctx context.Context, cat *Catalog, stage, id string, sn
 	for _, s := range snaps {
 		sum, err := r.dump(ctx, s, staged, cat.Limits.MaxArchive)
 		if err == nil {
-			_, err = (&Catalog{Dir: stage, Limits: cat.Limits}).Verify(name, progress)
+			_, err = (&Catalog{Dir: stage, Limits: cat.Limits}).Verify(ctx, name, progress)
 		}
 		if err != nil {
 			os.Remove(staged) // unverified: never linked in

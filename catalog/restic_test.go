@@ -122,7 +122,7 @@ func testRestic(t *testing.T, newRepo func(*testing.T) *Restic) {
 		if st, _ := os.Stat(dst.Path(s.ID)); st.Mode().Perm() != 0o600 {
 			t.Errorf("pulled archive mode %04o, want 0600", st.Mode().Perm())
 		}
-		l, err := dst.List(nil)
+		l, err := dst.List(context.Background(), nil)
 		treetest.Must(t, err)
 		if len(l.Archives) != 1 || l.Archives[0].ID != s.ID || len(l.Rejected) != 0 {
 			t.Fatalf("listing after the pull: %+v", l)
@@ -201,7 +201,7 @@ func testRestic(t *testing.T, newRepo func(*testing.T) *Restic) {
 		if len(pr.Pulled) != 1 {
 			t.Fatalf("pull: %+v", pr)
 		}
-		if _, err := dst.Verify(name, nil); err != nil {
+		if _, err := dst.Verify(context.Background(), name, nil); err != nil {
 			t.Fatal(err)
 		}
 		noStaging(t, dst)

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -47,7 +48,8 @@ type RestoreOptions struct {
 // Restore writes the snapshot held by the archive name beneath into. The
 // archive is verified in full first; every entry is checked before
 // anything is written (no "..", no absolute path, no duplicate, no
-// device, nothing under .snapback/). Symlinks are recreated exactly as
+// device, no .snapback component at any depth), and into must not be in
+// or be a store. Symlinks are recreated exactly as
 // archived; no path is ever written through a symlink.
 //
 // When into is missing or empty, the tree is built in a private sibling
@@ -56,24 +58,28 @@ type RestoreOptions struct {
 // (merging, or into a mount point) the tree is built in a private
 // directory inside into and moved in name by name: a killed restore is
 // undone by the next one (fresh) or redone by it (merge).
-func (c *Catalog) Restore(name, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
+//
+// Cancelling ctx (Ctrl-C) before the tree is in place removes what was
+// built and leaves into as it was (CodeInterrupted); once the tree is
+// moving in, the restore finishes.
+func (c *Catalog) Restore(ctx context.Context, name, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
 	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return restore(r, name, into, o, progress)
+	return restore(ctx, r, name, into, o, progress)
 }
 
 // RestoreFile restores the archive file at p, anywhere (a copy on a USB
 // stick), checked in place like a catalog's (but for its owner and mode).
-func RestoreFile(p string, lim Limits, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
+func RestoreFile(ctx context.Context, p string, lim Limits, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
 	r, err := openArchive(p, lim, false)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return restore(r, looseName(p), into, o, progress)
+	return restore(ctx, r, looseName(p), into, o, progress)
 }
 
 // looseName is the name an archive file outside a catalog is checked
@@ -85,8 +91,15 @@ func looseName(p string) string {
 	return ""
 }
 
-func restore(r *reader, name, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
-	if err := r.check(name, progress); err != nil {
+func restore(ctx context.Context, r *reader, name, into string, o RestoreOptions, progress Progress) (*RestoreResult, error) {
+	into, err := filepath.Abs(into)
+	if err != nil {
+		return nil, wrap(CodeIO, err, "restore into %s", into)
+	}
+	if err := refuseStoreTarget(into); err != nil {
+		return nil, err
+	}
+	if err := r.check(ctx, name, progress); err != nil {
 		return nil, prefix(displayName(name), err)
 	}
 	m := r.manifest // read and checked by check
@@ -96,9 +109,10 @@ func restore(r *reader, name, into string, o RestoreOptions, progress Progress) 
 	if !o.KeepPrivileges {
 		m = dropPrivileges(m)
 	}
-	into, err := filepath.Abs(into)
-	if err != nil {
-		return nil, wrap(CodeIO, err, "restore into %s", into)
+	for _, l := range r.index {
+		if rest, ok := strings.CutPrefix(l.name, targetsDir); ok && inStore(rest) {
+			return nil, prefix(displayName(name), errf(CodeStoreEntry, "target payload %q: an archive never writes a project's store", l.name))
+		}
 	}
 	res := &RestoreResult{Summary: r.summary}
 	for i := range m {
@@ -111,16 +125,23 @@ func restore(r *reader, name, into string, o RestoreOptions, progress Progress) 
 	}
 	build := func(stage string) error {
 		open := func(o snapshot.ObjectID) (io.ReadCloser, error) {
+			if ctx.Err() != nil {
+				return nil, interrupted(ctx, "restore into "+into)
+			}
 			rc, zf, err := r.open(objectsDir + o.String())
 			if err != nil {
 				return nil, err
 			}
-			return &boundedReader{rc: rc, want: o, left: int64(zf.UncompressedSize64)}, nil
+			return &boundedReader{ctx: ctx, rc: rc, want: o, left: int64(zf.UncompressedSize64)}, nil
 		}
 		// The applier hashes every content as it writes it: one that
 		// changed since it was verified stops the restore there.
 		var de *snapshot.DamagedError
-		if err := snapshot.Materialize(stage, m, open); errors.As(err, &de) {
+		err := snapshot.Materialize(stage, m, open)
+		if ctx.Err() != nil {
+			return interrupted(ctx, "restore into "+into)
+		}
+		if errors.As(err, &de) {
 			return errf(CodeChecksum, "object %s changed since it was verified", de.Object)
 		} else if err != nil {
 			return wrap(CodeIO, err, "restore into %s", into)
@@ -135,10 +156,13 @@ func restore(r *reader, name, into string, o RestoreOptions, progress Progress) 
 		}
 		for _, l := range r.index {
 			if rest, ok := strings.CutPrefix(l.name, targetsDir); ok {
-				if err := writeEntry(r, l, filepath.Join(td, filepath.FromSlash(rest))); err != nil {
+				if err := writeEntry(ctx, r, l, filepath.Join(td, filepath.FromSlash(rest))); err != nil {
 					return err
 				}
 			}
+		}
+		if ctx.Err() != nil { // the last moment a stop leaves into as it was
+			return interrupted(ctx, "restore into "+into)
 		}
 		return nil
 	}
@@ -180,7 +204,12 @@ func restore(r *reader, name, into string, o RestoreOptions, progress Progress) 
 			return nil, wrap(CodeIO, err, "restore into %s", into)
 		}
 	}
-	return res, restoreInPlace(into, !empty, build)
+	err = restoreInPlace(into, !empty, build)
+	if err != nil && !exists {
+		fsutil.Mutating()
+		os.Remove(into) // made here: gone again unless something was moved in (then it is not empty)
+	}
+	return res, err
 }
 
 // restoreTag marks the private directories a restore builds in.
@@ -509,9 +538,54 @@ func checkRestorable(m snapshot.Manifest) error {
 		if e.Path == TargetsDirName || strings.HasPrefix(e.Path, TargetsDirName+"/") {
 			return errf(CodeUnsafe, "path %q: the name is reserved for target payloads", e.Path)
 		}
-		if e.Path == snapshot.StoreDir || strings.HasPrefix(e.Path, snapshot.StoreDir+"/") {
-			return errf(CodeStoreEntry, "path %q: an archive never writes a project's store", e.Path)
+		if inStore(e.Path) {
+			return errf(CodeStoreEntry, "path %q: an archive never writes a project's store (a %s directory, at any depth)", e.Path, snapshot.StoreDir)
 		}
+	}
+	return nil
+}
+
+// inStore reports whether the slash-separated path p has a component
+// named like a store: written anywhere, the directory holding it would
+// be a project whose store the archive wrote (a planted journal is
+// "finished" by the next snapback there, over that project's tree).
+func inStore(p string) bool {
+	for _, c := range strings.Split(p, "/") {
+		if c == snapshot.StoreDir {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseStoreTarget refuses to restore into a store, or beneath one, or
+// into a path that would make one: no component of into, as written or
+// as the kernel resolves its existing part (a symlink to a store), is
+// named .snapback.
+func refuseStoreTarget(into string) error {
+	refuse := func(p string) error {
+		return errf(CodeStoreEntry, "restore into %s: %s is a project's store (or would become one); a restore never writes into a store", into, p)
+	}
+	if inStore(filepath.ToSlash(into)) {
+		return refuse(into)
+	}
+	p := into
+	for {
+		if _, err := os.Lstat(p); err == nil {
+			break
+		}
+		up := filepath.Dir(p)
+		if up == p {
+			return nil
+		}
+		p = up
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return wrap(CodeIO, err, "restore into %s", into)
+	}
+	if inStore(filepath.ToSlash(real)) {
+		return refuse(real)
 	}
 	return nil
 }
@@ -594,7 +668,7 @@ func moveInto(root *fsutil.Dir, stage, rel string, merge bool) error {
 // writeEntry copies one archive entry to a new file at p (0600),
 // checking its SHA-256 against the index as it goes: a target payload is
 // content like any other.
-func writeEntry(r *reader, l indexLine, p string) error {
+func writeEntry(ctx context.Context, r *reader, l indexLine, p string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return wrap(CodeIO, err, "restore %s", l.name)
 	}
@@ -608,7 +682,10 @@ func writeEntry(r *reader, l indexLine, p string) error {
 		return wrap(CodeIO, err, "restore %s", l.name)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(rc, l.size+1))
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, rc}, l.size+1))
+	if ctx.Err() != nil {
+		err = interrupted(ctx, "restore "+l.name)
+	}
 	if err == nil && (n != l.size || !bytes.Equal(h.Sum(nil), l.sum[:])) {
 		err = errf(CodeChecksum, "restore %s: it changed since it was verified", l.name)
 	}
@@ -630,12 +707,16 @@ func writeEntry(r *reader, l indexLine, p string) error {
 // boundedReader stops a content at its verified size: never more is
 // written (its hash is checked by the applier as it writes).
 type boundedReader struct {
+	ctx  context.Context // a stop ends the read
 	rc   io.ReadCloser
 	want snapshot.ObjectID
 	left int64 // bytes the verified entry holds
 }
 
 func (c *boundedReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, interrupted(c.ctx, "restore")
+	}
 	n, err := c.rc.Read(p)
 	if c.left -= int64(n); c.left < 0 {
 		return 0, errf(CodeTooLarge, "object %s holds more than its verified size", c.want)

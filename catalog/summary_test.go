@@ -3,6 +3,7 @@ package catalog
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -67,7 +68,7 @@ func TestTamperedSummaryRejected(t *testing.T) {
 		s.CreatedAt = time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
 		s.Message = "the newest, honest"
 	})
-	_, err := c.Verify(FileName(ids[0]), nil)
+	_, err := c.Verify(context.Background(), FileName(ids[0]), nil)
 	code(t, err, CodeBadName)
 	for what, edit := range map[string]func(*Summary){
 		"kind":    func(s *Summary) { s.Kind = "pre-run" },
@@ -83,12 +84,12 @@ func TestTamperedSummaryRejected(t *testing.T) {
 		s, err := c2.readSummary(FileName(ids[1]))
 		treetest.Must(t, err)
 		treetest.Must(t, os.Rename(c2.Path(ids[1]), c2.Path(s.ID)))
-		_, err = c2.Verify(FileName(s.ID), nil)
+		_, err = c2.Verify(context.Background(), FileName(s.ID), nil)
 		if CodeOf(err) != CodeBadSummary {
 			t.Errorf("%s edited, renamed to match: %v, want %s", what, err, CodeBadSummary)
 		}
 	}
-	plan, err := c.PrunePreview(PruneOptions{Keep: 1}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 2 || plan.Delete[0].ID != ids[1] || plan.Delete[1].ID != ids[2] || len(plan.Kept) != 1 || plan.Kept[0].ID != ids[3] {
 		t.Fatalf("prune deletes %v, keeps %v; want %v deleted, %s kept", plan.Delete, plan.Kept, ids[1:3], ids[3])
@@ -147,17 +148,17 @@ func TestPruneScopedToProject(t *testing.T) {
 	repoA, a := snaps(3)
 	_, b := snaps(2)
 	pa := projectOf(t, repoA)
-	l, err := c.List(nil)
+	l, err := c.List(context.Background(), nil)
 	treetest.Must(t, err)
 	if got := l.Of(pa.ID); len(got) != 3 {
 		t.Fatalf("project A has %d archives listed, want 3", len(got))
 	}
-	plan, err := c.PrunePreview(PruneOptions{Keep: 2, Project: pa.ID}, tokens, nil)
+	plan, err := c.PrunePreview(context.Background(), PruneOptions{Keep: 2, Project: pa.ID}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 1 || plan.Delete[0].ID != a[0] || plan.Others != 2 {
 		t.Fatalf("prune from A deletes %v (others %d), want only %s", plan.Delete, plan.Others, a[0])
 	}
-	_, err = c.PruneApply(plan.Token, tokens, nil)
+	_, err = c.PruneApply(context.Background(), plan.Token, tokens, nil)
 	treetest.Must(t, err)
 	for _, id := range append(a[1:], b...) {
 		if _, err := os.Stat(c.Path(id)); err != nil {
@@ -166,10 +167,10 @@ func TestPruneScopedToProject(t *testing.T) {
 	}
 	// Keep and max-delete bounds.
 	for _, o := range []PruneOptions{{Keep: 0}, {Keep: 1001}, {Keep: 1, MaxDelete: 101}, {Keep: 1, MaxDelete: -1}} {
-		_, err := c.PrunePreview(o, tokens, nil)
+		_, err := c.PrunePreview(context.Background(), o, tokens, nil)
 		code(t, err, CodeUsage)
 	}
-	plan, err = c.PrunePreview(PruneOptions{Keep: 1, MaxDelete: 1}, tokens, nil)
+	plan, err = c.PrunePreview(context.Background(), PruneOptions{Keep: 1, MaxDelete: 1}, tokens, nil)
 	treetest.Must(t, err)
 	if len(plan.Delete) != 1 || len(plan.Later) != 2 {
 		t.Errorf("max-delete 1: deletes %d, later %d; want 1 and 2", len(plan.Delete), len(plan.Later))

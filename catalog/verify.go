@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -368,7 +369,9 @@ func parseIndex(b []byte) ([]indexLine, error) {
 // their names too), the meta and manifest, and that every content the
 // manifest needs is there. fileName is the archive's name ("" to skip the
 // name check).
-func (r *reader) check(fileName string, progress Progress) error {
+//
+// Cancelling ctx stops the hashing promptly (CodeInterrupted).
+func (r *reader) check(ctx context.Context, fileName string, progress Progress) error {
 	sb, err := r.readSmall(summaryName, CodeBadSummary)
 	if err != nil {
 		return err
@@ -425,7 +428,7 @@ func (r *reader) check(fileName string, progress Progress) error {
 			defer wg.Done()
 			buf := make([]byte, 1<<20)
 			for i := range next {
-				sizes[i], errs[i] = r.checkEntry(r.index[i], buf)
+				sizes[i], errs[i] = r.checkEntry(ctx, r.index[i], buf)
 				if errs[i] != nil {
 					failed.Store(true)
 				} else if progress != nil {
@@ -434,14 +437,22 @@ func (r *reader) check(fileName string, progress Progress) error {
 			}
 		}()
 	}
+dispatch:
 	for i := range r.index {
 		if failed.Load() {
 			break
 		}
-		next <- i
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break dispatch
+		}
 	}
 	close(next)
 	wg.Wait()
+	if ctx.Err() != nil {
+		return interrupted(ctx, "verify")
+	}
 	var bytesTotal int64
 	for i := range r.index {
 		if errs[i] != nil {
@@ -474,7 +485,7 @@ func (r *reader) check(fileName string, progress Progress) error {
 
 // checkEntry reads the entry l names and checks it against l's size and
 // SHA-256 (and, for a content, its name); it returns the bytes read.
-func (r *reader) checkEntry(l indexLine, buf []byte) (int64, error) {
+func (r *reader) checkEntry(ctx context.Context, l indexLine, buf []byte) (int64, error) {
 	rc, zf, err := r.open(l.name)
 	if err != nil {
 		return 0, &Error{Code: CodeBadIndex, Msg: "the index lists " + err.Error()}
@@ -484,7 +495,10 @@ func (r *reader) checkEntry(l indexLine, buf []byte) (int64, error) {
 		return 0, errf(CodeBadIndex, "entry %q: %d bytes, the index says %d", l.name, zf.UncompressedSize64, l.size)
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, io.LimitReader(rc, l.size+1), buf)
+	n, err := io.CopyBuffer(h, io.LimitReader(ctxReader{ctx, rc}, l.size+1), buf)
+	if ctx.Err() != nil {
+		return 0, interrupted(ctx, "verify")
+	}
 	if err != nil {
 		return 0, wrap(CodeChecksum, err, "entry %q", l.name)
 	}
@@ -553,33 +567,34 @@ func (r *reader) snapshot() (snapshot.Manifest, *snapshot.Meta, error) {
 }
 
 // Verify fully verifies the archive file name in the catalog.
-func (c *Catalog) Verify(name string, progress Progress) (*Summary, error) {
-	return c.verifyFile(name, progress)
+// Cancelling ctx stops it (CodeInterrupted).
+func (c *Catalog) Verify(ctx context.Context, name string, progress Progress) (*Summary, error) {
+	return c.verifyFile(ctx, name, progress)
 }
 
 // VerifyFile fully verifies the archive file at p, anywhere (a copy on a
 // USB stick), in place: as a catalog's, but for its owner and mode, and
 // its name is checked only when it is named like an archive.
-func VerifyFile(p string, lim Limits, progress Progress) (*Summary, error) {
+func VerifyFile(ctx context.Context, p string, lim Limits, progress Progress) (*Summary, error) {
 	r, err := openArchive(p, lim, false)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
 	name := looseName(p)
-	if err := r.check(name, progress); err != nil {
+	if err := r.check(ctx, name, progress); err != nil {
 		return nil, prefix(filepath.Base(p), err)
 	}
 	return r.summary, nil
 }
 
-func (c *Catalog) verifyFile(name string, progress Progress) (*Summary, error) {
+func (c *Catalog) verifyFile(ctx context.Context, name string, progress Progress) (*Summary, error) {
 	r, err := openArchive(filepath.Join(c.Dir, name), c.Limits, true)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	if err := r.check(name, progress); err != nil {
+	if err := r.check(ctx, name, progress); err != nil {
 		return nil, prefix(name, err)
 	}
 	return r.summary, nil

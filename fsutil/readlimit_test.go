@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
+	"golang.org/x/sys/unix"
 )
 
 // readWithin runs read and fails the test if it has not returned in
@@ -60,6 +61,14 @@ func TestReadFileLimit(t *testing.T) {
 	both := map[string]func(string, int64) ([]byte, error){
 		"ReadFileLimit":       fsutil.ReadFileLimit,
 		"ReadFileLimitFollow": fsutil.ReadFileLimitFollow,
+		"Dir.ReadFileLimit": func(path string, max int64) ([]byte, error) {
+			d, err := fsutil.OpenRoot(filepath.Dir(path))
+			if err != nil {
+				return nil, err
+			}
+			defer d.Close()
+			return d.ReadFileLimit(filepath.Base(path), max, nil)
+		},
 	}
 	for fname, read := range both {
 		for _, tc := range []struct {
@@ -82,7 +91,7 @@ func TestReadFileLimit(t *testing.T) {
 		} {
 			if tc.follows {
 				switch {
-				case fname == "ReadFileLimit":
+				case fname != "ReadFileLimitFollow":
 					tc.err, tc.msg = fsutil.ErrNotRegular, ": not a regular file (a symbolic link, not followed)"
 				case strings.HasSuffix(tc.path, "small"):
 					tc.want = 100
@@ -112,5 +121,34 @@ func TestReadFileLimit(t *testing.T) {
 func TestReadFileLimitHugeDevice(t *testing.T) {
 	if _, err := fsutil.ReadFileLimitFollow("/dev/zero", 1<<62); !errors.Is(err, fsutil.ErrNotRegular) {
 		t.Fatalf("error %v, want ErrNotRegular", err)
+	}
+}
+
+// TestDirReadFileLimit: below a Dir, no component of the path is followed
+// if it is a symbolic link (a store directory swapped for a link to
+// elsewhere), and the caller's check sees the file before it is read.
+func TestDirReadFileLimit(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	treetest.Must(t, os.WriteFile(filepath.Join(outside, "f"), []byte("outside"), 0o600))
+	treetest.Must(t, os.Mkdir(filepath.Join(dir, "sub"), 0o700))
+	treetest.Must(t, os.WriteFile(filepath.Join(dir, "sub", "f"), []byte("inside"), 0o600))
+	treetest.Must(t, os.Symlink(outside, filepath.Join(dir, "link")))
+	d, err := fsutil.OpenRoot(dir)
+	treetest.Must(t, err)
+	defer d.Close()
+	if b, err := d.ReadFileLimit("sub/f", 100, nil); err != nil || string(b) != "inside" {
+		t.Fatalf("sub/f: %q, %v", b, err)
+	}
+	if b, err := d.ReadFileLimit("link/f", 100, nil); !errors.Is(err, fsutil.ErrEscape) {
+		t.Fatalf("link/f: %q, %v; want ErrEscape", b, err)
+	}
+	if _, err := d.ReadFileLimit("../f", 100, nil); !errors.Is(err, fsutil.ErrEscape) {
+		t.Fatalf("../f: %v; want ErrEscape", err)
+	}
+	refuse := errors.New("not yours")
+	_, err = d.ReadFileLimit("sub/f", 100, func(st *unix.Stat_t) error { return refuse })
+	if !errors.Is(err, refuse) || !strings.Contains(err.Error(), filepath.Join(dir, "sub", "f")) {
+		t.Fatalf("check: %v; want the check's error naming the path", err)
 	}
 }

@@ -12,6 +12,16 @@
 // directory inside it: the root is found from there as the CLI finds it),
 // relative to [Options.Dir] and defaulting to it.
 //
+// # Which directories
+//
+// The server acts on the project it was started in ([Options.Root]) and
+// on the roots the client declares through MCP's roots, if it declares
+// any: a dir elsewhere (absolute, or climbing out with "..", or through
+// a symbolic link: links are resolved before the comparison) is a tool
+// error naming it, and no verb runs. Every id, session, message and path
+// a tool passes on is checked first too, and placed where the verb
+// cannot read it as a flag.
+//
 // # One verb, one result
 //
 // Each call runs the verb itself: the snapback binary ([Options.Exe]) with
@@ -32,13 +42,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/snapback/snapback/snapshot"
 )
 
 // Options say which binary the tools run, where, and which tools exist.
@@ -48,6 +61,9 @@ type Options struct {
 	// Dir is the project directory a call without dir works on; a
 	// relative dir is relative to it. It must be absolute.
 	Dir string
+	// Root is the project the server serves: a call's dir must be in it
+	// (or in one of the client's roots). Default: Dir.
+	Root string
 	// ReadOnly serves only the tools that never change anything.
 	ReadOnly bool
 	// Version is the server's version, as the client sees it.
@@ -68,7 +84,11 @@ func New(o Options) *mcp.Server {
 		// No logging capability (the SDK's default): the server sends
 		// no log messages; what a verb warns of comes with its result.
 		&mcp.ServerOptions{Instructions: instructions, Capabilities: &mcp.ServerCapabilities{}})
-	r := &runner{exe: o.Exe, dir: o.Dir}
+	root := o.Root
+	if root == "" {
+		root = o.Dir
+	}
+	r := &runner{exe: o.Exe, dir: o.Dir, root: root}
 	no := false
 	reading := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
 	// Undo, redo and commit save what they replace (redo, undo and undo
@@ -91,7 +111,8 @@ func New(o Options) *mcp.Server {
 		"(type changed). Result: `snapback diff --json`: {version, snapshot, changes: [{path, op, type, ...}], " +
 		"targets, wrote_through, excluded}; with patch, each change's patch text in git's format."},
 		func(in diffIn, _ string) ([]string, error) {
-			// diff reads what follows "--" as paths, and an id before it.
+			// diff reads what follows "--" as paths, and an id before it:
+			// the id is checked (see checkInput) so it cannot be a flag.
 			args := flagged(flagged([]string{"diff"}, in.Patch, "--patch"), in.Stat, "--stat")
 			if in.ID != "" {
 				args = append(args, in.ID)
@@ -112,12 +133,16 @@ func New(o Options) *mcp.Server {
 		"`checkpoint end --json`: {version, id, state: done|dropped|none, files, changes, ...}; `checkpoint status " +
 		"--json`: {version, open, id, session, message, created_at}."},
 		func(in checkpointIn, _ string) ([]string, error) {
+			if in.Action != "begin" && in.Action != "end" && in.Action != "status" {
+				return nil, fmt.Errorf("action %q: not begin, end or status", in.Action)
+			}
 			args := []string{"checkpoint", in.Action}
+			// --flag=VALUE: a value starting with "-" stays a value.
 			if in.Message != "" && in.Action == "begin" {
-				args = append(args, "--message", in.Message)
+				args = append(args, "--message="+in.Message)
 			}
 			if in.Session != "" && in.Action != "status" {
-				args = append(args, "--session", in.Session)
+				args = append(args, "--session="+in.Session)
 			}
 			return args, nil
 		})
@@ -131,7 +156,7 @@ func New(o Options) *mcp.Server {
 		func(in undoIn, _ string) ([]string, error) {
 			args := flagged([]string{"undo"}, in.Force, "--force")
 			if in.Session != "" {
-				args = append(args, "--session", in.Session)
+				args = append(args, "--session="+in.Session)
 			}
 			return positional(args, in.ID, nil), nil
 		})
@@ -214,11 +239,91 @@ type project struct {
 
 func (p project) dir() string { return p.Dir }
 
-type hasDir interface{ dir() string }
+// check is each input's own check of what it passes to the verb (none
+// for dir: see [runner.resolve]).
+func (p project) check() error { return nil }
+
+func (in diffIn) check() error { return errors.Join(checkID(in.ID), checkPaths(in.Paths)) }
+func (in checkpointIn) check() error {
+	return errors.Join(checkText("message", in.Message), checkSession(in.Session))
+}
+func (in undoIn) check() error    { return errors.Join(checkID(in.ID), checkSession(in.Session)) }
+func (in commitIn) check() error  { return errors.Join(checkID(in.ID), checkPaths(in.Paths)) }
+func (in discardIn) check() error { return checkID(in.ID) }
+
+type input interface {
+	dir() string
+	check() error
+}
+
+// Bounds of what a tool passes on: far above any real id, path or note.
+const (
+	maxID    = 64
+	maxText  = 4096 // a message, a path
+	maxPaths = 1000
+)
+
+// checkID: an id is a snapshot's or a run's id, a prefix of it or the end
+// of its last part: letters, digits and "-", never first. So it can stand
+// before "--" (diff reads an id there) without being read as a flag:
+// "--stat" gave the default diff, "-C/" ran diff in /.
+func checkID(id string) error {
+	if id == "" {
+		return nil
+	}
+	if len(id) > maxID {
+		return fmt.Errorf("id %.20q…: longer than %d bytes", id, maxID)
+	}
+	for i, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' && i > 0) {
+			return fmt.Errorf("id %q: not an id (letters, digits and -, as list and status show them)", id)
+		}
+	}
+	return nil
+}
+
+// checkSession: a session name as the CLI takes one.
+func checkSession(s string) error {
+	if s == "" {
+		return nil
+	}
+	return snapshot.ValidSession(s)
+}
+
+// checkText: free text (a message, a path) that a command line can carry:
+// UTF-8, no NUL, bounded.
+func checkText(field, s string) error {
+	switch {
+	case len(s) > maxText:
+		return fmt.Errorf("%s %.20q…: longer than %d bytes", field, s, maxText)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s %q: not UTF-8", field, s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%s %q: a NUL byte", field, s)
+	}
+	return nil
+}
+
+// checkPaths: paths go after "--", where no flag is read; each must be
+// a path a command line carries.
+func checkPaths(paths []string) error {
+	if len(paths) > maxPaths {
+		return fmt.Errorf("paths: %d, more than %d", len(paths), maxPaths)
+	}
+	for _, p := range paths {
+		if p == "" {
+			return errors.New("paths: an empty path")
+		}
+		if err := checkText("path", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // addTool adds a tool whose call runs the verb argv gives for its input
 // and its project directory; an error of argv is a usage error.
-func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In, string) ([]string, error)) {
+func addTool[In input](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In, string) ([]string, error)) {
 	schema, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: schema of %s: %v", t.Name, err)) // a bug in the types above
@@ -227,10 +332,19 @@ func addTool[In hasDir](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In, str
 		a.Enum = []any{"begin", "end", "status"}
 	}
 	t.InputSchema = schema
-	mcp.AddTool(s, t, func(_ context.Context, _ *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
-		dir, err := r.resolve(in.dir())
+	mcp.AddTool(s, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, any, error) {
+		roots, asked := clientRoots(req)
+		dir, err := r.resolve(in.dir(), roots)
+		if errors.Is(err, errOutside) && !asked && declaresRoots(req.Session) {
+			// Ask for the client's roots (the SDK sends roots/list to a
+			// client of a protocol before 2026-07-28) and come back.
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{rootsInput: &mcp.ListRootsParams{}}}, nil, nil
+		}
 		if err != nil {
 			return toolError(cliError{Version: 1, Error: "usage", Message: err.Error()}, ""), nil, nil
+		}
+		if err := in.check(); err != nil {
+			return toolError(cliError{Version: 1, Error: "usage", Message: oneLine(err)}, ""), nil, nil
 		}
 		args, err := argv(in, dir)
 		if err != nil {
@@ -267,8 +381,9 @@ func positional(args []string, id string, paths []string) []string {
 
 // runner runs one verb of the snapback binary per call.
 type runner struct {
-	exe string
-	dir string // the default project directory
+	exe  string
+	dir  string // the default project directory
+	root string // the project served
 }
 
 // cliError is the CLI's error object (docs/json.md): the last line of its
@@ -280,9 +395,12 @@ type cliError struct {
 	Message string `json:"message"`
 }
 
-// resolve makes a tool's dir absolute (relative to the server's), and
-// checks that it is a directory.
-func (r *runner) resolve(dir string) (string, error) {
+// resolve makes a tool's dir absolute (relative to the server's), checks
+// that it is a directory, and that it is in the project served or in one
+// of the client's roots, both with their symbolic links resolved: an MCP
+// client naming a directory must not reach another project (undo there
+// reverted it, diff -p handed out its files).
+func (r *runner) resolve(dir string, roots []string) (string, error) {
 	switch {
 	case dir == "":
 		dir = r.dir
@@ -292,8 +410,68 @@ func (r *runner) resolve(dir string) (string, error) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return "", fmt.Errorf("dir %s: not a directory", dir)
 	}
-	return dir, nil
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", fmt.Errorf("dir %s: %w", dir, err)
+	}
+	for _, root := range append([]string{r.root}, roots...) {
+		if rr, err := filepath.EvalSymlinks(root); err == nil && within(real, rr) {
+			return real, nil
+		}
+	}
+	where := "the project " + r.root
+	if len(roots) > 0 {
+		where += " or the client's roots (" + strings.Join(roots, ", ") + ")"
+	}
+	return "", fmt.Errorf("dir %s: %w %s; this server acts only there", dir, errOutside, where)
 }
+
+// errOutside: a dir not in the project served nor in a client's root.
+var errOutside = errors.New("outside")
+
+// within: path is root or below it (both clean and absolute).
+func within(path, root string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// rootsInput names the request for the client's roots in a call's
+// input requests (MCP's multi round-trip requests).
+const rootsInput = "snapback-roots"
+
+// declaresRoots: the client said at initialization that it has roots.
+func declaresRoots(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	p := ss.InitializeParams()
+	return p != nil && p.Capabilities != nil && p.Capabilities.RootsV2 != nil
+}
+
+// clientRoots are the directories the client declared through MCP's roots
+// in answer to this call's request for them (asked: it answered), asked
+// for at each call that needs them, as they may change. A root that is no
+// local directory (file:// URI) is left out.
+func clientRoots(req *mcp.CallToolRequest) (dirs []string, asked bool) {
+	if req.Params == nil {
+		return nil, false
+	}
+	res, ok := req.Params.InputResponses[rootsInput].(*mcp.ListRootsResult)
+	if !ok {
+		return nil, false
+	}
+	for _, root := range res.Roots {
+		u, err := url.Parse(root.URI)
+		if err != nil || u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
+			continue // the protocol's roots are file:// URIs
+		}
+		dirs = append(dirs, filepath.Clean(u.Path))
+	}
+	return dirs, true
+}
+
+// oneLine keeps a joined error on one line.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
 
 // run runs `snapback --json -C DIR VERB...` and makes its output the
 // call's result. A cancelled call does not stop the verb: killed half-way,

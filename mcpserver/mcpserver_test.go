@@ -126,15 +126,17 @@ func TestArguments(t *testing.T) {
 		{"diff", map[string]any{"id": "aadd13", "paths": []string{"src"}, "stat": true}, []string{"diff", "--stat", "aadd13", "--", "src"}, base},
 		{"diff", map[string]any{"id": "aadd13"}, []string{"diff", "aadd13"}, base},
 		{"commit", map[string]any{"paths": []string{"d13", "/abs", "./x"}, "force": true}, []string{"commit", "--force", "--", "./d13", "/abs", "./x"}, base},
-		{"commit", map[string]any{"id": "-aadd13", "paths": []string{"src"}}, []string{"commit", "--", "-aadd13", "src"}, base},
+		{"commit", map[string]any{"id": "aadd13", "paths": []string{"-src"}}, []string{"commit", "--", "aadd13", "-src"}, base},
+		{"diff", map[string]any{"paths": []string{"-C/"}}, []string{"diff", "--", "-C/"}, base},
 		{"commit", map[string]any{"id": "aadd13"}, []string{"commit", "--", "aadd13"}, base},
 		{"discard", map[string]any{"id": "aadd13"}, []string{"discard", "--", "aadd13"}, base},
-		{"undo", map[string]any{"session": "s1", "force": true}, []string{"undo", "--force", "--session", "s1"}, base},
+		{"undo", map[string]any{"session": "s1", "force": true}, []string{"undo", "--force", "--session=s1"}, base},
 		{"undo", map[string]any{"id": "aadd13"}, []string{"undo", "--", "aadd13"}, base},
 		{"redo", map[string]any{}, []string{"redo"}, base},
-		{"checkpoint", map[string]any{"action": "begin", "message": "fix the tests", "session": "s1"}, []string{"checkpoint", "begin", "--message", "fix the tests", "--session", "s1"}, base},
-		{"checkpoint", map[string]any{"action": "end", "session": "s1"}, []string{"checkpoint", "end", "--session", "s1"}, base},
+		{"checkpoint", map[string]any{"action": "begin", "message": "fix the tests", "session": "s1"}, []string{"checkpoint", "begin", "--message=fix the tests", "--session=s1"}, base},
+		{"checkpoint", map[string]any{"action": "end", "session": "s1"}, []string{"checkpoint", "end", "--session=s1"}, base},
 		{"checkpoint", map[string]any{"action": "status"}, []string{"checkpoint", "status"}, base},
+		{"checkpoint", map[string]any{"action": "begin", "message": "-m --json", "session": "-x"}, []string{"checkpoint", "begin", "--message=-m --json", "--session=-x"}, base},
 	} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
 		if err != nil || res.IsError {
@@ -160,6 +162,16 @@ func TestArguments(t *testing.T) {
 	}{
 		{"status", map[string]any{"dir": "nowhere"}, "dir " + filepath.Join(base, "nowhere") + ": not a directory"},
 		{"commit", map[string]any{"dir": "sub", "id": "d13"}, "id d13 is also the name of a file in " + filepath.Join(base, "sub")},
+		// An id that a command line would read as a flag: --stat gave
+		// the default diff, -C/ ran diff in /.
+		{"diff", map[string]any{"id": "--stat"}, `id "--stat": not an id`},
+		{"diff", map[string]any{"id": "-C/"}, `id "-C/": not an id`},
+		{"diff", map[string]any{"id": "a/../b"}, `id "a/../b": not an id`},
+		{"undo", map[string]any{"id": "-aadd13"}, `id "-aadd13": not an id`},
+		{"discard", map[string]any{"id": strings.Repeat("a", 65)}, "id "},
+		{"undo", map[string]any{"session": " s"}, `session " s": space at an end`},
+		{"checkpoint", map[string]any{"action": "begin", "message": "a\x00b"}, `message "a\x00b": a NUL byte`},
+		{"diff", map[string]any{"paths": []string{""}}, "paths: an empty path"},
 	} {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
 		if err != nil || !res.IsError || !strings.HasPrefix(resultText(res), tc.want) {
@@ -258,4 +270,77 @@ func BenchmarkVerb(b *testing.B) {
 			b.Fatalf("list: %v\n%s", err, out)
 		}
 	}
+}
+
+// TestConfined: the server acts only in the project it serves and in the
+// roots its client declares. A dir elsewhere (absolute, climbing out with
+// "..", a symbolic link out, the project's name as a prefix of another's)
+// is a tool error naming it, and runs nothing: `undo {"dir":
+// "/other/project"}` reverted another project.
+func TestConfined(t *testing.T) {
+	ctx := context.Background()
+	exe, argsFile := fakeSnapback(t, `echo '{"version":1}'`)
+	base := t.TempDir()
+	proj, other, extra := filepath.Join(base, "proj"), filepath.Join(base, "other"), filepath.Join(base, "extra")
+	for _, d := range []string{filepath.Join(proj, "sub"), other, proj + "x", extra} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(other, filepath.Join(proj, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(proj, "sub"), filepath.Join(other, "in")); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Exe: exe, Dir: filepath.Join(proj, "sub"), Root: proj}
+	refused := func(cs *mcp.ClientSession, dir string) {
+		t.Helper()
+		os.Remove(argsFile)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "undo", Arguments: map[string]any{"dir": dir}})
+		if err != nil || !res.IsError || !strings.Contains(resultText(res), "outside the project "+proj) || !strings.Contains(resultText(res), "dir ") {
+			t.Fatalf("undo in %s: %v %q, want a tool error naming the directory", dir, err, resultText(res))
+		}
+		if _, err := os.Stat(argsFile); err == nil {
+			t.Fatalf("undo in %s ran the verb", dir)
+		}
+	}
+	served := func(cs *mcp.ClientSession, dir, want string) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "undo", Arguments: map[string]any{"dir": dir}})
+		if err != nil || res.IsError {
+			t.Fatalf("undo in %s: %v %s", dir, err, resultText(res))
+		}
+		b, _ := os.ReadFile(argsFile)
+		if got := strings.Split(string(b), "\n"); len(got) < 3 || got[2] != want {
+			t.Fatalf("undo in %s ran snapback %q, want -C %s", dir, got, want)
+		}
+	}
+
+	cs := connect(t, o) // the SDK's client: roots declared, none listed
+	for _, dir := range []string{other, "../../other", "../..", "../out", proj + "x", "/", filepath.Join(extra)} {
+		refused(cs, dir)
+	}
+	served(cs, "", filepath.Join(proj, "sub"))
+	served(cs, "..", proj)
+	served(cs, proj, proj)
+	served(cs, filepath.Join(other, "in"), filepath.Join(proj, "sub")) // a link into the project: where it leads
+
+	// A client declaring a root: served there too, and nowhere else.
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := New(o).Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	client.AddRoots(&mcp.Root{URI: "file://" + extra})
+	cs2, err := client.Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close()
+	served(cs2, extra, extra)
+	served(cs2, "", filepath.Join(proj, "sub"))
+	refused(cs2, other)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -61,17 +62,7 @@ func mount(spec Spec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", escape(spec.Root), escape(spec.Upper), escape(spec.Work))
-	if spec.UserNS {
-		// trusted.* xattrs are root's: user.overlay.* marks instead. The
-		// kernel allows no redirect_dir then: rename(2) of a directory that
-		// existed before the run fails with EXDEV (mv copies instead).
-		opts += ",userxattr"
-	} else {
-		// Directories renamed with rename(2) stay renames (the changeset
-		// follows the redirect), instead of failing with EXDEV.
-		opts += ",redirect_dir=on"
-	}
+	opts := options(spec.Root, spec.Upper, spec.Work, spec.UserNS)
 	// The store is absent inside: a whiteout in the upper layer hides it,
 	// so a command cannot erase its own undo history, and it is no mount
 	// point either, which `git clean -fdx` or `rm -rf` would fail on
@@ -85,6 +76,63 @@ func mount(spec Spec) error {
 	}
 	return nil
 }
+
+// options are a view's mount options.
+func options(lower, upper, work string, userNS bool) string {
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", escape(lower), escape(upper), escape(work))
+	if userNS {
+		// trusted.* xattrs are root's: user.overlay.* marks instead. The
+		// kernel allows no redirect_dir then ("conflicting options"):
+		// rename(2) of a directory that existed before the run fails with
+		// EXDEV (mv copies instead). The trial says so (renameLimit).
+		return opts + ",userxattr"
+	}
+	// Directories renamed with rename(2) stay renames (the changeset
+	// follows the redirect), instead of failing with EXDEV.
+	return opts + ",redirect_dir=on"
+}
+
+// renameLimit mounts a tiny view in dir (which it fills), with a run's
+// options and its layer on the run's filesystem, and renames a directory
+// of its lower layer there: it returns "" when that works, else what a
+// run cannot do. (Without a redirect in the layer, overlayfs refuses such
+// a rename with EXDEV.)
+func renameLimit(dir string, userNS bool) string {
+	l, u, w := filepath.Join(dir, "rl"), filepath.Join(dir, "ru"), filepath.Join(dir, "rw")
+	for _, d := range []string{l, filepath.Join(l, "d"), u, w} {
+		fsutil.Mutating()
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "cannot try a rename of a directory: " + err.Error()
+		}
+	}
+	if err := unix.Mount("overlay", l, "overlay", 0, options(l, u, w, userNS)); err != nil {
+		return "cannot try a rename of a directory: " + err.Error()
+	}
+	defer unix.Unmount(l, unix.MNT_DETACH) // the probe's own namespace: gone with it anyway
+	fsutil.Mutating()
+	err := unix.Rename(filepath.Join(l, "d"), filepath.Join(l, "e"))
+	if err == nil {
+		return ""
+	}
+	why := "the layer's filesystem keeps no overlay redirect"
+	if userNS {
+		why = "the kernel allows no redirect_dir in a user namespace"
+	}
+	return fmt.Sprintf("rename(2) of a directory that existed before the run fails here with %v (%s): mv copies instead, but Python's os.rename, Node's fs.rename and Go's os.Rename fail", errName(err), why)
+}
+
+func errName(err error) string {
+	if errno, ok := err.(unix.Errno); ok {
+		if n := unix.ErrnoName(errno); n != "" {
+			return n
+		}
+	}
+	return err.Error()
+}
+
+// limitPrefix starts the line the trial's helper prints for what a view
+// works without (renameLimit).
+const limitPrefix = "limit: "
 
 // hideStore makes the store's whiteout in upper (a character device 0/0,
 // which needs no capability since Linux 5.8); one there already, or the
@@ -119,7 +167,7 @@ func Available() (bool, string) {
 	if err := os.Mkdir(lower, 0o700); err != nil {
 		return false, "an overlay in a user namespace failed here: " + err.Error()
 	}
-	if err := trial(lower, dir); err != nil {
+	if _, err := trial(lower, dir); err != nil {
 		return false, "an overlay in a user namespace failed here: " + err.Error()
 	}
 	return true, ""
@@ -158,23 +206,81 @@ func machine() string {
 // what was tried, and why it failed. (A container's root is often
 // overlayfs itself, which the kernel refuses as an upper layer.)
 func Trial(root string) (bool, string) {
+	ok, why, _ := TrialLimit(root)
+	return ok, why
+}
+
+// TrialLimit is [Trial], and says besides what a run that works here
+// cannot do ("" when nothing): rename(2) of a directory that existed
+// before the run, where overlayfs records no redirect (an ordinary user's
+// view).
+func TrialLimit(root string) (ok bool, why, limit string) {
 	if why := machine(); why != "" {
-		return false, why
+		return false, why, ""
+	}
+	if why := Uncovered(root); why != "" {
+		return false, why, ""
+	}
+	if subs := Submounts(root); len(subs) > 0 {
+		return false, fmt.Sprintf("%s is a mount point below the root, and an overlayfs view shows the root's own filesystem only: the command would see an empty directory there, and a commit would write into the mount (the fuse mode sees through mounts)", subs[0]), ""
 	}
 	dir, done, err := TrialDir(root)
 	if err != nil {
-		return false, "cannot try a view here: " + err.Error()
+		return false, "cannot try a view here: " + err.Error(), ""
 	}
 	defer done()
 	tried := fmt.Sprintf("a trial view of %s (%s) with its layer in %s", root, FSType(root), filepath.Dir(dir))
-	if err := trial(root, dir); err != nil {
+	limit, err = trial(root, dir)
+	if err != nil {
 		why := fmt.Sprintf("%s failed: %v", tried, err)
 		if FSType(dir) == "overlay" {
 			why += " (overlayfs keeps no layer on overlayfs, as a container's root is: a volume mounted into the container, or --mode fuse or copy, works)"
 		}
-		return false, why
+		return false, why, ""
 	}
-	return true, tried + " worked"
+	return true, tried + " worked", limit
+}
+
+// Submounts lists the mount points strictly below root, but those in the
+// store (hidden from the view anyway), in this process's mount namespace
+// (nil if /proc/self/mountinfo cannot be read: the trial then decides
+// alone).
+func Submounts(root string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	root = filepath.Clean(root)
+	store := filepath.Join(root, snapshot.StoreDir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		p := unescapeMount(f[4])
+		if !strings.HasPrefix(p, root+"/") || p == store || strings.HasPrefix(p, store+"/") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // TrialDir makes an empty directory for a trial layer where a run's layer
@@ -242,34 +348,46 @@ const ProbeVerb = "__overlay-probe"
 type trialSpec struct {
 	Spec
 	File string `json:"file"` // written into the view, then removed
+	// Renames is an empty directory on the layer's filesystem, for
+	// renameLimit's tiny view.
+	Renames string `json:"renames"`
 }
 
 // trial runs the trial's helper: a view of lower, mounted over it, with
 // its layer in dir (upper and work are made there).
-func trial(lower, dir string) error {
+func trial(lower, dir string) (limit string, err error) {
 	spec := trialSpec{Spec: Spec{Root: lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), UserNS: os.Geteuid() != 0},
-		File: filepath.Join(lower, snapshot.TempPrefix+"trial")}
-	for _, d := range []string{spec.Upper, spec.Work} {
+		File: filepath.Join(lower, snapshot.TempPrefix+"trial"), Renames: filepath.Join(dir, "renames")}
+	for _, d := range []string{spec.Upper, spec.Work, spec.Renames} {
 		fsutil.Mutating()
 		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS|unix.CLONE_NEWPID, spec.UserNS)
+	out, err := RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS|unix.CLONE_NEWPID, spec.UserNS)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if l, ok := strings.CutPrefix(line, limitPrefix); ok {
+			return l, nil
+		}
+	}
+	return "", nil
 }
 
 // RunTrial runs snapback's own binary as the hidden verb with spec (as
 // JSON) in new namespaces (cloneflags; a user namespace too with
-// userNS), outside the tree, and returns what it printed as the error
-// when it fails: how each mode's real trial is run.
-func RunTrial(verb string, spec any, cloneflags uintptr, userNS bool) error {
+// userNS), outside the tree, and returns what it printed (as the error
+// when it fails): how each mode's real trial is run.
+func RunTrial(verb string, spec any, cloneflags uintptr, userNS bool) (string, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
-		return err
+		return "", err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return "", err
 	}
 	cmd := exec.Command(self, verb, string(b))
 	cmd.Dir = "/"
@@ -289,9 +407,9 @@ func RunTrial(verb string, spec any, cloneflags uintptr, userNS bool) error {
 		if msg == "" {
 			msg = err.Error()
 		}
-		return errors.New(msg)
+		return "", errors.New(msg)
 	}
-	return nil
+	return string(out), nil
 }
 
 // Probe is the trial helper's main: arg is its trialSpec.
@@ -300,6 +418,17 @@ func Probe(arg string) int {
 	if err := json.Unmarshal([]byte(arg), &spec); err != nil {
 		fmt.Fprintf(os.Stderr, "trial: %v\n", err)
 		return 1
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "make mounts private: %v\n", err)
+		return 1
+	}
+	// Before the view of the root: the layer's directory may be in the
+	// store, which the view hides.
+	if spec.Renames != "" {
+		if limit := renameLimit(spec.Renames, spec.UserNS); limit != "" {
+			fmt.Printf("%s%s\n", limitPrefix, limit)
+		}
 	}
 	if err := mount(spec.Spec); err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n", err)

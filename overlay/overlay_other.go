@@ -54,6 +54,12 @@ func UserNS(*syscall.SysProcAttr) {}
 // Trial reports that overlayfs is not available.
 func Trial(string) (bool, string) { return Available() }
 
+// TrialLimit reports that overlayfs is not available.
+func TrialLimit(string) (bool, string, string) {
+	ok, why := Available()
+	return ok, why, ""
+}
+
 // Pass leaves f as it is: no helper is started here ([Session.Prepare]
 // fails first).
 func Pass(f *os.File) (int, error) { return int(f.Fd()), nil }

@@ -13,7 +13,10 @@ func init() {
 	// The view modes try the real thing on the project's own filesystem:
 	// inside a container whose root is overlayfs, the kernel has overlayfs
 	// but refuses a layer there.
-	isolation.Provide(isolation.Overlayfs, overlay.Trial)
+	isolation.ProvideLimited(isolation.Overlayfs, func(root string) isolation.Verdict {
+		ok, why, limit := overlay.TrialLimit(root)
+		return isolation.Verdict{OK: ok, Why: why, Limit: limit}
+	})
 	isolation.Provide(isolation.Fuse, fuse.Trial)
 	isolation.Provide(isolation.Btrfs, backends.IsSubvolume)
 }

@@ -127,6 +127,9 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 			return Result{}, err
 		}
 	} else {
+		if err := CheckRoot(repo.Root, o.Mode); err != nil {
+			return Result{}, err
+		}
 		var err error
 		if mode, err = isolation.Pick(o.Mode, repo.Root); err != nil {
 			return Result{}, badInput("run: --mode %s: %w", o.Mode, err)
@@ -215,6 +218,25 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		res.KeptIgnored, res.State = p.WroteThrough, "discarded"
 	}
 	return res, nil
+}
+
+// CheckRoot refuses, before anything is made, a run in mode (a name, ""
+// for auto) at a root that no view can cover (overlay.Uncovered: /): in a
+// view mode it would be isolated in name only, and auto would fall back
+// to a snapshot of the whole machine. The modes that run on the tree
+// itself, named explicitly, are the user's choice.
+func CheckRoot(root, mode string) error {
+	why := overlay.Uncovered(root)
+	if why == "" {
+		return nil
+	}
+	if mode == "" || mode == isolation.Auto {
+		return badInput("run: %s; --mode copy (or btrfs) runs it on the tree itself after a snapshot of all of it, or -C names a project directory", why)
+	}
+	if m := isolation.Find(mode); m != nil && m.View {
+		return badInput("run: --mode %s: %s", mode, why)
+	}
+	return nil
 }
 
 // commandEnv is the command's environment: snapback's, plus the run's id

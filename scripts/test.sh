@@ -31,6 +31,7 @@ need_pkg btrfs-progs # loop-mounted btrfs: reflink copies (later: the btrfs back
 need_pkg sqlite3 git # the POSIX table and the agent scenario run them under snapback
 need_pkg postgresql mariadb-server docker.io # database and volume targets
 need_pkg restic # archive push/pull
+need_pkg python3 # TestAgentbox runs agentbox, a Python program
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
@@ -152,7 +153,7 @@ export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0
 
 # Tests that need a capability skip without it, unless it is listed here:
 # then its absence fails them.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3
 
 # --- checks ------------------------------------------------------------
 failed=()

@@ -62,9 +62,11 @@ type CheckOptions struct {
 }
 
 // Check verifies the whole store, in the manner of restic's `check
-// --read-data`: every object's SHA-256, every manifest's decoding and the
-// objects it names, every snapshot and run record and what it refers to
-// (manifests, target payloads), and the stat cache. It returns an error
+// --read-data`: every object's SHA-256, every manifest's decoding, the
+// objects of every state a record returns to (what undo, redo and restore
+// write back; not those of an after-state, only compared by hash), every
+// snapshot and run record and what it refers to (manifests, target
+// payloads), and the stat cache. It returns an error
 // only when it cannot do its work; damage is in the report.
 func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
 	c := &checker{r: r, rep: &CheckReport{Damaged: []Damage{}}}
@@ -235,8 +237,12 @@ func hashObject(path string) ([32]byte, int64, error) {
 	return fsutil.HashFile(f)
 }
 
-// manifests checks the manifest (and after-state) of every record, and
-// that every object a manifest names is there and intact.
+// manifests checks the manifest and after-state of every record, and
+// that every object a record's manifest names is there and intact: what
+// undo, redo and restore put back. An after-state is only compared with
+// the tree by hash (it is what a commit moved into the tree, without a
+// copy), so its manifest must be readable but its contents need not be
+// stored; those that are and are damaged are still reported.
 func (c *checker) manifests(metas []*Meta) {
 	c.moveRecords = map[string]bool{}
 	users := map[string][]string{} // manifest id -> records
@@ -280,12 +286,15 @@ func (c *checker) manifests(metas []*Meta) {
 			if objUsers[o] == nil {
 				objUsers[o] = map[string]bool{}
 			}
-			for _, s := range users[id] {
+			for _, s := range returnsTo[id] {
 				objUsers[o][s] = true
 			}
 		})
 	}
 	for o, us := range objUsers {
+		if len(us) == 0 {
+			continue // named by after-states alone
+		}
 		var snaps []string
 		for s := range us {
 			snaps = append(snaps, s)
@@ -299,7 +308,7 @@ func (c *checker) manifests(metas []*Meta) {
 		}
 	}
 	for o, why := range c.damaged {
-		if !c.reported[o] { // named by no snapshot: gc would remove it
+		if !c.reported[o] { // no state to return to needs it
 			c.add(Damage{Kind: DamageObject, ID: o.String(), Problem: why})
 		}
 	}

@@ -175,7 +175,8 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 		return nil, false, err
 	}
 	m.Message, m.Session, m.State = message, session, StateOpen
-	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+	m.Git = r.seeGit()
+	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
 	if err := r.snapInto(m); err != nil {
@@ -258,6 +259,10 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 				s.Targets = append(s.Targets, t)
 			}
 		}
+	}
+	s.Git = mergeGit(steps)
+	if err := r.checkGit("undo", s, true, force); err != nil {
+		return nil, nil, err
 	}
 	rec, err := r.newMeta(KindPreUndo, ScopePaths)
 	if err != nil {

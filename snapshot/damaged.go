@@ -154,7 +154,7 @@ func (s *Store) salvage() (objects map[ObjectID]bool, owners map[string]bool, er
 		if i := strings.IndexByte(name, '.'); i >= 0 && ValidID(name[:i]) {
 			owners[name[:i]] = true
 		}
-		b, err := readLimited(p, maxRunSize)
+		b, err := s.readFile(p, maxRunSize)
 		if err != nil {
 			continue // a FIFO, a huge file: nothing in it can be read anyway
 		}
@@ -182,7 +182,7 @@ func syncDirs(dirs ...string) error {
 // isManifest reports whether a stored object starts as a manifest does
 // (without reading the rest: it may be a large content).
 func (s *Store) isManifest(id ObjectID) bool {
-	f, err := os.Open(s.objectPath(id))
+	f, err := s.OpenObject(id) // no symlink followed, no FIFO waited on
 	if err != nil {
 		return false
 	}

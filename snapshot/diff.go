@@ -64,21 +64,31 @@ func DiffManifests(old, cur Manifest) []Change {
 }
 
 // DefaultDiffBase is the snapshot `diff` compares with by default: the one
-// `undo` would revert, else the newest.
+// `undo` would revert, else (all undone) the newest of those undo takes;
+// never a pre-undo or pre-redo record, bookkeeping `list` shows only
+// with -a.
 func (r *Repo) DefaultDiffBase() (*Meta, error) {
 	h, err := r.History()
 	if err != nil {
 		return nil, err
 	}
+	var newest *Meta
 	for i := len(h.All) - 1; i >= 0; i-- {
-		if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] {
+		m := h.All[i]
+		if !m.Kind.Undoable() {
+			continue
+		}
+		if !h.Undone[m.ID] {
 			return m, nil
 		}
+		if newest == nil {
+			newest = m
+		}
 	}
-	if len(h.All) == 0 {
+	if newest == nil {
 		return nil, fmt.Errorf("no snapshots yet: %w", ErrNotFound)
 	}
-	return h.All[len(h.All)-1], nil
+	return newest, nil
 }
 
 // Diff compares snapshot m with the tree as it is now (reading, never

@@ -28,6 +28,16 @@
 //	damaged/          what check --repair set aside (damaged.go)
 //	agent/            a note per coding agent session of its current turn's
 //	                  message, between the hooks' processes (package agent)
+//	identity          the inode numbers of the store and of the root it was
+//	                  made for: a store that came by a clone, an archive or
+//	                  a copy does not match and is refused (trust.go)
+//	untrusted-…       parts check --repair set aside (trust.go)
+//
+// Open checks all of the above before anything is read or written: each
+// directory a plain one, each file a plain regular file of a sane size,
+// every one the store owner's (trust.go); every store file is then read
+// through fsutil's bounded reader, which follows no symlink below the
+// root and never waits on a FIFO.
 //
 // # The journal protocol
 //

@@ -28,13 +28,17 @@ func (r *Repo) History() (*History, error) {
 		byID[m.ID] = m
 		switch m.Kind {
 		case KindPreUndo:
+			if len(m.UndoesPaths) > 0 { // part of a step: the step is not undone
+				h.Redo = append(h.Redo, m)
+				continue
+			}
 			h.Undone[m.Undoes] = true
 			for _, id := range m.UndoesMore {
 				h.Undone[id] = true
 			}
 			h.Redo = append(h.Redo, m)
 		case KindPreRedo:
-			if p := byID[m.Redoes]; p != nil {
+			if p := byID[m.Redoes]; p != nil && len(p.UndoesPaths) == 0 {
 				delete(h.Undone, p.Undoes)
 				for _, id := range p.UndoesMore {
 					delete(h.Undone, id)
@@ -91,6 +95,9 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			return nil, nil, ErrNothingToUndo
 		}
 	}
+	if err := r.checkGit("undo", s, true, force); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreUndo, s.Scope)
 	if err != nil {
 		return nil, nil, err
@@ -100,6 +107,98 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 		return nil, nil, err
 	}
 	return s, rec, nil
+}
+
+// UndoPaths reverts the paths of step ref at or below each of only
+// (relative to the root, slash-separated; "" is all of it), and nothing
+// else: not its other paths, not its targets. The step stays in the
+// history, not undone: a later undo takes the rest of it (the paths put
+// back already are no conflict), and redo reapplies this part. A path
+// changed since by someone else is a conflict, as for [Repo.Undo].
+func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *Meta, err error) {
+	if err := r.refuseOpen("undo"); err != nil {
+		return nil, nil, err
+	}
+	s, err := r.Resolve(ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.Kind.Undoable() {
+		return nil, nil, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore", s.ID, s.Kind)
+	}
+	h, err := r.History()
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case h.Undone[s.ID]:
+		return nil, nil, fmt.Errorf("undo %s -- PATH: %w: %s is undone already (redo puts it back)", s.ID, ErrNothingToUndo, s.ID)
+	case s.State == StateRunning || s.State == StateOpen:
+		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is %s: its changes are not known yet", s.ID, s.ID, s.State)
+	}
+	if s.Scope != ScopePaths || s.After == "" {
+		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is a snapshot of the whole tree, not a step of changed paths (`restore` takes a whole snapshot)", s.ID, s.ID)
+	}
+	before, err := r.LoadManifest(s.Manifest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("undo: %w", err)
+	}
+	after, err := r.LoadManifest(s.After)
+	if err != nil {
+		return nil, nil, fmt.Errorf("undo: %w", err)
+	}
+	keep, err := pickStepPaths(s.ID, before, after, only)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, a := Subset(before, after, keep)
+	part := &Meta{ID: s.ID, Kind: s.Kind, Scope: ScopePaths}
+	if part.Manifest, err = r.record(b); err != nil {
+		return nil, nil, err
+	}
+	if part.After, err = r.record(a); err != nil {
+		return nil, nil, err
+	}
+	rec, err := r.newMeta(KindPreUndo, ScopePaths)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec.Undoes, rec.UndoesPaths = s.ID, only
+	if err := r.revert("undo", part, part.After, rec, force); err != nil {
+		return nil, nil, err
+	}
+	return s, rec, nil
+}
+
+// pickStepPaths picks the paths of a step (its before and after states) at
+// or below each of only, each of which must name one, and the
+// directories above them the step removed (put back with them).
+func pickStepPaths(id string, before, after Manifest, only []string) (map[string]bool, error) {
+	keep := map[string]bool{}
+	for _, o := range only {
+		n := len(keep)
+		found := false
+		for _, m := range []Manifest{before, after} {
+			for i := range m {
+				if Under(m[i].Path, o) {
+					keep[m[i].Path], found = true, true
+				}
+			}
+		}
+		if !found && len(keep) == n {
+			return nil, fmt.Errorf("undo %s: %w: the step did not change %q", id, ErrNotFound, o)
+		}
+	}
+	for p := range keep {
+		for q := Parent(p); q != ""; q = Parent(q) {
+			if b := before.Find(q); b != nil && b.Type == Dir {
+				if a := after.Find(q); a == nil || a.Type != Dir {
+					keep[q] = true
+				}
+			}
+		}
+	}
+	return keep, nil
 }
 
 // PendingError refuses a plain undo while runs are pending.
@@ -133,6 +232,9 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 		return nil, nil, ErrNothingToRedo
 	}
 	p := h.Redo[len(h.Redo)-1]
+	if err := r.checkRedoGit(p, force); err != nil {
+		return nil, nil, err
+	}
 	rec, err := r.newMeta(KindPreRedo, p.Scope)
 	if err != nil {
 		return nil, nil, err
@@ -153,6 +255,9 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 	}
 	s, err := r.Resolve(ref)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.checkGitTargets("restore", s.Targets); err != nil {
 		return nil, nil, err
 	}
 	rec, err := r.newMeta(KindPreRestore, s.Scope)
@@ -214,9 +319,9 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 
 // Conflicts lists the paths of cur (the tree now) that differ in type,
 // mode, content or link target from after (the state the guarded change
-// left them in) before the operation moves them to target; times are no
-// part of it (a tool that rewrites a file with the same bytes changed
-// nothing the user sees). A path after does not list is expected absent
+// left them in) before the operation moves them to target, and are not
+// already as target has them; times are no part of it (a tool that
+// rewrites a file with the same bytes changed nothing the user sees). A path after does not list is expected absent
 // below what after removed, else as target records it; a path neither
 // lists is expected absent below what target removes, and is not touched
 // otherwise.
@@ -242,11 +347,25 @@ func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []
 		default:
 			continue // the operation does not touch it
 		}
-		if !sameState(a, c) && (same == nil || !same(a, c)) {
+		if !sameState(a, c) && (same == nil || !same(a, c)) && !alreadyThere(target, c, same) {
 			out = append(out, c.Path)
 		}
 	}
 	return out
+}
+
+// alreadyThere reports whether c is already as the operation leaves it
+// (the person put it back by hand): writing it again loses nothing, so it
+// is no conflict.
+func alreadyThere(target Manifest, c *Entry, same func(want, now *Entry) bool) bool {
+	t := target.Find(c.Path)
+	if t == nil {
+		if !belowRemoved(target, c.Path) {
+			return false
+		}
+		t = &Entry{Path: c.Path, Type: Absent}
+	}
+	return sameState(t, c) || same != nil && same(t, c)
 }
 
 // sameState reports whether a path is as recorded in what a user sees:

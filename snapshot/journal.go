@@ -447,7 +447,7 @@ func (r *Repo) rollBack(j *journal, why error) error {
 // readJournal reads and validates the journal; (nil, nil) when there is
 // none.
 func (r *Repo) readJournal() (*journal, error) {
-	b, err := readLimited(r.journalPath(), maxJournal)
+	b, err := r.readFile(r.journalPath(), maxJournal)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -501,10 +501,14 @@ func (r *Repo) Recover() (bool, error) {
 		keep = filepath.Base(r.stagingDir(j.OpID)) // what the interrupted operation saves
 	}
 	tmp := r.path("tmp")
-	if ents, err := os.ReadDir(tmp); err == nil {
-		for _, e := range ents {
-			if e.Name() != keep {
-				removeTrash(filepath.Join(tmp, e.Name())) // temp objects of a dead process
+	// Listed through a descriptor that followed no symlink (Open checked
+	// tmp is the store's own directory; this holds it to that).
+	if d, err := r.openDir("tmp"); err == nil {
+		names, _ := d.ReadDirNames() // unreadable: nothing to sweep
+		d.Close()
+		for _, n := range names {
+			if n != keep {
+				removeTrash(filepath.Join(tmp, n)) // temp objects of a dead process
 			}
 		}
 	}

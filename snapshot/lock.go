@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"time"
 
-	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,10 +19,9 @@ var ErrLocked = errors.New("store is locked")
 // process to finish. what describes this process to whoever waits on it.
 // The lock is an flock, so it dies with its holder.
 func (s *Store) Lock(wait time.Duration, what string) error {
-	fsutil.Mutating()
-	f, err := os.OpenFile(s.path("lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := s.openLockFile("lock")
 	if err != nil {
-		return fmt.Errorf("lock store: %w", err)
+		return err
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -35,9 +34,10 @@ func (s *Store) Lock(wait time.Duration, what string) error {
 			return fmt.Errorf("lock store: %w", err)
 		}
 		if time.Now().After(deadline) {
-			holder, _ := os.ReadFile(s.path("lock")) // for the message only
+			holder := make([]byte, 512) // the holder line, for the message only
+			n, _ := f.ReadAt(holder, 0)
 			f.Close()
-			h := strings.TrimSpace(string(holder))
+			h := strings.TrimSpace(string(holder[:n]))
 			if h == "" {
 				h = "another snapback process"
 			}
@@ -61,4 +61,30 @@ func (s *Store) Unlock() {
 	_ = s.lock.Truncate(0) // informational line only
 	s.lock.Close()         // closing releases the flock
 	s.lock = nil
+}
+
+// openLockFile opens (creating it) the lock file at rel in the store
+// (slash-separated), as a regular file of the store's owner: never
+// through a symlink, never blocking on a FIFO put there.
+func (s *Store) openLockFile(rel string) (*os.File, error) {
+	dir, name := path.Split(rel)
+	d, err := s.openDir(strings.TrimSuffix(dir, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
+	defer d.Close()
+	f, err := d.Open(name, unix.O_RDWR|unix.O_CREAT|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || !s.trusted(st.Uid) {
+		f.Close()
+		return nil, &UntrustedError{Path: f.Name(), Reason: "is not a regular file of the store's owner"}
+	}
+	return f, nil
 }

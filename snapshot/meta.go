@@ -64,14 +64,24 @@ type Meta struct {
 	// the change it guards (the run's result, or what an undo wrote): a
 	// path that no longer matches it was edited by someone else since, and
 	// reverting it is a conflict.
-	After  string `json:"after,omitempty"`
-	Undoes string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
+	After string `json:"after,omitempty"`
+	// AfterHashesOnly says that the store does not hold the contents After
+	// names: a commit moves a run's contents into the tree without a
+	// copy. Nothing needs them: undo and redo compare the tree with After
+	// by hash, and what they put back is a Manifest (the undo's own
+	// record saves the contents it replaces, for redo).
+	AfterHashesOnly bool   `json:"after_hashes_only,omitempty"`
+	Undoes          string `json:"undoes,omitempty"` // pre-undo: the snapshot it reverted
 	// UndoesMore, for a pre-undo of a whole session (`undo --session`),
 	// are the session's other steps it reverted along with Undoes.
 	UndoesMore []string `json:"undoes_more,omitempty"`
-	Redoes     string   `json:"redoes,omitempty"` // pre-redo: the pre-undo it reapplied
-	Files      int      `json:"files"`
-	Bytes      int64    `json:"bytes"`
+	// UndoesPaths, for a pre-undo of part of a step (`undo ID -- PATH…`),
+	// are the paths it reverted: the step itself is not undone (undo
+	// still takes the rest of it).
+	UndoesPaths []string `json:"undoes_paths,omitempty"`
+	Redoes      string   `json:"redoes,omitempty"` // pre-redo: the pre-undo it reapplied
+	Files       int      `json:"files"`
+	Bytes       int64    `json:"bytes"`
 	// Targets are the states outside the tree this snapshot returns to.
 	Targets []TargetState `json:"targets,omitempty"`
 	// Steps, for a run in a view, are its session's commands (Command is
@@ -86,6 +96,10 @@ type Meta struct {
 	// devices its command left that the record does not carry: undo
 	// leaves them where they are.
 	Skipped []Skipped `json:"skipped,omitempty"`
+	// Git, for a step taken where HEAD lives outside the root (a linked
+	// worktree, a submodule), is what HEAD was before and after it
+	// (gitseen.go): undo refuses to leave the files disagreeing with it.
+	Git []GitHead `json:"git,omitempty"`
 }
 
 var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
@@ -156,12 +170,23 @@ func (m *Meta) validate() error {
 	if len(m.UndoesMore) > 0 && m.Kind != KindPreUndo {
 		return fmt.Errorf("kind %s with undoes_more", m.Kind)
 	}
+	if len(m.UndoesPaths) > 0 && (m.Kind != KindPreUndo || len(m.UndoesMore) > 0) {
+		return fmt.Errorf("kind %s with undoes_paths", m.Kind)
+	}
+	for _, p := range m.UndoesPaths {
+		if !ValidPath(p) && p != "" {
+			return fmt.Errorf("bad undoes_paths path %q", p)
+		}
+	}
 	for _, id := range m.UndoesMore {
 		if !ValidID(id) || id == m.Undoes {
 			return fmt.Errorf("bad undoes_more reference %q", id)
 		}
 	}
 	if err := m.validateCheckpoint(); err != nil {
+		return err
+	}
+	if err := m.validateGit(); err != nil {
 		return err
 	}
 	if m.Files < 0 || m.Bytes < 0 {

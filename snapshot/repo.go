@@ -27,8 +27,14 @@ type ConflictError struct {
 	Paths []string
 }
 
+// Error names how many paths; the CLI lists them, one a line (a list of
+// quoted names on one line is unreadable past a few).
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("%s refused: %d path(s) changed since: %q (use --force to overwrite; what is overwritten is saved)", e.Op, len(e.Paths), e.Paths)
+	n := "1 path"
+	if len(e.Paths) != 1 {
+		n = fmt.Sprintf("%d paths", len(e.Paths))
+	}
+	return fmt.Sprintf("%s refused: %s changed since by someone else (use --force to overwrite; what is overwritten is saved)", e.Op, n)
 }
 
 // Repo is a project root with its store and ignore rules: the object the
@@ -44,7 +50,8 @@ type Repo struct {
 	// Targets are the [[target]]s of snapback.toml: snap and run save
 	// them along with the tree.
 	Targets []config.Target
-	// Ctx bounds the work of target backends (nil: no bound).
+	// Ctx bounds the work of target backends and scans of the tree (nil:
+	// no bound): once done, they stop with an error wrapping its Err.
 	Ctx context.Context
 	// RecoverNote says what the last [Repo.Recover] did, for the user.
 	RecoverNote string
@@ -93,6 +100,7 @@ func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error
 func (r *Repo) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
 	sc := r.newScanner(r.treeDir, r.ign, store)
 	sc.progress = r.Progress
+	sc.ctx = r.Ctx
 	m, err := fn(sc)
 	report(r.Progress, Progress{Step: StepScan, Paths: int64(len(m)), Bytes: sc.bytesHashed.Load(), Done: true})
 	if err != nil {
@@ -140,7 +148,7 @@ func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
 		return nil, err
 	}
 	meta.Message = message
-	if meta.Targets, err = r.snapTargets(meta.ID, r.Targets); err != nil {
+	if meta.Targets, err = r.snapTargets(meta.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, err
 	}
 	if err := r.snapInto(meta); err != nil {

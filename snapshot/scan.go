@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -45,9 +46,12 @@ func (si statInfo) key() statKey {
 	return statKey{Size: si.Size, Mtime: si.Mtime, Ctime: si.Ctime, Ino: si.Ino, Dev: si.Dev, Mode: si.Mode}
 }
 
-// excluded reports paths no snapshot ever holds: the store and restore temps.
+// excluded reports paths no snapshot ever holds: the store, a store set
+// aside as untrusted (check --repair: never captured, never deleted by a
+// restore) and restore temps.
 func excluded(path string) bool {
-	return path == StoreDir || strings.HasPrefix(Base(path), TempPrefix)
+	return path == StoreDir || strings.HasPrefix(path, UntrustedPrefix) && !strings.Contains(path, "/") ||
+		strings.HasPrefix(Base(path), TempPrefix)
 }
 
 // scanner reads the tree into manifests, storing (or only hashing) the
@@ -65,6 +69,10 @@ type scanner struct {
 	upper    bool
 	opaque   map[string]bool
 	redirect map[string]string // upper dir -> its overlay.redirect value
+
+	// ctx, when set, stops the scan once done (Ctrl-C): its error wraps
+	// ctx.Err(), before anything is recorded from the scan.
+	ctx context.Context
 
 	mu       sync.Mutex
 	entries  []*scanned
@@ -300,6 +308,9 @@ func (sc *scanner) add(ref *dirRef, e *scanned) {
 
 // hash reads (and, when storing, stores) one file's content.
 func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
+	if err := sc.stopped(); err != nil {
+		return err
+	}
 	name := Base(e.Path)
 	if beforeHash != nil {
 		beforeHash(e.Path)
@@ -350,8 +361,19 @@ func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
 	return nil
 }
 
+// stopped is the scan's context's error, once it is done.
+func (sc *scanner) stopped() error {
+	if sc.ctx == nil || sc.ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("scan: %w", sc.ctx.Err())
+}
+
 // walk scans the directory at path (open as ref) recursively.
 func (sc *scanner) walk(ref *dirRef, path string) error {
+	if err := sc.stopped(); err != nil {
+		return err
+	}
 	names, err := ref.d.ReadDirNames()
 	if err != nil {
 		return err

@@ -207,7 +207,7 @@ func (s *Store) readCache() *cacheTable {
 // is an error.
 func (s *Store) decodeCache() (*cacheTable, error) {
 	m := emptyTable()
-	b, err := readLimited(s.path("index"), maxIndexSize)
+	b, err := s.readFile(s.path("index"), maxIndexSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return m, nil
 	}

@@ -60,7 +60,8 @@ type Store struct {
 	// (with a warning); otherwise listing them is an error.
 	SkipDamaged bool
 
-	lock *os.File
+	lock  *os.File
+	owner uint32 // the store's owner: its files may be this user's or root's
 
 	warned  sync.Map // messages already given to Warn
 	mu      sync.Mutex
@@ -75,33 +76,51 @@ type Store struct {
 const syncEachLimit = 64
 
 // Open opens the store of root, creating it (mode 0700) when create is set.
+// The store is checked first as input from outside (trust.go): a part
+// that is not what snapback makes there, or a store not made here for
+// this root, is an [*UntrustedError] naming the path, and nothing in the
+// store is read or written.
 func Open(root string, create bool) (*Store, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	s := &Store{Root: abs, Dir: filepath.Join(abs, StoreDir)}
-	st, err := os.Lstat(s.Dir)
+	_, err = os.Lstat(s.Dir)
+	made := false
 	switch {
-	case err == nil && !st.IsDir():
-		return nil, fmt.Errorf("open store: %s is not a directory", s.Dir)
 	case errors.Is(err, fs.ErrNotExist) && !create:
 		return nil, fmt.Errorf("%s: %w", abs, ErrNoStore)
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist):
+		fsutil.Mutating()
+		if err := os.Mkdir(s.Dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		made = err == nil
+	case err != nil:
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	for _, d := range []string{"", "objects", "snapshots", "tmp"} {
-		p := filepath.Join(s.Dir, d)
+	if err := s.checkTop(); err != nil {
+		return nil, err
+	}
+	if err := s.checkLayout(); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"objects", "snapshots", "tmp"} {
 		fsutil.Mutating()
-		if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := os.Mkdir(s.path(d), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
 	// The store holds copies of every file: keep it private even if a
-	// umask or a user made it wider.
+	// umask or a user made it wider. (checkTop found a directory, not a
+	// symlink, and nothing in the store follows one.)
 	fsutil.Mutating()
 	if err := os.Chmod(s.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := s.checkIdentity(made); err != nil {
+		return nil, err
 	}
 	// The store is no part of the project: git must not offer it to
 	// `git add -A`, which in a copy-mode run would commit every snapshot.
@@ -111,6 +130,11 @@ func Open(root string, create bool) (*Store, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
+	// git clean -fdx must not delete it (gitmark.go).
+	if err := s.markRepo(); err != nil {
+		return nil, err
+	}
+	s.excludeFromProject()
 	return s, nil
 }
 
@@ -193,14 +217,16 @@ func (s *Store) OpenObject(id ObjectID) (*os.File, error) {
 	return f, nil
 }
 
-// ReadObject reads a whole object and checks it against its name.
+// ReadObject reads a whole object (of at most 1 GiB: a manifest, a git
+// index) and checks it against its name. The object is read as every
+// store file is: no symlink followed, a FIFO refused without blocking.
 func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
-	b, err := os.ReadFile(s.objectPath(id))
+	b, err := s.readFile(s.objectPath(id), maxReadObject)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: object %s: %w", ErrCorrupt, id, err)
 	}
 	if sha256.Sum256(b) != id {
 		return nil, fmt.Errorf("%w: object %s does not match its hash", ErrCorrupt, id)
@@ -376,6 +402,11 @@ func (s *Store) openStaged(opID string, id ObjectID) (*os.File, error) {
 // adoptStaged makes the staged links of opID objects. Idempotent.
 func (s *Store) adoptStaged(opID string) error {
 	dir := s.stagingDir(opID)
+	// The staging area must be the store's own directory: a symlink there
+	// would make outside files objects (moving them away).
+	if st, err := os.Lstat(dir); err == nil && !st.IsDir() {
+		return &UntrustedError{Path: dir, Reason: "is not a directory"}
+	}
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -480,7 +511,7 @@ func (s *Store) LoadManifest(id string) (Manifest, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: manifest id %q", ErrCorrupt, id)
 	}
-	b, err := readLimited(s.objectPath(oid), maxManifestSize)
+	b, err := s.readFile(s.objectPath(oid), maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("load manifest: %w: %s", ErrMissingObject, oid)
 	}
@@ -520,7 +551,7 @@ func (s *Store) ReadMeta(id string) (*Meta, error) {
 // readRecord reads and checks one record; what is wrong with a damaged
 // one is an ErrCorrupt.
 func (s *Store) readRecord(id string) (*Meta, error) {
-	b, err := readLimited(s.recordPath(id), maxRecordSize)
+	b, err := s.readFile(s.recordPath(id), maxRecordSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}

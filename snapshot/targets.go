@@ -98,7 +98,7 @@ func (r *Repo) CheckTargets() error {
 
 func (r *Repo) checkTargets(ts []config.Target) error {
 	for _, t := range ts {
-		b, err := backends.Get(t.Backend)
+		b, err := backendOf(t.Backend)
 		if err != nil {
 			return err
 		}
@@ -151,7 +151,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 		if err := os.Mkdir(data, 0o700); err != nil {
 			return fail(fmt.Errorf("target %s: %w", TargetName(t), err))
 		}
-		be, err := backends.Get(t.Backend)
+		be, err := backendOf(t.Backend)
 		if err != nil {
 			return fail(err)
 		}
@@ -176,7 +176,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 // payloadTarget reads the settings a payload was taken with.
 func (r *Repo) payloadTarget(rel string) (config.Target, error) {
 	var t config.Target
-	b, err := readLimited(r.path(rel, "target.json"), maxPayloadSize)
+	b, err := r.readFile(r.path(rel, "target.json"), maxPayloadSize)
 	if err != nil {
 		return t, fmt.Errorf("target payload %s: target.json: %w", rel, err)
 	}
@@ -207,7 +207,7 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 		if err != nil {
 			return err
 		}
-		b, err := backends.Get(t.Backend)
+		b, err := backendOf(t.Backend)
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func (r *Repo) releasePayloads(owner string) error {
 	for _, e := range ents {
 		rel := filepath.Join("targets", owner, e.Name())
 		if t, err := r.payloadTarget(rel); err == nil {
-			if b, err := backends.Get(t.Backend); err == nil {
+			if b, err := backendOf(t.Backend); err == nil {
 				if err := b.Release(r.ctx(), t, r.Root, r.path(rel, "data")); err != nil {
 					return fmt.Errorf("release target %s: %w", TargetName(t), err)
 				}
@@ -355,3 +355,78 @@ func duBytes(dir string) int64 {
 // PayloadDir is the directory of a target payload (a TargetState's
 // Payload), for archiving it.
 func (r *Repo) PayloadDir(rel string) string { return r.path(rel) }
+
+// TargetWrite is a target a run saved, with the paths of the tree that
+// are the target's own (a SQLite database in the tree and its journal
+// files) and that the run wrote: in an overlay run they write through to
+// the tree, like ignored paths, but the target's backend restores them on
+// discard and undo.
+type TargetWrite struct {
+	TargetState
+	Paths []string
+}
+
+// TargetWrites sorts the paths a run wrote through (WroteThrough) into
+// those of the targets states saved, one TargetWrite per state (its Paths
+// empty when it wrote none), and the rest: ignored paths, which nothing
+// rolls back. A state's settings come from its payload, else (a payload
+// released by a discard) from the target of the same name in
+// snapback.toml.
+func (r *Repo) TargetWrites(states []TargetState, paths []string) (writes []TargetWrite, ignored []string) {
+	prefixes := make([]string, len(states))
+	for i, s := range states {
+		writes = append(writes, TargetWrite{TargetState: s})
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil {
+			for _, c := range r.Targets {
+				if TargetName(c) == s.Name && c.Backend == s.Backend {
+					t, err = c, nil
+				}
+			}
+		}
+		if err == nil {
+			prefixes[i] = r.treePath(t.Path)
+		}
+	}
+next:
+	for _, p := range paths {
+		for i, tp := range prefixes {
+			if tp != "" && ownedBy(p, tp) {
+				writes[i].Paths = append(writes[i].Paths, p)
+				continue next
+			}
+		}
+		ignored = append(ignored, p)
+	}
+	return writes, ignored
+}
+
+// treePath is a target's path relative to the root, slash-separated, or
+// "" when it has none or lies outside the tree.
+func (r *Repo) treePath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if filepath.IsAbs(p) {
+		rel, err := filepath.Rel(r.Root, p)
+		if err != nil {
+			return ""
+		}
+		p = rel
+	}
+	p = filepath.ToSlash(filepath.Clean(p))
+	if p == "." || p == ".." || strings.HasPrefix(p, "../") {
+		return ""
+	}
+	return p
+}
+
+// ownedBy reports whether path is a target's at tp: tp itself, below it,
+// or one of SQLite's journal files beside it.
+func ownedBy(path, tp string) bool {
+	if path == tp || strings.HasPrefix(path, tp+"/") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(path, tp)
+	return ok && (rest == "-wal" || rest == "-shm" || rest == "-journal")
+}

@@ -39,8 +39,7 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 	if err := os.MkdirAll(r.runDir(id), 0o700); err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	fsutil.Mutating()
-	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := r.openLockFile("runs/" + id + "/lock")
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
@@ -67,12 +66,13 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		return nil, err
 	}
 	m.Command, m.Mode, m.State = command, mode, StateRunning
+	m.Git = r.seeGit()
 	f, err := r.lockRun(m.ID)
 	if err != nil {
 		return nil, err
 	}
 	run := &TreeRun{Meta: m, lock: f}
-	if m.Targets, err = r.snapTargets(m.ID, r.Targets); err != nil {
+	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		run.release(r)
 		return nil, err
 	}
@@ -115,8 +115,7 @@ type TreeLock struct{ f *os.File }
 
 // TryLockTree takes the tree lock, or returns ErrTreeBusy at once.
 func (r *Repo) TryLockTree() (*TreeLock, error) {
-	fsutil.Mutating()
-	f, err := os.OpenFile(r.path("treerun.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := r.openLockFile("treerun.lock")
 	if err != nil {
 		return nil, fmt.Errorf("lock tree: %w", err)
 	}
@@ -154,7 +153,7 @@ func (r *Repo) TreeRunning() *Meta {
 
 // alive reports whether the process running id still holds its lock.
 func (r *Repo) alive(id string) bool {
-	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR, 0)
+	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false // no lock file: its process is gone
 	}
@@ -210,6 +209,10 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 // was done to them cannot be seen, so a record with targets always stays),
 // it removes the record instead and reports dropped: no undo step.
 func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
+	m.Git = r.sawGit(m.Git)
+	if err := r.dropUnchangedGit(m); err != nil {
+		return false, err
+	}
 	after, err := r.LoadManifest(m.After)
 	if err != nil {
 		return false, err

@@ -39,6 +39,8 @@ type ViewRun struct {
 	// WroteThrough are the topmost ignored paths its commands wrote: in
 	// the tree already, kept whatever becomes of the run.
 	WroteThrough []string `json:"wrote_through,omitempty"`
+	// Git is what HEAD outside the root was when the run began (gitseen.go).
+	Git []GitHead `json:"git,omitempty"`
 
 	lock  *os.File
 	stamp map[string]layerStamp // the layer before the running step
@@ -74,7 +76,7 @@ func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &ViewRun{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now()}
+	p := &ViewRun{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now(), Git: r.seeGit()}
 	if p.lock, err = r.lockRun(p.ID); err != nil {
 		return nil, err
 	}
@@ -175,7 +177,7 @@ func (r *Repo) PendingRuns() ([]*ViewRun, error) {
 	}
 	var out []*ViewRun
 	for _, e := range ents {
-		b, err := readLimited(r.pendingPath(e.Name()), maxRunSize)
+		b, err := r.readFile(r.pendingPath(e.Name()), maxRunSize)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // a copy-mode run's lock directory, or not ours
 		}
@@ -277,6 +279,7 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, StateDone
 	rec.Targets, rec.Steps = p.Targets, p.Steps
 	rec.WroteThrough, rec.Excluded = p.WroteThrough, excl
+	rec.Git = r.sawGit(p.Git)
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
 		return nil, err
@@ -284,6 +287,7 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	if rec.After, err = r.record(target); err != nil {
 		return nil, err
 	}
+	rec.AfterHashesOnly = true // moved into the tree, not copied (but for git indexes)
 	j := &journal{Op: "commit", OpID: rec.ID, Scope: ScopePaths, Record: rec, Source: filepath.Join("runs", p.ID, "upper")}
 	if len(only) == 0 {
 		j.Done = p.ID
@@ -443,7 +447,7 @@ func (r *Repo) changedSince(p *ViewRun, cur Manifest) []string {
 // sameAsGitIndexCopy reports whether the project's git index stages what
 // it did when run id started.
 func (r *Repo) sameAsGitIndexCopy(id string) bool {
-	x, err := readLimited(r.gitIndexCopy(id), maxGitIndex)
+	x, err := r.readFile(r.gitIndexCopy(id), maxGitIndex)
 	if err != nil {
 		return false
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapback/snapback/agent"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
 )
@@ -353,5 +355,84 @@ func TestCopyRunThen(t *testing.T) {
 				t.Logf("snapback run --mode copy --then %s: %v\n%s", then, err, out)
 			}
 		})
+	}
+}
+
+// TestAgentInstallKilled kills `agent install` and `agent uninstall` at
+// every state-changing step of their in-place write in turn: after each,
+// the user's settings are never lost: the file is as before or as after,
+// or (torn mid-write) its backup holds it as before, and the next install
+// refuses, naming the backup, until it is dealt with.
+func TestAgentInstallKilled(t *testing.T) {
+	bin := snapbackBinary(t)
+	user := "{\n  \"model\": \"opus\",\n  \"note\": \"\\ud800\"\n}\n"
+	root := t.TempDir()
+	rel := ".claude/settings.json"
+	path := filepath.Join(root, rel)
+	treetest.Write(t, root, rel, user, 0o644)
+	sbDir(t, bin, root, "agent", "install", "claude-code", "--shared")
+	installed, err := os.ReadFile(path)
+	treetest.Must(t, err)
+	for _, verb := range []string{"install", "uninstall"} {
+		before, after := user, string(installed)
+		if verb == "uninstall" {
+			before, after = after, before
+		}
+		for k := 1; ; k++ {
+			treetest.Write(t, root, rel, before, 0o644)
+			cmd, done := boundedCommand(time.Minute, bin, "-C", root, "agent", verb, "claude-code", "--shared")
+			cmd.Env = append(gitEnv(), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
+			out, err := cmd.CombinedOutput()
+			if done() {
+				t.Fatalf("%s killed at %d: timed out", verb, k)
+			}
+			got, _ := os.ReadFile(path)
+			backup, berr := os.ReadFile(path + agent.BackupSuffix)
+			if err == nil {
+				if string(got) != after || berr == nil {
+					t.Fatalf("%s ran whole at step %d but the file is %q (backup: %v)", verb, k, got, berr)
+				}
+				if k == 1 {
+					t.Fatalf("%s changed the file without a kill point", verb)
+				}
+				t.Logf("%s: killed at each of %d steps", verb, k-1)
+				break
+			}
+			switch {
+			case berr != nil && (string(got) == before || string(got) == after):
+			case berr == nil && (string(got) == before || string(got) == after || string(backup) == before):
+				// The next install names the backup and changes nothing.
+				c := exec.Command(bin, "-C", root, "agent", "install", "claude-code", "--shared")
+				c.Env = gitEnv()
+				o, cerr := c.CombinedOutput()
+				if cerr == nil || !strings.Contains(string(o), agent.BackupSuffix+" is there") {
+					t.Fatalf("%s killed at %d: the next install over the backup: %v\n%s", verb, k, cerr, o)
+				}
+				treetest.Must(t, os.Remove(path+agent.BackupSuffix))
+			default:
+				t.Fatalf("%s killed at step %d lost the settings: file %q, backup %q (%v)\n%s", verb, k, got, backup, berr, out)
+			}
+		}
+	}
+}
+
+// TestFirstSnapshotHint: install suggests the first snapshot on a tree
+// of over largeTree files without one (the first turn would take it
+// inside a tool call), and only then.
+func TestFirstSnapshotHint(t *testing.T) {
+	root := t.TempDir()
+	for i := range largeTree {
+		treetest.Write(t, root, fmt.Sprintf("d%02d/f%05d", i/1000, i), "", 0o644)
+	}
+	if h := firstSnapshotHint(root); h != "" {
+		t.Fatalf("%d files: %q", largeTree, h)
+	}
+	treetest.Write(t, root, "one-more", "", 0o644)
+	if h := firstSnapshotHint(root); !strings.Contains(h, "snapback snap -m baseline") {
+		t.Fatalf("%d files: %q", largeTree+1, h)
+	}
+	treetest.Must(t, os.Mkdir(filepath.Join(root, snapshot.StoreDir), 0o700))
+	if h := firstSnapshotHint(root); h != "" {
+		t.Fatalf("with a store: %q", h)
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/snapback/snapback/agent"
@@ -37,25 +40,29 @@ func newAgentCmd(g *globals) *cobra.Command {
 }
 
 type agentInstallOptions struct {
-	local, dryRun bool
+	shared, local, dryRun bool
 }
 
 func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command {
 	var o agentInstallOptions
 	verb, short := "install", "Write snapback's hooks into the project's settings for HARNESS"
-	long := short + ":\nClaude Code's .claude/settings.json (--local: .claude/settings.local.json),\n" +
-		"Gemini CLI's .gemini/settings.json, at the project root. The settings and hooks already there\n" +
-		"stay, in their order; an event that already runs snapback's hook is left as it is, so a\n" +
-		"second install changes nothing. The file is replaced atomically; one that is not valid\n" +
-		"JSON is refused, naming its line, and left as it is. The hooks run `snapback agent hook\n" +
-		"HARNESS`: snapback must be on the agent's PATH."
+	long := short + ":\nby default the settings kept out of version control (Claude Code's\n" +
+		".claude/settings.local.json; Gemini CLI has one project file, .gemini/settings.json,\n" +
+		"written unless git tracks it); --shared: the committed ones (.claude/settings.json), which\n" +
+		"give every clone the hooks. The settings and hooks already there stay, byte for byte; an\n" +
+		"event that already runs snapback's hook is left as it is, so a second install changes\n" +
+		"nothing, and uninstall after install gives the file back as it was. The file is changed in\n" +
+		"place (its owner, mode and hard links stay) after a backup beside it; one that is not valid\n" +
+		"JSON, or has a key twice, is refused naming its line, and left as it is. The hooks run\n" +
+		"`snapback agent hook HARNESS` with a timeout of " + fmt.Sprint(int(agent.HookTimeout.Seconds())) + " s: snapback must be on the agent's PATH."
 	if !install {
 		verb, short = "uninstall", "Remove the hooks install wrote from the project's settings for HARNESS"
 		long = short + ":\nthe hooks whose command is `snapback agent hook HARNESS`, wherever\n" +
-			"they are, and nothing else (a group or event left empty goes too)."
+			"they are, and nothing else (a group or event left empty goes too); the same file as\n" +
+			"install (--shared: the committed one)."
 	}
 	c := &cobra.Command{
-		Use:       verb + " HARNESS [--local] [--dry-run]",
+		Use:       verb + " HARNESS [--shared] [--dry-run]",
 		Short:     short,
 		Long:      long,
 		Args:      cobra.ExactArgs(1),
@@ -64,8 +71,10 @@ func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command
 			return runAgentInstall(g, args[0], install, o)
 		},
 	}
-	c.Flags().BoolVar(&o.local, "local", false, "the settings file kept out of version control (Claude Code: .claude/settings.local.json)")
+	c.Flags().BoolVar(&o.shared, "shared", false, "the committed settings file (Claude Code: .claude/settings.json), shared with everyone who clones the project")
+	c.Flags().BoolVar(&o.local, "local", false, "the settings file kept out of version control: the default")
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the change as a diff, write nothing")
+	_ = c.Flags().MarkHidden("local") // kept for the scripts written when it was not the default
 	return c
 }
 
@@ -74,13 +83,19 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	if err != nil {
 		return usageErr("agent: %v", err)
 	}
-	rel, err := h.SettingsFile(o.local)
-	if err != nil {
-		return usageErr("agent: %v", err)
+	if o.shared && o.local {
+		return usageErr("agent: --shared and --local name different files: give one")
 	}
+	rel := h.SettingsFile(o.shared)
 	root, err := g.rootDir()
 	if err != nil {
 		return err
+	}
+	git := gitState(root, rel)
+	if install && !o.shared && rel == h.Settings && git == gitTracked {
+		// A harness with one project file (Gemini CLI): committed, it is
+		// everyone's, and hooks there run for teammates without snapback.
+		return usageErr("agent: %s is tracked by git: the hooks would reach everyone who clones the project; --shared writes them there all the same", rel)
 	}
 	edit := h.InstallHooks
 	if !install {
@@ -120,10 +135,75 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		fmt.Fprintf(g.stdout, "%s holds no hook of snapback's (%s)\n", c.File, h.Title)
 	case install:
 		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+		if !o.shared && git == gitUntracked {
+			// Claude Code makes git ignore its local file when it makes
+			// it; one install made is not, and `git add -A` would share it.
+			fmt.Fprintf(g.stdout, "%s is not ignored by git: add it to .gitignore (or .git/info/exclude) to keep the hooks yours\n", c.File)
+		}
+		if other := h.SettingsFile(!o.shared); other != rel {
+			// An install of an earlier snapback wrote the shared file.
+			if oc, err := h.UninstallHooks(root, other, false); err == nil && oc.Changed() {
+				fmt.Fprintf(g.stdout, "%s runs snapback's hooks too: `snapback agent uninstall %s%s` removes them there\n", other, h.Name, map[bool]string{true: "", false: " --shared"}[o.shared])
+			}
+		}
+		if hint := firstSnapshotHint(root); hint != "" {
+			fmt.Fprintln(g.stdout, hint)
+		}
 	default:
 		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
 	}
 	return nil
+}
+
+// What git makes of a settings file.
+const (
+	gitNone      = iota // no git, or no work tree here
+	gitTracked          // committed (or staged): everyone's
+	gitIgnored          // kept out of commits
+	gitUntracked        // neither: `git add -A` would take it
+)
+
+// gitState says what git makes of rel in the work tree at root.
+func gitState(root, rel string) int {
+	if exec.Command("git", "-C", root, "rev-parse", "--is-inside-work-tree").Run() != nil {
+		return gitNone
+	}
+	if exec.Command("git", "-C", root, "ls-files", "--error-unmatch", "--", rel).Run() == nil {
+		return gitTracked
+	}
+	if exec.Command("git", "-C", root, "check-ignore", "-q", "--", rel).Run() == nil {
+		return gitIgnored
+	}
+	return gitUntracked
+}
+
+// largeTree is the number of files past which install suggests taking
+// the first snapshot now.
+const largeTree = 10000
+
+// firstSnapshotHint suggests a first snapshot when the project has none
+// and holds over largeTree files: the first turn that writes would take
+// it inside a tool call, holding the agent up (later ones read only what
+// changed).
+func firstSnapshotHint(root string) string {
+	if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+		return ""
+	}
+	n := 0
+	stop := errors.New("enough")
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		if n > largeTree {
+			return stop
+		}
+		return nil // an unreadable directory only makes the count smaller
+	})
+	if n <= largeTree {
+		return ""
+	}
+	return fmt.Sprintf("this project holds over %d files and has no snapshot yet: the first turn that writes takes one inside its tool call; `snapback snap -m baseline` takes it now (later ones read only what changed)", largeTree)
 }
 
 func nonNil(s []string) []string {
@@ -152,9 +232,42 @@ func newAgentHookCmd(g *globals, names []string) *cobra.Command {
 				_, werr := g.stdout.Write(h.Answer("warning: " + err.Error()))
 				return werr
 			}
-			_, err = g.stdout.Write(h.Answer(agentHook(g, h, c.InOrStdin())))
+			_, err = g.stdout.Write(h.Answer(agentHookWithin(hookDeadline(), func() string { return agentHook(g, h, c.InOrStdin()) })))
 			return err
 		},
+	}
+}
+
+// defaultHookDeadline bounds a hook's whole life, short of the timeout
+// install gives the harness (agent.HookTimeout): the checkpoint's store
+// lock waits up to checkpointLockWait, and a first snapshot of a large
+// tree takes what it takes; past it the agent goes on without snapback.
+const defaultHookDeadline = agent.HookTimeout - 15*time.Second
+
+// hookDeadline is defaultHookDeadline, or SNAPBACK_HOOK_DEADLINE (a Go
+// duration) when set: for tests, and for a harness whose timeout is
+// shorter.
+func hookDeadline() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SNAPBACK_HOOK_DEADLINE")); err == nil && d > 0 {
+		return d
+	}
+	return defaultHookDeadline
+}
+
+// agentHookWithin runs act, and answers for it if it has not answered
+// within d: a hook must never hold the agent up, whatever it waits on
+// (a payload whose writer never closes stdin, a lock). The work left
+// behind dies with the process when the answer is written, as after a
+// kill: the store is crash-safe at every step and the next verb
+// recovers it.
+func agentHookWithin(d time.Duration, act func() string) string {
+	done := make(chan string, 1)
+	go func() { done <- act() }()
+	select {
+	case msg := <-done:
+		return msg
+	case <-time.After(d):
+		return fmt.Sprintf("warning: snapback did not answer within %v (the agent goes on; this turn may not be undoable)", d)
 	}
 }
 
@@ -180,8 +293,15 @@ func agentHook(g *globals, h *agent.Harness, in io.Reader) (msg string) {
 	if p.Session == "" {
 		return failed(errors.New("hook payload: no session_id"))
 	}
+	if act == agent.CloseSession {
+		defer func() {
+			if err := h.DropSession(p.Session); err != nil && msg == "" {
+				msg = failed(err)
+			}
+		}()
+	}
 	if g.dir == "" { // -C, when given, wins
-		dir, err := h.Dir(p)
+		dir, err := h.Project(p)
 		if err == nil {
 			err = os.Chdir(dir)
 		}

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
@@ -51,7 +49,8 @@ func newArchiveCmd(g *globals) *cobra.Command {
 		Long: `Export snapshots to verified archives in a catalog directory.
 
 Every verb works on one catalog: --catalog DIR, else [archive] destination
-in snapback.toml (a relative path is relative to the project root). The
+in snapback.toml, outside the project (a catalog inside it is refused:
+the tree's snapshots and restores would carry or remove it). The
 directory is the truth: every listing reads and verifies the archives
 themselves. list, verify and prune act on this project's archives unless
 --all is given. Archives are NOT encrypted: anyone who can read the catalog
@@ -73,7 +72,9 @@ can read the project's files.`,
 // catalogPath is the catalog's absolute path: --catalog, else the
 // configured destination. A relative one is relative to the project
 // root (refused outside a project); one with ".." is refused as written,
-// before anything cleans it away.
+// before anything cleans it away; one inside the project is refused (a
+// relative one always is): the tree's snapshots, restores and commands
+// would carry, remove or rewrite the archives meant to outlive them.
 func (g *globals) catalogPath(flag string) (string, error) {
 	dir, what := flag, "--catalog"
 	root, rootErr := g.rootDir()
@@ -95,13 +96,20 @@ func (g *globals) catalogPath(flag string) (string, error) {
 			return "", &catalog.Error{Code: catalog.CodeBadPath, Msg: fmt.Sprintf("%s %s: a path with \"..\" is refused (write it without)", what, dir)}
 		}
 	}
-	if filepath.IsAbs(dir) {
-		return filepath.Clean(dir), nil
+	inProject := rootErr == nil && g.inProject(root)
+	if !filepath.IsAbs(dir) {
+		if !inProject {
+			return "", &catalog.Error{Code: catalog.CodeBadPath, Msg: fmt.Sprintf("%s %s: a relative path is relative to the project root, and there is no project here; give an absolute path", what, dir)}
+		}
+		dir = filepath.Join(root, dir)
 	}
-	if rootErr != nil || !g.inProject(root) {
-		return "", &catalog.Error{Code: catalog.CodeBadPath, Msg: fmt.Sprintf("%s %s: a relative path is relative to the project root, and there is no project here; give an absolute path", what, dir)}
+	dir = filepath.Clean(dir)
+	if inProject {
+		if err := catalog.OutsideProject(dir, root); err != nil {
+			return "", err
+		}
 	}
-	return filepath.Join(root, dir), nil
+	return dir, nil
 }
 
 // inProject reports whether root is a project's (it has a store or a
@@ -214,9 +222,9 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Ctrl-C stops the write, and the partial file goes with it.
-			ctx, stop := signal.NotifyContext(c.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// Ctrl-C (c's context: interrupt.go) stops the write, and the
+			// partial file goes with it.
+			ctx := c.Context()
 			p, done := g.progress("archive "+m.ID, plan.Bytes)
 			s, existed, err := cat.Create(ctx, repo, plan, catalog.Project{Root: repo.Root, ID: pid}, p)
 			done()
@@ -264,7 +272,8 @@ func newArchiveListCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			}
 			out.Destination = cat.Dir
 			p, done := g.progress("verify", catalogBytes(cat.Dir))
-			l, err := cat.List(p)
+			ctx := c.Context() // cancelled by Ctrl-C or SIGTERM (interrupt.go)
+			l, err := cat.List(ctx, p)
 			done()
 			if err != nil {
 				return err
@@ -311,9 +320,9 @@ func (g *globals) printList(out listJSON) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ARCHIVE\tSNAPSHOT\tCREATED\tFILES\tSIZE\tMESSAGE")
+	fmt.Fprintln(tw, "ARCHIVE\tSNAPSHOT\tTAKEN\tFILES\tSIZE\tMESSAGE")
 	for _, a := range out.Archives {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Snapshot, a.CreatedAt.Local().Format("2006-01-02 15:04:05"), a.Files, humanBytes(a.Bytes), printable(a.Message))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Snapshot, a.SnapshotCreatedAt.Local().Format("2006-01-02 15:04:05"), a.Files, humanBytes(a.Bytes), printable(a.Message))
 	}
 	tw.Flush()
 	if len(out.Archives) < out.Count {
@@ -354,10 +363,11 @@ wherever it is, a copy on a USB stick say, without a catalog.`,
 		RunE: func(c *cobra.Command, args []string) error {
 			var s *catalog.Summary
 			name := filepath.Base(args[0])
+			ctx := c.Context() // cancelled by Ctrl-C or SIGTERM (interrupt.go)
 			if looseFile(args[0]) {
 				p, done := g.progress("verify", fileSize(args[0]))
 				var err error
-				s, err = catalog.VerifyFile(args[0], catalog.DefaultLimits, p)
+				s, err = catalog.VerifyFile(ctx, args[0], catalog.DefaultLimits, p)
 				done()
 				if err != nil {
 					return err
@@ -375,7 +385,7 @@ wherever it is, a copy on a USB stick say, without a catalog.`,
 					return err
 				}
 				p, done := g.progress("verify", fileSize(filepath.Join(cat.Dir, name)))
-				s, err = cat.Verify(name, p)
+				s, err = cat.Verify(ctx, name, p)
 				done()
 				if err != nil {
 					return err
@@ -429,9 +439,10 @@ capabilities) and owners other than you are dropped, as tar does without
 			var res *catalog.RestoreResult
 			var err error
 			name := filepath.Base(args[0])
+			ctx := c.Context() // cancelled by Ctrl-C or SIGTERM (interrupt.go)
 			if looseFile(args[0]) {
 				p, done := g.progress("restore", fileSize(args[0]))
-				res, err = catalog.RestoreFile(args[0], catalog.DefaultLimits, into, o, p)
+				res, err = catalog.RestoreFile(ctx, args[0], catalog.DefaultLimits, into, o, p)
 				done()
 			} else {
 				var cat *catalog.Catalog
@@ -442,7 +453,7 @@ capabilities) and owners other than you are dropped, as tar does without
 					return err
 				}
 				p, done := g.progress("restore", fileSize(filepath.Join(cat.Dir, name)))
-				res, err = cat.Restore(name, into, o, p)
+				res, err = cat.Restore(ctx, name, into, o, p)
 				done()
 			}
 			if err != nil {
@@ -493,8 +504,9 @@ preview out. Other projects' archives and invalid files are never deleted;
 			}
 			p, done := g.progress("verify", catalogBytes(cat.Dir))
 			defer done()
+			ctx := c.Context() // cancelled by Ctrl-C or SIGTERM (interrupt.go)
 			if apply != "" {
-				res, err := cat.PruneApply(apply, tokens, p)
+				res, err := cat.PruneApply(ctx, apply, tokens, p)
 				if err != nil {
 					return err
 				}
@@ -531,7 +543,7 @@ preview out. Other projects' archives and invalid files are never deleted;
 				return usageErr("archive prune: not in a project; give --all to prune every project's archives")
 			}
 			o.Project = scope
-			plan, err := cat.PrunePreview(o, tokens, p)
+			plan, err := cat.PrunePreview(ctx, o, tokens, p)
 			if err != nil {
 				return err
 			}
@@ -548,7 +560,7 @@ preview out. Other projects' archives and invalid files are never deleted;
 				return g.printJSON(out)
 			}
 			for _, a := range plan.Delete {
-				fmt.Fprintf(g.stdout, "would delete %s (snapshot %s, created %s)\n", a.File, a.Snapshot, a.CreatedAt.Local().Format("2006-01-02 15:04:05"))
+				fmt.Fprintf(g.stdout, "would delete %s (snapshot %s, taken %s)\n", a.File, a.Snapshot, a.SnapshotCreatedAt.Local().Format("2006-01-02 15:04:05"))
 			}
 			for _, r := range plan.Rejected {
 				fmt.Fprintf(g.stdout, "left alone (invalid) %s: %s\n", printable(r.File), r.Error)

@@ -47,7 +47,8 @@ snapback and archive-<id>; one the repository already holds is skipped.`,
 				names = append(names, n)
 			}
 			p, done := g.progress("verify", catalogBytes(cat.Dir))
-			res, err := r.Push(c.Context(), cat, names, p)
+			ctx := c.Context() // cancelled by Ctrl-C or SIGTERM (interrupt.go)
+			res, err := r.Push(ctx, cat, names, p)
 			done()
 			if res == nil {
 				return err
@@ -100,7 +101,8 @@ RESTIC_PASSWORD_FILE or RESTIC_PASSWORD_COMMAND.`,
 			if len(args) == 1 {
 				ref = args[0]
 			}
-			res, err := r.Pull(c.Context(), cat, ref, nil)
+			ctx := c.Context() // cancelled by Ctrl-C or SIGTERM (interrupt.go)
+			res, err := r.Pull(ctx, cat, ref, nil)
 			if res == nil {
 				return err
 			}

@@ -114,14 +114,19 @@ func runCheckpointBegin(g *globals, o checkpointOptions) error {
 	if err != nil {
 		return err
 	}
+	var unc uncoveredJSON
+	if opened { // said once per checkpoint, not on every hook's begin
+		unc = g.noteUncovered(repo.Root, savedBy(m))
+	}
 	if g.json {
 		return g.printJSON(struct {
-			ID        string    `json:"id"`
-			Opened    bool      `json:"opened"`
-			Session   string    `json:"session"`
-			Message   string    `json:"message"`
-			CreatedAt time.Time `json:"created_at"`
-		}{m.ID, opened, m.Session, m.Message, m.CreatedAt})
+			ID        string        `json:"id"`
+			Opened    bool          `json:"opened"`
+			Session   string        `json:"session"`
+			Message   string        `json:"message"`
+			CreatedAt time.Time     `json:"created_at"`
+			Uncovered uncoveredJSON `json:"uncovered,omitempty"`
+		}{m.ID, opened, m.Session, m.Message, m.CreatedAt, unc})
 	}
 	if opened {
 		fmt.Fprintf(g.stdout, "opened checkpoint %s\n", m.ID)

@@ -131,7 +131,6 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			}
 			return &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: no such path in the tree or the diff", quote(paths[bad]))}
 		}
-		targets = nil // no path names a target
 		var kept []snapshot.Skipped
 		for _, sk := range skipped {
 			if underAny(sk.Path, limits) {
@@ -139,6 +138,19 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			}
 		}
 		skipped = kept
+	}
+	// A target's own paths (a SQLite database in the tree) write through
+	// like ignored ones, but its backend restores them: named with it.
+	writes, through := repo.TargetWrites(targets, through)
+	if len(limits) > 0 {
+		// Only the targets whose paths the PATHs name.
+		var named []snapshot.TargetWrite
+		for _, w := range writes {
+			if len(w.Paths) > 0 {
+				named = append(named, w)
+			}
+		}
+		writes = named
 	}
 	if g.json {
 		out := struct {
@@ -158,8 +170,8 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{},
 			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...),
 			Skipped: skippedJSON(skipped)}
-		for _, t := range targets {
-			out.Targets = append(out.Targets, targetDiffJSON{TargetState: t, State: "saved"})
+		for _, w := range writes {
+			out.Targets = append(out.Targets, targetDiffJSON{TargetState: w.TargetState, State: "saved", Paths: append([]string{}, w.Paths...)})
 		}
 		for _, c := range changes {
 			j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
@@ -201,8 +213,12 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
 		}
 	}
-	for _, t := range targets {
-		fmt.Fprintf(g.stdout, "T\t%s (%s: saved in %s, contents not compared)\n", quote(t.Name), t.Backend, base)
+	for _, w := range writes {
+		written := ""
+		if len(w.Paths) > 0 {
+			written = "; written directly: " + quoteList(w.Paths) + ", restored with it by discard and undo"
+		}
+		fmt.Fprintf(g.stdout, "T\t%s (%s: saved in %s, contents not compared%s)\n", quote(w.Name), w.Backend, base, written)
 	}
 	for _, p := range through {
 		fmt.Fprintf(g.stdout, "I\t%s (ignored: written through, kept by discard and undo)\n", quote(p))
@@ -289,6 +305,10 @@ func limitDiff(root string, limits []string, changes []snapshot.Change, through,
 type targetDiffJSON struct {
 	snapshot.TargetState
 	State string `json:"state"` // "saved": the snapshot can bring it back
+	// Paths are the target's own paths in the tree the run wrote (a
+	// SQLite database and its journal files): in the tree at once, and
+	// restored with the target by discard and undo.
+	Paths []string `json:"paths"`
 }
 
 func entryType(c snapshot.Change) string {

@@ -23,6 +23,8 @@ func newDiscardCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// Read before the discard releases the payloads.
+			writes, through := repo.TargetWrites(p.Targets, p.WroteThrough)
 			n := -1
 			if g.summary() {
 				// Counted before: the layer goes with the discard.
@@ -37,10 +39,12 @@ func newDiscardCmd(g *globals) *cobra.Command {
 			}
 			if g.json {
 				return g.printJSON(map[string]any{"discarded": p.ID,
-					"kept_ignored": append([]string{}, p.WroteThrough...), "dropped_excluded": append([]string{}, excluded...)})
+					"kept_ignored": append([]string{}, through...), "dropped_excluded": append([]string{}, excluded...),
+					"restored_targets": restoredJSON(writes)})
 			}
 			g.say("discarded run %s\n", p.ID)
-			noteUnreverted(g, "discard", p.WroteThrough, nil)
+			noteRestored(g, "discard", p.ID, writes)
+			noteUnreverted(g, "discard", through, nil)
 			noteDropped(g, excluded)
 			if n >= 0 {
 				g.summarize(fmt.Sprintf("discarded %s of run %s; the tree is as it was (there is nothing to undo)", nPaths(n), p.ID))
@@ -60,6 +64,38 @@ func noteUnreverted(g *globals, verb string, through, excluded []string) {
 	if len(excluded) > 0 {
 		fmt.Fprintf(g.stderr, "snapback: %s kept what the run wrote to excluded paths (not in snapshots): %s\n", verb, quoteList(excluded))
 	}
+}
+
+// noteRestored names, on stderr, the targets verb brought back through
+// their backends to the state saved in id, with the paths of the tree the
+// run wrote to them directly (an overlay run does not isolate a target).
+func noteRestored(g *globals, verb, id string, writes []snapshot.TargetWrite) {
+	if len(writes) == 0 {
+		return
+	}
+	var names []string
+	for _, w := range writes {
+		n := quote(w.Name) + " (" + w.Backend
+		if len(w.Paths) > 0 {
+			n += "; the run wrote " + quoteList(w.Paths) + " directly"
+		}
+		names = append(names, n+")")
+	}
+	what := "target " + names[0] + " to its state"
+	if len(names) > 1 {
+		what = "targets " + strings.Join(names, ", ") + " to their states"
+	}
+	fmt.Fprintf(g.stderr, "snapback: %s restored %s saved in %s\n", verb, what, id)
+}
+
+// restoredJSON lists restored targets for --json: name, backend and
+// the paths of the tree the run wrote to them.
+func restoredJSON(writes []snapshot.TargetWrite) []map[string]any {
+	out := []map[string]any{}
+	for _, w := range writes {
+		out = append(out, map[string]any{"name": w.Name, "backend": w.Backend, "paths": append([]string{}, w.Paths...)})
+	}
+	return out
 }
 
 // noteDropped names the excluded paths a discard threw away with the run.

@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"text/tabwriter"
 
+	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/runner/isolation"
+	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
 
@@ -12,15 +15,17 @@ type modeJSON struct {
 	Name      string `json:"name"`
 	Available bool   `json:"available"`
 	Reason    string `json:"reason"`
+	// Limit is what a mode that works cannot do here.
+	Limit string `json:"limit,omitempty"`
 }
 
 // modes reports, in the order auto tries them, which isolation modes work
-// here (for the project at root) and why not.
+// here (for the project at root), why not, and what they cannot do.
 func modes(root string) []modeJSON {
 	var out []modeJSON
 	for i := range isolation.All {
-		ok, why := isolation.All[i].Available(root)
-		out = append(out, modeJSON{Name: isolation.All[i].Name, Available: ok, Reason: why})
+		v := isolation.All[i].Check(root)
+		out = append(out, modeJSON{Name: isolation.All[i].Name, Available: v.OK, Reason: v.Why, Limit: v.Limit})
 	}
 	return out
 }
@@ -28,7 +33,7 @@ func modes(root string) []modeJSON {
 func newDoctorCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "doctor",
-		Short: "Say which isolation modes work on this machine, and why not",
+		Short: "Say which isolation modes work on this machine, and what the project's protection covers",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			root, err := g.rootDir()
@@ -36,24 +41,39 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			ms := modes(root)
+			pr := protection(root)
 			if g.json {
-				return g.printJSON(map[string]any{"modes": ms})
+				return g.printJSON(map[string]any{"modes": ms, "root": root, "covered": pr.Covered, "uncovered": pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
-			auto := ""
 			for _, m := range ms {
-				yes := "no"
+				yes, why := "no", m.Reason
 				if m.Available {
 					yes = "yes"
-					if auto == "" {
-						auto = m.Name
-					}
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Name, yes, m.Reason)
+				if m.Limit != "" {
+					yes, why = "yes, but", m.Limit+"; "+why
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Name, yes, why)
 			}
-			fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
-			return tw.Flush()
+			auto := "none"
+			if m, err := isolation.Pick(isolation.Auto, root); err == nil {
+				auto = m.Name
+			}
+			if why := overlay.Uncovered(root); why != "" {
+				// runner.CheckRoot: auto would fall back to a snapshot of
+				// the whole machine.
+				fmt.Fprintf(tw, "\n--mode auto refuses here: %s\n", why)
+			} else {
+				fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
+			}
+			// Where the history lives, and the one git command that removes it.
+			fmt.Fprintf(tw, "store %s: kept by git clean -fdx (a nested repository to git), removed by git clean -ffdx\n", filepath.Join(root, snapshot.StoreDir))
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return printProtection(g, pr)
 		},
 	}
 }

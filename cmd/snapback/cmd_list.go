@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -44,13 +45,15 @@ type snapshotJSON struct {
 	Targets []snapshot.TargetState `json:"targets,omitempty"`
 	// Steps are a session's commands (a run of several run --continue).
 	Steps []snapshot.Step `json:"steps,omitempty"`
+	// Git is HEAD outside the root before and after the step.
+	Git []snapshot.GitHead `json:"git,omitempty"`
 }
 
 func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
 	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
 		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
 		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, UndoesMore: m.UndoesMore, Redoes: m.Redoes, Session: m.Session,
-		Targets: m.Targets, Steps: m.Steps}
+		Targets: m.Targets, Steps: m.Steps, Git: m.Git}
 }
 
 func runList(g *globals, all bool) error {
@@ -82,10 +85,12 @@ func runList(g *globals, all bool) error {
 		// StoreBytes is the store's size on disk ([snapshot] keep and
 		// keep_days bound it).
 		StoreBytes int64 `json:"store_bytes"`
-	}{Snapshots: []snapshotJSON{}, StoreBytes: size}
+		// Uncovered are the directories the project's protection does not hold.
+		Uncovered uncoveredJSON `json:"uncovered,omitempty"`
+	}{Snapshots: []snapshotJSON{}, StoreBytes: size, Uncovered: uncovered(repo.Root, gitdirs.SavedByMode)}
 	for i := len(h.All) - 1; i >= 0; i-- {
 		m := h.All[i]
-		if !all && !g.json && !m.Kind.Undoable() {
+		if !all && !m.Kind.Undoable() { // --json too: the MCP list tool's all is -a
 			continue
 		}
 		out.Snapshots = append(out.Snapshots, snapJSON(m, h.Undone[m.ID]))

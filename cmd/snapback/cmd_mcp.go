@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/snapback/snapback/mcpserver"
 	"github.com/spf13/cobra"
 )
@@ -24,11 +20,13 @@ func newMCPCmd(g *globals) *cobra.Command {
 		Long: `Serve snapback's verbs as tools of the Model Context Protocol, over stdin
 and stdout, for a coding agent's harness to start: status, list and diff
 read; checkpoint (begin, end, status), undo, redo, commit and discard change
-things (--read-only leaves them out). Each tool takes the project's
-directory (default: the directory the server runs in, or -C DIR) and the
+things (--read-only leaves them out). Each tool takes a directory (default: the
+directory the server runs in, or -C DIR), which must be in the project
+the server was started in or in a root the client declares, and the
 verb's ids, paths and flags; its result is the verb's --json object, and
 a failure is a tool error carrying the verb's one-line message. The
-server ends when stdin closes.`,
+server ends when stdin closes (exit 0), or on SIGINT or SIGTERM (exit 130 or
+143, as every verb).`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error { return runMCP(g, o) },
 	}
@@ -45,21 +43,23 @@ func runMCP(g *globals, o mcpOptions) error {
 	if err != nil {
 		return fmt.Errorf("mcp: working directory: %w", err)
 	}
-	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, ReadOnly: o.readOnly, Version: version})
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err = s.Run(ctx, &mcp.IOTransport{Reader: os.Stdin, Writer: nopWriteCloser{g.stdout}})
-	if ctx.Err() != nil || errors.Is(err, io.EOF) {
-		return nil // told to stop, or the client closed stdin: done
+	root, err := g.rootDir() // the project served: calls act there only
+	if err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	s := mcpserver.New(mcpserver.Options{Exe: exe, Dir: dir, Root: root, ReadOnly: o.readOnly, Version: version})
+	ctx := g.ctx // cancelled by SIGINT or SIGTERM (interrupt.go)
+	// A bad line is answered with a JSON-RPC error, never the end of the
+	// server (see mcpserver.Transport).
+	err = s.Run(ctx, mcpserver.Transport(os.Stdin, g.stdout))
+	if ctx.Err() != nil {
+		return fmt.Errorf("mcp: %w", ctx.Err()) // told to stop: interrupted
+	}
+	if errors.Is(err, io.EOF) {
+		return nil // the client closed stdin: done
 	}
 	if err != nil {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	return nil
 }
-
-// nopWriteCloser: the transport closes its writer at the end, and stdout
-// is not the server's to close.
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

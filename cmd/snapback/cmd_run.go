@@ -8,7 +8,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/runner/isolation"
 	"github.com/snapback/snapback/snapshot"
@@ -107,6 +109,9 @@ func completeMode(*cobra.Command, []string, string) ([]string, cobra.ShellCompDi
 }
 
 func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
+	if err := precheckRoot(g, o); err != nil {
+		return err
+	}
 	repo, cfg, err := g.open(true, "run")
 	if err != nil {
 		return err
@@ -126,24 +131,55 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if err == nil {
 		retain(g, repo, cfg)
 	}
-	oerr := runOutcome(g, res, err)
+	// Said once the mode is known: a copy-mode run saves HEAD, an
+	// overlay run does not.
+	saved := gitdirs.SavedNone
+	if res.Recorded != nil {
+		saved = savedBy(res.Recorded)
+	}
+	unc := g.noteUncovered(repo.Root, saved)
+	oerr := runOutcome(g, repo, res, err)
 	if err != nil {
 		return oerr // the error says what happened, JSON under --json
 	}
 	g.summarize(runSummary(res))
 	if o.result != "" {
-		if werr := writeResult(o.result, res); werr != nil {
+		if werr := writeResult(o.result, res, unc); werr != nil {
 			return werr
 		}
 	} else if g.json {
 		// The last line of stderr: the command's stdout stays its own.
-		b, jerr := json.Marshal(versioned(runResultJSON(res)))
+		b, jerr := json.Marshal(versioned(runResultJSON(res, unc)))
 		if jerr != nil {
 			return jerr
 		}
 		fmt.Fprintf(g.stderr, "%s\n", b)
 	}
 	return oerr
+}
+
+// precheckRoot refuses a run at a root no view can cover before the
+// store is made there (runner.Run refuses it too, for every caller).
+func precheckRoot(g *globals, o runOptions) error {
+	if o.continue_ != "" {
+		return nil // the pending run's own mode
+	}
+	root, err := g.rootDir()
+	if err != nil {
+		return nil // g.open says so
+	}
+	mode := o.mode
+	if mode == "" {
+		cfg, err := config.Load(root)
+		if err != nil {
+			return nil // g.open says so
+		}
+		mode = cfg.Snapshot.Mode
+	}
+	if err := runner.CheckRoot(root, mode); err != nil {
+		return &exitError{code: 2, kind: "usage", err: err}
+	}
+	return nil
 }
 
 // runResult is run's result under --json and --result (docs/json.md).
@@ -156,15 +192,17 @@ type runResult struct {
 	Changes    map[string]int         `json:"changes"`
 	Targets    []snapshot.TargetState `json:"targets"`
 	Skipped    []snapshot.Skipped     `json:"skipped"`
+	// Uncovered are the directories the run's protection does not hold.
+	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
 }
 
 // changeKinds names DiffManifests' ops in the result.
 var changeKinds = map[string]string{"A": "added", "M": "modified", "D": "deleted", "T": "type_changed"}
 
-func runResultJSON(res runner.Result) runResult {
+func runResultJSON(res runner.Result, unc uncoveredJSON) runResult {
 	r := runResult{ID: res.ID, Mode: res.Mode, ExitStatus: res.Status, State: res.State,
 		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets,
-		Skipped: skippedJSON(res.Skipped)}
+		Skipped: skippedJSON(res.Skipped), Uncovered: unc}
 	if res.Snapshot != "" {
 		r.Snapshot = &res.Snapshot
 	}
@@ -179,8 +217,8 @@ func runResultJSON(res runner.Result) runResult {
 
 // writeResult writes the result to path whole or not at all, so that a
 // script that finds the file can read it.
-func writeResult(path string, res runner.Result) error {
-	b, err := json.MarshalIndent(versioned(runResultJSON(res)), "", "  ")
+func writeResult(path string, res runner.Result, unc uncoveredJSON) error {
+	b, err := json.MarshalIndent(versioned(runResultJSON(res, unc)), "", "  ")
 	if err != nil {
 		return err
 	}
@@ -220,7 +258,7 @@ func nPaths(n int) string {
 
 // runOutcome says what became of a run, and ends snapback with the
 // command's status.
-func runOutcome(g *globals, res runner.Result, err error) error {
+func runOutcome(g *globals, repo *snapshot.Repo, res runner.Result, err error) error {
 	if res.StartErr != nil {
 		fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(res.StartErr.Error()))
 	}
@@ -237,17 +275,21 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 	}
 	switch {
 	case res.Failed:
-		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): nothing committed; run %s stays pending: snapback diff, then snapback commit or discard\n",
-			describeStatus(res.Status), res.Pending.ID)
+		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): nothing committed; run %s stays pending: snapback diff, then snapback commit or discard%s\n",
+			describeStatus(res.Status), res.Pending.ID, pendingTargets(repo, res.Pending))
 	case res.Pending != nil:
-		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard\n", res.Pending.ID)
+		fmt.Fprintf(g.stderr, "snapback: run %s is pending: snapback diff, then snapback commit or discard%s\n", res.Pending.ID, pendingTargets(repo, res.Pending))
 	case res.Recorded != nil && res.Status != 0 && res.StartErr == nil && (res.Recorded.Files > 0 || len(res.Recorded.Targets) > 0):
 		// The copy and btrfs modes have no pending state: the command
 		// changed the tree itself, and its record is what undo reverts.
 		fmt.Fprintf(g.stderr, "snapback: the command failed (%s): the %s mode has no pending state; what it changed is in the tree, recorded as %s: snapback undo reverts it\n",
 			describeStatus(res.Status), res.Recorded.Mode, res.Recorded.ID)
 	}
-	noteUnreverted(g, "discard", res.KeptIgnored, nil)
+	writes, kept := repo.TargetWrites(res.Targets, res.KeptIgnored)
+	if res.State == "discarded" {
+		noteRestored(g, "discard", res.ID, writes)
+	}
+	noteUnreverted(g, "discard", kept, nil)
 	noteDropped(g, res.DroppedExcluded)
 	if !g.json {
 		g.noteSkipped(res.Skipped) // the result holds them under --json
@@ -256,6 +298,37 @@ func runOutcome(g *globals, res runner.Result, err error) error {
 		return &statusError{status: res.Status}
 	}
 	return nil
+}
+
+// pendingTargets says, for the line about a pending run, that its
+// targets are not isolated: what the command did to them is done already
+// (a SQLite database in the tree was written through), and discard
+// restores them.
+func pendingTargets(repo *snapshot.Repo, p *snapshot.ViewRun) string {
+	if len(p.Targets) == 0 {
+		return ""
+	}
+	writes, _ := repo.TargetWrites(p.Targets, p.WroteThrough)
+	var changed, maybe []string
+	for _, w := range writes {
+		if len(w.Paths) > 0 {
+			changed = append(changed, quote(w.Name)+" ("+quoteList(w.Paths)+")")
+		} else {
+			maybe = append(maybe, quote(w.Name))
+		}
+	}
+	var parts []string
+	if len(changed) > 0 {
+		parts = append(parts, "it changed target "+strings.Join(changed, ", "))
+	}
+	if len(maybe) > 0 {
+		parts = append(parts, "target "+strings.Join(maybe, ", ")+" may have changed")
+	}
+	them := "them"
+	if len(writes) == 1 {
+		them = "it"
+	}
+	return "; " + strings.Join(parts, " and ") + " (a view does not isolate targets): snapback discard " + p.ID + " restores " + them
 }
 
 // describeStatus says how a command ended: "exit 3", "exit 143, SIGTERM".

@@ -30,7 +30,7 @@ changes; nothing is committed when it exits.`,
 			res, err := runner.Run(c.Context(), repo, runner.Options{Args: []string{sh}, Continue: p.ID,
 				Then: runner.ThenReview, Grace: runner.DefaultGrace, LockWait: lockWait()})
 			res.Pending = nil // it was pending before: nothing to say
-			return runOutcome(g, res, err)
+			return runOutcome(g, repo, res, err)
 		},
 	}
 }

@@ -33,9 +33,12 @@ func runSnap(g *globals, o snapOptions) error {
 	}
 	st := repo.LastScan
 	defer retain(g, repo, cfg)
+	unc := g.noteUncovered(repo.Root, savedBy(m))
 	if g.json {
-		return g.printJSON(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead})
+		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead}, unc))
 	}
-	fmt.Fprintf(g.stdout, "snapshot %s (%d files, %s; read %d files, %s)\n", m.ID, m.Files, humanBytes(m.Bytes), st.FilesRead, humanBytes(st.BytesRead))
+	// The id is the line's last word: scripts (agentbox among them) take
+	// the last word of snap's output as the snapshot's id.
+	fmt.Fprintf(g.stdout, "snapshot of %d files, %s (read %d files, %s): %s\n", m.Files, humanBytes(m.Bytes), st.FilesRead, humanBytes(st.BytesRead), m.ID)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -63,7 +64,9 @@ func runStatus(g *globals) error {
 		Runs []runJSON `json:"runs"`
 		// Checkpoint is the open checkpoint, if one is.
 		Checkpoint *checkpointJSON `json:"checkpoint,omitempty"`
-	}{Runs: []runJSON{}}
+		// Uncovered are the directories the project's protection does not hold.
+		Uncovered uncoveredJSON `json:"uncovered,omitempty"`
+	}{Runs: []runJSON{}, Uncovered: uncovered(repo.Root, gitdirs.SavedByMode)}
 	if cp != nil {
 		out.Checkpoint = &checkpointJSON{ID: cp.ID, Session: cp.Session, Message: cp.Message, CreatedAt: cp.CreatedAt}
 	}
@@ -81,6 +84,9 @@ func runStatus(g *globals) error {
 	}
 	if g.json {
 		return g.printJSON(out)
+	}
+	for _, d := range out.Uncovered {
+		fmt.Fprintf(g.stdout, "not covered: %s: %s\n", oneLine(d.Path), oneLine(d.Reason))
 	}
 	if cp != nil {
 		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s): snapback checkpoint end closes it\n", cp.ID, oneLine(snapshot.DescribeCheckpoint(cp)))

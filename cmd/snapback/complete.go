@@ -67,6 +67,9 @@ func idCompletions(g *globals, k idKinds) []string {
 		all, _ := repo.List()
 		for i := len(all) - 1; i >= 0; i-- {
 			m := all[i]
+			if !m.Kind.Undoable() {
+				continue // pre-undo and pre-redo: bookkeeping, as list shows them only with -a
+			}
 			what := m.Message
 			if what == "" {
 				what = describeCommand(m.Command)

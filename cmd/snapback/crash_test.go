@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/snapshot"
 	_ "modernc.org/sqlite"
 )
@@ -216,18 +218,28 @@ func TestCrashDuringSnap(t *testing.T) {
 	}
 }
 
-// TestCrashDuringRun kills snapback while its command runs. In the copy
-// mode the next snapback call finishes the run as interrupted and undo
-// reverts what the command had changed; in the overlay mode the tree is
-// untouched, the run stays pending with everything the command wrote, and
-// committing then undoing it works.
+// TestCrashDuringRun kills snapback while its command runs; the command
+// goes on, and writes more once snapback is dead. In the copy and btrfs
+// modes the next snapback call finishes the run as interrupted and undo
+// reverts what the command had changed. In the view modes (overlayfs and
+// fuse: the fuse server must outlive snapback) the command keeps its view
+// to its end, every later write landing in the run's layer; the run shows
+// as running meanwhile, then pending, with everything the command wrote;
+// recover leaves it so, and committing then undoing it works.
 func TestCrashDuringRun(t *testing.T) {
 	bin := snapbackBinary(t)
-	for _, mode := range []string{"copy", "overlayfs", "btrfs"} {
+	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs"} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "overlayfs" && os.Geteuid() != 0 {
-				treetest.Require(t, "overlayfs", false, "not root: this test makes its overlay runs as root only")
-				t.Skip("SNAPBACK_REQUIRE does not name overlayfs: not root")
+			view := mode == "overlayfs" || mode == "fuse"
+			if view && os.Geteuid() != 0 {
+				treetest.Require(t, mode, false, "not root: this test makes its overlay runs as root only")
+				t.Skip("SNAPBACK_REQUIRE does not name " + mode + ": not root")
+			}
+			if mode == "fuse" {
+				ok, why := fuse.Available()
+				if !treetest.Require(t, mode, ok, why) {
+					t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+				}
 			}
 			root := t.TempDir()
 			if mode == "btrfs" {
@@ -241,31 +253,60 @@ func TestCrashDuringRun(t *testing.T) {
 			sb(t, bin, root, "snap", "-m", "base")
 			before := treetest.Capture(t, root, snapshot.StoreDir)
 			// snapback is killed mid-run (from outside: an overlay run's
-			// command cannot see it), and the command goes on.
-			ready := filepath.Join(t.TempDir(), "ready")
-			cmd := exec.Command(bin, "-C", root, "run", "--mode", mode, "--", "sh", "-c", `echo during > a; echo new > c; touch `+ready+`; sleep 0.4; echo late > d`)
+			// command cannot see it); the command waits for go, then
+			// writes d and reads it back.
+			sig := t.TempDir()
+			ready, goOn, finished := filepath.Join(sig, "ready"), filepath.Join(sig, "go"), filepath.Join(sig, "finished")
+			script := `echo during > a; echo new > c; touch ` + ready + `; while [ ! -e ` + goOn + ` ]; do sleep 0.02; done; ` +
+				`echo late > d && grep -q late d && ls >/dev/null && echo ok > ` + finished + ` || echo "$?" > ` + finished
+			cmd := exec.Command(bin, "-C", root, "run", "--mode", mode, "--", "sh", "-c", script)
 			cmd.Dir = root
-			var outb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &outb, &outb
+			// A file, not a pipe: Wait would wait for the orphaned command
+			// to close a pipe.
+			outf, err := os.Create(filepath.Join(sig, "out"))
+			treetest.Must(t, err)
+			defer outf.Close()
+			cmd.Stdout, cmd.Stderr = outf, outf
+			output := func() string { b, _ := os.ReadFile(outf.Name()); return string(b) }
 			treetest.Must(t, cmd.Start())
-			for i := 0; i < 500; i++ {
-				if _, err := os.Stat(ready); err == nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitFor(t, ready)
 			treetest.Must(t, cmd.Process.Kill())
-			err := cmd.Wait()
-			out := outb.String()
+			err = cmd.Wait()
+			out := output()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
 				t.Fatalf("snapback was not killed: %v\n%s", err, out)
 			}
-			time.Sleep(600 * time.Millisecond) // let the orphaned command finish
-			if mode == "overlayfs" {
+			if view {
+				// Its processes hold the run: nothing may commit it yet.
+				if st := sb(t, bin, root, "status"); !strings.Contains(st, "running") {
+					t.Fatalf("the run is not running while its command is:\n%s", st)
+				}
+			}
+			treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
+			waitFor(t, finished)
+			if b, _ := os.ReadFile(finished); string(b) != "ok\n" {
+				t.Fatalf("the command's writes after snapback's death failed (status %q):\n%s", b, output())
+			}
+			if view {
+				st := ""
+				for i := 0; i < 500; i++ { // the run's processes end just after the command
+					if st = sb(t, bin, root, "status"); !strings.Contains(st, "running") {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
 				treetest.Equal(t, "tree while the run is pending", before, treetest.Capture(t, root, snapshot.StoreDir))
-				if st := sb(t, bin, root, "status"); !bytes.Contains([]byte(st), []byte("pending")) {
+				if !strings.Contains(st, "pending") {
 					t.Fatalf("the run is not pending:\n%s", st)
+				}
+				ups, _ := filepath.Glob(filepath.Join(root, snapshot.StoreDir, "runs", "*", "upper", "d"))
+				if len(ups) != 1 {
+					t.Fatalf("the write after snapback's death is not in the run's layer: %v", ups)
+				}
+				sb(t, bin, root, "recover")
+				if st := sb(t, bin, root, "status"); !strings.Contains(st, "pending") {
+					t.Fatalf("recover did not leave the run pending:\n%s", st)
 				}
 				sb(t, bin, root, "commit")
 				for f, want := range map[string]string{"a": "during\n", "c": "new\n", "d": "late\n"} {
@@ -285,6 +326,85 @@ func TestCrashDuringRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunFuseServerKilled is the opposite of a killed snapback: the fuse
+// server killed mid-run. The command loses its view (ENOTCONN), snapback
+// says the server died and exits 125, and the run stays pending with
+// what the command wrote before, the tree untouched; discard drops it.
+func TestRunFuseServerKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		treetest.Require(t, "fuse", false, "not root: this test makes its fuse runs as root only")
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: not root")
+	}
+	if ok, why := fuse.Available(); !treetest.Require(t, "fuse", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+	}
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "a", "before\n", 0o644)
+	sb(t, bin, root, "snap", "-m", "base")
+	before := treetest.Capture(t, root, snapshot.StoreDir)
+	sig := t.TempDir()
+	ready, goOn := filepath.Join(sig, "ready"), filepath.Join(sig, "go")
+	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
+		`echo during > a; touch `+ready+`; while [ ! -e `+goOn+` ]; do sleep 0.02; done; echo late > d`)
+	cmd.Dir = root
+	outf, err := os.Create(filepath.Join(sig, "out"))
+	treetest.Must(t, err)
+	defer outf.Close()
+	cmd.Stdout, cmd.Stderr = outf, outf
+	treetest.Must(t, cmd.Start())
+	waitFor(t, ready)
+	pid := fuseServer(root)
+	if pid == 0 {
+		t.Fatal("no fuse server found")
+	}
+	treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
+	treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
+	err = cmd.Wait()
+	out, _ := os.ReadFile(outf.Name())
+	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(string(out), "the server died during the run") || !strings.Contains(string(out), "Transport endpoint is not connected") {
+		t.Fatalf("snapback with its server killed: %v (exit %d)\n%s", err, code, out)
+	}
+	treetest.Equal(t, "tree after the server died", before, treetest.Capture(t, root, snapshot.StoreDir))
+	if st := sb(t, bin, root, "status"); !strings.Contains(st, "pending") {
+		t.Fatalf("the run is not pending:\n%s", st)
+	}
+	if ups, _ := filepath.Glob(filepath.Join(root, snapshot.StoreDir, "runs", "*", "upper", "a")); len(ups) != 1 {
+		t.Fatalf("what the command wrote before is not in the run's layer: %v", ups)
+	}
+	sb(t, bin, root, "discard")
+	treetest.Equal(t, "tree after discard", before, treetest.Capture(t, root, snapshot.StoreDir))
+}
+
+// fuseServer finds the pid of the fuse server of a run at root (0: none).
+func fuseServer(root string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 3 && args[1] == fuse.ServeVerb && args[2] == "serve" && strings.Contains(args[3], `"root":"`+root+`"`) {
+			pid, _ := strconv.Atoi(e.Name())
+			return pid
+		}
+	}
+	return 0
+}
+
+// waitFor waits up to 10 s for the file p to exist.
+func waitFor(t *testing.T, p string) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		if _, err := os.Stat(p); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear", p)
 }
 
 // describe lists every path below the project (but the store) with type,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,11 @@ type globals struct {
 	// lockWait, when set, is how long open waits for the store's lock
 	// instead of lockWait().
 	lockWait time.Duration
+	// verb is the verb running ("archive create"), for its messages.
+	verb string
+	// ctx is the verb's context: cancelled by SIGINT or SIGTERM.
+	ctx        context.Context
+	interrupts *interrupts
 }
 
 // lockWait is how long a verb waits for another snapback to finish.
@@ -122,6 +128,24 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	if err != nil {
 		return nil, nil, err
 	}
+	if what == "check --repair" {
+		// A store refused as untrusted (a symlink or a stranger's file in
+		// it, or a store not made here: trust.go in package snapshot) is
+		// set aside first, nothing deleted; a store set aside whole is
+		// replaced by an empty one, so that every verb works again.
+		moved, err := snapshot.SetAsideUntrusted(root)
+		for _, m := range moved {
+			if g.json { // stdout holds the one JSON object
+				fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(m))
+			} else {
+				fmt.Fprintln(g.stdout, oneLine(m))
+			}
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		create = create || len(moved) > 0
+	}
 	if !create {
 		if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); errors.Is(err, fs.ErrNotExist) {
 			return nil, nil, fmt.Errorf("%s: %w", root, snapshot.ErrNoStore)
@@ -132,6 +156,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		return nil, nil, err
 	}
 	repo.Targets = cfg.Targets
+	repo.Ctx = g.ctx // a scan or a target's work stops on Ctrl-C
 	repo.Working = g.working
 	if p := g.progressLine(); p != nil {
 		repo.Progress = p.snapshot

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,8 +53,26 @@ func golden(t *testing.T, harness, name, cwd string) []byte {
 // the harness's silent one.
 func hook(t *testing.T, bin, harness string, payload []byte) string {
 	t.Helper()
+	return hookEnv(t, bin, harness, payload)
+}
+
+// hookStates holds each test's state directory (where hooks remember a
+// session's first directory): one per test, kept across its hooks.
+var hookStates sync.Map
+
+// hookEnv is hook with env added to the environment, which holds no
+// project directory variable of a harness's unless env sets it.
+func hookEnv(t *testing.T, bin, harness string, payload []byte, env ...string) string {
+	t.Helper()
+	state, _ := hookStates.LoadOrStore(t, t.TempDir())
 	cmd, done := boundedCommand(2*time.Minute, bin, "agent", "hook", harness)
-	cmd.Dir, cmd.Env = "/", gitEnv()
+	cmd.Dir = "/"
+	for _, kv := range gitEnv() {
+		if !strings.HasPrefix(kv, "CLAUDE_PROJECT_DIR=") && !strings.HasPrefix(kv, "GEMINI_PROJECT_DIR=") && !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, "XDG_STATE_HOME="+state.(string)), env...)
 	cmd.Stdin = bytes.NewReader(payload)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -201,9 +221,13 @@ func TestHookFailsOpen(t *testing.T) {
 			if harness == "gemini-cli" && what == "no session" {
 				c.payload = []byte(`{"hook_event_name": "AfterAgent", "cwd": "/"}`)
 			}
-			if msg := hook(t, bin, harness, c.payload); !regexp.MustCompile(c.want).MatchString(msg) {
-				t.Errorf("%s, %s: the hook said %q, want %s", harness, what, msg, c.want)
-			}
+			// Each case a session of its own (a session's first
+			// directory is remembered: see TestHookProjectFixed).
+			t.Run(harness+"/"+what, func(t *testing.T) {
+				if msg := hook(t, bin, harness, c.payload); !regexp.MustCompile(c.want).MatchString(msg) {
+					t.Errorf("the hook said %q, want %s", msg, c.want)
+				}
+			})
 		}
 	}
 	if msg := hook(t, bin, "claude-code", []byte(`{"hook_event_name": "Notification", "session_id": "x", "cwd": "/nowhere"}`)); msg != "" {
@@ -258,4 +282,170 @@ func BenchmarkAgentHook(b *testing.B) {
 			run(b, bin, hookArgs, payload("PreToolUse", "Edit"))
 		}
 	})
+}
+
+// TestHookNeverBlocks: a FIFO in place of the session's turn note (a
+// store is input from outside) is refused at once, not waited on: the
+// tool call's hook answers in time, with a warning, and the checkpoint
+// opens all the same. And whatever the hook would wait on (here a
+// payload whose writer never closes stdin), it answers within its
+// deadline and exits 0.
+func TestHookNeverBlocks(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	treetest.Write(t, root, "a.txt", "one\n", 0o644)
+	if msg := hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root)); msg != "" {
+		t.Fatalf("the prompt: %q", msg)
+	}
+	notes, err := filepath.Glob(filepath.Join(root, snapshot.StoreDir, "agent", "turn-*.json"))
+	if err != nil || len(notes) != 1 {
+		t.Fatalf("the turn's note: %v %v", notes, err)
+	}
+	treetest.Must(t, os.Remove(notes[0]))
+	treetest.Must(t, syscall.Mkfifo(notes[0], 0o600))
+	start := time.Now()
+	msg := hook(t, bin, "claude-code", golden(t, "claude-code", "PreToolUse-Write", root))
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("the hook took %v over a FIFO", took)
+	}
+	if !strings.Contains(msg, "not a regular file") {
+		t.Errorf("the hook over a FIFO said %q, want a warning naming it", msg)
+	}
+	if s, _ := checkpointOpen(t, bin, root); s != "abc123" {
+		t.Errorf("the checkpoint did not open: session %q", s)
+	}
+
+	// stdin never closed: the deadline answers.
+	pr, pw, err := os.Pipe()
+	treetest.Must(t, err)
+	defer pw.Close()
+	cmd, done := boundedCommand(time.Minute, bin, "agent", "hook", "claude-code")
+	cmd.Dir, cmd.Env, cmd.Stdin = root, append(gitEnv(), "SNAPBACK_HOOK_DEADLINE=1s"), pr
+	start = time.Now()
+	out, err := cmd.Output()
+	pr.Close()
+	if done() || err != nil || time.Since(start) > 20*time.Second {
+		t.Fatalf("a hook whose stdin stays open: %v after %v\n%s", err, time.Since(start), out)
+	}
+	if msg := answer(t, "claude-code", string(out)); !strings.Contains(msg, "did not answer within 1s") {
+		t.Errorf("the deadline's answer: %q", msg)
+	}
+}
+
+// TestHookStopFailure: a turn that ends on an API error gets Claude
+// Code's StopFailure, not Stop; it must close the turn all the same.
+// Replayed: prompt, Write, StopFailure, then the person edits a file,
+// then a whole turn; undoing both turns keeps the person's edit.
+func TestHookStopFailure(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	treetest.Write(t, root, "a.txt", "one\n", 0o644)
+	treetest.Write(t, root, "mine.txt", "mine, before\n", 0o644)
+	send := func(name string) string { return hook(t, bin, "claude-code", golden(t, "claude-code", name, root)) }
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		treetest.Must(t, err)
+		return string(b)
+	}
+
+	send("UserPromptSubmit")
+	send("PreToolUse-Write")
+	treetest.Write(t, root, "a.txt", "two\n", 0o644)
+	if m := stepRE.FindStringSubmatch(send("StopFailure")); m == nil {
+		t.Fatal("StopFailure did not close the turn into a step")
+	}
+	if s, _ := checkpointOpen(t, bin, root); s != "" {
+		t.Fatalf("a checkpoint of session %q is open after StopFailure", s)
+	}
+	treetest.Write(t, root, "mine.txt", "mine, edited between the turns\n", 0o644) // the person
+
+	send("UserPromptSubmit")
+	send("PreToolUse-Write")
+	treetest.Write(t, root, "a.txt", "three\n", 0o644)
+	send("Stop")
+
+	sb(t, bin, root, "undo")
+	sb(t, bin, root, "undo")
+	if got := read("a.txt"); got != "one\n" {
+		t.Errorf("a.txt after undoing both turns: %q", got)
+	}
+	if got := read("mine.txt"); got != "mine, edited between the turns\n" {
+		t.Errorf("the person's edit between the turns was undone: mine.txt is %q", got)
+	}
+}
+
+// TestHookProjectFixed: the agent's shell may `cd /elsewhere`, and the
+// payloads' cwd follows it; the hooks still act on the session's
+// project: the one the harness names (CLAUDE_PROJECT_DIR), else the
+// session's first directory, remembered. No store is made elsewhere, and
+// the project's turn closes.
+func TestHookProjectFixed(t *testing.T) {
+	bin := snapbackBinary(t)
+	for _, named := range []bool{true, false} {
+		t.Run(map[bool]string{true: "named", false: "first-cwd"}[named], func(t *testing.T) {
+			root, elsewhere := t.TempDir(), t.TempDir()
+			treetest.Write(t, root, "snapback.toml", "", 0o644)
+			treetest.Write(t, root, "a.txt", "one\n", 0o644)
+			var env []string
+			if named {
+				env = []string{"CLAUDE_PROJECT_DIR=" + root}
+			}
+			send := func(name, cwd string) string {
+				return hookEnv(t, bin, "claude-code", golden(t, "claude-code", name, cwd), env...)
+			}
+			first := root
+			if named {
+				first = elsewhere // the harness's variable wins even over the first cwd
+			}
+			send("UserPromptSubmit", first)
+			send("PreToolUse-Write", elsewhere)
+			treetest.Write(t, root, "a.txt", "two\n", 0o644)
+			if m := stepRE.FindStringSubmatch(send("Stop", elsewhere)); m == nil {
+				t.Fatal("the turn did not close into a step of the project's")
+			}
+			if _, err := os.Lstat(filepath.Join(elsewhere, snapshot.StoreDir)); err == nil {
+				t.Fatal("a hook made a store where the agent's shell wandered")
+			}
+			if s, _ := checkpointOpen(t, bin, root); s != "" {
+				t.Fatalf("the project's checkpoint is still open (session %q)", s)
+			}
+			send("SessionEnd", elsewhere)
+			state, _ := hookStates.Load(t)
+			if ents, _ := os.ReadDir(filepath.Join(state.(string), "snapback", "agent-sessions")); len(ents) != 0 {
+				t.Fatalf("the session's end left its state: %v", ents)
+			}
+			sb(t, bin, root, "undo")
+			if b, _ := os.ReadFile(filepath.Join(root, "a.txt")); string(b) != "one\n" {
+				t.Fatalf("a.txt after undo: %q", b)
+			}
+		})
+	}
+}
+
+// TestHookAgentDirLink: a store whose agent/ is a symbolic link to a
+// directory outside (a store is input from outside: a clone can carry
+// one): the prompt's hook neither writes its note there nor prunes an
+// old note it finds there; it warns, and the agent goes on.
+func TestHookAgentDirLink(t *testing.T) {
+	bin := snapbackBinary(t)
+	root, outside := t.TempDir(), t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root)) // makes the store
+	agentDir := filepath.Join(root, snapshot.StoreDir, "agent")
+	treetest.Must(t, os.RemoveAll(agentDir))
+	treetest.Must(t, os.Symlink(outside, agentDir))
+	old := filepath.Join(outside, "turn-00000000000000000000000000000000.json")
+	treetest.Write(t, outside, filepath.Base(old), "{}", 0o600)
+	month := time.Now().Add(-40 * 24 * time.Hour)
+	treetest.Must(t, os.Chtimes(old, month, month))
+
+	msg := hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root))
+	if !strings.HasPrefix(msg, "snapback: warning: ") {
+		t.Errorf("the hook over a linked agent/ said %q, want a warning", msg)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 || ents[0].Name() != filepath.Base(old) {
+		t.Fatalf("the directory outside changed: %v", ents)
+	}
 }

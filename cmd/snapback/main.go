@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
@@ -82,15 +84,29 @@ func usageErr(format string, a ...any) error {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	g := &globals{stdout: stdout, stderr: stderr}
+	g.interrupts = &interrupts{cancel: cancel, now: func(sig syscall.Signal) {
+		// The second signal: stop now, as its default would have.
+		g.bar.end("")
+		printError(g, args, "interrupted", "", fmt.Sprintf("%s, again: stopped at once (the next snapback finishes or rolls back what was under way)", signalName(sig)), nil)
+		os.Exit(128 + int(sig))
+	}}
 	root := newRootCmd(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
+	g.interrupts.end()
 	g.bar.end("") // whatever follows starts on a line of its own
 	if err == nil {
 		return 0
+	}
+	// Stopped by a signal, at a point where nothing is half-done.
+	if sig := g.interrupts.received(); sig != 0 && errors.Is(err, context.Canceled) {
+		printError(g, args, "interrupted", "", fmt.Sprintf("%s: interrupted by %s", g.verb, signalName(sig)), nil)
+		return 128 + int(sig)
 	}
 	var se *statusError
 	if errors.As(err, &se) {
@@ -108,24 +124,39 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if _, k := classify(err); k == "usage" {
 		kind = k
 	}
+	// A conflict's paths: one a line, or an array.
+	var paths []string
+	if ce := (*snapshot.ConflictError)(nil); errors.As(err, &ce) {
+		paths = ce.Paths
+	}
+	printError(g, args, kind, hint, err.Error(), paths)
+	return code
+}
+
+// printError writes a verb's error: one line and its hint, then a
+// conflict's paths one a line; or the JSON error object under --json.
+func printError(g *globals, args []string, kind, hint, msg string, paths []string) {
 	// Once run has started, its flags are read and what follows its
 	// command's first word is the command's: a --json there is not ours.
 	if g.json || (!g.runStarted && jsonRequested(args)) {
 		out := struct {
-			Version int    `json:"version"`
-			Error   string `json:"error"`
-			Hint    string `json:"hint,omitempty"`
-			Message string `json:"message"`
-		}{jsonVersion, kind, hint, err.Error()}
+			Version int      `json:"version"`
+			Error   string   `json:"error"`
+			Hint    string   `json:"hint,omitempty"`
+			Message string   `json:"message"`
+			Paths   []string `json:"paths,omitempty"`
+		}{jsonVersion, kind, hint, msg, paths}
 		b, _ := json.Marshal(out) // strings and an int always marshal
-		fmt.Fprintln(stderr, string(b))
-	} else {
-		fmt.Fprintf(stderr, "snapback: %s\n", oneLine(err.Error()))
-		if hint != "" {
-			fmt.Fprintf(stderr, "hint: %s\n", oneLine(hint))
-		}
+		fmt.Fprintln(g.stderr, string(b))
+		return
 	}
-	return code
+	fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(msg))
+	for _, p := range paths {
+		fmt.Fprintf(g.stderr, "  %s\n", oneLine(quote(p)))
+	}
+	if hint != "" {
+		fmt.Fprintf(g.stderr, "hint: %s\n", oneLine(hint))
+	}
 }
 
 // jsonRequested: --json was on the command line, though parsing stopped
@@ -218,6 +249,8 @@ func classify(err error) (int, string) {
 		return 1, "conflict"
 	case errors.As(err, &pe):
 		return 1, "pending"
+	case errors.As(err, new(*snapshot.GitMovedError)):
+		return 1, "git_moved" // refused, nothing changed: HEAD outside the root would disagree
 	case errors.Is(err, snapshot.ErrNothingToUndo), errors.Is(err, snapshot.ErrNothingToRedo):
 		return 1, "nothing_to_do"
 	case errors.Is(err, snapshot.ErrRunning):
@@ -235,6 +268,8 @@ func classify(err error) (int, string) {
 		return 2, "no_store"
 	case errors.Is(err, snapshot.ErrLocked):
 		return 2, "locked"
+	case errors.Is(err, snapshot.ErrUntrusted):
+		return 2, "untrusted_store"
 	case errors.Is(err, snapshot.ErrDamaged):
 		return 2, "damaged"
 	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
@@ -261,7 +296,14 @@ func newRootCmd(g *globals) *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 		// After the arguments' checks: -C "" is refused before this.
-		PersistentPreRunE: func(*cobra.Command, []string) error { return g.chdir() },
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			g.verb = strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+			g.ctx = c.Context()
+			if !forwardsSignals[c.Name()] && g.interrupts != nil {
+				g.interrupts.trap() // see interrupt.go
+			}
+			return g.chdir()
+		},
 	}
 	root.PersistentFlags().StringVarP(&g.dir, "dir", "C", "", "run as if started in DIR (the root is then found from DIR: the nearest ancestor with snapback.toml or .snapback, else the top of the git work tree, else DIR)")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output (and errors as JSON on stderr)")
@@ -276,8 +318,46 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.InitDefaultCompletionCmd() // as Execute would: for its examples
 	setExamples(root)
 	completeIDArgs(g, root)
+	requireVerb(root)
 	refuseEmpty(root)
 	return root
+}
+
+// requireVerb makes every group of verbs (archive, checkpoint, agent,
+// completion, …) refuse to run without one of its verbs or with one it
+// does not have: cobra would print the group's help and exit 0, so that
+// a script's typo (`snapback archive verfy ID && echo ok`) read as
+// success. Each is a usage error (exit 2) with a did-you-mean hint.
+func requireVerb(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		requireVerb(sub)
+	}
+	if c == c.Root() || !c.HasSubCommands() || c.Runnable() {
+		return // the root refuses an unknown verb itself (see explain)
+	}
+	c.Args = cobra.ArbitraryArgs
+	// A flag of the verb meant (archive restor X --into D) is not the
+	// group's: it must not hide the verb's name behind a flag error.
+	c.FParseErrWhitelist.UnknownFlags = true
+	c.SuggestionsMinimumDistance = 2 // cobra sets it only for the root
+	c.RunE = func(c *cobra.Command, args []string) error {
+		group := strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+		hint := "`snapback " + group + " --help` lists its verbs"
+		if len(args) == 0 {
+			var verbs []string
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() {
+					verbs = append(verbs, sub.Name())
+				}
+			}
+			return &exitError{code: 2, kind: "usage", hint: hint,
+				err: fmt.Errorf("%s: a verb is missing (one of: %s)", group, strings.Join(verbs, ", "))}
+		}
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			hint = "did you mean `snapback " + group + " " + strings.Join(s, "` or `snapback "+group+" ") + "`?"
+		}
+		return &exitError{code: 2, kind: "usage", hint: hint, err: fmt.Errorf("unknown verb %q", group+" "+args[0])}
+	}
 }
 
 // emptyAllowed are the string flags whose empty value means something:

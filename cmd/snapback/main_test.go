@@ -68,6 +68,10 @@ func TestScript(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SNAPBACK_LOCK_WAIT", "2s")
+			// The user's state directory (agent sessions, prune tokens)
+			// inside the script's work dir: testscript's HOME, /no-home,
+			// would be made by root.
+			env.Setenv("XDG_STATE_HOME", env.WorkDir+"/.state")
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {

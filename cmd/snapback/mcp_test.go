@@ -3,11 +3,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -345,6 +347,26 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("redo put back %s, want %s", ud.Snapshot.ID, copyRun)
 	}
 	want("redo", map[string]string{"a.txt": "A\n", "src/b.txt": "b\n", "src/n.txt": ""})
+	// list's all: the pre-undo and pre-redo records only when asked.
+	kinds := func(args map[string]any) string {
+		var ls struct {
+			Snapshots []struct {
+				Kind string `json:"kind"`
+			} `json:"snapshots"`
+		}
+		call(t, ctx, s, "list", args, false, &ls)
+		var k []string
+		for _, m := range ls.Snapshots {
+			k = append(k, m.Kind)
+		}
+		return strings.Join(k, " ")
+	}
+	if k := kinds(nil); strings.Contains(k, "pre-") {
+		t.Fatalf("list: kinds %s, want no pre-undo/pre-redo records", k)
+	}
+	if k := kinds(map[string]any{"all": true}); !strings.Contains(k, "pre-undo") || !strings.Contains(k, "pre-redo") {
+		t.Fatalf("list all: kinds %s, want the pre-undo and pre-redo records too", k)
+	}
 
 	// checkpoint: begin, an edit of the "agent", end: one undo step.
 	res = call(t, ctx, s, "checkpoint", map[string]any{"action": "middle"}, true, nil)
@@ -407,4 +429,91 @@ func TestMCP(t *testing.T) {
 		t.Fatalf("undo of session s2: %+v", us)
 	}
 	want("undo of session s2", map[string]string{"docs/t1.txt": "", "docs/t2.txt": "", "a.txt": "A\n", "docs/c.txt": "c\n"})
+}
+
+// TestMCPWire drives the real `snapback mcp` line by line, as a client
+// that makes mistakes would: a line that is not JSON gets a parse error
+// and the server goes on (it exited 2, and the agent lost every tool);
+// undo in another project, by an absolute dir or by climbing with "..",
+// is a tool error naming it, and that project's last step stays done.
+func TestMCPWire(t *testing.T) {
+	bin := snapbackBinary(t)
+	base := t.TempDir()
+	proj, other := filepath.Join(base, "proj"), filepath.Join(base, "other")
+	treetest.Write(t, proj, "a.txt", "a\n", 0o644)
+	treetest.Write(t, other, "b.txt", "b\n", 0o644)
+	sb(t, bin, proj, "snap")
+	sb(t, bin, other, "snap")
+	treetest.Write(t, other, "b.txt", "edited\n", 0o644)
+	sb(t, bin, other, "snap")
+
+	cmd := exec.Command(bin, "-C", proj, "mcp")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatalf("write: the server is gone: %v", err)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("snapback mcp ended: %v", cmd.Wait())
+			}
+			return l
+		case <-time.After(time.Minute):
+			t.Fatal("no answer from snapback mcp in a minute")
+		}
+		return ""
+	}
+	send("this is not JSON")
+	if l := next(); !strings.Contains(l, `"code":-32700`) || !strings.Contains(l, `"id":null`) {
+		t.Fatalf("a line that is not JSON: answered %s", l)
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	if l := next(); !strings.Contains(l, `"id":1,"result"`) {
+		t.Fatalf("initialize: %s", l)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized","params":{}}`)
+	for i, dir := range []string{other, "../other"} {
+		b, _ := json.Marshal(dir)
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"undo","arguments":{"dir":%s}}}`, i+2, b))
+		if l := next(); !strings.Contains(l, `"isError":true`) || !strings.Contains(l, "outside the project "+proj) {
+			t.Fatalf("undo in %s: %s", dir, l)
+		}
+	}
+	if got := readFile(t, filepath.Join(other, "b.txt")); got != "edited\n" {
+		t.Fatalf("the other project's b.txt holds %q: an undo reached it", got)
+	}
+	send(`{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"diff","arguments":{"id":"--stat"}}}`)
+	if l := next(); !strings.Contains(l, `"isError":true`) || !strings.Contains(l, `not an id`) {
+		t.Fatalf("diff with id --stat: %s", l)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("snapback mcp after stdin closed: %v", err)
+	}
 }

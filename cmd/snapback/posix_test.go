@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -100,17 +101,29 @@ var posixOps = []posixOp{
 		// still counts the hard/x that the run replaced (until the commit).
 		[]string{"stat \"hard/y\": type=100000 mode=644 size=7 nlink=1", "stat \"hard/y\": type=100000 mode=644 size=7 nlink=2"}, nil)},
 	{name: "rename-dir", fn: opRenameDir, dev: map[string]posixDev{
-		// Kernel overlayfs without redirect_dir (the kernel's default, and
-		// the only choice with userxattr in a user namespace) refuses
+		// Kernel overlayfs without redirect_dir (the only choice with
+		// userxattr in a user namespace: an ordinary user's) refuses
 		// rename(2) of a directory that exists in the lower layer with
 		// EXDEV, as across filesystems; mv(1) and every careful program
 		// fall back to copy and delete, as opRenameDir does. A directory
 		// the run created itself renames normally.
 		// For the same reason, rename(2) of a lower directory onto a
 		// non-empty one fails with EXDEV before ENOTEMPTY is considered.
-		"overlayfs": {out: []string{
+		"overlayfs/" + testUser: {out: []string{
 			"rename dir dir2: ok", "rename dir dir2: EXDEV (copied instead)",
 			"rename onto a non-empty dir: ENOTEMPTY", "rename onto a non-empty dir: EXDEV",
+		}},
+	}},
+	{name: "rename-lower-dirs", fn: opRenameLowerDirs, dev: map[string]posixDev{
+		// An ordinary user's overlayfs: the kernel allows no redirect_dir
+		// in a user namespace, so rename(2) of a directory that existed
+		// before the run fails with EXDEV (doctor says so, and auto
+		// prefers a fuse view that works); the op then copies, as mv(1)
+		// does (moved/sub is then the run's own: it renames). As root
+		// every rename is a rename.
+		"overlayfs/" + testUser: {out: []string{
+			"rename dir moved: ok", "rename dir moved: EXDEV (copied instead)",
+			"rename odd moved/odd: ok", "rename odd moved/odd: EXDEV (copied instead)",
 		}},
 	}},
 	{name: "link", fn: opLink, dev: hardLinksSplit(
@@ -348,12 +361,15 @@ func posixModes(t *testing.T, bin string) []string {
 // runOp runs op in dir: natively (prefix empty), or under prefix (the
 // snapback run command line). It returns what the op printed on stdout
 // with its exit status.
-func runOp(t *testing.T, dir string, op *posixOp, prefix ...string) (string, string) {
+func runOp(t *testing.T, dir string, op *posixOp, u *posixUser, prefix ...string) (string, string) {
 	t.Helper()
 	var argv []string
 	if op.fn != nil {
 		self, err := os.Executable()
 		treetest.Must(t, err)
+		if u != nil {
+			self = u.test
+		}
 		argv = []string{self}
 	} else {
 		argv = []string{"sh", "-c", op.sh}
@@ -361,6 +377,9 @@ func runOp(t *testing.T, dir string, op *posixOp, prefix ...string) (string, str
 	argv = append(prefix, argv...)
 	cmd, done := boundedCommand(posixOpTimeout, argv[0], argv[1:]...)
 	cmd.Dir = dir
+	if u != nil {
+		cmd.SysProcAttr.Credential = u.cred
+	}
 	cmd.Env = append(os.Environ(), posixOpEnv+"="+op.name, "LC_ALL=C")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -415,18 +434,111 @@ func TestPOSIX(t *testing.T) {
 				op := &posixOps[i]
 				t.Run(op.name, func(t *testing.T) {
 					t.Parallel()
-					testPOSIXOp(t, bin, mode, op, mnt)
+					testPOSIXOp(t, bin, mode, op, mnt, nil)
 				})
 			}
 		})
 	}
 }
 
+// posixUser is the ordinary user the table runs as, in TestPOSIXAsUser.
+type posixUser struct {
+	cred *syscall.Credential
+	test string // a copy of the test binary the user may run (its Go ops)
+}
+
+// posixUserOps are the ops TestPOSIXAsUser runs: those where an ordinary
+// user's views differ from root's.
+var posixUserOps = []string{"write-new", "rename-dir", "rename-lower-dirs"}
+
+// TestPOSIXAsUser runs part of the table as the ordinary user testUser,
+// natively and in each mode that user's doctor offers, on trees the user
+// owns: an ordinary user's overlay views run in a user namespace of their
+// own, where the kernel allows overlayfs no redirects.
+func TestPOSIXAsUser(t *testing.T) {
+	u, err := user.Lookup(testUser)
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "switching to " + testUser + " needs root"
+	case err != nil:
+		why = "no user " + testUser + " (scripts/test.sh creates it)"
+	}
+	if !treetest.Require(t, "userns", why == "", why) {
+		t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	bin := snapbackBinary(t)
+	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
+	pu := &posixUser{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	self, err := os.Executable()
+	treetest.Must(t, err)
+	pu.test = filepath.Join(filepath.Dir(bin), "posix.test")
+	if _, err := os.Stat(pu.test); err != nil {
+		copyFile(t, self, pu.test)
+	}
+	home, err := os.MkdirTemp("", "snapback-posix-doctor-")
+	treetest.Must(t, err)
+	t.Cleanup(func() { os.RemoveAll(home) })
+	treetest.Must(t, os.Chmod(home, 0o755))
+	treetest.Must(t, os.Chown(home, uid, gid))
+	doctor := exec.Command(bin, "--json", "doctor")
+	doctor.Dir = home // a project of the user's
+	doctor.SysProcAttr = &syscall.SysProcAttr{Credential: pu.cred}
+	out, err := doctor.Output()
+	treetest.Must(t, err)
+	ms := doctorModes(t, out)
+	if m := ms["overlayfs"]; m.Available && !strings.Contains(m.Limit, "rename(2) of a directory that existed before the run fails here with EXDEV") {
+		t.Errorf("doctor as %s does not say what overlayfs cannot do: %+v", testUser, m)
+	}
+	modes := []string{"copy", "overlayfs", "fuse"}
+	if ms["fuse"].Available {
+		// auto then prefers the fuse view, which renames: no deviation.
+		modes = append(modes, "auto")
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			if m, ok := ms[mode]; ok && !treetest.Require(t, "userns", m.Available, fmt.Sprintf("doctor as %s: %s: %s", testUser, mode, m.Reason)) {
+				t.Skip("SNAPBACK_REQUIRE does not name userns")
+			}
+			for _, name := range posixUserOps {
+				for i := range posixOps {
+					if op := &posixOps[i]; op.name == name {
+						t.Run(name, func(t *testing.T) { testPOSIXOp(t, bin, mode, op, "", pu) })
+					}
+				}
+			}
+		})
+	}
+}
+
+// userTree makes a starting tree the user's: the user's own files (an
+// ordinary user cannot keep another's, nor trusted.* xattrs).
+func userTree(t testing.TB, root string, u *posixUser) {
+	t.Helper()
+	treetest.Must(t, unix.Lremovexattr(filepath.Join(root, "b.txt"), "trusted.sbtest"))
+	treetest.Must(t, filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(u.cred.Uid), int(u.cred.Gid))
+	}))
+}
+
 // testPOSIXOp runs op natively and in mode on identical trees, then
 // compares them and checks undo and redo. With mnt set (the btrfs mode),
-// both trees live there, the one run under snapback in a subvolume.
-func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string) {
+// both trees live there, the one run under snapback in a subvolume. With
+// u, all of it runs as that user, on trees the user owns.
+func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string, u *posixUser) {
 	a, b := filepath.Join(t.TempDir(), "native"), filepath.Join(t.TempDir(), "in-"+mode)
+	if u != nil {
+		base, err := os.MkdirTemp("", "snapback-posix-")
+		treetest.Must(t, err)
+		t.Cleanup(func() { os.RemoveAll(base) })
+		treetest.Must(t, os.Chmod(base, 0o755))
+		a, b = filepath.Join(base, "native"), filepath.Join(base, "in-"+mode)
+	}
 	if mnt != "" {
 		base := filepath.Join(mnt, op.name)
 		treetest.Must(t, os.Mkdir(base, 0o755))
@@ -437,12 +549,30 @@ func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string) {
 	}
 	buildPosixTree(t, a, op)
 	buildPosixTree(t, b, op)
+	sbAs := func(args ...string) { sb(t, bin, b, args...) }
+	devKey := mode
+	if u != nil {
+		userTree(t, a, u)
+		userTree(t, b, u)
+		sbAs = func(args ...string) {
+			t.Helper()
+			cmd := exec.Command(bin, append([]string{"-C", b}, args...)...)
+			cmd.Dir = b
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.cred}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("snapback %v as %s: %v\n%s", args, testUser, err, out)
+			}
+		}
+		if _, ok := op.dev[mode+"/"+testUser]; ok {
+			devKey = mode + "/" + testUser
+		}
+	}
 	before := treetest.Capture(t, b, snapshot.StoreDir)
 	treetest.Equal(t, "the two starting trees", before, treetest.Capture(t, a))
 
-	wantOut, errA := runOp(t, a, op)
-	gotOut, errB := runOp(t, b, op, bin, "-C", b, "run", "--mode", mode, "--")
-	dev := op.dev[mode]
+	wantOut, errA := runOp(t, a, op, u)
+	gotOut, errB := runOp(t, b, op, u, bin, "-C", b, "run", "--mode", mode, "--")
+	dev := op.dev[devKey]
 	if len(dev.out) > 0 && gotOut != wantOut {
 		alt := wantOut
 		for i := 0; i+1 < len(dev.out); i += 2 {
@@ -474,9 +604,9 @@ func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string) {
 		op.post(t, b)
 	}
 
-	sb(t, bin, b, "undo")
+	sbAs("undo")
 	treetest.Equal(t, "after undo (exact, times included)", before, treetest.Capture(t, b, snapshot.StoreDir))
-	sb(t, bin, b, "redo")
+	sbAs("redo")
 	redone := treetest.Capture(t, b, snapshot.StoreDir)
 	treetest.Equal(t, "after redo vs native", wantTree, normalize(redone))
 	treetest.Equal(t, "after redo vs after the run (file times exact)", noDirTimes(after), noDirTimes(redone))
@@ -677,6 +807,47 @@ func opRenameDir(o *opEnv) {
 	o.stat("empty-target")
 	o.stat("dir")
 	o.cat("dirlink/one") // dangling now
+}
+
+// opRenameLowerDirs renames, with rename(2) itself (as Python's
+// os.rename and Go's os.Rename do, with no fallback of their own),
+// directories that existed before the run: one with files and a
+// subdirectory, its subdirectory into another such directory, and a third
+// into the renamed one; then it writes into a moved directory and makes a
+// new directory at the old name.
+func opRenameLowerDirs(o *opEnv) {
+	o.renameDir("dir", "moved")
+	o.renameDir("moved/sub", "hard/sub")
+	o.renameDir("odd", "moved/odd")
+	o.res("write hard/sub/new", os.WriteFile("hard/sub/new", []byte("new\n"), 0o644))
+	o.res("mkdir dir", os.Mkdir("dir", 0o755))
+	o.res("write dir/one", os.WriteFile("dir/one", []byte("again\n"), 0o644))
+	for _, d := range []string{".", "moved", "moved/odd", "hard", "hard/sub", "dir"} {
+		o.ls(d)
+	}
+	for _, f := range []string{"moved/one", "hard/sub/three", "hard/sub/new", "moved/odd/with space", "dir/one", "dirlink/one"} {
+		o.cat(f)
+	}
+	o.stat("moved/sub")
+	o.stat("odd")
+}
+
+// renameDir renames a directory with rename(2); on EXDEV it copies and
+// deletes instead, as mv(1) does, and says so.
+func (o *opEnv) renameDir(from, to string) {
+	err := unix.Rename(from, to)
+	if !errors.Is(err, unix.EXDEV) {
+		o.res("rename "+from+" "+to, err)
+		return
+	}
+	out, cerr := exec.Command("cp", "-a", from, to).CombinedOutput()
+	if cerr == nil {
+		cerr = os.RemoveAll(from)
+	}
+	if cerr != nil {
+		o.say("copy: %v %s", cerr, out)
+	}
+	o.say("rename %s %s: EXDEV (copied instead)", from, to)
 }
 
 func opLink(o *opEnv) {

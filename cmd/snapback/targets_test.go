@@ -203,7 +203,7 @@ func TestTargetsEndToEnd(t *testing.T) {
 			// gc frees what the collected snapshots held: what is left is
 			// what the kept records (redo's among them) refer to.
 			sb(t, bin, root, "gc", "--keep", "0")
-			kept := strings.Count(sb(t, bin, root, "--json", "list"), `"payload": "targets/`)
+			kept := strings.Count(sb(t, bin, root, "--json", "list", "-a"), `"payload": "targets/`)
 			if ents, _ := os.ReadDir(filepath.Join(root, ".snapback", "targets")); len(ents) > kept || kept > 1 {
 				t.Fatalf("gc --keep 0 left %d payload directories for %d kept target states (redo needs one)", len(ents), kept)
 			}

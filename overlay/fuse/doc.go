@@ -57,11 +57,15 @@
 //     directory; the server stays out of that PID namespace. The helper
 //     exits with the init's status.
 //  4. When the command ends, the init exits and the kernel ends what the
-//     command left running; snapback closes "alive", the server exits,
-//     and snapback waits for "done" before it reads the upper layer. The
-//     mount exists only in the helper's namespaces: it goes with the last
-//     process in them, and nothing is ever mounted in the caller's
-//     namespace, whatever is killed when.
+//     command left running; snapback writes "stop" to "alive" and closes
+//     it, the server exits, and snapback waits for "done" before it reads
+//     the upper layer. The mount exists only in the helper's namespaces:
+//     it goes with the last process in them, and nothing is ever mounted
+//     in the caller's namespace, whatever is killed when. An EOF on
+//     "alive" without "stop" is snapback's death: the server then serves
+//     on until the mount goes with the run's last process, so the command
+//     keeps its view (and the run's lock, which the server holds too,
+//     keeps the run running until the server has exited).
 //
 // An ordinary user's helper does the same in a user namespace of its own
 // that maps only the user's ids (overlay.UserNS, as the overlayfs mode);

@@ -156,9 +156,17 @@ func (s *Session) Finish() error {
 	}
 	s.prepared = false
 	s.signals.Finish()
+	// The server's signal to stop: the word, then EOF. EOF alone means
+	// snapback died, and the view must then stay until the command ends.
+	// (The pipe's buffer takes it even if the server never started: our
+	// own read end is still open.)
+	_, werr := s.aliveW.Write([]byte(stopWord))
 	s.aliveR.Close()
 	s.doneW.Close()
-	s.aliveW.Close() // the server's signal to stop
+	s.aliveW.Close()
+	if werr != nil {
+		return fmt.Errorf("fuse: tell the server to stop: %w", werr)
+	}
 	defer s.doneR.Close()
 	type result struct {
 		pid int
@@ -194,6 +202,10 @@ func (s *Session) Finish() error {
 		return errors.New("fuse: the server did not exit after the command ended")
 	}
 }
+
+// stopWord is what snapback writes to the alive pipe once the command
+// has ended: only then does the server stop at the pipe's EOF.
+const stopWord = "stop\n"
 
 // ErrServerDied is returned by Finish when the server did not exit
 // normally (killed, or failed) while the command ran.
@@ -366,7 +378,14 @@ func Serve(args []string) int {
 	fmt.Fprintf(files[2], "%d\n", os.Getpid())
 	stopProfile := profile()
 	go func() {
-		io.Copy(io.Discard, files[1]) // returns at EOF: snapback is done with the run
+		// EOF after the stop word: snapback is done with the run. EOF
+		// without it: snapback died (SIGKILL) while the command may still
+		// run; the view stays, and the server ends with the mount, once
+		// the last process of the run is gone (Serve returns then).
+		b, _ := io.ReadAll(files[1])
+		if string(b) != stopWord {
+			return
+		}
 		stopProfile()
 		os.Exit(0)
 	}()

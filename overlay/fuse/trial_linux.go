@@ -27,6 +27,9 @@ func Trial(root string) (bool, string) {
 	if ok, why := Available(); !ok {
 		return false, why
 	}
+	if why := overlay.Uncovered(root); why != "" {
+		return false, why
+	}
 	dir, done, err := overlay.TrialDir(root)
 	if err != nil {
 		return false, "cannot try a view here: " + err.Error()
@@ -34,7 +37,7 @@ func Trial(root string) (bool, string) {
 	defer done()
 	tried := fmt.Sprintf("a trial view of %s (%s) with its layer in %s", root, overlay.FSType(root), filepath.Dir(dir))
 	if err := trial(root, dir); err != nil {
-		return false, fmt.Sprintf("%s failed: %v", tried, err)
+		return false, fmt.Sprintf("%s failed: %v%s", tried, err, foreignIDs(root))
 	}
 	return true, tried + " worked"
 }
@@ -46,7 +49,8 @@ func trial(root, dir string) error {
 			return err
 		}
 	}
-	return overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
+	_, err := overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
+	return err
 }
 
 // Probe is the trial helper's main: arg is its spec, whose Dir is the
@@ -96,4 +100,18 @@ func Probe(arg string) int {
 		return fail("write into the view", werr)
 	}
 	return 0
+}
+
+// foreignIDs explains, for an ordinary user, a root whose owner or group
+// is not the user's own: its user namespace maps only the user's ids, and
+// the kernel lets nothing write an entry with an unmapped id in a view.
+func foreignIDs(root string) string {
+	var st unix.Stat_t
+	if os.Geteuid() == 0 || unix.Stat(root, &st) != nil {
+		return ""
+	}
+	if int(st.Uid) == os.Getuid() && int(st.Gid) == os.Getgid() {
+		return ""
+	}
+	return fmt.Sprintf(" (the root's owner:group is %d:%d: an ordinary user's view maps only its own uid %d and gid %d, and nothing whose owner or group is another's can be written in it)", st.Uid, st.Gid, os.Getuid(), os.Getgid())
 }

@@ -50,10 +50,31 @@ var All = []Mode{
 // Check reports whether a mode works for the project at root, and why not.
 type Check func(root string) (bool, string)
 
-var checks = map[string]Check{Copy: func(string) (bool, string) { return true, "" }}
+// Verdict is whether a mode works for a project (OK), what was tried or
+// why it does not (Why), and, for one that works, what it cannot do there
+// (Limit, "" when nothing: an ordinary user's overlayfs cannot rename(2) a
+// directory that existed before the run).
+type Verdict struct {
+	OK         bool
+	Why, Limit string
+}
+
+// LimitedCheck is a Check that also says what a mode cannot do.
+type LimitedCheck func(root string) Verdict
+
+var checks = map[string]LimitedCheck{Copy: func(string) Verdict { return Verdict{OK: true} }}
 
 // Provide sets the availability check of a mode of [All].
 func Provide(name string, c Check) {
+	ProvideLimited(name, func(root string) Verdict {
+		ok, why := c(root)
+		return Verdict{OK: ok, Why: why}
+	})
+}
+
+// ProvideLimited sets the check of a mode of [All] that may work with a
+// limit.
+func ProvideLimited(name string, c LimitedCheck) {
 	if Find(name) == nil {
 		panic("isolation: no mode " + name)
 	}
@@ -85,23 +106,45 @@ func (m *Mode) Built() bool { return checks[m.Name] != nil }
 // Available reports whether the mode works for the project at root, and
 // why not.
 func (m *Mode) Available(root string) (bool, string) {
+	v := m.Check(root)
+	return v.OK, v.Why
+}
+
+// Check is the mode's verdict for the project at root.
+func (m *Mode) Check(root string) Verdict {
 	c := checks[m.Name]
 	if c == nil {
-		return false, "not built yet"
+		return Verdict{Why: "not built yet"}
 	}
 	return c(root)
 }
 
 // Pick resolves name ("" means auto) for the project at root: auto takes
-// the first mode that works here; a mode named explicitly that cannot
-// work is an error, never a silent fallback, so that a user who asked for
-// isolation knows.
+// the first mode that works here, but a view with a limit (Verdict.Limit)
+// gives way to a later view that works without one; a mode named
+// explicitly that cannot work is an error, never a silent fallback, so
+// that a user who asked for isolation knows.
 func Pick(name, root string) (*Mode, error) {
 	if name == "" || name == Auto {
+		var limited *Mode
 		for i := range All {
-			if ok, _ := All[i].Available(root); ok {
-				return &All[i], nil
+			m := &All[i]
+			if limited != nil && !m.View {
+				break // a limited view still beats no view
 			}
+			v := m.Check(root)
+			if !v.OK {
+				continue
+			}
+			if v.Limit == "" || !m.View {
+				return m, nil
+			}
+			if limited == nil {
+				limited = m
+			}
+		}
+		if limited != nil {
+			return limited, nil
 		}
 		return nil, fmt.Errorf("no isolation mode works here") // copy always does
 	}

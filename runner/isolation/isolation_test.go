@@ -18,8 +18,8 @@ func TestNames(t *testing.T) {
 // TestPick without package runner linked: only copy is built here, and
 // checks provided in the test stand for the real ones.
 func TestPick(t *testing.T) {
-	defer func(saved map[string]Check) { checks = saved }(checks)
-	checks = map[string]Check{Copy: checks[Copy]}
+	defer func(saved map[string]LimitedCheck) { checks = saved }(checks)
+	checks = map[string]LimitedCheck{Copy: checks[Copy]}
 	pick := func(name string) string {
 		m, err := Pick(name, "/nowhere")
 		if err != nil {
@@ -51,6 +51,39 @@ func TestPick(t *testing.T) {
 	}
 	if ok, why := Find(Zfs).Available("/"); ok || why != "not built yet" {
 		t.Errorf("zfs: available %v, %q; want no, not built yet", ok, why)
+	}
+}
+
+// TestPickLimited: auto passes over a view that works with a limit for a
+// later view that works without one, but takes it before any mode that
+// runs on the tree itself.
+func TestPickLimited(t *testing.T) {
+	defer func(saved map[string]LimitedCheck) { checks = saved }(checks)
+	checks = map[string]LimitedCheck{Copy: checks[Copy]}
+	limited := func(string) Verdict { return Verdict{OK: true, Limit: "no directory renames"} }
+	ProvideLimited(Overlayfs, limited)
+	Provide(Btrfs, func(string) (bool, string) { return true, "" })
+	pick := func() string {
+		m, err := Pick(Auto, "/p")
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return m.Name
+	}
+	if got := pick(); got != Overlayfs {
+		t.Errorf("auto with fuse unbuilt = %s, want overlayfs (a limited view before btrfs)", got)
+	}
+	Provide(Fuse, func(string) (bool, string) { return true, "" })
+	if got := pick(); got != Fuse {
+		t.Errorf("auto = %s, want fuse (a view without the limit)", got)
+	}
+	ProvideLimited(Fuse, limited)
+	if got := pick(); got != Overlayfs {
+		t.Errorf("auto with both limited = %s, want overlayfs (the first)", got)
+	}
+	Provide(Fuse, func(string) (bool, string) { return false, "no" })
+	if got := pick(); got != Overlayfs {
+		t.Errorf("auto with fuse failing = %s, want overlayfs", got)
 	}
 }
 
