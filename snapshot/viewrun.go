@@ -363,6 +363,15 @@ func (r *Repo) selectPaths(p *ViewRun, target Manifest, only []string) (Manifest
 			out = append(out, sel[i])
 		}
 	}
+	// A hard link must name a path of the selection, as in a changeset
+	// (the manifest rule): the partner left pending, the entry stands
+	// alone with its own content. Kept, it made the journal a manifest
+	// no decoder takes, and recover after a kill failed for ever.
+	for i := range out {
+		if out[i].Link != "" && out.Find(out[i].Link) == nil {
+			out[i].Link = ""
+		}
+	}
 	return out, excl, nil
 }
 
