@@ -439,8 +439,16 @@ func (r *Repo) changedSince(p *ViewRun, cur Manifest) []string {
 	start := p.StartedAt.UnixNano()
 	for i := range cur {
 		c := &cur[i]
-		if c.Type == Absent || c.Type == Dir || c.Ctime < start {
-			continue // a directory's ctime moves with any child: only its type counts
+		if c.Type == Absent || c.Ctime < start {
+			continue
+		}
+		// A directory's ctime moves with any child: one made since the
+		// run started (its birth time says so) is someone else's, and
+		// the run's entry would replace it.
+		if c.Type == Dir {
+			if _, ours := p.Committed[c.Path]; ours || !bornSince(filepath.Join(r.Root, c.Path), start) {
+				continue // an old directory, or one this run's earlier commit made
+			}
 		}
 		if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
 			continue // changed by this run's own earlier commit
