@@ -85,59 +85,53 @@ func (s *Store) markRepo() error {
 }
 
 // excludeFromProject adds the store to the exclude file of the project's
-// repository (root/.git a plain directory) unless a line there names it,
-// and reports whether the line is there. A project that is no repository
-// at its root (none, or the root lies in a larger one), or whose .git is
-// a file (a worktree, a submodule: its exclude file is in the common
-// dir) or a link, is left alone, and gets no marker: git would then
-// offer the store as a nested repository, and `git add -A` fail on it.
-func (s *Store) excludeFromProject() bool {
+// repository (root/.git a plain directory) unless a line there names it.
+// It is best effort: a project that is no repository, or whose .git is a
+// file (a worktree, a submodule) or a link, is left alone, and a failure
+// costs only `git status` listing the store.
+func (s *Store) excludeFromProject() {
 	root, err := fsutil.OpenRoot(s.Root)
 	if err != nil {
-		return false
+		return
 	}
 	defer root.Close()
 	if st, err := root.Lstat(".git"); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false
+		return
 	}
 	b, err := root.ReadFileLimit(".git/info/exclude", maxExclude, nil)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false
+		return
 	}
 	for _, l := range bytes.Split(b, []byte("\n")) {
 		switch string(bytes.TrimSpace(l)) {
 		case excludeLine, "/" + StoreDir, StoreDir, StoreDir + "/":
-			return true
+			return
 		}
 	}
 	gd, err := root.OpenDir(".git")
 	if err != nil {
-		return false
+		return
 	}
 	defer gd.Close()
 	if _, err := gd.Lstat("info"); errors.Is(err, fs.ErrNotExist) && gd.Mkdir("info", 0o755) != nil {
-		return false
+		return
 	}
 	info, err := gd.OpenDir("info")
 	if err != nil {
-		return false
+		return
 	}
 	defer info.Close()
 	f, err := info.Open("exclude", unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT, 0o644)
 	if err != nil {
-		return false
+		return
 	}
 	add := "# snapback's store: no part of the project (git clean -fdx keeps it)\n" + excludeLine + "\n"
 	if len(b) > 0 && b[len(b)-1] != '\n' {
 		add = "\n" + add
 	}
 	fsutil.Mutating()
-	_, err = f.WriteString(add)
-	if err == nil {
-		err = f.Sync()
+	if _, err := f.WriteString(add); err == nil {
+		f.Sync() // a failed write or sync only leaves the store listed
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err == nil
+	f.Close()
 }

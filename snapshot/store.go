@@ -130,13 +130,11 @@ func Open(root string, create bool) (*Store, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
-	// git clean -fdx must not delete it (gitmark.go): a nested
-	// repository, once the project's git is told to ignore it.
-	if s.excludeFromProject() {
-		if err := s.markRepo(); err != nil {
-			return nil, err
-		}
+	// git clean -fdx must not delete it (gitmark.go).
+	if err := s.markRepo(); err != nil {
+		return nil, err
 	}
+	s.excludeFromProject()
 	return s, nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"text/tabwriter"
 
@@ -70,12 +69,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
 			}
 			// Where the history lives, and the one git command that removes it.
-			store := filepath.Join(root, snapshot.StoreDir)
-			if st, err := os.Lstat(filepath.Join(store, ".git")); err == nil && st.IsDir() {
-				fmt.Fprintf(tw, "store %s: kept by git clean -fdx (a nested repository to git), removed by git clean -ffdx\n", store)
-			} else {
-				fmt.Fprintf(tw, "store %s: removed by git clean -fdx (no marker: .git is not a directory at the root)\n", store)
-			}
+			fmt.Fprintf(tw, "store %s: kept by git clean -fdx (a nested repository to git), removed by git clean -ffdx\n", filepath.Join(root, snapshot.StoreDir))
 			if err := tw.Flush(); err != nil {
 				return err
 			}

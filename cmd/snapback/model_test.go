@@ -517,12 +517,11 @@ func (m *model) target() *step {
 }
 
 // pathsOutcome is the outcome of writing vals over the tree, where each
-// path must still be as from says or already as vals leaves it (put
-// back by hand: no conflict): refused when one is neither (conflict), or
-// when a path the write would remove holds what vals does not name.
+// path must still be as from says: refused when one is not (conflict),
+// or when a path the write would remove holds what vals does not name.
 func (m *model) pathsOutcome(from, vals tree) outcome {
 	for p, e := range from {
-		if m.tree[p] != e && m.tree[p] != vals[p] {
+		if m.tree[p] != e {
 			return refuse(1)
 		}
 	}
