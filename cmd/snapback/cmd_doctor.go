@@ -2,12 +2,10 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/runner/isolation"
-	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
 
@@ -68,8 +66,6 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			} else {
 				fmt.Fprintf(tw, "\n--mode auto uses %s\n", auto)
 			}
-			// Where the history lives, and the one git command that removes it.
-			fmt.Fprintf(tw, "store %s: kept by git clean -fdx (a nested repository to git), removed by git clean -ffdx\n", filepath.Join(root, snapshot.StoreDir))
 			if err := tw.Flush(); err != nil {
 				return err
 			}
