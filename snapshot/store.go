@@ -130,11 +130,6 @@ func Open(root string, create bool) (*Store, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
-	// git clean -fdx must not delete it (gitmark.go).
-	if err := s.markRepo(); err != nil {
-		return nil, err
-	}
-	s.excludeFromProject()
 	return s, nil
 }
 

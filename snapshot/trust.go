@@ -152,9 +152,6 @@ func (s *Store) checkLayout() error {
 			return err
 		}
 	}
-	if err := s.checkMark(); err != nil {
-		return err
-	}
 	if err := s.checkEach("objects", func(name string) (bool, int64, bool) {
 		return len(name) == 2, 0, true
 	}); err != nil {
