@@ -312,9 +312,17 @@ func TestHookNeverBlocks(t *testing.T) {
 	if !strings.Contains(msg, "not a regular file") {
 		t.Errorf("the hook over a FIFO said %q, want a warning naming it", msg)
 	}
-	if s, _ := checkpointOpen(t, bin, root); s != "abc123" {
-		t.Errorf("the checkpoint did not open: session %q", s)
+	// A FIFO in the store makes every verb refuse it in one line naming
+	// the path (the hook fails open meanwhile); check --repair sets it
+	// aside, and the store works again.
+	st, err := exec.Command(bin, "-C", root, "checkpoint", "status").CombinedOutput()
+	if err == nil || !strings.Contains(string(st), notes[0]) || strings.Count(strings.TrimSpace(string(st)), "\n") > 1 {
+		t.Errorf("checkpoint status over a FIFO in the store: %v %q, want a refusal naming it", err, st)
 	}
+	if out, err := exec.Command(bin, "-C", root, "check", "--repair").CombinedOutput(); err != nil {
+		t.Fatalf("check --repair: %v %s", err, out)
+	}
+	checkpointOpen(t, bin, root)
 
 	// stdin never closed: the deadline answers.
 	pr, pw, err := os.Pipe()
