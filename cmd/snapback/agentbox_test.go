@@ -20,7 +20,7 @@ import (
 func TestAgentbox(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if !treetest.Require(t, "python3", err == nil, "python3 is not installed (agentbox is a Python program)") {
-		t.Skip("no python3")
+		t.Skip("SNAPBACK_REQUIRE does not name python3: no python3")
 	}
 	bin := snapbackBinary(t)
 	src, err := filepath.Abs("testdata/agentbox")

@@ -606,7 +606,7 @@ func (m *model) restore(t *rapid.T) {
 		}
 	}
 	if len(snaps) == 0 || m.pend != nil {
-		t.Skip("no snapshot to restore, or a run pending")
+		t.Skip("no snapshot to restore, or a run pending") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
 	}
 	s := rapid.SampledFrom(snaps).Draw(t, "restore")
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
@@ -623,7 +623,7 @@ func (m *model) restore(t *rapid.T) {
 
 func (m *model) gc(t *rapid.T) {
 	if m.cp != nil || len(m.hist) == 0 {
-		t.Skip("a checkpoint open, or nothing to collect")
+		t.Skip("a checkpoint open, or nothing to collect") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
 	}
 	keep := rapid.IntRange(1, 3).Draw(t, "keep")
 	if !m.verb(outcome{want: m.tree}, false, "gc", "--keep", fmt.Sprint(keep)) {
@@ -780,7 +780,7 @@ func mtimes(dir string) map[string]int64 {
 func (m *model) commit(t *rapid.T) {
 	p := m.pend
 	if p == nil {
-		t.Skip("no run pending")
+		t.Skip("no run pending") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
 	}
 	sub, subTimes, dirs := p.left, p.timeOnly, p.dirTimes
 	args := []string{"commit", p.id}
@@ -919,7 +919,7 @@ func without(all, drop []string) []string {
 
 func (m *model) discard(t *rapid.T) {
 	if m.pend == nil {
-		t.Skip("no run pending")
+		t.Skip("no run pending") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
 	}
 	if m.verb(outcome{want: m.tree}, false, "discard", m.pend.id) {
 		m.pend = nil
