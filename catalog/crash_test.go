@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
@@ -24,6 +25,7 @@ import (
 // SNAPBACK_TEST_RESTORE=catalog|name|into|merge set, the test binary
 // restores and exits.
 func TestMain(m *testing.M) {
+	fsutil.EnableTestSeams() // the crash points the kill tests set
 	if job := os.Getenv("SNAPBACK_TEST_RESTORE"); job != "" {
 		f := strings.Split(job, "|")
 		c := &Catalog{Dir: f[0], Limits: DefaultLimits}

@@ -11,9 +11,10 @@ import (
 // Named crash points, beside [Mutating]'s numbered ones: with
 // SNAPBACK_CRASH_AT=NAME the process SIGKILLs itself when it reaches the
 // point NAME, and with NAME:N the N-th time it passes it, so a test can
-// make the worst moment of an operation certain to be hit.
+// make the worst moment of an operation certain to be hit. Read only by
+// a build that enabled the test seams (see [EnableTestSeams]).
 var (
-	crashAt    = os.Getenv("SNAPBACK_CRASH_AT")
+	crashAt    string
 	crashCount atomic.Int64
 )
 

@@ -15,5 +15,6 @@
 //     a size bound, so an odd file can neither hang a command nor exhaust
 //     its memory.
 //   - [Mutating]: called before every state-changing system call, so that
-//     the kill test (SNAPBACK_KILL_AT=N) can stop the process before each.
+//     the kill test (SNAPBACK_KILL_AT=N, read only by a build that called
+//     [EnableTestSeams]) can stop the process before each.
 package fsutil

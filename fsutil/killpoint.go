@@ -16,9 +16,11 @@ import (
 // as `strace -e inject=…:signal=KILL:when=N` would: so a test can kill an
 // operation at every state-changing step in turn, 1, 2, … until one run
 // completes untouched. (strace itself counts per thread, and Go spreads
-// system calls over threads, so its count would miss steps.)
+// system calls over threads, so its count would miss steps.) The
+// variable is read only by a build that enabled the test seams (see
+// [EnableTestSeams]).
 var (
-	killAt    = parseKillAt(os.Getenv("SNAPBACK_KILL_AT"))
+	killAt    int64
 	killSteps atomic.Int64
 )
 

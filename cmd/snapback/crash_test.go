@@ -40,7 +40,7 @@ func snapbackBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "snapback")
-		build := exec.Command("go", "build", "-o", binPath, ".")
+		build := exec.Command("go", "build", "-tags", "snapback_testseams", "-o", binPath, ".")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0") // static, as released: the docker-volume helper needs it
 		out, err := build.CombinedOutput()
 		if err != nil {

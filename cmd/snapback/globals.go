@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/term"
 )
@@ -338,10 +339,10 @@ func (g *globals) summary() bool {
 }
 
 // terminal reports whether w, the stream called name, is a terminal.
-// SNAPBACK_TERMINAL stands for one in the tests: "1" or "stderr" for
-// stderr, "stdout,stderr" for both.
+// SNAPBACK_TERMINAL stands for one in the tests (a test-seams build
+// only): "1" or "stderr" for stderr, "stdout,stderr" for both.
 func (g *globals) terminal(w io.Writer, name string) bool {
-	if v := os.Getenv("SNAPBACK_TERMINAL"); v != "" {
+	if v := os.Getenv("SNAPBACK_TERMINAL"); v != "" && fsutil.TestSeams() {
 		for _, s := range strings.Split(v, ",") {
 			if s == name || s == "1" && name == "stderr" {
 				return true

@@ -16,6 +16,7 @@ import (
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/suggest"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
@@ -52,8 +53,9 @@ func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == backends.VolumeHelperVerb {
 		return backends.VolumeHelper(os.Args[2:]) // in a docker-volume helper container
 	}
-	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance reports.
-	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" {
+	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance
+	// reports, in a test-seams build only (-tags snapback_testseams).
+	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" && fsutil.TestSeams() {
 		if f, err := os.Create(p); err == nil {
 			if pprof.StartCPUProfile(f) == nil {
 				defer pprof.StopCPUProfile()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/overlay/fuse"
 )
 
@@ -31,6 +32,7 @@ func (c cleanupM) Run() int {
 // TestMain lets the test binary act as the snapback command inside the
 // scripts ("exec snapback ..." runs Main in a child process).
 func TestMain(m *testing.M) {
+	fsutil.EnableTestSeams() // the scripts' kill, crash and terminal switches
 	testscript.Main(cleanupM{m}, map[string]func(){
 		"snapback": func() { os.Exit(Main()) },
 		"mksock":   mksock,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/catalog"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
 )
 
@@ -23,9 +24,9 @@ const progressEvery = 200 * time.Millisecond
 
 // progressDelay is how long work runs before its progress shows, so that
 // quick verbs stay silent. SNAPBACK_PROGRESS_DELAY (a duration) sets it,
-// for the tests.
+// for the tests (a test-seams build only).
 func progressDelay() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("SNAPBACK_PROGRESS_DELAY")); err == nil && d >= 0 {
+	if d, err := time.ParseDuration(os.Getenv("SNAPBACK_PROGRESS_DELAY")); err == nil && d >= 0 && fsutil.TestSeams() {
 		return d
 	}
 	return time.Second

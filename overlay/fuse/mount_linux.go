@@ -19,6 +19,7 @@ import (
 	"time"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/overlay"
 	"golang.org/x/sys/unix"
 )
@@ -310,14 +311,15 @@ func mountView(a helperArgs) error {
 
 // ProfileEnv names the environment variable that makes the server write
 // a CPU profile of its whole run to the file it names (for performance
-// work: `go tool pprof` reads it).
+// work: `go tool pprof` reads it), in a test-seams build only
+// (-tags snapback_testseams; see fsutil.EnableTestSeams).
 const ProfileEnv = "SNAPBACK_FUSE_CPUPROFILE"
 
 // profile starts the server's CPU profile if ProfileEnv asks for one, and
 // returns what stops it.
 func profile() func() {
 	p := os.Getenv(ProfileEnv)
-	if p == "" {
+	if p == "" || !fsutil.TestSeams() {
 		return func() {}
 	}
 	f, err := os.Create(p)
