@@ -18,10 +18,12 @@ func newVersionCmd(g *globals) *cobra.Command {
 				return g.printJSON(struct {
 					Version  int    `json:"version"`
 					Snapback string `json:"snapback"`
+					Revision string `json:"revision,omitempty"`
+					Modified bool   `json:"modified,omitempty"`
 					Go       string `json:"go"`
 					OS       string `json:"os"`
 					Arch     string `json:"arch"`
-				}{jsonVersion, version, runtime.Version(), runtime.GOOS, runtime.GOARCH})
+				}{jsonVersion, version, revision, modified, runtime.Version(), runtime.GOOS, runtime.GOARCH})
 			}
 			fmt.Fprintf(g.stdout, "snapback %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			return nil

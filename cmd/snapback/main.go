@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -26,7 +27,36 @@ import (
 	"github.com/spf13/pflag"
 )
 
-var version = "0.1.0-dev"
+// version is this build's: the module version `go install …@vX.Y.Z`
+// stamps, or for a build from a checkout the pseudo-version Go makes of
+// its commit (v0.0.0-TIME-REVISION, +dirty when the tree had changes);
+// "devel" when the build recorded neither (a test binary).
+var version, revision, modified = versionOf(debug.ReadBuildInfo())
+
+func versionOf(bi *debug.BuildInfo, ok bool) (v, rev string, dirty bool) {
+	if !ok {
+		return "devel", "", false
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	v = bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+		if rev != "" {
+			v = "devel-" + rev[:min(12, len(rev))]
+			if dirty {
+				v += "+dirty"
+			}
+		}
+	}
+	return v, rev, dirty
+}
 
 func main() { os.Exit(Main()) }
 
