@@ -107,7 +107,7 @@ func loadSession(dir, harness, session string) (string, error) {
 		return "", fmt.Errorf("session state: %w", err)
 	}
 	defer d.Close() // read-only
-	b, err := readSmall(d, sessionName(harness, session), maxTurn)
+	b, err := d.ReadFileLimit(sessionName(harness, session), maxTurn, nil)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"strings"
@@ -150,7 +149,7 @@ func LoadTurn(store, harness, session string) (Turn, error) {
 	}
 	defer d.Close() // read-only
 	name := turnName(harness, session)
-	b, err := readSmall(d, name, maxTurn)
+	b, err := d.ReadFileLimit(name, maxTurn, nil) // bounded, no-follow, non-blocking, regular only
 	if errors.Is(err, fs.ErrNotExist) {
 		return Turn{}, nil
 	}
@@ -166,37 +165,6 @@ func LoadTurn(store, harness, session string) (Turn, error) {
 		return Turn{}, fmt.Errorf("turn note %s: not this session's note", p)
 	}
 	return t, nil
-}
-
-// readSmall reads the regular file name in d, of at most max bytes,
-// without following a symbolic link and without blocking: it is opened
-// with O_NONBLOCK (a FIFO with no writer opens at once, a regular file's
-// reads ignore the flag), checked to be a regular file before any read,
-// and read no further than max+1 bytes.
-func readSmall(d *fsutil.Dir, name string, max int64) ([]byte, error) {
-	f, err := d.Open(name, os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("%s/%s: a symbolic link, not followed", d.Name(), name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close() // read-only
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s)", f.Name(), st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.Name(), err)
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: over %d bytes", f.Name(), max)
-	}
-	return b, nil
 }
 
 // DropTurn removes a session's note (at the session's end).

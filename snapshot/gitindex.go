@@ -2,11 +2,9 @@ package snapshot
 
 import (
 	"bytes"
-	"io"
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/format/index"
-	"golang.org/x/sys/unix"
 )
 
 // Git rewrites its index for reasons that change nothing a user sees:
@@ -63,22 +61,6 @@ func decodeGitIndex(b []byte) (idx *index.Index) {
 	return idx
 }
 
-// readTreeFile reads a regular file of the tree (beneath the root, no
-// symbolic link followed), up to max bytes.
-func (r *Repo) readTreeFile(p string, max int64) ([]byte, error) {
-	d, err := r.treeDir.OpenDir(Parent(p))
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, max))
-}
-
 // sameIndexContent reports whether the tree's present file at a git
 // index path stages what the stored object want does.
 func (r *Repo) sameIndexContent(p string, want ObjectID) bool {
@@ -89,6 +71,6 @@ func (r *Repo) sameIndexContent(p string, want ObjectID) bool {
 	if err != nil {
 		return false
 	}
-	y, err := r.readTreeFile(p, maxGitIndex)
+	y, err := r.ReadTreeFile(p, maxGitIndex)
 	return err == nil && sameGitIndex(x, y)
 }

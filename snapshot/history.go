@@ -317,20 +317,15 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 	return nil
 }
 
-// Conflicts lists the paths of cur (the tree now) that differ in type,
+// conflicts lists the paths of cur (the tree now) that differ in type,
 // mode, content or link target from after (the state the guarded change
 // left them in) before the operation moves them to target, and are not
 // already as target has them; times are no part of it (a tool that
 // rewrites a file with the same bytes changed nothing the user sees). A path after does not list is expected absent
 // below what after removed, else as target records it; a path neither
 // lists is expected absent below what target removes, and is not touched
-// otherwise.
-func Conflicts(after, target, cur Manifest) []string {
-	return conflicts(after, target, cur, nil)
-}
-
-// conflicts is Conflicts where same, when set, may still find two files
-// of different contents the same (see sameGitIndex).
+// otherwise. same, when set, may still find two files of different contents the
+// same (see sameGitIndex).
 func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []string {
 	var out []string
 	for i := range cur {

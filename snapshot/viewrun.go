@@ -62,7 +62,7 @@ func (r *Repo) gitIndexCopy(id string) string { return r.path("runs", id, "git-i
 // commit can tell whether git only refreshed it meanwhile (see
 // sameGitIndex) or someone staged something.
 func (r *Repo) saveGitIndex(id string) error {
-	b, err := r.readTreeFile(gitIndexPath, maxGitIndex+1)
+	b, err := r.ReadTreeFile(gitIndexPath, maxGitIndex+1)
 	if err != nil || len(b) > maxGitIndex {
 		return nil // none (or too large to compare: judged by its ctime)
 	}
@@ -468,7 +468,7 @@ func (r *Repo) sameAsGitIndexCopy(id string) bool {
 	if err != nil {
 		return false
 	}
-	y, err := r.readTreeFile(gitIndexPath, maxGitIndex)
+	y, err := r.ReadTreeFile(gitIndexPath, maxGitIndex)
 	return err == nil && sameGitIndex(x, y)
 }
 
