@@ -104,11 +104,3 @@ func noteDropped(g *globals, excluded []string) {
 		fmt.Fprintf(g.stderr, "snapback: discard dropped what the run wrote to excluded paths: %s\n", quoteList(excluded))
 	}
 }
-
-func quoteList(ps []string) string {
-	q := make([]string, len(ps))
-	for i, p := range ps {
-		q[i] = quote(p)
-	}
-	return strings.Join(q, ", ")
-}

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
@@ -255,44 +254,6 @@ func versioned(v any) json.RawMessage {
 		return json.RawMessage(head + "}")
 	}
 	return json.RawMessage(head + "," + string(b[1:]))
-}
-
-// quote shows a path on one line: as is when it is plain, else Go-quoted
-// (so names with newlines or invalid UTF-8 stay unambiguous).
-func quote(p string) string {
-	if !utf8.ValidString(p) || strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '"' }) ||
-		strings.TrimSpace(p) != p {
-		return strconv.Quote(p)
-	}
-	return p
-}
-
-// jsonPath is a path for JSON output: the string, plus its bytes in base64
-// when they are not valid UTF-8 (JSON strings cannot hold them exactly).
-type jsonPath struct {
-	Path      string `json:"path"`
-	PathBytes []byte `json:"path_bytes,omitempty"`
-}
-
-func mkJSONPath(p string) jsonPath {
-	jp := jsonPath{Path: p}
-	if !utf8.ValidString(p) {
-		jp.PathBytes = []byte(p)
-	}
-	return jp
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // warn prints a warning: something the user should know though the verb
