@@ -88,7 +88,7 @@ func New(o Options) *mcp.Server {
 	if root == "" {
 		root = o.Dir
 	}
-	r := &runner{exe: o.Exe, dir: o.Dir, root: root}
+	r := &verbCaller{exe: o.Exe, dir: o.Dir, root: root}
 	no := false
 	reading := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
 	// Undo, redo and commit save what they replace (redo, undo and undo
@@ -240,7 +240,7 @@ type project struct {
 func (p project) dir() string { return p.Dir }
 
 // check is each input's own check of what it passes to the verb (none
-// for dir: see [runner.resolve]).
+// for dir: see [verbCaller.resolve]).
 func (p project) check() error { return nil }
 
 func (in diffIn) check() error { return errors.Join(checkID(in.ID), checkPaths(in.Paths)) }
@@ -323,7 +323,7 @@ func checkPaths(paths []string) error {
 
 // addTool adds a tool whose call runs the verb argv gives for its input
 // and its project directory; an error of argv is a usage error.
-func addTool[In input](s *mcp.Server, r *runner, t *mcp.Tool, argv func(In, string) ([]string, error)) {
+func addTool[In input](s *mcp.Server, r *verbCaller, t *mcp.Tool, argv func(In, string) ([]string, error)) {
 	schema, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: schema of %s: %v", t.Name, err)) // a bug in the types above
@@ -379,8 +379,8 @@ func positional(args []string, id string, paths []string) []string {
 	return append(args, paths...)
 }
 
-// runner runs one verb of the snapback binary per call.
-type runner struct {
+// verbCaller runs one verb of the snapback binary per call.
+type verbCaller struct {
 	exe  string
 	dir  string // the default project directory
 	root string // the project served
@@ -400,7 +400,7 @@ type cliError struct {
 // of the client's roots, both with their symbolic links resolved: an MCP
 // client naming a directory must not reach another project (undo there
 // reverted it, diff -p handed out its files).
-func (r *runner) resolve(dir string, roots []string) (string, error) {
+func (r *verbCaller) resolve(dir string, roots []string) (string, error) {
 	switch {
 	case dir == "":
 		dir = r.dir
@@ -477,7 +477,7 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", ";
 // call's result. A cancelled call does not stop the verb: killed half-way,
 // a verb that changes the tree leaves a journal for the next one to
 // finish, and each verb is short.
-func (r *runner) run(dir string, args []string) *mcp.CallToolResult {
+func (r *verbCaller) run(dir string, args []string) *mcp.CallToolResult {
 	verb := args[0]
 	if verb == "checkpoint" {
 		verb += " " + args[1]
