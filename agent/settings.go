@@ -309,13 +309,13 @@ func openSettings(path, rel string, write bool) (*os.File, []byte, error) {
 	if err != nil {
 		// A directory will not open for writing: say what it is.
 		if st, serr := os.Stat(path); serr == nil && !st.Mode().IsRegular() {
-			return nil, nil, fmt.Errorf("%s: not a regular file (%s)", rel, typeName(st.Mode()))
+			return nil, nil, fmt.Errorf("%s: not a regular file (%s)", rel, fsutil.TypeName(st.Mode()))
 		}
 		return nil, nil, fmt.Errorf("%s: %w", rel, errors.Unwrap(err))
 	}
 	st, err := f.Stat()
 	if err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("not a regular file (%s)", typeName(st.Mode()))
+		err = fmt.Errorf("not a regular file (%s)", fsutil.TypeName(st.Mode()))
 	}
 	if err == nil && st.Size() > maxSettings {
 		err = fmt.Errorf("over %d MiB", maxSettings>>20)
@@ -332,20 +332,6 @@ func openSettings(path, rel string, write bool) (*os.File, []byte, error) {
 		return nil, nil, fmt.Errorf("%s: %w", rel, err)
 	}
 	return f, b, nil
-}
-
-func typeName(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
-	case m&fs.ModeDevice != 0:
-		return "a device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return m.Type().String()
 }
 
 // BackupSuffix names the copy of a settings file an edit keeps while it

@@ -146,11 +146,12 @@ func modeOf(m uint32) fs.FileMode {
 }
 
 func notRegular(path string, m fs.FileMode) error {
-	return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (%s)", ErrNotRegular, typeName(m))}
+	return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("%w (%s)", ErrNotRegular, TypeName(m))}
 }
 
-// typeName says what kind of non-regular file a mode is, for an error.
-func typeName(m fs.FileMode) string {
+// TypeName says what kind of non-regular file a mode is, for an error:
+// "a directory", "a named pipe", "a symbolic link, not followed".
+func TypeName(m fs.FileMode) string {
 	switch {
 	case m.IsDir():
 		return "a directory"

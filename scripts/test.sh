@@ -32,6 +32,7 @@ need_pkg sqlite3 git # the POSIX table and the agent scenario run them under sna
 need_pkg postgresql mariadb-server docker.io # database and volume targets
 need_pkg restic # archive push/pull
 need_pkg python3 # TestAgentbox runs agentbox, a Python program
+need_pkg bash-completion # completion_bash.txtar: a real bash completes snapback after completion --install
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
@@ -153,7 +154,7 @@ export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0
 
 # Tests that need a capability skip without it, unless it is listed here:
 # then its absence fails them.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3,bash-completion
 
 # --- checks ------------------------------------------------------------
 failed=()

@@ -8,9 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -183,32 +181,16 @@ func TestRunOverSubmount(t *testing.T) {
 // the user's own cannot be written in a fuse view (its user namespace maps
 // only the user's ids): doctor says why, not only "permission denied".
 func TestDoctorForeignGroup(t *testing.T) {
-	u, err := user.Lookup(testUser)
-	why := ""
-	switch {
-	case os.Geteuid() != 0:
-		why = "switching to " + testUser + " needs root"
-	case err != nil:
-		why = "no user " + testUser + " (scripts/test.sh creates it)"
-	}
-	if !treetest.Require(t, "userns", why == "", why) {
-		t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
-	}
+	cred, bin := ordinaryUser(t)
 	if ok, why := fuse.Available(); !treetest.Require(t, "fuse", ok, why) {
 		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	bin := snapbackBinary(t)
-	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
-	root, err := os.MkdirTemp("", "snapback-foreign-")
-	treetest.Must(t, err)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	treetest.Must(t, os.Chmod(root, 0o755))
+	uid, gid := int(cred.Uid), int(cred.Gid)
+	root := userTempDir(t, "snapback-foreign-")
 	treetest.Must(t, os.Chown(root, uid, 0)) // the user's, of root's group
 	cmd := exec.Command(bin, "--json", "doctor")
 	cmd.Dir = root
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	out, err := cmd.Output()
 	treetest.Must(t, err)
 	m := doctorModes(t, out)["fuse"]

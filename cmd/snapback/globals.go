@@ -124,6 +124,11 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 	if err != nil {
 		return nil, nil, err
 	}
+	if create {
+		if err := g.refuseWideRoot(root); err != nil { // wideroot.go: not all of $HOME or /
+			return nil, nil, err
+		}
+	}
 	cfg, err := config.Load(root)
 	if err != nil {
 		return nil, nil, err

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -67,24 +66,14 @@ func isolationSetup(t *testing.T, mode, who string) isoRun {
 	}
 	r := isoRun{bin: snapbackBinary(t), mode: mode}
 	treetest.Must(t, os.Chmod(filepath.Dir(r.bin), 0o755))
-	base, err := os.MkdirTemp("", "snapback-iso-")
-	treetest.Must(t, err)
-	t.Cleanup(func() { os.RemoveAll(base) })
-	treetest.Must(t, os.Chmod(base, 0o755))
+	base := userTempDir(t, "snapback-iso-")
 	r.root, r.out = filepath.Join(base, "p"), filepath.Join(base, "out")
 	treetest.Write(t, r.root, "a", "a\n", 0o644)
 	treetest.Must(t, os.Mkdir(r.out, 0o777))
 	treetest.Must(t, os.Chmod(r.out, 0o777))
 	if who != "root" {
-		u, err := user.Lookup(testUser)
-		why := "no user " + testUser + " (scripts/test.sh creates it)"
-		if !treetest.Require(t, "userns", err == nil, why) {
-			t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		r.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		filepath.Walk(r.root, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, gid) })
+		r.cred, _ = ordinaryUser(t)
+		filepath.Walk(r.root, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, int(r.cred.Uid), int(r.cred.Gid)) })
 		// A user's doctor tries the real thing: no offer, no test.
 		out, err := r.command("doctor", "--json").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), `"name": "`+mode+`",

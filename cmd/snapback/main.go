@@ -172,6 +172,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	setExamples(root)
 	completeIDArgs(g, root)
 	requireVerb(root)
+	addCompletionInstall(g, root) // cmd_completion.go
 	refuseEmpty(root)
 	return root
 }

@@ -86,13 +86,15 @@ func TestScript(t *testing.T) {
 			case "restic":
 				_, err := exec.LookPath("restic")
 				ok, why = err == nil, "restic is not installed (Debian: restic)"
+			case "bash-completion":
+				ok, why = bashCompletionInstalled() != "", "the bash-completion package is not installed (Debian: bash-completion)"
 			default:
 				return false, fmt.Errorf("unknown condition %q", cond)
 			}
 			if ok {
 				return true, nil
 			}
-			// Scripts skip on [!root], [!fuse] or [!restic]; when
+			// Scripts skip on [!root], [!fuse], [!restic] or [!bash-completion]; when
 			// SNAPBACK_REQUIRE names the condition, that is a failure.
 			for _, c := range strings.Split(os.Getenv("SNAPBACK_REQUIRE"), ",") {
 				if c == cond {

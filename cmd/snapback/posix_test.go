@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -456,33 +455,16 @@ var posixUserOps = []string{"write-new", "rename-dir", "rename-lower-dirs"}
 // owns: an ordinary user's overlay views run in a user namespace of their
 // own, where the kernel allows overlayfs no redirects.
 func TestPOSIXAsUser(t *testing.T) {
-	u, err := user.Lookup(testUser)
-	why := ""
-	switch {
-	case os.Geteuid() != 0:
-		why = "switching to " + testUser + " needs root"
-	case err != nil:
-		why = "no user " + testUser + " (scripts/test.sh creates it)"
-	}
-	if !treetest.Require(t, "userns", why == "", why) {
-		t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	bin := snapbackBinary(t)
-	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
-	pu := &posixUser{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	cred, bin := ordinaryUser(t)
+	pu := &posixUser{cred: cred}
 	self, err := os.Executable()
 	treetest.Must(t, err)
 	pu.test = filepath.Join(filepath.Dir(bin), "posix.test")
 	if _, err := os.Stat(pu.test); err != nil {
 		copyFile(t, self, pu.test)
 	}
-	home, err := os.MkdirTemp("", "snapback-posix-doctor-")
-	treetest.Must(t, err)
-	t.Cleanup(func() { os.RemoveAll(home) })
-	treetest.Must(t, os.Chmod(home, 0o755))
-	treetest.Must(t, os.Chown(home, uid, gid))
+	home := userTempDir(t, "snapback-posix-doctor-")
+	treetest.Must(t, os.Chown(home, int(cred.Uid), int(cred.Gid)))
 	doctor := exec.Command(bin, "--json", "doctor")
 	doctor.Dir = home // a project of the user's
 	doctor.SysProcAttr = &syscall.SysProcAttr{Credential: pu.cred}
@@ -533,10 +515,7 @@ func userTree(t testing.TB, root string, u *posixUser) {
 func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string, u *posixUser) {
 	a, b := filepath.Join(t.TempDir(), "native"), filepath.Join(t.TempDir(), "in-"+mode)
 	if u != nil {
-		base, err := os.MkdirTemp("", "snapback-posix-")
-		treetest.Must(t, err)
-		t.Cleanup(func() { os.RemoveAll(base) })
-		treetest.Must(t, os.Chmod(base, 0o755))
+		base := userTempDir(t, "snapback-posix-")
 		a, b = filepath.Join(base, "native"), filepath.Join(base, "in-"+mode)
 	}
 	if mnt != "" {

@@ -26,17 +26,12 @@ func asUser(t *testing.T, bin, dir string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// TestOverlayAsOrdinaryUser: an ordinary user's overlay run (overlayfs or
-// fuse) mounts in a user namespace that maps only the user's own ids. The
-// command runs as that user (not a fake root) with no capabilities,
-// cannot see the store, and its changes commit and undo like root's.
-func TestOverlayAsOrdinaryUser(t *testing.T) {
-	for _, mode := range []string{"overlayfs", "fuse"} {
-		t.Run(mode, func(t *testing.T) { testAsOrdinaryUser(t, mode) })
-	}
-}
-
-func testAsOrdinaryUser(t *testing.T, mode string) {
+// ordinaryUser skips the test (or fails it, when SNAPBACK_REQUIRE names
+// userns) where it cannot run things as testUser: not root, or no such
+// user. It returns the user's credential and the snapback binary, made
+// reachable by that user.
+func ordinaryUser(t *testing.T) (*syscall.Credential, string) {
+	t.Helper()
 	u, err := user.Lookup(testUser)
 	why := ""
 	switch {
@@ -48,18 +43,41 @@ func testAsOrdinaryUser(t *testing.T, mode string) {
 	if !treetest.Require(t, "userns", why == "", why) {
 		t.Skip("SNAPBACK_REQUIRE does not name userns: " + why)
 	}
-	bin := snapbackBinary(t)
-	// The user must reach the binary and own the project.
-	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
-	base, err := os.MkdirTemp("", "snapback-userns-")
-	treetest.Must(t, err)
-	t.Cleanup(func() { os.RemoveAll(base) })
-	treetest.Must(t, os.Chmod(base, 0o755))
-	root := filepath.Join(base, "p")
-	treetest.Write(t, root, "a", "original\n", 0o644)
-	treetest.Write(t, root, "keep/k", "k\n", 0o644)
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
+	bin := snapbackBinary(t)
+	treetest.Must(t, os.Chmod(filepath.Dir(bin), 0o755))
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, bin
+}
+
+// userTempDir is a new directory that testUser may reach (t.TempDir's
+// parent is root's own, mode 0700), removed after the test.
+func userTempDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	treetest.Must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	treetest.Must(t, os.Chmod(dir, 0o755))
+	return dir
+}
+
+// TestOverlayAsOrdinaryUser: an ordinary user's overlay run (overlayfs or
+// fuse) mounts in a user namespace that maps only the user's own ids. The
+// command runs as that user (not a fake root) with no capabilities,
+// cannot see the store, and its changes commit and undo like root's.
+func TestOverlayAsOrdinaryUser(t *testing.T) {
+	for _, mode := range []string{"overlayfs", "fuse"} {
+		t.Run(mode, func(t *testing.T) { testAsOrdinaryUser(t, mode) })
+	}
+}
+
+func testAsOrdinaryUser(t *testing.T, mode string) {
+	cred, bin := ordinaryUser(t)
+	// The user must own the project.
+	root := filepath.Join(userTempDir(t, "snapback-userns-"), "p")
+	treetest.Write(t, root, "a", "original\n", 0o644)
+	treetest.Write(t, root, "keep/k", "k\n", 0o644)
+	uid, gid := int(cred.Uid), int(cred.Gid)
 	filepath.Walk(root, func(p string, _ os.FileInfo, _ error) error { return os.Lchown(p, uid, gid) })
 
 	out, err := asUser(t, bin, root, "doctor", "--json")
@@ -78,8 +96,8 @@ func testAsOrdinaryUser(t *testing.T, mode string) {
 		t.Fatalf("run as %s: %v\n%s", testUser, err, out)
 	}
 	lines := strings.Split(out, "\n")
-	if len(lines) < 4 || lines[0] != u.Uid || lines[1] != u.Gid {
-		t.Fatalf("the command did not run as %s (%s:%s):\n%s", testUser, u.Uid, u.Gid, out)
+	if len(lines) < 4 || lines[0] != strconv.Itoa(uid) || lines[1] != strconv.Itoa(gid) {
+		t.Fatalf("the command did not run as %s (%d:%d):\n%s", testUser, uid, gid, out)
 	}
 	if !strings.HasSuffix(lines[2], "0000000000000000") {
 		t.Fatalf("the command kept capabilities: %s", lines[2])
