@@ -106,12 +106,20 @@ func TestRunAtSlash(t *testing.T) {
 			}
 		}
 	}
-	if out, st := chrooted("run", "--mode", "btrfs", "--", "/snapback", "version"); st == 0 || !strings.Contains(out, "not on btrfs") {
+	// Without -C, a root at / found only because nothing nearer marks a
+	// project is refused (wide_root); -C / says the machine is meant.
+	if out, st := chrooted("run", "--mode", "copy", "--", "/snapback", "version"); st != 125 || !strings.Contains(out, "the whole machine") {
+		t.Errorf("run --mode copy at / without -C: exit %d\n%s", st, out)
+	}
+	if _, err := os.Lstat(filepath.Join(root, ".snapback")); err == nil {
+		t.Fatalf("a refused run at / made a store")
+	}
+	if out, st := chrooted("-C", "/", "run", "--mode", "btrfs", "--", "/snapback", "version"); st == 0 || !strings.Contains(out, "not on btrfs") {
 		t.Errorf("run --mode btrfs at /: exit %d\n%s", st, out)
 	}
 	// The copy mode's snapshot would read /proc: it runs where nothing is
 	// mounted below /.
-	cmd := exec.Command("unshare", "-m", "sh", "-c", `mount --make-rprivate / && mount --bind "$R" "$R" && exec chroot "$R" /snapback run --mode copy -- /snapback version`)
+	cmd := exec.Command("unshare", "-m", "sh", "-c", `mount --make-rprivate / && mount --bind "$R" "$R" && exec chroot "$R" /snapback -C / run --mode copy -- /snapback version`)
 	cmd.Env = append(os.Environ(), "R="+root)
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "snapback ") {
 		t.Errorf("run --mode copy at /: %v\n%s", err, out)
