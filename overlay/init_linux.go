@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/internal/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -204,7 +204,7 @@ func initRun(spec Spec, argv []string) int {
 		unix.CloseOnExec(spec.Lock)
 		keep = append(keep, spec.Lock)
 	}
-	if err := closeReaching(filepath.Join(spec.Root, snapshot.StoreDir), keep); err != nil {
+	if err := closeReaching(filepath.Join(spec.Root, layout.StoreDir), keep); err != nil {
 		return failed(err)
 	}
 	// An ordinary user's command runs with the caller's identity and no

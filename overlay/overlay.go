@@ -14,7 +14,7 @@ import (
 	"syscall"
 
 	"github.com/snapback/snapback/fsutil"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/internal/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -138,10 +138,10 @@ const limitPrefix = "limit: "
 // which needs no capability since Linux 5.8); one there already, or the
 // command's own entry of a former step of the run, stays.
 func hideStore(upper string) error {
-	p := filepath.Join(upper, snapshot.StoreDir)
+	p := filepath.Join(upper, layout.StoreDir)
 	fsutil.Mutating()
 	if err := unix.Mknod(p, unix.S_IFCHR, 0); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("hide %s in the view: %w", snapshot.StoreDir, err)
+		return fmt.Errorf("hide %s in the view: %w", layout.StoreDir, err)
 	}
 	return nil
 }
@@ -251,7 +251,7 @@ func Submounts(root string) []string {
 		return nil
 	}
 	root = filepath.Clean(root)
-	store := filepath.Join(root, snapshot.StoreDir)
+	store := filepath.Join(root, layout.StoreDir)
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -289,9 +289,9 @@ func unescapeMount(s string) string {
 // snapshot holds. done removes it, and puts the root's times back when it
 // was made there.
 func TrialDir(root string) (dir string, done func(), err error) {
-	parent, prefix := filepath.Join(root, snapshot.StoreDir, "tmp"), "trial-"
+	parent, prefix := filepath.Join(root, layout.StoreDir, "tmp"), "trial-"
 	if st, err := os.Lstat(parent); err != nil || !st.IsDir() {
-		parent, prefix = root, snapshot.TempPrefix+"trial-"
+		parent, prefix = root, layout.TempPrefix+"trial-"
 	}
 	var before unix.Stat_t
 	if err := unix.Lstat(parent, &before); err != nil {
@@ -357,7 +357,7 @@ type trialSpec struct {
 // its layer in dir (upper and work are made there).
 func trial(lower, dir string) (limit string, err error) {
 	spec := trialSpec{Spec: Spec{Root: lower, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), UserNS: os.Geteuid() != 0},
-		File: filepath.Join(lower, snapshot.TempPrefix+"trial"), Renames: filepath.Join(dir, "renames")}
+		File: filepath.Join(lower, layout.TempPrefix+"trial"), Renames: filepath.Join(dir, "renames")}
 	for _, d := range []string{spec.Upper, spec.Work, spec.Renames} {
 		fsutil.Mutating()
 		if err := os.Mkdir(d, 0o700); err != nil {

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapback/snapback/internal/layout"
 	"github.com/snapback/snapback/internal/treetest"
-	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +52,7 @@ func newView(t *testing.T) view {
 	}
 	treetest.Write(t, v.root, "a", "old\n", 0o644)
 	treetest.Write(t, v.root, "d/x", "x\n", 0o644)
-	treetest.Write(t, v.root, snapshot.StoreDir+"/secret", "history\n", 0o600)
+	treetest.Write(t, v.root, layout.StoreDir+"/secret", "history\n", 0o600)
 	return v
 }
 
@@ -117,7 +117,7 @@ ls -A; test -e .snapback && echo STORE-SEEN; rm -rf .snapback; exit 3`, nil)
 	if err := unix.Lstat(filepath.Join(v.upper, "d", "x"), &st2); err != nil || st2.Mode&unix.S_IFMT != unix.S_IFCHR || st2.Rdev != 0 {
 		t.Errorf("upper d/x: %v mode %o rdev %d, want the whiteout of the delete", err, st2.Mode, st2.Rdev)
 	}
-	if _, err := os.Stat(filepath.Join(v.root, snapshot.StoreDir, "secret")); err != nil {
+	if _, err := os.Stat(filepath.Join(v.root, layout.StoreDir, "secret")); err != nil {
 		t.Errorf("the store after rm -rf in the view: %v", err)
 	}
 }
@@ -159,7 +159,7 @@ func TestHelperDescriptors(t *testing.T) {
 	dir, err := os.Open(v.root)
 	treetest.Must(t, err)
 	defer dir.Close()
-	secret, err := os.Open(filepath.Join(v.root, snapshot.StoreDir, "secret"))
+	secret, err := os.Open(filepath.Join(v.root, layout.StoreDir, "secret"))
 	treetest.Must(t, err)
 	defer secret.Close()
 	fds := map[string]int{}

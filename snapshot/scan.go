@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/layout"
 	"golang.org/x/sys/unix"
 )
 
 // TempPrefix starts the names of the temp files a restore creates next to
 // their destination; scans skip them and recover removes them.
-const TempPrefix = ".snapback-tmp."
+const TempPrefix = layout.TempPrefix
 
 // Ignorer says which paths a snapshot leaves out (and restores never touch).
 type Ignorer interface {

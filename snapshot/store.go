@@ -14,11 +14,12 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/layout"
 	"golang.org/x/sys/unix"
 )
 
 // StoreDir is the store's directory name inside the root.
-const StoreDir = ".snapback"
+const StoreDir = layout.StoreDir
 
 // Errors callers classify.
 var (

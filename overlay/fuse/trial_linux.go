@@ -8,9 +8,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/snapback/snapback/internal/layout"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/layer"
-	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,7 +88,7 @@ func Probe(arg string) int {
 	if err != nil {
 		return fail("mount the view", err)
 	}
-	f := filepath.Join(spec.Dir, snapshot.TempPrefix+"trial")
+	f := filepath.Join(spec.Dir, layout.TempPrefix+"trial")
 	werr := os.WriteFile(f, []byte("trial\n"), 0o600)
 	if werr == nil {
 		werr = os.Remove(f)
