@@ -31,8 +31,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/internal/suggest"
-	"github.com/snapback/snapback/runner/isolation"
 )
 
 // FileName is the config file's name in the project root.

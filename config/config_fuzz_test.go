@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/snapback/snapback/runner/isolation"
+	"github.com/snapback/snapback/internal/isolation"
 )
 
 // FuzzParse checks that no snapback.toml makes Parse panic, and that every

@@ -1,6 +1,6 @@
 // Package runner owns a run of `snapback run` from start to finish, in
 // every isolation mode ([Run]): it picks the mode (from the one list in
-// runner/isolation), checks the targets, starts a run or resumes a
+// internal/isolation), checks the targets, starts a run or resumes a
 // pending one, prepares the view (overlayfs or fuse) or snapshots the
 // tree (copy, btrfs), executes the command ([Exec]), records what it
 // changed, and then commits it, keeps it for review or discards it. The

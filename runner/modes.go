@@ -2,9 +2,9 @@ package runner
 
 import (
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
-	"github.com/snapback/snapback/runner/isolation"
 )
 
 // The modes this package drives say whether they work here; the others

@@ -3,7 +3,7 @@ package runner
 import (
 	"testing"
 
-	"github.com/snapback/snapback/runner/isolation"
+	"github.com/snapback/snapback/internal/isolation"
 )
 
 // TestModesBuilt: with this package linked, every mode of the list but

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
-	"github.com/snapback/snapback/runner/isolation"
 	"github.com/snapback/snapback/snapshot"
 )
 

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
-	"github.com/snapback/snapback/runner/isolation"
 	"github.com/spf13/cobra"
 )
 
