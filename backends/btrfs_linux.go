@@ -8,60 +8,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"unsafe"
 
 	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
 
-// The btrfs ioctls of linux/btrfs.h that snapback uses.
+// What the btrfs backend keeps where.
 const (
-	btrfsIocSnapCreateV2  = 0x50009417 // _IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)
-	btrfsIocSnapDestroy   = 0x5000940f // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
-	btrfsIocGetSubvolInfo = 0x81f8943c // _IOR(0x94, 60, struct btrfs_ioctl_get_subvol_info_args)
-	btrfsSubvolRdonly     = 1 << 1
-	btrfsSubvolIno        = 256 // BTRFS_FIRST_FREE_OBJECTID: every subvolume's root directory
-	btrfsPayload          = "btrfs.json"
-	btrfsSnapshotDir      = ".snapback-snapshots"
-	btrfsRestorePrefix    = ".snapback-restore-"
-)
-
-type btrfsVolArgs struct {
-	Fd   int64
-	Name [4088]byte
-}
-
-type btrfsVolArgsV2 struct {
-	Fd      int64
-	Transid uint64
-	Flags   uint64
-	Unused  [4]uint64
-	Name    [4040]byte
-}
-
-type btrfsTimespec struct {
-	Sec  uint64
-	Nsec uint32
-	_    uint32
-}
-
-type btrfsSubvolInfo struct {
-	TreeID                         uint64
-	Name                           [256]byte
-	ParentID, DirID, Generation    uint64
-	Flags                          uint64
-	UUID, ParentUUID, ReceivedUUID [16]byte
-	Ctransid, Otransid, Stransid   uint64
-	Rtransid                       uint64
-	Ctime, Otime, Stime, Rtime     btrfsTimespec
-	Reserved                       [8]uint64
-}
-
-// The kernel's sizes, checked at compile time (an index out of range).
-var (
-	_ = [1]struct{}{}[unsafe.Sizeof(btrfsVolArgs{})-4096]
-	_ = [1]struct{}{}[unsafe.Sizeof(btrfsVolArgsV2{})-4096]
-	_ = [1]struct{}{}[unsafe.Sizeof(btrfsSubvolInfo{})-504]
+	btrfsPayload       = "btrfs.json"
+	btrfsSnapshotDir   = ".snapback-snapshots"
+	btrfsRestorePrefix = ".snapback-restore-"
 )
 
 // btrfsMeta is btrfs.json, the whole payload.
@@ -73,56 +29,8 @@ type btrfsMeta struct {
 	Generation uint64 `json:"generation"`  // the target's generation then
 }
 
-func btrfsIoctl(fd int, req uintptr, arg unsafe.Pointer) error {
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg)); e != 0 {
-		return e
-	}
-	return nil
-}
-
-// btrfsSnap snapshots the subvolume open as src into dirFd/name.
-func btrfsSnap(src, dirFd int, name string, readOnly bool) error {
-	var a btrfsVolArgsV2
-	if len(name) >= len(a.Name) {
-		return unix.ENAMETOOLONG
-	}
-	a.Fd = int64(src)
-	if readOnly {
-		a.Flags = btrfsSubvolRdonly
-	}
-	copy(a.Name[:], name)
-	return btrfsIoctl(dirFd, btrfsIocSnapCreateV2, unsafe.Pointer(&a))
-}
-
-// btrfsDestroy deletes the subvolume dirFd/name (read-only or not: root
-// may delete either).
-func btrfsDestroy(dirFd int, name string) error {
-	var a btrfsVolArgs
-	if len(name) >= len(a.Name) {
-		return unix.ENAMETOOLONG
-	}
-	copy(a.Name[:], name)
-	return btrfsIoctl(dirFd, btrfsIocSnapDestroy, unsafe.Pointer(&a))
-}
-
-func btrfsInfo(fd int) (btrfsSubvolInfo, error) {
-	var info btrfsSubvolInfo
-	err := btrfsIoctl(fd, btrfsIocGetSubvolInfo, unsafe.Pointer(&info))
-	return info, err
-}
-
 func btrfsOpenDir(dirFd int, name string) (int, error) {
 	return unix.Openat(dirFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-}
-
-// btrfsExists reports whether dirFd/name exists (not following a symlink).
-func btrfsExists(dirFd int, name string) (bool, error) {
-	var st unix.Stat_t
-	err := unix.Fstatat(dirFd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // Available implements Backend: the kernel decides per path (Check).
@@ -156,7 +64,7 @@ func (*Btrfs) Check(_ context.Context, t Target, root string) error {
 	if fs.Type != unix.BTRFS_SUPER_MAGIC {
 		return targetErr(t, "%s is not on btrfs", p)
 	}
-	if st.Ino != btrfsSubvolIno {
+	if st.Ino != fsutil.BtrfsSubvolIno {
 		return targetErr(t, "%s is a plain directory, not a btrfs subvolume (btrfs subvolume create makes one)", p)
 	}
 	var sx unix.Statx_t
@@ -208,30 +116,30 @@ func (b *Btrfs) Snapshot(ctx context.Context, t Target, root, dir string) (err e
 	name := btrfsSnapshotName(p, dir)
 	// A leftover under this name is from an earlier attempt into this same
 	// payload dir, which the caller owns: it is replaced.
-	if ok, err := btrfsExists(sd, name); err != nil {
+	if ok, err := fsutil.LexistsAt(sd, name); err != nil {
 		return wrap(err)
 	} else if ok {
-		if err := btrfsDestroy(sd, name); err != nil {
+		if err := fsutil.BtrfsDestroy(sd, name); err != nil {
 			return wrap(fmt.Errorf("delete the leftover snapshot %s: %w", filepath.Join(snapDir, name), err))
 		}
 	}
-	before, err := btrfsInfo(src)
+	before, err := fsutil.BtrfsInfo(src)
 	if err != nil {
 		return wrap(fmt.Errorf("subvolume info: %w", err))
 	}
-	if err := btrfsSnap(src, sd, name, true); err != nil {
+	if err := fsutil.BtrfsSnapshot(src, sd, name, true); err != nil {
 		return wrap(fmt.Errorf("create the snapshot: %w", err))
 	}
 	defer func() {
 		if err != nil {
-			_ = btrfsDestroy(sd, name) // already failing; a leftover is replaced or released later
+			_ = fsutil.BtrfsDestroy(sd, name) // already failing; a leftover is replaced or released later
 		}
 	}()
 	fd, err := btrfsOpenDir(sd, name)
 	if err != nil {
 		return wrap(err)
 	}
-	info, err := btrfsInfo(fd)
+	info, err := fsutil.BtrfsInfo(fd)
 	unix.Close(fd) // read-only
 	if err != nil {
 		return wrap(fmt.Errorf("snapshot info: %w", err))
@@ -274,7 +182,7 @@ func btrfsOpenSnapshot(m btrfsMeta) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("the snapshot %s: %w", m.Snapshot, err)
 	}
-	info, err := btrfsInfo(fd)
+	info, err := fsutil.BtrfsInfo(fd)
 	if err == nil && hex.EncodeToString(info.UUID[:]) != m.UUID {
 		err = fmt.Errorf("UUID %x, want %s: not the subvolume snapshotted", info.UUID, m.UUID)
 	}
@@ -289,11 +197,11 @@ func btrfsOpenSnapshot(m btrfsMeta) (int, error) {
 // finished restore: before the swap it is a half-made copy, after it the
 // old target.
 func btrfsRemoveLeftover(parent int, parentPath, name string) error {
-	ok, err := btrfsExists(parent, name)
+	ok, err := fsutil.LexistsAt(parent, name)
 	if err != nil || !ok {
 		return err
 	}
-	if err := btrfsDestroy(parent, name); err != nil {
+	if err := fsutil.BtrfsDestroy(parent, name); err != nil {
 		return fmt.Errorf("delete %s, left by an earlier restore: %w", filepath.Join(parentPath, name), err)
 	}
 	return nil
@@ -334,14 +242,14 @@ func (b *Btrfs) Restore(ctx context.Context, t Target, root, dir string) error {
 		flag = unix.RENAME_NOREPLACE
 	} else if err != nil {
 		return wrap(err)
-	} else if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Ino != btrfsSubvolIno {
+	} else if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Ino != fsutil.BtrfsSubvolIno {
 		return targetErr(t, "%s is no longer a btrfs subvolume: not replacing it", p)
 	}
-	if err := btrfsSnap(snap, parent, tmp, false); err != nil {
+	if err := fsutil.BtrfsSnapshot(snap, parent, tmp, false); err != nil {
 		return wrap(fmt.Errorf("copy the snapshot: %w", err))
 	}
 	if err := unix.Renameat2(parent, tmp, parent, base, flag); err != nil {
-		_ = btrfsDestroy(parent, tmp) // already failing; the next restore deletes a leftover
+		_ = fsutil.BtrfsDestroy(parent, tmp) // already failing; the next restore deletes a leftover
 		return wrap(fmt.Errorf("swap in the copy: %w", err))
 	}
 	if err := unix.Fsync(parent); err != nil {
@@ -350,7 +258,7 @@ func (b *Btrfs) Restore(ctx context.Context, t Target, root, dir string) error {
 	// The restore is done. An old subvolume that cannot be deleted now
 	// (nested subvolumes) is deleted by the next Restore or Release, or
 	// named in its error.
-	_ = btrfsDestroy(parent, tmp)
+	_ = fsutil.BtrfsDestroy(parent, tmp)
 	return nil
 }
 
@@ -411,7 +319,7 @@ func btrfsRelease(sd int, name, uuid string) error {
 	} else if err != nil {
 		return err
 	}
-	info, err := btrfsInfo(fd)
+	info, err := fsutil.BtrfsInfo(fd)
 	unix.Close(fd) // read-only
 	if err != nil {
 		return err
@@ -419,5 +327,5 @@ func btrfsRelease(sd int, name, uuid string) error {
 	if uuid != "" && hex.EncodeToString(info.UUID[:]) != uuid {
 		return nil
 	}
-	return btrfsDestroy(sd, name)
+	return fsutil.BtrfsDestroy(sd, name)
 }

@@ -14,6 +14,9 @@
 //     with one line naming it, a FIFO, a device, a directory or a file over
 //     a size bound, so an odd file can neither hang a command nor exhaust
 //     its memory.
+//   - btrfs subvolumes ([IsSubvolume], [SubvolSnapshot], [SubvolDelete] and
+//     the ioctls under them): the btrfs isolation mode's and the btrfs
+//     target's one mechanism.
 //   - [Mutating]: called before every state-changing system call, so that
 //     the kill test (SNAPBACK_KILL_AT=N, read only by a build that called
 //     [EnableTestSeams]) can stop the process before each.

@@ -1,7 +1,7 @@
 package runner
 
 import (
-	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
@@ -18,5 +18,5 @@ func init() {
 		return isolation.Verdict{OK: ok, Why: why, Limit: limit}
 	})
 	isolation.Provide(isolation.Fuse, fuse.Trial)
-	isolation.Provide(isolation.Btrfs, backends.IsSubvolume)
+	isolation.Provide(isolation.Btrfs, fsutil.IsSubvolume)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
 )
@@ -26,10 +25,10 @@ func (r *Repo) beforeSubvol(id string) string { return r.path("runs", id, "befor
 
 // snapSubvol takes a run's before-snapshot.
 func (r *Repo) snapSubvol(m *Meta) error {
-	if ok, why := backends.IsSubvolume(r.Root); !ok {
+	if ok, why := fsutil.IsSubvolume(r.Root); !ok {
 		return fmt.Errorf("run: --mode btrfs: %s", why)
 	}
-	if err := backends.SubvolSnapshot(r.Root, r.beforeSubvol(m.ID)); err != nil {
+	if err := fsutil.SubvolSnapshot(r.Root, r.beforeSubvol(m.ID)); err != nil {
 		return fmt.Errorf("run %s: %w", m.ID, err)
 	}
 	// The record needs a manifest until the run is narrowed: an empty one.
@@ -117,5 +116,5 @@ func (r *Repo) narrowSubvol(m *Meta) error {
 // dropSubvol deletes a btrfs-mode run's snapshot, once its record holds
 // what it needs.
 func (r *Repo) dropSubvol(id string) error {
-	return backends.SubvolDelete(r.beforeSubvol(id))
+	return fsutil.SubvolDelete(r.beforeSubvol(id))
 }
