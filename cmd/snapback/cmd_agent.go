@@ -206,13 +206,6 @@ func firstSnapshotHint(root string) string {
 	return fmt.Sprintf("this project holds over %d files and has no snapshot yet: the first turn that writes takes one inside its tool call; `snapback snap -m baseline` takes it now (later ones read only what changed)", largeTree)
 }
 
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
 func newAgentHookCmd(g *globals, names []string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "hook HARNESS",

@@ -61,7 +61,7 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return g.printJSON(map[string]any{"archive": mkArchiveJSON(s, catalog.FileName(s.ID)), "existed": existed})
+				return g.printJSON(archiveCreateJSON{Archive: mkArchiveJSON(s, catalog.FileName(s.ID)), Existed: existed})
 			}
 			verb := "wrote"
 			if existed {

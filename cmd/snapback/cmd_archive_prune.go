@@ -49,7 +49,7 @@ preview out. Other projects' archives and invalid files are never deleted;
 					return err
 				}
 				if g.json {
-					return g.printJSON(map[string]any{"deleted": append([]string{}, res.Deleted...)})
+					return g.printJSON(pruneApplyJSON{Deleted: nonNil(res.Deleted)})
 				}
 				for _, f := range res.Deleted {
 					fmt.Fprintf(g.stdout, "deleted %s\n", f)
@@ -86,14 +86,14 @@ preview out. Other projects' archives and invalid files are never deleted;
 				return err
 			}
 			if g.json {
-				out := map[string]any{"token": plan.Token, "expires_at": plan.Expires, "keep": plan.Keep, "max_delete": o.MaxDelete,
-					"delete": []archiveJSON{}, "kept": []archiveJSON{}, "later": len(plan.Later), "others": plan.Others,
-					"rejected": append([]catalog.Rejected{}, plan.Rejected...)}
+				out := prunePreviewJSON{Token: plan.Token, ExpiresAt: plan.Expires, Keep: plan.Keep, MaxDelete: o.MaxDelete,
+					Delete: []archiveJSON{}, Kept: []archiveJSON{}, Later: len(plan.Later), Others: plan.Others,
+					Rejected: nonNil(plan.Rejected)}
 				for _, a := range plan.Delete {
-					out["delete"] = append(out["delete"].([]archiveJSON), mkArchiveJSON(&a.Summary, a.File))
+					out.Delete = append(out.Delete, mkArchiveJSON(&a.Summary, a.File))
 				}
 				for _, a := range plan.Kept {
-					out["kept"] = append(out["kept"].([]archiveJSON), mkArchiveJSON(&a.Summary, a.File))
+					out.Kept = append(out.Kept, mkArchiveJSON(&a.Summary, a.File))
 				}
 				return g.printJSON(out)
 			}

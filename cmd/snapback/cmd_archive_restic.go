@@ -54,8 +54,7 @@ snapback and archive-<id>; one the repository already holds is skipped.`,
 				return err
 			}
 			if g.json {
-				if perr := g.printJSON(map[string]any{"pushed": append([]string{}, res.Pushed...), "skipped": append([]string{}, res.Skipped...),
-					"invalid": append([]catalog.Rejected{}, res.Invalid...)}); perr != nil {
+				if perr := g.printJSON(pushJSON{Pushed: nonNil(res.Pushed), Skipped: nonNil(res.Skipped), Invalid: nonNil(res.Invalid)}); perr != nil {
 					return perr
 				}
 				return err
@@ -107,8 +106,7 @@ RESTIC_PASSWORD_FILE or RESTIC_PASSWORD_COMMAND.`,
 				return err
 			}
 			if g.json {
-				if perr := g.printJSON(map[string]any{"pulled": append([]string{}, res.Pulled...), "skipped": append([]string{}, res.Skipped...),
-					"differs": append([]string{}, res.Differs...)}); perr != nil {
+				if perr := g.printJSON(pullJSON{Pulled: nonNil(res.Pulled), Skipped: nonNil(res.Skipped), Differs: nonNil(res.Differs)}); perr != nil {
 					return perr
 				}
 				return err

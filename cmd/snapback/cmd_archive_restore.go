@@ -50,7 +50,7 @@ capabilities) and owners other than you are dropped, as tar does without
 				return err
 			}
 			if g.json {
-				return g.printJSON(map[string]any{"archive": mkArchiveJSON(res.Summary, name), "into": into, "files": res.Files, "targets": res.Targets})
+				return g.printJSON(archiveRestoreJSON{Archive: mkArchiveJSON(res.Summary, name), Into: into, Files: res.Files, Targets: res.Targets})
 			}
 			fmt.Fprintf(g.stdout, "restored snapshot %s into %s (%d files", res.Summary.Snapshot, printable(into), res.Files)
 			if res.Targets > 0 {

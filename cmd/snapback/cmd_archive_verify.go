@@ -54,7 +54,7 @@ wherever it is, a copy on a USB stick say, without a catalog.`,
 				}
 			}
 			if g.json {
-				return g.printJSON(map[string]any{"archive": mkArchiveJSON(s, name), "ok": true})
+				return g.printJSON(archiveVerifyJSON{Archive: mkArchiveJSON(s, name), OK: true})
 			}
 			fmt.Fprintf(g.stdout, "ok %s (snapshot %s, %d entries, %s)\n", printable(name), s.Snapshot, s.Entries, humanBytes(s.Bytes))
 			return nil

@@ -16,7 +16,7 @@ func newBackendsCmd(g *globals) *cobra.Command {
 		RunE: func(*cobra.Command, []string) error {
 			st := backends.Statuses()
 			if g.json {
-				return g.printJSON(map[string]any{"backends": st})
+				return g.printJSON(backendsJSON{Backends: st})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "BACKEND\tAVAILABLE\tREASON")

@@ -26,7 +26,7 @@ func newGCCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return g.printJSON(map[string]any{"snapshots_removed": st.Snapshots, "objects_removed": st.Objects, "bytes_freed": st.Bytes})
+				return g.printJSON(gcJSON{SnapshotsRemoved: st.Snapshots, ObjectsRemoved: st.Objects, BytesFreed: st.Bytes})
 			}
 			fmt.Fprintf(g.stdout, "removed %d snapshots and %d objects (%s freed)\n", st.Snapshots, st.Objects, humanBytes(st.Bytes))
 			return nil

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"time"
+
+	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/catalog"
+)
+
+// What the verbs print under --json, one named type per verb's object
+// (docs/json.md documents each). Fields are in the order of their names,
+// as a map's keys marshal: the objects are byte for byte what the maps
+// they replace printed. The types of the records, snapshots and archives
+// they carry (snapJSON, archiveJSON, …) live beside the verbs that share
+// them.
+
+// archiveCreateJSON: archive create.
+type archiveCreateJSON struct {
+	Archive archiveJSON `json:"archive"`
+	Existed bool        `json:"existed"`
+}
+
+// archiveVerifyJSON: archive verify of one archive.
+type archiveVerifyJSON struct {
+	Archive archiveJSON `json:"archive"`
+	OK      bool        `json:"ok"`
+}
+
+// archiveRestoreJSON: archive restore.
+type archiveRestoreJSON struct {
+	Archive archiveJSON `json:"archive"`
+	Files   int         `json:"files"`
+	Into    string      `json:"into"`
+	Targets int         `json:"targets"`
+}
+
+// prunePreviewJSON: archive prune without --apply, the plan.
+type prunePreviewJSON struct {
+	Delete    []archiveJSON      `json:"delete"`
+	ExpiresAt time.Time          `json:"expires_at"`
+	Keep      int                `json:"keep"`
+	Kept      []archiveJSON      `json:"kept"`
+	Later     int                `json:"later"`
+	MaxDelete int                `json:"max_delete"`
+	Others    int                `json:"others"`
+	Rejected  []catalog.Rejected `json:"rejected"`
+	Token     string             `json:"token"`
+}
+
+// pruneApplyJSON: archive prune --apply.
+type pruneApplyJSON struct {
+	Deleted []string `json:"deleted"`
+}
+
+// pushJSON: archive push.
+type pushJSON struct {
+	Invalid []catalog.Rejected `json:"invalid"`
+	Pushed  []string           `json:"pushed"`
+	Skipped []string           `json:"skipped"`
+}
+
+// pullJSON: archive pull.
+type pullJSON struct {
+	Differs []string `json:"differs"`
+	Pulled  []string `json:"pulled"`
+	Skipped []string `json:"skipped"`
+}
+
+// backendsJSON: backends.
+type backendsJSON struct {
+	Backends []backends.Status `json:"backends"`
+}
+
+// gcJSON: gc.
+type gcJSON struct {
+	BytesFreed       int64 `json:"bytes_freed"`
+	ObjectsRemoved   int   `json:"objects_removed"`
+	SnapshotsRemoved int   `json:"snapshots_removed"`
+}
+
+// nonNil is s, or an empty slice where s is nil: a list prints as [],
+// never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
