@@ -188,7 +188,13 @@ step "go vet (darwin)" env GOOS=darwin go vet ./...
 raced=(./fsutil/ ./config/ ./runner/)
 step "go test -race (${raced[*]})" go test -race -count=1 -timeout 10m "${raced[@]}"
 mapfile -t rest < <(go list ./... | grep -v -e '/fsutil$' -e '/config$' -e '/runner$')
-step "go test (the other packages)" go test -count=1 -timeout 15m "${rest[@]}"
+# Through testlog.py: the results, every failing test's output, and the
+# slowest tests (where the suite's time goes). pipefail: either failing
+# fails the step.
+go_test_logged() {
+	go test -count=1 -timeout 15m -json "$@" | python3 scripts/testlog.py
+}
+step "go test (the other packages)" go_test_logged "${rest[@]}"
 
 # Each fuzz target, found in the test files, briefly: its checked-in seeds
 # (testdata/fuzz/FuzzX/), then a fixed number of new inputs. A failure

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""testlog.py: read `go test -json` on stdin and print what a person needs
+from it: each package's result line, the whole output of every test that
+failed (and of a package that failed outside any test), and the slowest
+top-level tests, so that a CI log shows where the time goes. Exit status 1
+when anything failed (go test's own status is checked by the caller too)."""
+import json
+import sys
+
+out = {}        # (package, test) -> output lines
+elapsed = []    # (seconds, package, test) of top-level tests
+failed = False
+for line in sys.stdin:
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        print(line, end="")  # not test2json: a build error, say
+        continue
+    pkg, test, action = ev.get("Package", ""), ev.get("Test", ""), ev.get("Action")
+    key = (pkg, test)
+    if action == "output":
+        out.setdefault(key, []).append(ev.get("Output", ""))
+        continue
+    if action not in ("pass", "fail", "skip"):
+        continue
+    if action == "fail":
+        failed = True
+    if test == "":
+        lines = out.pop(key, [])
+        if action == "fail":
+            # A test still running when its package died (a panic, the
+            # timeout) never ends: its output is the story.
+            for k in [k for k in out if k[0] == pkg]:
+                print("".join(out.pop(k)), end="")
+            print("".join(lines), end="")
+        else:
+            print("".join(l for l in lines if l.startswith(("ok", "?", "FAIL", "---"))), end="")
+        sys.stdout.flush()
+        continue
+    lines = out.pop(key, [])
+    if action == "fail":
+        print("".join(lines), end="")
+    if "/" not in test and "Elapsed" in ev:
+        elapsed.append((ev["Elapsed"], pkg.rsplit("/", 1)[-1], test))
+
+elapsed.sort(reverse=True)
+if elapsed:
+    print("slowest tests:")
+    for secs, pkg, test in elapsed[:12]:
+        print(f"  {secs:7.1f}s  {pkg}.{test}")
+sys.exit(1 if failed else 0)
