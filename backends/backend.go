@@ -14,8 +14,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/snapback/snapback/config"
 )
@@ -113,7 +116,13 @@ func Statuses() []Status {
 
 // TargetPath resolves the path setting of a target whose backend takes a
 // path: relative to the project root, cleaned. It is the one resolution
-// of a target path.
+// of a target path. Backends write there, so it never leads through a
+// symbolic link that snapback did not make (and snapback makes none): the
+// path itself must not be one, nor, for a path inside the root, any
+// directory on the way below the root (a repository can commit a link
+// that would take a restore out of the project). A path outside the root
+// is the user's own choice in snapback.toml; its directories are the
+// system's.
 func TargetPath(t Target, root string) (string, error) {
 	if t.Path == "" {
 		return "", targetErr(t, "no path")
@@ -122,7 +131,22 @@ func TargetPath(t Target, root string) (string, error) {
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(root, p)
 	}
-	return filepath.Abs(p)
+	p, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	top := filepath.Dir(p)
+	if r, err := filepath.Abs(root); err == nil {
+		if rel, err := filepath.Rel(r, p); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
+			top = r
+		}
+	}
+	for q := p; q != top && q != filepath.Dir(q); q = filepath.Dir(q) {
+		if st, err := os.Lstat(q); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+			return "", targetErr(t, "%s is a symbolic link: a target is never reached through one", q)
+		}
+	}
+	return p, nil
 }
 
 // targetErr makes a one-line error naming the target.

@@ -663,6 +663,12 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 		if !found {
 			return fmt.Errorf("the snapshot's copy, database %s, is gone", pl.Snapshot)
 		}
+		if ours, err := pgIsCopy(ctx, conn, pl); err != nil || !ours {
+			if err == nil {
+				err = fmt.Errorf("%w: database %s is not a copy snapback made of %s: not restored from", ErrTarget, pl.Snapshot, pl.Database)
+			}
+			return err
+		}
 		var strategy string
 		if strategy, err = pgStrategy(ctx, conn, pl.Snapshot); err != nil {
 			return err
@@ -840,6 +846,9 @@ func (*Postgres) Release(ctx context.Context, t Target, root, dir string) error 
 	if err := pl.sameServer(ctx, t, conn); err != nil {
 		return err
 	}
+	if ours, err := pgIsCopy(ctx, conn, pl); err != nil || !ours {
+		return err // gone already, or not a copy snapback made: left alone
+	}
 	if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
 		return err
 	}
@@ -847,4 +856,23 @@ func (*Postgres) Release(ctx context.Context, t Target, root, dir string) error 
 		return fmt.Errorf("release postgres %q: dropping %s: %w", pl.Database, pl.Snapshot, err)
 	}
 	return nil
+}
+
+// pgIsCopy reports whether the database a payload names as its copy is
+// one snapback made of pl.Database: postgres.json is read from the store,
+// input from outside, and must not get another database dropped or
+// restored from. A copy carries snapback's name and comment.
+func pgIsCopy(ctx context.Context, conn *pgx.Conn, pl pgPayload) (bool, error) {
+	if !strings.HasPrefix(pl.Snapshot, "snapback_") {
+		return false, nil
+	}
+	var comment *string
+	err := conn.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", pl.Snapshot).Scan(&comment)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return comment != nil && strings.HasPrefix(*comment, fmt.Sprintf("snapback snapshot of database %q, payload ", pl.Database)), nil
 }

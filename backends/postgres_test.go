@@ -883,3 +883,33 @@ func TestPostgresConnectErrorOneLine(t *testing.T) {
 		})
 	}
 }
+
+// TestPostgresPayloadNamesOtherDatabase: postgres.json is read from the
+// store (input from outside, a cloned repository's included). One whose
+// copy names another database of the server — not a copy snapback made
+// — gets that database neither dropped by Release nor restored from.
+func TestPostgresPayloadNamesOtherDatabase(t *testing.T) {
+	ctx := context.Background()
+	tg, name := pgSetup(t, 1)
+	_, victim := pgSetup(t, 3)
+	// A victim with snapback's prefix, too: the name alone proves nothing.
+	prefixed, _ := pgMakeDB(t, fmt.Sprintf("snapback_victim_%d", os.Getpid()))
+	b := &backends.Postgres{}
+	for _, v := range []string{victim, prefixed} {
+		payload := t.TempDir()
+		pl, err := json.Marshal(map[string]any{"method": "template", "snapshot": v, "database": name, "complete": true})
+		treetest.Must(t, err)
+		treetest.Must(t, os.WriteFile(filepath.Join(payload, "postgres.json"), pl, 0o600))
+		st, _ := pgState(t, tg.DSN)
+		if err := b.Restore(ctx, tg, "", payload); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "not a copy snapback made") {
+			t.Errorf("restoring from database %s: %v", v, err)
+		}
+		if got, _ := pgState(t, tg.DSN); got != st {
+			t.Errorf("a refused restore from %s changed the database", v)
+		}
+		treetest.Must(t, b.Release(ctx, tg, "", payload))
+		if pgCount(t, fmt.Sprintf("SELECT count(*) FROM pg_database WHERE datname = '%s'", v)) != 1 {
+			t.Fatalf("Release dropped database %s, which the payload named", v)
+		}
+	}
+}

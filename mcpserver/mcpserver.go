@@ -17,8 +17,9 @@
 // The server acts on the project it was started in ([Options.Root]) and
 // on the roots the client declares through MCP's roots, if it declares
 // any: a dir elsewhere (absolute, or climbing out with "..", or through
-// a symbolic link: links are resolved before the comparison) is a tool
-// error naming it, and no verb runs. Every id, session, message and path
+// a symbolic link: links are resolved before the comparison), or one
+// whose project root (found from it as the CLI finds it) is elsewhere, is
+// a tool error naming it, and no verb runs. Every id, session, message and path
 // a tool passes on is checked first too, and placed where the verb
 // cannot read it as a flag.
 //
@@ -414,14 +415,21 @@ func (r *verbCaller) resolve(dir string, roots []string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dir %s: %w", dir, err)
 	}
+	// The verb acts on the project root it finds from dir, which may lie
+	// above it (a directory with no marker of its own in a parent's git
+	// work tree): that root, not only dir, must be in a root served.
+	proj := snapshot.FindRoot(real)
 	for _, root := range append([]string{r.root}, roots...) {
-		if rr, err := filepath.EvalSymlinks(root); err == nil && within(real, rr) {
+		if rr, err := filepath.EvalSymlinks(root); err == nil && within(real, rr) && within(proj, rr) {
 			return real, nil
 		}
 	}
 	where := "the project " + r.root
 	if len(roots) > 0 {
 		where += " or the client's roots (" + strings.Join(roots, ", ") + ")"
+	}
+	if proj != real {
+		return "", fmt.Errorf("dir %s: its project root %s is %w %s; this server acts only there", dir, proj, errOutside, where)
 	}
 	return "", fmt.Errorf("dir %s: %w %s; this server acts only there", dir, errOutside, where)
 }

@@ -344,3 +344,68 @@ func TestConfined(t *testing.T) {
 	served(cs2, "", filepath.Join(proj, "sub"))
 	refused(cs2, other)
 }
+
+// TestConfinedProjectAboveRoot: a dir in the root served whose project
+// root, found from it as the verb finds it, lies above that root — a
+// directory with no marker of its own inside a parent's git work tree —
+// runs nothing: the verb would act on the parent. With a marker of its
+// own, it is served.
+func TestConfinedProjectAboveRoot(t *testing.T) {
+	ctx := context.Background()
+	exe, argsFile := fakeSnapback(t, `echo '{"version":1}'`)
+	parent := t.TempDir()
+	proj, extra := filepath.Join(parent, "proj"), filepath.Join(parent, "extra")
+	for _, d := range []string{filepath.Join(parent, ".git"), filepath.Join(proj, "sub"), extra} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call := func(cs *mcp.ClientSession, dir string) (*mcp.CallToolResult, bool) {
+		t.Helper()
+		os.Remove(argsFile)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "undo", Arguments: map[string]any{"dir": dir}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = os.Stat(argsFile)
+		return res, err == nil
+	}
+	// The root served, and a root the client declares.
+	cs := connect(t, Options{Exe: exe, Dir: proj, Root: proj})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := New(Options{Exe: exe, Dir: filepath.Join(parent, ".git"), Root: filepath.Join(parent, ".git")}).Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	client.AddRoots(&mcp.Root{URI: "file://" + extra})
+	cs2, err := client.Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close()
+	for _, c := range []struct {
+		cs  *mcp.ClientSession
+		dir string
+	}{{cs, ""}, {cs, "sub"}, {cs, proj}, {cs2, extra}} {
+		res, ran := call(c.cs, c.dir)
+		if ran || !res.IsError || !strings.Contains(resultText(res), "its project root "+parent+" is outside") {
+			t.Errorf("undo in %q: ran %v, %q; want a tool error naming the project root above", c.dir, ran, resultText(res))
+		}
+	}
+	// A marker of its own makes it its own project.
+	for _, d := range []string{proj, extra} {
+		if err := os.WriteFile(filepath.Join(d, "snapback.toml"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		cs  *mcp.ClientSession
+		dir string
+	}{{cs, "sub"}, {cs2, extra}} {
+		if res, ran := call(c.cs, c.dir); !ran || res.IsError {
+			t.Errorf("undo in %q with a marker: ran %v, %q", c.dir, ran, resultText(res))
+		}
+	}
+}

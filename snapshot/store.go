@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/layout"
 	"golang.org/x/sys/unix"
@@ -20,6 +21,37 @@ import (
 
 // StoreDir is the store's directory name inside the root.
 const StoreDir = layout.StoreDir
+
+// FindRoot finds the project root from dir (absolute), as every verb
+// does: the nearest of dir and its ancestors holding snapback.toml or
+// .snapback; else the top of the enclosing git work tree (the nearest
+// holding .git, a directory or, in worktrees and submodules, a file);
+// else dir. A verb started in a subdirectory then acts on the whole
+// project.
+func FindRoot(dir string) string {
+	if d := nearestHolding(dir, config.FileName, StoreDir); d != "" {
+		return d
+	}
+	if d := nearestHolding(dir, ".git"); d != "" {
+		return d
+	}
+	return dir
+}
+
+// nearestHolding returns the nearest of dir and its ancestors that holds
+// one of names, or "".
+func nearestHolding(dir string, names ...string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		for _, n := range names {
+			if _, err := os.Lstat(filepath.Join(d, n)); err == nil {
+				return d
+			}
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
 
 // Errors callers classify.
 var (

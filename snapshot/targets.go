@@ -186,11 +186,80 @@ func (r *Repo) payloadTarget(rel string) (config.Target, error) {
 	return t, nil
 }
 
-// stateTargets lists the settings of the targets states were taken of.
+// declaredTarget is the target of snapback.toml a saved state stands
+// for. A payload's target.json, like all of the store, is input from
+// outside (a cloned repository's committed .snapback/ included): it is
+// never acted on as it stands. It only selects the target snapback.toml
+// declares now with the same backend and the same identity (resolved
+// path, dsn, volume, dataset), and that declared target is what is
+// restored; a payload that names anything else is refused (ErrUntrusted),
+// naming the record and the field. The implicit git target is not
+// declared: its backend checks that it names the git dir found from the
+// root (repoFor).
+func (r *Repo) declaredTarget(s TargetState) (config.Target, error) {
+	t, err := r.payloadTarget(s.Payload)
+	if err != nil {
+		return t, err
+	}
+	if t.Backend != s.Backend {
+		return t, r.undeclared(s, "backend", fmt.Sprintf("%q differs from its record's (%q)", t.Backend, s.Backend))
+	}
+	if t.Backend == gitBackendName {
+		return t, nil
+	}
+	for _, c := range r.Targets {
+		if sameTarget(c, t, r.Root) {
+			return c, nil
+		}
+	}
+	field, val := "backend", strconv.Quote(t.Backend)
+	switch {
+	case t.Path != "":
+		field, val = "path", strconv.Quote(t.Path)
+	case t.DSN != "":
+		field, val = "dsn", strconv.Quote(redactDSN(t.DSN))
+	case t.Volume != "":
+		field, val = "volume", strconv.Quote(t.Volume)
+	case t.Dataset != "":
+		field, val = "dataset", strconv.Quote(t.Dataset)
+	}
+	return t, r.undeclared(s, field, fmt.Sprintf("%s (%s) is not a [[target]] of snapback.toml", val, t.Backend))
+}
+
+// undeclared is declaredTarget's refusal of state s.
+func (r *Repo) undeclared(s TargetState, field, what string) error {
+	owner := s.Payload
+	if parts := strings.Split(s.Payload, "/"); len(parts) == 3 {
+		owner = parts[1]
+	}
+	return fmt.Errorf("%w: record %s: %s: %s %s; not restored", ErrUntrusted, owner, r.path(s.Payload, "target.json"), field, what)
+}
+
+// sameTarget reports whether a and b name the same thing: the same
+// backend and the same path (resolved against root), dsn, volume and
+// dataset. Names and options do not count.
+func sameTarget(a, b config.Target, root string) bool {
+	if a.Backend != b.Backend || a.DSN != b.DSN || a.Volume != b.Volume || a.Dataset != b.Dataset || (a.Path == "") != (b.Path == "") {
+		return false
+	}
+	if a.Path == "" {
+		return true
+	}
+	abs := func(p string) string {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(root, p)
+		}
+		return filepath.Clean(p)
+	}
+	return abs(a.Path) == abs(b.Path)
+}
+
+// stateTargets lists the declared targets states were taken of
+// (declaredTarget).
 func (r *Repo) stateTargets(states []TargetState) ([]config.Target, error) {
 	var ts []config.Target
 	for _, s := range states {
-		t, err := r.payloadTarget(s.Payload)
+		t, err := r.declaredTarget(s)
 		if err != nil {
 			return nil, err
 		}
@@ -203,7 +272,7 @@ func (r *Repo) stateTargets(states []TargetState) ([]config.Target, error) {
 // restores are idempotent: recover runs this again after a crash.
 func (r *Repo) restoreTargets(states []TargetState) error {
 	for _, s := range states {
-		t, err := r.payloadTarget(s.Payload)
+		t, err := r.declaredTarget(s)
 		if err != nil {
 			return err
 		}
@@ -235,8 +304,12 @@ func (r *Repo) releasePayloads(owner string) error {
 	}
 	for _, e := range ents {
 		rel := filepath.Join("targets", owner, e.Name())
+		// Only a declared target's payload is released through its
+		// backend (which may drop a copy on a server): one naming
+		// anything else is only removed.
 		if t, err := r.payloadTarget(rel); err == nil {
-			if b, err := backendOf(t.Backend); err == nil {
+			t, err = r.declaredTarget(TargetState{Backend: t.Backend, Payload: rel})
+			if b, berr := backendOf(t.Backend); err == nil && berr == nil {
 				if err := b.Release(r.ctx(), t, r.Root, r.path(rel, "data")); err != nil {
 					return fmt.Errorf("release target %s: %w", TargetName(t), err)
 				}

@@ -48,6 +48,12 @@ import (
 // The same adoption is the user's way to vouch for a store refused as
 // copied (a project copied with cp -a, or a filesystem whose inode
 // numbers change at each mount): delete the identity record.
+//
+// Adopted or not, a store never chooses what a restore writes outside
+// it: a target payload is restored only into the target snapback.toml
+// declares now that it matches (Repo.declaredTarget), so an adopted
+// store, which may have come by a clone with a crafted record, can name
+// no file, database or volume of its own.
 
 // UntrustedPrefix begins the name, in the root, of a store check --repair
 // set aside whole; no snapshot holds it and no restore touches it.

@@ -72,38 +72,15 @@ func (g *globals) chdir() error {
 	return os.Setenv("PWD", abs)
 }
 
-// rootDir finds the project root from the working directory: the nearest
-// ancestor holding snapback.toml or .snapback; else the top of the
-// enclosing git work tree (the nearest ancestor holding .git, a directory
-// or, in worktrees and submodules, a file); else the working directory.
-// A run started in a subdirectory then protects the whole project.
+// rootDir finds the project root from the working directory
+// (snapshot.FindRoot): a run started in a subdirectory then protects the
+// whole project.
 func (g *globals) rootDir() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("working directory: %w", err)
 	}
-	if d := nearestHolding(wd, config.FileName, snapshot.StoreDir); d != "" {
-		return d, nil
-	}
-	if d := nearestHolding(wd, ".git"); d != "" {
-		return d, nil
-	}
-	return wd, nil
-}
-
-// nearestHolding returns the nearest of dir and its ancestors that holds
-// one of names, or "".
-func nearestHolding(dir string, names ...string) string {
-	for d := dir; ; d = filepath.Dir(d) {
-		for _, n := range names {
-			if _, err := os.Lstat(filepath.Join(d, n)); err == nil {
-				return d
-			}
-		}
-		if filepath.Dir(d) == d {
-			return ""
-		}
-	}
+	return snapshot.FindRoot(wd), nil
 }
 
 // readOnlyVerbs never change the tree: they run while an interrupted
