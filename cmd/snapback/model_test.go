@@ -207,10 +207,9 @@ type step struct {
 type pendingRun struct {
 	id         string
 	base, view tree
-	ctimes     map[string]int64 // each path's at the start
-	timeOnly   []string         // changed by the run in their times alone
-	dirTimes   []string         // directories whose times it changed
-	left       []string         // changed paths not committed yet
+	timeOnly   []string // changed by the run in their times alone
+	dirTimes   []string // directories whose times it changed
+	left       []string // changed paths not committed yet
 }
 
 type openCheckpoint struct {
@@ -331,10 +330,7 @@ type outcome struct {
 
 // knownDefects are those the model tolerates (see outcome.known): each
 // is reported, with the sequence that shows it; remove it once fixed.
-var knownDefects = map[string]string{
-	"commit-times-conflict": "commit refuses (exit 1, a conflict) on a path whose type, mode, content and link target are as when the run started, when its ctime moved (touch, chmod to the same mode, a rewrite with the same bytes, an undo putting it back): the check compares ctimes, not what the README says a conflict is",
-	"commit-over-new-dir":   "commit replaces a directory made in the tree since the run started (empty, so no path below it conflicts) with what the run wrote there, instead of refusing: the conflict check skips every directory (the directory is saved in the run's record: undo brings it back)",
-}
+var knownDefects = map[string]string{}
 
 func refuse(code int) outcome { return outcome{refuse: true, code: code} }
 
@@ -692,7 +688,7 @@ func (m *model) runCmd(t *rapid.T) {
 		// the run stays pending.
 		o.status = 125
 	}
-	base, ctimes := m.tree, m.ctimes()
+	base := m.tree
 	m.verb(o, false, args...)
 	var res struct{ ID, State string }
 	if m.last.code == 125 {
@@ -721,7 +717,7 @@ func (m *model) runCmd(t *rapid.T) {
 		all := append(append([]string{}, ch...), timeOnly...)
 		m.maybeStep(len(all) > 0, &step{kind: "run", before: pick(base, all), after: pick(view, all)})
 	case "pending":
-		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, ctimes: ctimes, timeOnly: timeOnly, dirTimes: dirTimes}
+		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, timeOnly: timeOnly, dirTimes: dirTimes}
 		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
 	}
 }
@@ -816,17 +812,11 @@ func (m *model) commit(t *rapid.T) {
 				}
 			}
 		}
-		if o.refuse && o.code == 1 && newDirsOnly(m.tree, p.base, judged) {
-			o.known, o.want = "commit-over-new-dir", apply(m.tree, pick(p.view, sub))
-		}
 		if o.refuse && o.code == 1 && deletedOnly(m.tree, p.base, judged) {
 			// Documented: a path deleted in the tree during the run
 			// is not seen as a conflict.
 			o = outcome{either: true, want: withParents(apply(m.tree, pick(p.view, sub)), p.view)}
 		}
-	}
-	if !o.refuse && !o.either && m.touched(p) {
-		o.known, o.knownStatus = "commit-times-conflict", 1
 	}
 	before := m.tree
 	if !m.verb(o, kill, args...) {
@@ -842,47 +832,6 @@ func (m *model) commit(t *rapid.T) {
 		// be only times, which the model does not see: status tells.)
 		m.pend = nil
 	}
-}
-
-// ctimes is the ctime of each path of the tree.
-func (m *model) ctimes() map[string]int64 {
-	out := map[string]int64{}
-	for p := range m.tree {
-		var st syscall.Stat_t
-		if syscall.Lstat(filepath.Join(m.root, p), &st) == nil {
-			out[p] = st.Ctim.Nano()
-		}
-	}
-	return out
-}
-
-// touched says whether a path whose entry is as when the run started
-// has had its inode changed since (see commit-times-conflict): any path,
-// as the run's changeset may hold more than the model sees (the source
-// of a hard link it made, whose link count changed).
-func (m *model) touched(p *pendingRun) bool {
-	now := m.ctimes()
-	for q := range m.tree {
-		if _, ok := now[q]; ok && m.tree[q] == p.base[q] && now[q] != p.ctimes[q] {
-			return true
-		}
-	}
-	return false
-}
-
-// newDirsOnly says whether every path of sub the tree changed since
-// base is a directory now that was none then.
-func newDirsOnly(cur, base tree, sub []string) bool {
-	any := false
-	for _, p := range sub {
-		if cur[p] != base[p] {
-			if !cur.isDir(p) || base.isDir(p) {
-				return false
-			}
-			any = true
-		}
-	}
-	return any
 }
 
 // deletedOnly says whether every path of sub the tree changed since
