@@ -87,12 +87,13 @@ func TestModel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}}
+	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}, verbs: map[string]int{}}
 	seeds, _ := filepath.Glob("testdata/rapid/TestModel/TestModel-*.fail")
 	run.seeds = len(seeds)
 	start := time.Now()
 	rapid.Check(t, run.sequence)
 	t.Logf("model: %d sequences, %d steps in %v (modes %v)", run.sequences, run.steps, time.Since(start).Round(time.Second), run.modes)
+	t.Logf("model: verbs run: %v", run.verbs)
 	for k, n := range run.known {
 		t.Logf("model: known defect %s tolerated %d times: %s", k, n, knownDefects[k])
 	}
@@ -146,6 +147,7 @@ type modelRun struct {
 	known     map[string]int // how often each known defect showed
 	seeds     int            // the checked-in sequences
 	calls     int
+	verbs     map[string]int // how often each verb ran
 }
 
 func (r *modelRun) sequence(t *rapid.T) {
@@ -176,17 +178,19 @@ func (r *modelRun) sequence(t *rapid.T) {
 	m.person("printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l")
 	m.snap(t) // a store to work on: without one, every verb is exit 2
 	t.Repeat(map[string]func(*rapid.T){
-		"edit":       m.edit,
-		"snap":       m.snap,
-		"undo":       m.undo,
-		"redo":       m.redo,
-		"restore":    m.restore,
-		"gc":         m.gc,
-		"run":        m.runCmd,
-		"commit":     m.commit,
-		"discard":    m.discard,
-		"checkpoint": m.checkpoint,
-		"":           m.check,
+		"edit":        m.edit,
+		"snap":        m.snap,
+		"undo":        m.undo,
+		"redo":        m.redo,
+		"restore":     m.restore,
+		"gc":          m.gc,
+		"run":         m.runCmd,
+		"commit":      m.commit,
+		"discard":     m.discard,
+		"checkpoint":  m.checkpoint,
+		"agent":       m.agent,
+		"undoSession": m.undoSession,
+		"":            m.check,
 	})
 }
 
@@ -202,6 +206,10 @@ type step struct {
 	before, after tree
 	undone, gone  bool
 	unknown       bool // what it holds is not all in before and after
+	session       string
+	// merged: the checkpoints an undo --session reverted as this one
+	// step, which redo reapplies together.
+	merged []*step
 }
 
 type pendingRun struct {
@@ -283,7 +291,10 @@ type result struct {
 }
 
 // sb runs snapback in the root.
-func (m *model) sb(env []string, args ...string) result {
+func (m *model) sb(env []string, args ...string) result { return m.sbIn(env, "", args...) }
+
+// sbIn runs snapback in the root with stdin (none if empty).
+func (m *model) sbIn(env []string, stdin string, args ...string) result {
 	words := make([]string, len(args))
 	for i, a := range args {
 		words[i] = shq(a)
@@ -291,10 +302,22 @@ func (m *model) sb(env []string, args ...string) result {
 			words[i] = `"$` + n + `"`
 		}
 	}
-	m.log(strings.TrimSpace(strings.Join(env, " ") + " snapback " + strings.Join(words, " ")))
+	line := strings.TrimSpace(strings.Join(env, " ") + " snapback " + strings.Join(words, " "))
+	if stdin != "" {
+		line = "printf '%s' " + shq(stdin) + " | " + line
+	}
+	m.log(line)
+	verb := args[0]
+	if len(args) > 1 && (verb == "agent" || verb == "checkpoint" || args[1] == "--session") {
+		verb += " " + args[1]
+	}
+	m.run.verbs[verb]++
 	cmd := exec.Command(m.bin, args...)
 	cmd.Dir = m.root
 	cmd.Env = append(os.Environ(), env...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -589,6 +612,9 @@ func (m *model) redo(t *rapid.T) {
 	if m.verb(o, kill, "redo") {
 		m.tree = o.want
 		s.undone = false
+		for _, x := range s.merged {
+			x.undone = false
+		}
 		m.redoStack = m.redoStack[:len(m.redoStack)-1]
 	}
 }
@@ -638,6 +664,9 @@ func (m *model) gc(t *rapid.T) {
 	}
 	for _, s := range m.redoStack {
 		need[s] = true
+		for _, x := range s.merged {
+			need[x] = true
+		}
 	}
 	for _, s := range m.hist {
 		if !s.gone && !present[s.id] {
@@ -889,16 +918,118 @@ func (m *model) checkpoint(t *rapid.T) {
 	case verb == "begin" && m.cp == nil:
 		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root)}
 	case verb == "end" && m.cp != nil && (session == "" || session == m.cp.session):
-		base := m.cp.base
-		ch := changed(base, m.tree)
-		for p, t := range mtimes(m.root) {
-			if bt, ok := m.cp.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
-				ch = append(ch, p) // its times alone changed
+		m.endCheckpoint()
+	}
+}
+
+// endCheckpoint closes the open checkpoint into the step it records.
+func (m *model) endCheckpoint() {
+	base := m.cp.base
+	ch := changed(base, m.tree)
+	for p, t := range mtimes(m.root) {
+		if bt, ok := m.cp.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
+			ch = append(ch, p) // its times alone changed
+		}
+	}
+	// A stretch that changed only times is a step the model cannot
+	// see coming: it takes what the store says.
+	session := m.cp.session
+	m.cp = nil
+	m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", session: session, before: pick(base, ch), after: pick(m.tree, ch)})
+}
+
+// agent sends one hook payload of Claude Code's, of session A's or B's,
+// to `snapback agent hook claude-code` (the README's agents section): a
+// prompt notes the turn and closes the session's turn left open (an
+// interrupted one); a writing tool's PreToolUse opens a checkpoint when
+// none is open (else joins the open one); a reading tool's, PostToolUse
+// and SubagentStop do nothing; Stop, StopFailure and SessionEnd close
+// the session's own. What the agent's tools write is the edit action,
+// while the turn is open. A hook never fails: exit 0, the tree as it was.
+func (m *model) agent(t *rapid.T) {
+	session := rapid.SampledFrom([]string{"A", "B"}).Draw(t, "agentSession")
+	event := rapid.SampledFrom([]string{"UserPromptSubmit", "PreToolUse", "PreToolUse", "PreToolUse:Read",
+		"PostToolUse", "SubagentStop", "Stop", "StopFailure", "SessionEnd"}).Draw(t, "event")
+	payload := map[string]any{"session_id": session, "hook_event_name": event, "cwd": m.root}
+	switch event {
+	case "UserPromptSubmit":
+		payload["prompt"] = "task of " + session
+	case "PreToolUse", "PostToolUse":
+		payload["tool_name"], payload["tool_input"] = rapid.SampledFrom([]string{"Edit", "Write", "Bash"}).Draw(t, "tool"), map[string]any{}
+	case "PreToolUse:Read":
+		payload["hook_event_name"], payload["tool_name"], payload["tool_input"] = "PreToolUse", "Read", map[string]any{}
+	case "Stop", "SubagentStop":
+		payload["stop_hook_active"] = false
+	case "StopFailure":
+		payload["error"] = "rate_limit"
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		m.fail("%v", err)
+	}
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(m.dir, "state")}
+	r := m.sbIn(env, string(b), "agent", "hook", "claude-code")
+	if r.code != 0 || strings.Contains(r.stdout, "warning") && !strings.Contains(r.stdout, "join it") {
+		m.fail("agent hook %s: exit %d\n%s%s", event, r.code, r.stdout, r.stderr)
+	}
+	if got, _ := m.walk(); len(changed(m.tree, got)) > 0 {
+		m.fail("agent hook %s changed the tree:\n%s", event, strings.Join(diffLines(m.tree, got), "\n"))
+	}
+	mine := m.cp != nil && m.cp.session == session
+	switch event {
+	case "PreToolUse":
+		if m.cp == nil {
+			m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root)}
+		}
+	case "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd":
+		if mine {
+			m.endCheckpoint()
+		}
+	}
+}
+
+// undoSession reverts every checkpoint of a session not yet undone, as
+// one step: each path back to its state before the session's first
+// checkpoint that changed it, refused when one is not as the session's
+// last checkpoint that changed it left it.
+func (m *model) undoSession(t *rapid.T) {
+	session := rapid.SampledFrom([]string{"A", "B"}).Draw(t, "undoSession")
+	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
+	var steps []*step
+	for _, s := range m.hist {
+		if s.kind == "checkpoint" && s.session == session && !s.undone && !s.gone {
+			steps = append(steps, s)
+		}
+	}
+	merged := &step{kind: "session", session: session, before: tree{}, after: tree{}, merged: steps}
+	for _, s := range steps {
+		for p, e := range s.before {
+			if _, ok := merged.before[p]; !ok {
+				merged.before[p] = e
 			}
 		}
-		// A stretch that changed only times is a step the model cannot
-		// see coming: it takes what the store says.
-		m.cp = nil
-		m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", before: pick(base, ch), after: pick(m.tree, ch)})
+		for p, e := range s.after {
+			merged.after[p] = e
+		}
+		merged.unknown = merged.unknown || s.unknown
+	}
+	var o outcome
+	switch {
+	case m.cp != nil:
+		o = refuse(2)
+	case len(steps) == 0:
+		o = refuse(1)
+	default:
+		o = m.pathsOutcome(merged.after, merged.before)
+		if merged.unknown && !o.refuse {
+			o.either = true
+		}
+	}
+	if m.verb(o, kill, "undo", "--session", session) {
+		m.tree = o.want
+		for _, s := range steps {
+			s.undone = true
+		}
+		m.redoStack = append(m.redoStack, merged)
 	}
 }
