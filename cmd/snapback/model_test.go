@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,6 +193,8 @@ func (r *modelRun) sequence(t *rapid.T) {
 		"checkpoint":  m.checkpoint,
 		"agent":       m.agent,
 		"undoSession": m.undoSession,
+		"damage":      m.damage,
+		"repair":      m.repair,
 		"":            m.check,
 	})
 }
@@ -207,6 +212,10 @@ type step struct {
 	undone, gone  bool
 	unknown       bool // what it holds is not all in before and after
 	session       string
+	// linked: the files with more than one name when the step began:
+	// what the store records of them names their other names too,
+	// which the model does not see (its undo may refuse over them).
+	linked map[string]bool
 	// merged: the checkpoints an undo --session reverted as this one
 	// step, which redo reapplies together.
 	merged []*step
@@ -215,15 +224,17 @@ type step struct {
 type pendingRun struct {
 	id         string
 	base, view tree
-	timeOnly   []string // changed by the run in their times alone
-	dirTimes   []string // directories whose times it changed
-	left       []string // changed paths not committed yet
+	timeOnly   []string        // changed by the run in their times alone
+	dirTimes   []string        // directories whose times it changed
+	left       []string        // changed paths not committed yet
+	multi      map[string]bool // the files with other names at the start
 }
 
 type openCheckpoint struct {
 	session string
 	base    tree
 	mtimes  map[string]int64
+	multi   map[string]bool // the files with other names at the start
 }
 
 type model struct {
@@ -238,6 +249,9 @@ type model struct {
 	pend                *pendingRun
 	cp                  *openCheckpoint
 	script              []string
+	// damaged: the store objects the sequence damaged, with the bytes
+	// that repair puts back.
+	damaged map[string][]byte
 	// names: the shell variable the replay script keeps each id in.
 	names map[string]string
 	last  result // the last verb's
@@ -302,7 +316,8 @@ func (m *model) sbIn(env []string, stdin string, args ...string) result {
 			words[i] = `"$` + n + `"`
 		}
 	}
-	line := strings.TrimSpace(strings.Join(env, " ") + " snapback " + strings.Join(words, " "))
+	shown := strings.ReplaceAll(strings.Join(env, " "), m.dir, `"$PWD"/..`) // (the replay's root is its working directory)
+	line := strings.TrimSpace(shown + " snapback " + strings.Join(words, " "))
 	if stdin != "" {
 		line = "printf '%s' " + shq(stdin) + " | " + line
 	}
@@ -506,6 +521,11 @@ func (m *model) maybeStep(must bool, s *step) {
 	// A step the model did not expect holds paths it cannot name (a
 	// directory's times): its undo and redo may refuse.
 	s.unknown = !must
+	for _, tr := range []tree{s.before, s.after} {
+		for p := range tr {
+			s.unknown = s.unknown || s.linked[p] || m.multi[p]
+		}
+	}
 	m.hist = append(m.hist, s)
 	m.redoStack = nil // a new step ends what redo can reach
 }
@@ -582,6 +602,7 @@ func (m *model) undo(t *rapid.T) {
 		}
 	}
 	old := m.tree
+	o = m.needsDamaged(o)
 	if m.verb(o, kill, "undo") {
 		m.tree = o.want
 		s.undone, s.saved = true, old
@@ -609,6 +630,7 @@ func (m *model) redo(t *rapid.T) {
 			o.either = true
 		}
 	}
+	o = m.needsDamaged(o)
 	if m.verb(o, kill, "redo") {
 		m.tree = o.want
 		s.undone = false
@@ -636,7 +658,7 @@ func (m *model) restore(t *rapid.T) {
 		return
 	}
 	old := m.tree
-	if m.verb(outcome{want: s.state}, kill, "restore", s.id) {
+	if m.verb(m.needsDamaged(outcome{want: s.state}), kill, "restore", s.id) {
 		m.tree = s.state.clone()
 		m.newStep(&step{kind: "pre-restore", whole: true, state: old})
 	}
@@ -717,7 +739,7 @@ func (m *model) runCmd(t *rapid.T) {
 		// the run stays pending.
 		o.status = 125
 	}
-	base := m.tree
+	base, baseMulti := m.tree, m.multi
 	m.verb(o, false, args...)
 	var res struct{ ID, State string }
 	if m.last.code == 125 {
@@ -744,9 +766,9 @@ func (m *model) runCmd(t *rapid.T) {
 	switch state {
 	case "committed":
 		all := append(append([]string{}, ch...), timeOnly...)
-		m.maybeStep(len(all) > 0, &step{kind: "run", before: pick(base, all), after: pick(view, all)})
+		m.maybeStep(len(all) > 0, &step{kind: "run", before: pick(base, all), after: pick(view, all), linked: baseMulti})
 	case "pending":
-		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, timeOnly: timeOnly, dirTimes: dirTimes}
+		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, multi: baseMulti, timeOnly: timeOnly, dirTimes: dirTimes}
 		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
 	}
 }
@@ -854,7 +876,7 @@ func (m *model) commit(t *rapid.T) {
 	m.tree = o.want
 	// (A run that changed only times commits a step the model cannot
 	// see coming.)
-	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged)})
+	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged), linked: p.multi})
 	p.left, p.timeOnly = without(p.left, sub), without(p.timeOnly, subTimes)
 	if len(p.left) == 0 && (len(args) == 2 || m.pendingRuns() == 0) {
 		// (A commit of PATHs leaves what else the run changed, which may
@@ -916,7 +938,7 @@ func (m *model) checkpoint(t *rapid.T) {
 	}
 	switch {
 	case verb == "begin" && m.cp == nil:
-		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root)}
+		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root), multi: m.multi}
 	case verb == "end" && m.cp != nil && (session == "" || session == m.cp.session):
 		m.endCheckpoint()
 	}
@@ -933,9 +955,9 @@ func (m *model) endCheckpoint() {
 	}
 	// A stretch that changed only times is a step the model cannot
 	// see coming: it takes what the store says.
-	session := m.cp.session
+	session, multi := m.cp.session, m.cp.multi
 	m.cp = nil
-	m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", session: session, before: pick(base, ch), after: pick(m.tree, ch)})
+	m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", session: session, before: pick(base, ch), after: pick(m.tree, ch), linked: multi})
 }
 
 // agent sends one hook payload of Claude Code's, of session A's or B's,
@@ -950,7 +972,8 @@ func (m *model) agent(t *rapid.T) {
 	session := rapid.SampledFrom([]string{"A", "B"}).Draw(t, "agentSession")
 	event := rapid.SampledFrom([]string{"UserPromptSubmit", "PreToolUse", "PreToolUse", "PreToolUse:Read",
 		"PostToolUse", "SubagentStop", "Stop", "StopFailure", "SessionEnd"}).Draw(t, "event")
-	payload := map[string]any{"session_id": session, "hook_event_name": event, "cwd": m.root}
+	// No cwd: the hook acts on its working directory, the root.
+	payload := map[string]any{"session_id": session, "hook_event_name": event}
 	switch event {
 	case "UserPromptSubmit":
 		payload["prompt"] = "task of " + session
@@ -979,7 +1002,7 @@ func (m *model) agent(t *rapid.T) {
 	switch event {
 	case "PreToolUse":
 		if m.cp == nil {
-			m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root)}
+			m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root), multi: m.multi}
 		}
 	case "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd":
 		if mine {
@@ -1025,6 +1048,7 @@ func (m *model) undoSession(t *rapid.T) {
 			o.either = true
 		}
 	}
+	o = m.needsDamaged(o)
 	if m.verb(o, kill, "undo", "--session", session) {
 		m.tree = o.want
 		for _, s := range steps {
@@ -1032,4 +1056,117 @@ func (m *model) undoSession(t *rapid.T) {
 		}
 		m.redoStack = append(m.redoStack, merged)
 	}
+}
+
+// objectPath is where the store keeps the content c (sha256-named).
+func (m *model) objectPath(c string) string {
+	h := fmt.Sprintf("%x", sha256.Sum256([]byte(c)))
+	return filepath.Join(m.root, ".snapback", "objects", h[:2], h[2:])
+}
+
+// fileContent is the content of a file entry of the model's tree.
+func fileContent(e string) (string, bool) {
+	f := strings.SplitN(e, " ", 3)
+	if len(f) != 3 || f[0] != "file" {
+		return "", false
+	}
+	c, err := strconv.Unquote(f[2])
+	return c, err == nil
+}
+
+// damage flips a byte of a stored content some step holds: while it
+// is damaged, an undo, redo or restore that has to write it refuses
+// (exit 2), changing nothing (README: a damaged object is never
+// written back).
+func (m *model) damage(t *rapid.T) {
+	seen := map[string]bool{}
+	var cands []string
+	for _, s := range m.hist {
+		for _, tr := range []tree{s.state, s.saved, s.before, s.after} {
+			for _, e := range tr {
+				if c, ok := fileContent(e); ok && c != "" && !seen[c] && m.damaged[c] == nil {
+					if _, err := os.Lstat(m.objectPath(c)); err == nil {
+						seen[c] = true
+						cands = append(cands, c)
+					}
+				}
+			}
+		}
+	}
+	if len(cands) == 0 {
+		t.Skip("no stored content to damage") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+	}
+	sort.Strings(cands)
+	c := rapid.SampledFrom(cands).Draw(t, "damage")
+	p := m.objectPath(c)
+	orig, err := os.ReadFile(p)
+	if err != nil || len(orig) == 0 {
+		m.fail("reading object %s: %v", p, err)
+	}
+	rel, _ := filepath.Rel(m.root, p)
+	m.log(fmt.Sprintf("chmod u+w %s; printf '\\%03o' | dd of=%s bs=1 count=1 conv=notrunc 2>/dev/null # damage", rel, orig[0]^1, rel))
+	bad := append([]byte{orig[0] ^ 1}, orig[1:]...)
+	m.writeObject(p, bad)
+	if m.damaged == nil {
+		m.damaged = map[string][]byte{}
+	}
+	m.damaged[c] = orig
+}
+
+// repair puts a damaged object's bytes back.
+func (m *model) repair(t *rapid.T) {
+	var cs []string
+	for c := range m.damaged {
+		cs = append(cs, c)
+	}
+	if len(cs) == 0 {
+		t.Skip("nothing damaged") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+	}
+	sort.Strings(cs)
+	c := rapid.SampledFrom(cs).Draw(t, "repair")
+	p := m.objectPath(c)
+	rel, _ := filepath.Rel(m.root, p)
+	orig := m.damaged[c]
+	delete(m.damaged, c)
+	if _, err := os.Lstat(p); err != nil {
+		return // gc took it
+	}
+	m.log(fmt.Sprintf("printf '\\%03o' | dd of=%s bs=1 count=1 conv=notrunc 2>/dev/null # repair", orig[0], rel))
+	m.writeObject(p, orig)
+}
+
+func (m *model) writeObject(p string, b []byte) {
+	fi, err := os.Lstat(p)
+	if err == nil {
+		err = os.Chmod(p, fi.Mode().Perm()|0o200)
+	}
+	if err == nil {
+		err = os.WriteFile(p, b, 0o644)
+	}
+	if err == nil {
+		err = os.Chmod(p, fi.Mode().Perm())
+	}
+	if err != nil {
+		m.fail("writing object %s: %v", p, err)
+	}
+}
+
+// needsDamaged turns o, a verb writing o.want over the tree, into a
+// refusal with exit 2 when a content it has to write is damaged (and
+// nothing else refuses it first).
+func (m *model) needsDamaged(o outcome) outcome {
+	if o.refuse || o.either || o.want == nil || len(m.damaged) == 0 {
+		return o
+	}
+	for _, p := range changed(m.tree, o.want) {
+		c, ok := fileContent(o.want[p])
+		if !ok || m.damaged[c] == nil {
+			continue
+		}
+		if have, ok := fileContent(m.tree[p]); ok && have == c {
+			continue // the content is there already (a chmod, at most)
+		}
+		return refuse(2)
+	}
+	return o
 }
