@@ -186,6 +186,13 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 				res.Pending, res.Failed, res.State = p, true, "pending"
 				return res, nil
 			}
+			// Dropped here, not by a commit: an open checkpoint refuses
+			// a commit, and this one has nothing to bring into the tree.
+			if err := repo.DiscardPending(p); err != nil {
+				return res, err
+			}
+			res.State = "empty"
+			return res, nil
 		}
 		// Read before the commit drops the layer: what it does not carry.
 		if res.Skipped, err = repo.SkippedIn(p); err != nil {

@@ -49,6 +49,10 @@ type applier struct {
 	srcDirs map[string]*fsutil.Dir
 	// staged: contents may still be in the store's staging area.
 	staged bool
+	// rollback: putting back what an operation replaced, from the
+	// staged links first (the tree's own inodes: an object of the same
+	// content may be the damaged one that made the operation fail).
+	rollback bool
 	// cache, when set, learns the stat of every file written from an
 	// object, so the next scan need not read it back.
 	cache *statCache
@@ -335,7 +339,12 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 			src, err = a.open(t.Object)
 		} else {
 			var of *os.File
-			of, err = a.s.OpenObject(t.Object)
+			if a.rollback && a.staged {
+				of, err = a.s.openStaged(a.opID, t.Object)
+			}
+			if of == nil {
+				of, err = a.s.OpenObject(t.Object)
+			}
 			if errors.Is(err, ErrMissingObject) && a.staged {
 				if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
 					of, err = f, nil

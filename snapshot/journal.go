@@ -167,10 +167,9 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
 			continue
 		}
-		if staged[t.Object] {
-			continue
-		}
 		switch size, err := r.objectSize(t.Object); {
+		case errors.Is(err, fs.ErrNotExist) && staged[t.Object]:
+			// In the staging area, to become an object.
 		case errors.Is(err, fs.ErrNotExist):
 			if len(missing) < 5 {
 				missing = append(missing, t.Path)
@@ -253,15 +252,22 @@ func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool,
 	}
 	for i := range cur {
 		c := &cur[i]
-		if c.Type != File || c.Link != "" || staged[c.Object] || listed[c.Object] || r.HasObject(c.Object) {
+		if c.Type != File || c.Link != "" || staged[c.Object] {
+			continue
+		}
+		// A file the apply replaces is staged even when the store holds
+		// its content: the object may be damaged, and a rollback puts
+		// the file back from its own inode (see rollBack).
+		t := target.Find(c.Path)
+		replaced := a.covered(c.Path) && (t == nil || !t.SameContent(c))
+		stored := listed[c.Object] || r.HasObject(c.Object)
+		if stored && !replaced {
 			continue
 		}
 		d, err := r.treeDir.OpenDir(Parent(c.Path))
 		if err != nil {
 			return nil, fmt.Errorf("save %s: %w", c.Path, err)
 		}
-		t := target.Find(c.Path)
-		replaced := a.covered(c.Path) && (t == nil || !t.SameContent(c))
 		ok := false
 		if replaced {
 			if ok, err = r.stageLink(j.OpID, d, c); err != nil {
@@ -269,10 +275,11 @@ func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool,
 				return nil, err
 			}
 		}
-		if ok {
+		switch {
+		case ok:
 			staged[c.Object] = true
 			j.Staged = true
-		} else {
+		case !stored:
 			err = r.copyIn(d, c)
 		}
 		d.Close()
@@ -346,7 +353,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	}
 	cache := r.loadCache()
 	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged,
-		knownMtime: j.DirTimes, progress: r.Progress}
+		rollback: j.Rollback, knownMtime: j.DirTimes, progress: r.Progress}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {

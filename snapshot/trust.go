@@ -110,7 +110,7 @@ var (
 		"project-id": maxLockFile, // the catalog's id of the project
 	}
 	// runFiles are the files of runs/<id>/ (the layers are the run's tree).
-	runFiles = map[string]int64{"lock": maxLockFile, "run.json": maxRunSize, "git-index": maxGitIndex}
+	runFiles = map[string]int64{"lock": maxLockFile, "run.json": maxRunSize, "git-index": maxGitIndex, "seen": maxManifestSize}
 )
 
 // trusted reports whether a file owned by uid may be in the store.

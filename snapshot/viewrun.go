@@ -148,6 +148,9 @@ func (r *Repo) EndCommand(p *ViewRun, status int) error {
 	if err := r.endStep(p, status); err != nil {
 		return err
 	}
+	if err := r.noteSeen(p); err != nil {
+		return err
+	}
 	p.ExitStatus, p.State = &status, StatePending
 	r.Release(p)
 	if err := r.SavePending(p); err != nil {
@@ -258,7 +261,11 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		return nil, err
 	}
 	if !force {
-		if conflicts := r.changedSince(p, cur); len(conflicts) > 0 {
+		conflicts, err := r.changedSince(p, cur)
+		if err != nil {
+			return nil, err
+		}
+		if len(conflicts) > 0 {
 			return nil, &ConflictError{Op: "commit", Paths: conflicts}
 		}
 	}
@@ -431,10 +438,16 @@ func (r *Repo) excludedWrites(p *ViewRun, only []string, dryRun bool) ([]string,
 
 // changedSince lists the paths of cur (the tree's state of what a commit
 // writes) changed in the tree since the run started, but by the run's
-// own earlier commits: the commit's conflicts. The project's git index is
+// own earlier commits: the commit's conflicts. A path whose ctime moved
+// is judged by what the run noted of it at the start (seen.go): its
+// type, mode, content and link target. The project's git index is
 // judged by its entries against its copy from the run's start: a `git
 // status` meanwhile only refreshed what it caches.
-func (r *Repo) changedSince(p *ViewRun, cur Manifest) []string {
+func (r *Repo) changedSince(p *ViewRun, cur Manifest) ([]string, error) {
+	seen, err := r.loadSeen(p.ID)
+	if err != nil {
+		return nil, err
+	}
 	var conflicts []string
 	start := p.StartedAt.UnixNano()
 	for i := range cur {
@@ -442,23 +455,29 @@ func (r *Repo) changedSince(p *ViewRun, cur Manifest) []string {
 		if c.Type == Absent || c.Ctime < start {
 			continue
 		}
-		// A directory's ctime moves with any child: one made since the
-		// run started (its birth time says so) is someone else's, and
-		// the run's entry would replace it.
-		if c.Type == Dir {
-			if _, ours := p.Committed[c.Path]; ours || !bornSince(filepath.Join(r.Root, c.Path), start) {
-				continue // an old directory, or one this run's earlier commit made
-			}
-		}
-		if at, ok := p.Committed[c.Path]; ok && c.Ctime == at {
+		at, committed := p.Committed[c.Path]
+		if committed && c.Ctime == at {
 			continue // changed by this run's own earlier commit
 		}
 		if c.Path == gitIndexPath && c.Type == File && r.sameAsGitIndexCopy(p.ID) {
 			continue
 		}
+		if same, ok := sameAsSeen(seen, cur, c); ok && !committed {
+			if !same {
+				conflicts = append(conflicts, c.Path)
+			}
+			continue
+		}
+		// Not noted (changed before the run's step ended, or a run of
+		// an older snapback). A directory's ctime moves with any child:
+		// one made since the run started (its birth time says so) is
+		// someone else's, and the run's entry would replace it.
+		if c.Type == Dir && (committed || !bornSince(filepath.Join(r.Root, c.Path), start)) {
+			continue // an old directory, or one this run's earlier commit made
+		}
 		conflicts = append(conflicts, c.Path)
 	}
-	return conflicts
+	return conflicts, nil
 }
 
 // sameAsGitIndexCopy reports whether the project's git index stages what

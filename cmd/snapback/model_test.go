@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,12 +90,13 @@ func TestModel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}}
+	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}, verbs: map[string]int{}}
 	seeds, _ := filepath.Glob("testdata/rapid/TestModel/TestModel-*.fail")
 	run.seeds = len(seeds)
 	start := time.Now()
 	rapid.Check(t, run.sequence)
 	t.Logf("model: %d sequences, %d steps in %v (modes %v)", run.sequences, run.steps, time.Since(start).Round(time.Second), run.modes)
+	t.Logf("model: verbs run: %v", run.verbs)
 	for k, n := range run.known {
 		t.Logf("model: known defect %s tolerated %d times: %s", k, n, knownDefects[k])
 	}
@@ -146,6 +150,7 @@ type modelRun struct {
 	known     map[string]int // how often each known defect showed
 	seeds     int            // the checked-in sequences
 	calls     int
+	verbs     map[string]int // how often each verb ran
 }
 
 func (r *modelRun) sequence(t *rapid.T) {
@@ -176,17 +181,21 @@ func (r *modelRun) sequence(t *rapid.T) {
 	m.person("printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l")
 	m.snap(t) // a store to work on: without one, every verb is exit 2
 	t.Repeat(map[string]func(*rapid.T){
-		"edit":       m.edit,
-		"snap":       m.snap,
-		"undo":       m.undo,
-		"redo":       m.redo,
-		"restore":    m.restore,
-		"gc":         m.gc,
-		"run":        m.runCmd,
-		"commit":     m.commit,
-		"discard":    m.discard,
-		"checkpoint": m.checkpoint,
-		"":           m.check,
+		"edit":        m.edit,
+		"snap":        m.snap,
+		"undo":        m.undo,
+		"redo":        m.redo,
+		"restore":     m.restore,
+		"gc":          m.gc,
+		"run":         m.runCmd,
+		"commit":      m.commit,
+		"discard":     m.discard,
+		"checkpoint":  m.checkpoint,
+		"agent":       m.agent,
+		"undoSession": m.undoSession,
+		"damage":      m.damage,
+		"repair":      m.repair,
+		"":            m.check,
 	})
 }
 
@@ -202,21 +211,30 @@ type step struct {
 	before, after tree
 	undone, gone  bool
 	unknown       bool // what it holds is not all in before and after
+	session       string
+	// linked: the files with more than one name when the step began:
+	// what the store records of them names their other names too,
+	// which the model does not see (its undo may refuse over them).
+	linked map[string]bool
+	// merged: the checkpoints an undo --session reverted as this one
+	// step, which redo reapplies together.
+	merged []*step
 }
 
 type pendingRun struct {
 	id         string
 	base, view tree
-	ctimes     map[string]int64 // each path's at the start
-	timeOnly   []string         // changed by the run in their times alone
-	dirTimes   []string         // directories whose times it changed
-	left       []string         // changed paths not committed yet
+	timeOnly   []string        // changed by the run in their times alone
+	dirTimes   []string        // directories whose times it changed
+	left       []string        // changed paths not committed yet
+	multi      map[string]bool // the files with other names at the start
 }
 
 type openCheckpoint struct {
 	session string
 	base    tree
 	mtimes  map[string]int64
+	multi   map[string]bool // the files with other names at the start
 }
 
 type model struct {
@@ -231,6 +249,9 @@ type model struct {
 	pend                *pendingRun
 	cp                  *openCheckpoint
 	script              []string
+	// damaged: the store objects the sequence damaged, with the bytes
+	// that repair puts back.
+	damaged map[string][]byte
 	// names: the shell variable the replay script keeps each id in.
 	names map[string]string
 	last  result // the last verb's
@@ -284,7 +305,10 @@ type result struct {
 }
 
 // sb runs snapback in the root.
-func (m *model) sb(env []string, args ...string) result {
+func (m *model) sb(env []string, args ...string) result { return m.sbIn(env, "", args...) }
+
+// sbIn runs snapback in the root with stdin (none if empty).
+func (m *model) sbIn(env []string, stdin string, args ...string) result {
 	words := make([]string, len(args))
 	for i, a := range args {
 		words[i] = shq(a)
@@ -292,10 +316,23 @@ func (m *model) sb(env []string, args ...string) result {
 			words[i] = `"$` + n + `"`
 		}
 	}
-	m.log(strings.TrimSpace(strings.Join(env, " ") + " snapback " + strings.Join(words, " ")))
+	shown := strings.ReplaceAll(strings.Join(env, " "), m.dir, `"$PWD"/..`) // (the replay's root is its working directory)
+	line := strings.TrimSpace(shown + " snapback " + strings.Join(words, " "))
+	if stdin != "" {
+		line = "printf '%s' " + shq(stdin) + " | " + line
+	}
+	m.log(line)
+	verb := args[0]
+	if len(args) > 1 && (verb == "agent" || verb == "checkpoint" || args[1] == "--session") {
+		verb += " " + args[1]
+	}
+	m.run.verbs[verb]++
 	cmd := exec.Command(m.bin, args...)
 	cmd.Dir = m.root
 	cmd.Env = append(os.Environ(), env...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -331,11 +368,7 @@ type outcome struct {
 
 // knownDefects are those the model tolerates (see outcome.known): each
 // is reported, with the sequence that shows it; remove it once fixed.
-var knownDefects = map[string]string{
-	"commit-times-conflict": "commit refuses (exit 1, a conflict) on a path whose type, mode, content and link target are as when the run started, when its ctime moved (touch, chmod to the same mode, a rewrite with the same bytes, an undo putting it back): the check compares ctimes, not what the README says a conflict is",
-	"commit-over-new-dir":   "commit replaces a directory made in the tree since the run started (empty, so no path below it conflicts) with what the run wrote there, instead of refusing: the conflict check skips every directory (the directory is saved in the run's record: undo brings it back)",
-	"failed-run-125":        "an overlay run --then commit whose command fails while a checkpoint is open exits 125 (\"commit refused\") instead of the command's status; the run stays pending, as it should",
-}
+var knownDefects = map[string]string{}
 
 func refuse(code int) outcome { return outcome{refuse: true, code: code} }
 
@@ -488,6 +521,11 @@ func (m *model) maybeStep(must bool, s *step) {
 	// A step the model did not expect holds paths it cannot name (a
 	// directory's times): its undo and redo may refuse.
 	s.unknown = !must
+	for _, tr := range []tree{s.before, s.after} {
+		for p := range tr {
+			s.unknown = s.unknown || s.linked[p] || m.multi[p]
+		}
+	}
 	m.hist = append(m.hist, s)
 	m.redoStack = nil // a new step ends what redo can reach
 }
@@ -564,6 +602,7 @@ func (m *model) undo(t *rapid.T) {
 		}
 	}
 	old := m.tree
+	o = m.needsDamaged(o)
 	if m.verb(o, kill, "undo") {
 		m.tree = o.want
 		s.undone, s.saved = true, old
@@ -591,9 +630,13 @@ func (m *model) redo(t *rapid.T) {
 			o.either = true
 		}
 	}
+	o = m.needsDamaged(o)
 	if m.verb(o, kill, "redo") {
 		m.tree = o.want
 		s.undone = false
+		for _, x := range s.merged {
+			x.undone = false
+		}
 		m.redoStack = m.redoStack[:len(m.redoStack)-1]
 	}
 }
@@ -615,7 +658,7 @@ func (m *model) restore(t *rapid.T) {
 		return
 	}
 	old := m.tree
-	if m.verb(outcome{want: s.state}, kill, "restore", s.id) {
+	if m.verb(m.needsDamaged(outcome{want: s.state}), kill, "restore", s.id) {
 		m.tree = s.state.clone()
 		m.newStep(&step{kind: "pre-restore", whole: true, state: old})
 	}
@@ -643,6 +686,9 @@ func (m *model) gc(t *rapid.T) {
 	}
 	for _, s := range m.redoStack {
 		need[s] = true
+		for _, x := range s.merged {
+			need[x] = true
+		}
 	}
 	for _, s := range m.hist {
 		if !s.gone && !present[s.id] {
@@ -692,10 +738,8 @@ func (m *model) runCmd(t *rapid.T) {
 		// The commit refuses while a checkpoint is open (run: 125);
 		// the run stays pending.
 		o.status = 125
-	case then == "commit" && m.cp != nil:
-		o.known, o.knownStatus = "failed-run-125", 125
 	}
-	base, ctimes := m.tree, m.ctimes()
+	base, baseMulti := m.tree, m.multi
 	m.verb(o, false, args...)
 	var res struct{ ID, State string }
 	if m.last.code == 125 {
@@ -722,9 +766,9 @@ func (m *model) runCmd(t *rapid.T) {
 	switch state {
 	case "committed":
 		all := append(append([]string{}, ch...), timeOnly...)
-		m.maybeStep(len(all) > 0, &step{kind: "run", before: pick(base, all), after: pick(view, all)})
+		m.maybeStep(len(all) > 0, &step{kind: "run", before: pick(base, all), after: pick(view, all), linked: baseMulti})
 	case "pending":
-		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, ctimes: ctimes, timeOnly: timeOnly, dirTimes: dirTimes}
+		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, multi: baseMulti, timeOnly: timeOnly, dirTimes: dirTimes}
 		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
 	}
 }
@@ -819,17 +863,11 @@ func (m *model) commit(t *rapid.T) {
 				}
 			}
 		}
-		if o.refuse && o.code == 1 && newDirsOnly(m.tree, p.base, judged) {
-			o.known, o.want = "commit-over-new-dir", apply(m.tree, pick(p.view, sub))
-		}
 		if o.refuse && o.code == 1 && deletedOnly(m.tree, p.base, judged) {
 			// Documented: a path deleted in the tree during the run
 			// is not seen as a conflict.
 			o = outcome{either: true, want: withParents(apply(m.tree, pick(p.view, sub)), p.view)}
 		}
-	}
-	if !o.refuse && !o.either && m.touched(p) {
-		o.known, o.knownStatus = "commit-times-conflict", 1
 	}
 	before := m.tree
 	if !m.verb(o, kill, args...) {
@@ -838,54 +876,13 @@ func (m *model) commit(t *rapid.T) {
 	m.tree = o.want
 	// (A run that changed only times commits a step the model cannot
 	// see coming.)
-	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged)})
+	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged), linked: p.multi})
 	p.left, p.timeOnly = without(p.left, sub), without(p.timeOnly, subTimes)
 	if len(p.left) == 0 && (len(args) == 2 || m.pendingRuns() == 0) {
 		// (A commit of PATHs leaves what else the run changed, which may
 		// be only times, which the model does not see: status tells.)
 		m.pend = nil
 	}
-}
-
-// ctimes is the ctime of each path of the tree.
-func (m *model) ctimes() map[string]int64 {
-	out := map[string]int64{}
-	for p := range m.tree {
-		var st syscall.Stat_t
-		if syscall.Lstat(filepath.Join(m.root, p), &st) == nil {
-			out[p] = st.Ctim.Nano()
-		}
-	}
-	return out
-}
-
-// touched says whether a path whose entry is as when the run started
-// has had its inode changed since (see commit-times-conflict): any path,
-// as the run's changeset may hold more than the model sees (the source
-// of a hard link it made, whose link count changed).
-func (m *model) touched(p *pendingRun) bool {
-	now := m.ctimes()
-	for q := range m.tree {
-		if _, ok := now[q]; ok && m.tree[q] == p.base[q] && now[q] != p.ctimes[q] {
-			return true
-		}
-	}
-	return false
-}
-
-// newDirsOnly says whether every path of sub the tree changed since
-// base is a directory now that was none then.
-func newDirsOnly(cur, base tree, sub []string) bool {
-	any := false
-	for _, p := range sub {
-		if cur[p] != base[p] {
-			if !cur.isDir(p) || base.isDir(p) {
-				return false
-			}
-			any = true
-		}
-	}
-	return any
 }
 
 // deletedOnly says whether every path of sub the tree changed since
@@ -941,18 +938,235 @@ func (m *model) checkpoint(t *rapid.T) {
 	}
 	switch {
 	case verb == "begin" && m.cp == nil:
-		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root)}
+		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root), multi: m.multi}
 	case verb == "end" && m.cp != nil && (session == "" || session == m.cp.session):
-		base := m.cp.base
-		ch := changed(base, m.tree)
-		for p, t := range mtimes(m.root) {
-			if bt, ok := m.cp.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
-				ch = append(ch, p) // its times alone changed
+		m.endCheckpoint()
+	}
+}
+
+// endCheckpoint closes the open checkpoint into the step it records.
+func (m *model) endCheckpoint() {
+	base := m.cp.base
+	ch := changed(base, m.tree)
+	for p, t := range mtimes(m.root) {
+		if bt, ok := m.cp.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
+			ch = append(ch, p) // its times alone changed
+		}
+	}
+	// A stretch that changed only times is a step the model cannot
+	// see coming: it takes what the store says.
+	session, multi := m.cp.session, m.cp.multi
+	m.cp = nil
+	m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", session: session, before: pick(base, ch), after: pick(m.tree, ch), linked: multi})
+}
+
+// agent sends one hook payload of Claude Code's, of session A's or B's,
+// to `snapback agent hook claude-code` (the README's agents section): a
+// prompt notes the turn and closes the session's turn left open (an
+// interrupted one); a writing tool's PreToolUse opens a checkpoint when
+// none is open (else joins the open one); a reading tool's, PostToolUse
+// and SubagentStop do nothing; Stop, StopFailure and SessionEnd close
+// the session's own. What the agent's tools write is the edit action,
+// while the turn is open. A hook never fails: exit 0, the tree as it was.
+func (m *model) agent(t *rapid.T) {
+	session := rapid.SampledFrom([]string{"A", "B"}).Draw(t, "agentSession")
+	event := rapid.SampledFrom([]string{"UserPromptSubmit", "PreToolUse", "PreToolUse", "PreToolUse:Read",
+		"PostToolUse", "SubagentStop", "Stop", "StopFailure", "SessionEnd"}).Draw(t, "event")
+	// No cwd: the hook acts on its working directory, the root.
+	payload := map[string]any{"session_id": session, "hook_event_name": event}
+	switch event {
+	case "UserPromptSubmit":
+		payload["prompt"] = "task of " + session
+	case "PreToolUse", "PostToolUse":
+		payload["tool_name"], payload["tool_input"] = rapid.SampledFrom([]string{"Edit", "Write", "Bash"}).Draw(t, "tool"), map[string]any{}
+	case "PreToolUse:Read":
+		payload["hook_event_name"], payload["tool_name"], payload["tool_input"] = "PreToolUse", "Read", map[string]any{}
+	case "Stop", "SubagentStop":
+		payload["stop_hook_active"] = false
+	case "StopFailure":
+		payload["error"] = "rate_limit"
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		m.fail("%v", err)
+	}
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(m.dir, "state")}
+	r := m.sbIn(env, string(b), "agent", "hook", "claude-code")
+	if r.code != 0 || strings.Contains(r.stdout, "warning") && !strings.Contains(r.stdout, "join it") {
+		m.fail("agent hook %s: exit %d\n%s%s", event, r.code, r.stdout, r.stderr)
+	}
+	if got, _ := m.walk(); len(changed(m.tree, got)) > 0 {
+		m.fail("agent hook %s changed the tree:\n%s", event, strings.Join(diffLines(m.tree, got), "\n"))
+	}
+	mine := m.cp != nil && m.cp.session == session
+	switch event {
+	case "PreToolUse":
+		if m.cp == nil {
+			m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root), multi: m.multi}
+		}
+	case "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd":
+		if mine {
+			m.endCheckpoint()
+		}
+	}
+}
+
+// undoSession reverts every checkpoint of a session not yet undone, as
+// one step: each path back to its state before the session's first
+// checkpoint that changed it, refused when one is not as the session's
+// last checkpoint that changed it left it.
+func (m *model) undoSession(t *rapid.T) {
+	session := rapid.SampledFrom([]string{"A", "B"}).Draw(t, "undoSession")
+	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
+	var steps []*step
+	for _, s := range m.hist {
+		if s.kind == "checkpoint" && s.session == session && !s.undone && !s.gone {
+			steps = append(steps, s)
+		}
+	}
+	merged := &step{kind: "session", session: session, before: tree{}, after: tree{}, merged: steps}
+	for _, s := range steps {
+		for p, e := range s.before {
+			if _, ok := merged.before[p]; !ok {
+				merged.before[p] = e
 			}
 		}
-		// A stretch that changed only times is a step the model cannot
-		// see coming: it takes what the store says.
-		m.cp = nil
-		m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", before: pick(base, ch), after: pick(m.tree, ch)})
+		for p, e := range s.after {
+			merged.after[p] = e
+		}
+		merged.unknown = merged.unknown || s.unknown
 	}
+	var o outcome
+	switch {
+	case m.cp != nil:
+		o = refuse(2)
+	case len(steps) == 0:
+		o = refuse(1)
+	default:
+		o = m.pathsOutcome(merged.after, merged.before)
+		if merged.unknown && !o.refuse {
+			o.either = true
+		}
+	}
+	o = m.needsDamaged(o)
+	if m.verb(o, kill, "undo", "--session", session) {
+		m.tree = o.want
+		for _, s := range steps {
+			s.undone = true
+		}
+		m.redoStack = append(m.redoStack, merged)
+	}
+}
+
+// objectPath is where the store keeps the content c (sha256-named).
+func (m *model) objectPath(c string) string {
+	h := fmt.Sprintf("%x", sha256.Sum256([]byte(c)))
+	return filepath.Join(m.root, ".snapback", "objects", h[:2], h[2:])
+}
+
+// fileContent is the content of a file entry of the model's tree.
+func fileContent(e string) (string, bool) {
+	f := strings.SplitN(e, " ", 3)
+	if len(f) != 3 || f[0] != "file" {
+		return "", false
+	}
+	c, err := strconv.Unquote(f[2])
+	return c, err == nil
+}
+
+// damage flips a byte of a stored content some step holds: while it
+// is damaged, an undo, redo or restore that has to write it refuses
+// (exit 2), changing nothing (README: a damaged object is never
+// written back).
+func (m *model) damage(t *rapid.T) {
+	seen := map[string]bool{}
+	var cands []string
+	for _, s := range m.hist {
+		for _, tr := range []tree{s.state, s.saved, s.before, s.after} {
+			for _, e := range tr {
+				if c, ok := fileContent(e); ok && c != "" && !seen[c] && m.damaged[c] == nil {
+					if _, err := os.Lstat(m.objectPath(c)); err == nil {
+						seen[c] = true
+						cands = append(cands, c)
+					}
+				}
+			}
+		}
+	}
+	if len(cands) == 0 {
+		t.Skip("no stored content to damage") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+	}
+	sort.Strings(cands)
+	c := rapid.SampledFrom(cands).Draw(t, "damage")
+	p := m.objectPath(c)
+	orig, err := os.ReadFile(p)
+	if err != nil || len(orig) == 0 {
+		m.fail("reading object %s: %v", p, err)
+	}
+	rel, _ := filepath.Rel(m.root, p)
+	m.log(fmt.Sprintf("chmod u+w %s; printf '\\%03o' | dd of=%s bs=1 count=1 conv=notrunc 2>/dev/null # damage", rel, orig[0]^1, rel))
+	bad := append([]byte{orig[0] ^ 1}, orig[1:]...)
+	m.writeObject(p, bad)
+	if m.damaged == nil {
+		m.damaged = map[string][]byte{}
+	}
+	m.damaged[c] = orig
+}
+
+// repair puts a damaged object's bytes back.
+func (m *model) repair(t *rapid.T) {
+	var cs []string
+	for c := range m.damaged {
+		cs = append(cs, c)
+	}
+	if len(cs) == 0 {
+		t.Skip("nothing damaged") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+	}
+	sort.Strings(cs)
+	c := rapid.SampledFrom(cs).Draw(t, "repair")
+	p := m.objectPath(c)
+	rel, _ := filepath.Rel(m.root, p)
+	orig := m.damaged[c]
+	delete(m.damaged, c)
+	if _, err := os.Lstat(p); err != nil {
+		return // gc took it
+	}
+	m.log(fmt.Sprintf("printf '\\%03o' | dd of=%s bs=1 count=1 conv=notrunc 2>/dev/null # repair", orig[0], rel))
+	m.writeObject(p, orig)
+}
+
+func (m *model) writeObject(p string, b []byte) {
+	fi, err := os.Lstat(p)
+	if err == nil {
+		err = os.Chmod(p, fi.Mode().Perm()|0o200)
+	}
+	if err == nil {
+		err = os.WriteFile(p, b, 0o644)
+	}
+	if err == nil {
+		err = os.Chmod(p, fi.Mode().Perm())
+	}
+	if err != nil {
+		m.fail("writing object %s: %v", p, err)
+	}
+}
+
+// needsDamaged turns o, a verb writing o.want over the tree, into a
+// refusal with exit 2 when a content it has to write is damaged (and
+// nothing else refuses it first).
+func (m *model) needsDamaged(o outcome) outcome {
+	if o.refuse || o.either || o.want == nil || len(m.damaged) == 0 {
+		return o
+	}
+	for _, p := range changed(m.tree, o.want) {
+		c, ok := fileContent(o.want[p])
+		if !ok || m.damaged[c] == nil {
+			continue
+		}
+		if have, ok := fileContent(m.tree[p]); ok && have == c {
+			continue // the content is there already (a chmod, at most)
+		}
+		return refuse(2)
+	}
+	return o
 }

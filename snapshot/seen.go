@@ -1,0 +1,136 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
+)
+
+// What a commit judges a conflict by is what the README says one is: a
+// path whose type, mode, content or link target changed in the tree
+// since the run started. A ctime older than the start proves a path
+// unchanged, but a newer one proves nothing (touch, chmod to the same
+// mode, a rewrite of the same bytes, an undo putting it back). So each
+// step of a run notes, as it ends, what the tree held at the start at
+// each path the run changed — runs/<id>/seen, a manifest — wherever it
+// can still tell: a path whose ctime is older than the start, an absent
+// one whose nearest existing ancestor's is (nothing was added or removed
+// in it since). A path changed before it was noted has no entry and is
+// judged by its ctime, as before: a conflict, never a missed one.
+
+// seenPath is the run's record of the start state of its paths.
+func (r *Repo) seenPath(id string) string { return r.path("runs", id, "seen") }
+
+// loadSeen reads the run's seen record (none: an empty one).
+func (r *Repo) loadSeen(id string) (Manifest, error) {
+	b, err := r.readFile(r.seenPath(id), maxManifestSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	m, err := DecodeManifest(b)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %s: %w", id, r.seenPath(id), err)
+	}
+	return m, nil
+}
+
+// noteSeen adds to the run's seen record the start state of each path
+// its layer changed that the record lacks and the tree still shows.
+func (r *Repo) noteSeen(p *ViewRun) error {
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return err
+	}
+	target, err := r.Changeset(upper)
+	upper.Close()
+	if err != nil {
+		return err
+	}
+	seen, err := r.loadSeen(p.ID)
+	if err != nil {
+		return err
+	}
+	var paths []string
+	for i := range target {
+		if seen.Find(target[i].Path) == nil {
+			paths = append(paths, target[i].Path)
+		}
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	now, err := r.ScanPaths(paths, false, false)
+	if err != nil {
+		return err
+	}
+	start := p.StartedAt.UnixNano()
+	n := len(seen)
+	want := map[string]bool{}
+	for _, q := range paths {
+		want[q] = true
+	}
+	for i := range now {
+		e := now[i]
+		if !want[e.Path] {
+			continue
+		}
+		want[e.Path] = false // once
+		if e.Type == Absent && !r.absentSince(e.Path, start) || e.Type != Absent && e.Ctime >= start {
+			continue // changed since: unknown
+		}
+		e.Link = "" // its own content, whatever its other names
+		seen = append(seen, e)
+	}
+	if len(seen) == n {
+		return nil
+	}
+	seen.Sort()
+	return fsutil.WriteFileAtomic(r.seenPath(p.ID), EncodeManifest(seen), 0o600)
+}
+
+// absentSince reports whether an absent path was absent at start too:
+// its nearest existing ancestor is unchanged since.
+func (r *Repo) absentSince(path string, start int64) bool {
+	for d := Parent(path); ; d = Parent(d) {
+		dir, err := r.treeDir.OpenDir(d) // following no symlink
+		if err == nil {
+			var st unix.Stat_t
+			err = unix.Fstat(dir.Fd(), &st)
+			dir.Close()
+			return err == nil && st.Ctim.Nano() < start
+		}
+		if d == "" || !errors.Is(err, unix.ENOENT) {
+			return false // (a file or a symlink in the way: unknown)
+		}
+	}
+}
+
+// sameAsSeen reports whether the tree's entry c is what seen noted at
+// its path when the run started (type, mode, content, link target); ok
+// is false when seen has no entry there.
+func sameAsSeen(seen, cur Manifest, c *Entry) (same, ok bool) {
+	s := seen.Find(c.Path)
+	if s == nil {
+		return false, false
+	}
+	if s.Type != c.Type || s.Type != Symlink && s.Type != Absent && s.Mode != c.Mode {
+		return false, true
+	}
+	switch c.Type {
+	case File:
+		obj := c.Object
+		if l := cur.Find(c.Link); c.Link != "" && l != nil && obj.IsZero() {
+			obj = l.Object
+		}
+		return obj == s.Object && c.Size == s.Size, true
+	case Symlink:
+		return c.Target == s.Target, true
+	}
+	return true, true
+}
