@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -46,16 +47,27 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*Meta, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Each directory of the changeset holding a picked path: the apply
-	// makes no directory its target does not name.
-	for i := range len(sel) {
+	// Each directory of the changeset holding a picked path that the
+	// tree does not have (the apply makes no directory its target does
+	// not name); a directory the tree has keeps its own changes pending.
+	var dirs []string
+	for i := range sel {
 		for d := Parent(sel[i].Path); d != ""; d = Parent(d) {
-			if e := all.Find(d); e != nil && e.Type == Dir && sel.Find(d) == nil {
-				sel = append(sel, *e)
-				sel.Sort()
+			if e := all.Find(d); e != nil && e.Type == Dir && sel.Find(d) == nil && !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
 			}
 		}
 	}
+	tree, err := r.ScanPaths(dirs, false, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range dirs {
+		if c := tree.Find(d); c == nil || c.Type != Dir {
+			sel = append(sel, *all.Find(d))
+		}
+	}
+	sel.Sort()
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("commit %s: nothing picked", p.ID)
 	}
@@ -176,8 +188,12 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 		}
 		return false
 	}
+	tree, err = r.ScanPaths(paths, false, false)
+	if err != nil {
+		return err
+	}
 	for _, path := range paths {
-		if err := r.dropFromLayer(upper, path, goneWith(path)); err != nil {
+		if err := r.dropFromLayer(upper, path, tree.Find(path), goneWith(path)); err != nil {
 			return fmt.Errorf("discard %s: %w", p.ID, err)
 		}
 	}
@@ -200,9 +216,11 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 
 // dropFromLayer removes path's entry from the layer: a non-directory
 // (a file, a symlink, a whiteout) is unlinked, a directory removed when
-// empty. A deletion the layer holds no entry for went with its directory,
-// which must be picked too (withDir).
-func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, withDir bool) error {
+// empty; one that still holds changes and that the tree has (c) as a
+// directory too is given the tree's owner and mode (its change was
+// those). A deletion the layer holds no entry for went with its
+// directory, which must be picked too (withDir).
+func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, c *Entry, withDir bool) error {
 	d, err := upper.OpenDir(Parent(path))
 	var st unix.Stat_t
 	if err == nil {
@@ -217,9 +235,22 @@ func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, withDir bool) error
 	case err != nil:
 		return err
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		if err := d.Rmdir(Base(path)); errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
+		err := d.Rmdir(Base(path))
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if c == nil || c.Type != Dir {
 			return fmt.Errorf("%s holds changes not discarded: a directory goes with what is in it", path)
-		} else if err != nil {
+		}
+		if os.Geteuid() == 0 {
+			if err := d.Lchown(Base(path), int(c.UID), int(c.GID)); err != nil {
+				return err
+			}
+		}
+		if err := d.Chmod(Base(path), c.Mode); err != nil {
 			return err
 		}
 	default:

@@ -17,7 +17,7 @@ import (
 // hunk, as `git add -p`. Text files are asked by hunk (the hunks `diff
 // -p` prints); everything else (binary files, new and deleted files,
 // symlinks, mode changes, a directory's deletion with all below it) is
-// one question. A directory comes with the files picked in it. Answers
+// one question. A new directory comes with the files picked in it. Answers
 // are lines read from stdin, a terminal or not.
 
 // pickUnit is one file's questions: its changes whole, or its hunks.
@@ -48,8 +48,8 @@ func pickUnits(d *differ, changes []snapshot.Change) ([]*pickUnit, error) {
 			out = append(out, &pickUnit{changes: changes[i:below]})
 			i = below - 1
 			continue
-		case c.New != nil && c.New.Type == snapshot.Dir && below > i+1:
-			continue // it comes with what is picked in it
+		case c.New != nil && c.New.Type == snapshot.Dir && (c.Old == nil || c.Old.Type != snapshot.Dir) && below > i+1:
+			continue // a new directory: it comes with what is picked in it
 		}
 		u := &pickUnit{changes: changes[i : i+1]}
 		out = append(out, u)
