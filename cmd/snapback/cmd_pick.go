@@ -139,7 +139,7 @@ func pickAnswers(d *differ, units []*pickUnit, a *asker) (snapshot.Pick, int, er
 			var what string
 			c := u.changes[0]
 			switch {
-			case len(u.changes) > 1 || c.Old != nil && c.Old.Type == snapshot.Dir:
+			case len(u.changes) > 1 || c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
 				what = "directory"
 			case c.Op == "A":
 				what = "addition"
