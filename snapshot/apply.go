@@ -47,6 +47,9 @@ type applier struct {
 	// store. What is no longer there comes from the store.
 	src     *fsutil.Dir
 	srcDirs map[string]*fsutil.Dir
+	// keep: paths whose contents come from the store even so, their
+	// layer entries left in place (parts of files: journal.Kept).
+	keep map[string]bool
 	// staged: contents may still be in the store's staging area.
 	staged bool
 	// rollback: putting back what an operation replaced, from the
@@ -463,7 +466,7 @@ func (a *applier) metaIn(d *fsutil.Dir, name string, t, c *Entry) error {
 // its metadata made t's first. It reports false when the layer no longer
 // has it (moved by an earlier attempt) or it must be made from the entry.
 func (a *applier) fromSource(d *fsutil.Dir, name string, t *Entry) (bool, error) {
-	if a.src == nil || t.Link != "" {
+	if a.src == nil || t.Link != "" || a.keep[t.Path] {
 		return false, nil
 	}
 	sd, ok := a.srcDirs[Parent(t.Path)]

@@ -28,6 +28,10 @@ type journal struct {
 	// Source, for a commit, is the upper layer (relative to the store)
 	// whose entries are moved into the tree.
 	Source string `json:"source,omitempty"`
+	// Kept, for a commit of parts of files (commit -p), are the paths
+	// whose contents come from the store, not the layer: the layer keeps
+	// its entry, which still holds what was not taken.
+	Kept []string `json:"kept,omitempty"`
 	// Done, for a commit, is the pending run the commit completes.
 	Done string `json:"done,omitempty"`
 	// Staged: contents the operation saves are hard links in the store's
@@ -98,6 +102,11 @@ func (j *journal) validate() error {
 	if j.Source != "" && (j.Done == "" && j.Op != "commit" || !validSource(j.Source)) {
 		return bad("source")
 	}
+	for _, p := range j.Kept {
+		if j.Source == "" || !ValidPath(p) || Under(p, StoreDir) {
+			return bad("kept path " + strconv.Quote(p))
+		}
+	}
 	switch {
 	case j.Rollback:
 		if j.Record != nil || j.Source != "" || j.Done != "" || len(j.Targets) > 0 {
@@ -126,6 +135,15 @@ func (j *journal) validate() error {
 		}
 	}
 	return nil
+}
+
+// kept is j.Kept as a set.
+func (j *journal) kept() map[string]bool {
+	out := map[string]bool{}
+	for _, p := range j.Kept {
+		out[p] = true
+	}
+	return out
 }
 
 // validSource: a commit's source is a run's upper layer, runs/<id>/upper.
@@ -159,9 +177,10 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	// Only those are checked: an undo of 10 files must not stat 100,000
 	// objects.
 	var missing []string
+	kept := j.kept()
 	for i := range target {
 		t := &target[i]
-		if t.Type != File || t.Link != "" || j.Source != "" {
+		if t.Type != File || t.Link != "" || j.Source != "" && !kept[t.Path] {
 			continue // (a commit's contents come from its upper layer)
 		}
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
@@ -353,7 +372,7 @@ func (r *Repo) finish(j *journal, target, cur Manifest) error {
 	}
 	cache := r.loadCache()
 	a := &applier{s: r.Store, root: r.treeDir, opID: j.OpID, target: target, scope: j.Scope, cache: cache, staged: j.Staged,
-		rollback: j.Rollback, knownMtime: j.DirTimes, progress: r.Progress}
+		rollback: j.Rollback, knownMtime: j.DirTimes, progress: r.Progress, keep: j.kept()}
 	if j.Source != "" {
 		src, err := fsutil.OpenRoot(r.path(j.Source))
 		switch {

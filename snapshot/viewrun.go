@@ -225,25 +225,12 @@ func (r *Repo) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
 func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, error) {
-	if p.State == StateRunning {
-		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
-	}
-	// Its paths would land in the open checkpoint as well.
-	if err := r.refuseOpen("commit"); err != nil {
-		return nil, err
-	}
-	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	target, err := r.commitable(p)
 	if err != nil {
 		return nil, err
 	}
-	target, err := r.Changeset(upper)
-	upper.Close()
-	if err != nil {
-		return nil, err
-	}
-	var excl []string
 	if len(only) > 0 {
-		if target, excl, err = r.selectPaths(p, target, only); err != nil {
+		if target, _, err = r.selectPaths(p, target, only); err != nil {
 			return nil, err
 		}
 	}
@@ -256,9 +243,43 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 		}
 		return nil, r.dropRun(p.ID)
 	}
+	return r.commitSelected(p, target, only, nil, force)
+}
+
+// commitable reads the changeset of a pending run about to be committed.
+func (r *Repo) commitable(p *ViewRun) (Manifest, error) {
+	if p.State == StateRunning {
+		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
+	}
+	// Its paths would land in the open checkpoint as well.
+	if err := r.refuseOpen("commit"); err != nil {
+		return nil, err
+	}
+	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
+	if err != nil {
+		return nil, err
+	}
+	defer upper.Close()
+	return r.Changeset(upper)
+}
+
+// commitSelected commits target, the part of p's changeset chosen (all
+// of it unless only or parts say otherwise: a selective commit leaves the
+// rest pending). only are the PATHs of `commit PATH...` (the excluded
+// paths below them move too); parts, for `commit -p`, maps each file of
+// which only some changes are taken to the tree content they were made
+// from (target holds the content made: its layer entry stays, and no
+// excluded path moves).
+func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts map[string]ObjectID, force bool) (*Meta, error) {
+	partial := len(only) > 0 || parts != nil
 	cur, err := r.current(target, ScopePaths, false) // saved by the transition, linked where it can
 	if err != nil {
 		return nil, err
+	}
+	for path, base := range parts {
+		if c := cur.Find(path); c == nil || c.Type != File || c.Object != base {
+			return nil, fmt.Errorf("commit %s: %s changed in the tree since its hunks were read; nothing was changed, try again", p.ID, path)
+		}
 	}
 	if !force {
 		conflicts, err := r.changedSince(p, cur)
@@ -276,8 +297,11 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	// snapshotted, so undo does not take them back either. (A crash
 	// before the transition leaves them in the tree and the rest
 	// pending.)
-	if excl, err = r.moveExcluded(p, only); err != nil {
-		return nil, err
+	var excl []string
+	if parts == nil {
+		if excl, err = r.moveExcluded(p, only); err != nil {
+			return nil, err
+		}
 	}
 	rec, err := r.newMeta(KindRun, ScopePaths)
 	if err != nil {
@@ -294,17 +318,21 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 	if rec.After, err = r.record(target); err != nil {
 		return nil, err
 	}
-	rec.AfterHashesOnly = true // moved into the tree, not copied (but for git indexes)
+	rec.AfterHashesOnly = true // moved into the tree, not copied (but for git indexes and parts)
 	j := &journal{Op: "commit", OpID: rec.ID, Scope: ScopePaths, Record: rec, Source: filepath.Join("runs", p.ID, "upper")}
-	if len(only) == 0 {
+	for path := range parts {
+		j.Kept = append(j.Kept, path)
+	}
+	sort.Strings(j.Kept)
+	if !partial {
 		j.Done = p.ID
 	}
 	if err := r.transitionFrom(j, target, cur); err != nil {
 		return nil, err
 	}
-	if len(only) > 0 {
+	if partial {
 		p.Targets = nil // the first commit's record owns them now
-		if err := r.afterPartialCommit(p, target); err != nil {
+		if err := r.afterPartialCommit(p, target, parts); err != nil {
 			return rec, err
 		}
 	}
@@ -492,10 +520,11 @@ func (r *Repo) sameAsGitIndexCopy(id string) bool {
 }
 
 // afterPartialCommit removes what was committed from the upper layer
-// (whiteouts and emptied directories; moved entries are gone already) and
+// (whiteouts and emptied directories; moved entries are gone already, and
+// the files of parts stay, with what was not taken of them) and
 // notes the paths, so a later commit of the rest does not see them as
 // conflicts.
-func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest) error {
+func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest, parts map[string]ObjectID) error {
 	if p.Committed == nil {
 		p.Committed = map[string]int64{}
 	}
@@ -512,6 +541,9 @@ func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest) error {
 		e := &done[i]
 		if c := now.Find(e.Path); c != nil && c.Type != Absent {
 			p.Committed[e.Path] = c.Ctime
+		}
+		if _, ok := parts[e.Path]; ok {
+			continue // the layer keeps the changes not taken
 		}
 		d, err := upper.OpenDir(Parent(e.Path))
 		if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-type commitOptions struct{ force bool }
+type commitOptions struct{ force, patch bool }
 
 func newCommitCmd(g *globals) *cobra.Command {
 	var o commitOptions
@@ -22,10 +22,28 @@ saving what they replace so that undo reverts them. With PATHs, only the
 changes at or below those paths are committed; the rest stays pending.
 A path changed in the tree since the run started is a conflict: nothing
 is changed, the paths are listed, exit 1; --force overrides (what it
-overwrites is still saved).`,
-		RunE: func(_ *cobra.Command, args []string) error { return runCommit(g, o, args) },
+overwrites is still saved).
+
+With -p, review the changes (at or below PATHs, when given) hunk by hunk,
+as git add -p: each hunk of a text file (as diff -p prints it) is asked
+"Commit this hunk [y,n,q,a,d,s,?]?" (y yes, n no, q quit: none of the
+rest, a this and the rest of the file, d none of the rest of the file,
+s split it into smaller hunks, ? help); a binary file, a new or deleted
+file, a symlink, a mode change or a directory's deletion is one
+question. A directory comes with what is committed in it. The chosen
+hunks are committed (the file written is the tree's with them applied,
+checked against its hash) and the rest stays pending. Answers are lines
+read from stdin, a terminal or not; stdin ending first is an error
+(exit 2) and nothing is committed. -p takes no --json.`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if o.patch {
+				return runPick(g, "commit", args, o.force)
+			}
+			return runCommit(g, o, args)
+		},
 	}
 	c.Flags().BoolVar(&o.force, "force", false, "commit over paths changed since the run started")
+	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "pick the hunks to commit, one question each")
 	return c
 }
 

@@ -9,11 +9,29 @@ import (
 )
 
 func newDiscardCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "discard [ID]",
+	var patch bool
+	c := &cobra.Command{
+		Use:   "discard [ID] [-p [PATH...]]",
 		Short: "Throw away a pending run's changes (the newest, or ID)",
-		Args:  cobra.MaximumNArgs(1),
+		Long: `Throw away a pending run's changes (the newest, or run ID) and bring its
+targets back to their states before it; the tree is not touched.
+
+With -p, review the changes (at or below PATHs, when given) hunk by hunk,
+as commit -p does, asking "Discard this hunk [y,n,q,a,d,s,?]?": the
+chosen hunks are dropped from the pending run, the rest stays pending
+(a directory goes with what is discarded in it). Answers are lines read
+from stdin; stdin ending first is an error (exit 2) and nothing is
+discarded. -p takes no --json.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if !patch && len(args) > 1 {
+				return usageErr("discard takes one ID (PATHs only with -p), got %d arguments", len(args))
+			}
+			return nil
+		},
 		RunE: func(_ *cobra.Command, args []string) error {
+			if patch {
+				return runPick(g, "discard", args, false)
+			}
 			repo, p, err := g.openPending("discard", args)
 			if err != nil {
 				return err
@@ -52,6 +70,8 @@ func newDiscardCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVarP(&patch, "patch", "p", false, "pick the hunks to discard, one question each")
+	return c
 }
 
 // noteUnreverted names, on stderr, the paths a run wrote that verb did not

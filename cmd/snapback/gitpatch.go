@@ -150,45 +150,12 @@ func (d *differ) gitSide(e *snapshot.Entry, old bool, path string) (string, bool
 }
 
 // writeHunks writes the unified hunks (3 lines of context) turning a into
-// b, each a list of lines that keep their newline; a last line without
-// one is followed by git's `\ No newline at end of file`.
+// b, each a list of lines that keep their newline (the hunks `commit -p`
+// asks about: hunk.go).
 func writeHunks(sb *strings.Builder, a, b []string) {
-	line := func(prefix byte, s string) {
-		sb.WriteByte(prefix)
-		sb.WriteString(s)
-		if !strings.HasSuffix(s, "\n") {
-			sb.WriteString("\n\\ No newline at end of file\n")
-		}
-	}
-	span := func(start, end int) string {
-		n := end - start
-		switch {
-		case n == 0:
-			return fmt.Sprintf("%d,0", start) // an empty range names the line before it
-		case n == 1:
-			return fmt.Sprintf("%d", start+1)
-		}
-		return fmt.Sprintf("%d,%d", start+1, n)
-	}
-	m := difflib.NewMatcher(a, b)
-	for _, g := range m.GetGroupedOpCodes(3) {
-		first, last := g[0], g[len(g)-1]
-		fmt.Fprintf(sb, "@@ -%s +%s @@\n", span(first.I1, last.I2), span(first.J1, last.J2))
-		for _, op := range g {
-			switch op.Tag {
-			case 'e':
-				for _, s := range a[op.I1:op.I2] {
-					line(' ', s)
-				}
-			case 'r', 'd', 'i':
-				for _, s := range a[op.I1:op.I2] {
-					line('-', s)
-				}
-				for _, s := range b[op.J1:op.J2] {
-					line('+', s)
-				}
-			}
-		}
+	d := newTextDiff(a, b)
+	for _, h := range d.hunks() {
+		d.write(sb, h)
 	}
 }
 

@@ -64,6 +64,12 @@ type killScenario struct {
 	// verify, when set, checks after each kill and recover that the store
 	// still does its job from there (in the project's directory).
 	verify func(t *testing.T, bin, proj string)
+	// stdin is what op reads (commit -p's answers).
+	stdin string
+	// pendingDiff: op leaves a run pending, whose `diff` after each kill
+	// and recover must be the one before op or the one after it, as the
+	// tree is.
+	pendingDiff bool
 }
 
 var mtimeField = regexp.MustCompile(` mtime=[0-9]+`)
@@ -254,6 +260,21 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 		}
 		out = append(out,
 			killScenario{name: "commit-" + mode, prepare: pending(mode), op: []string{"commit", "--force"}, inverse: []string{"undo"}},
+			// Parts of files committed (the layer keeps the rest of
+			// them), whole files, a symlink and the new directory it is
+			// in; a new file not taken stays pending.
+			killScenario{name: "commit-p-" + mode, prepare: func(t *testing.T, bin, root string) {
+				killTree(t, root)
+				var long strings.Builder
+				for i := 1; i <= 40; i++ {
+					fmt.Fprintf(&long, "line %d\n", i)
+				}
+				treetest.Write(t, root, "long.txt", long.String(), 0o644)
+				sbT(t, bin, root, "snap", "-m", "base")
+				sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c",
+					killChange+"sed -i 's/^line 2$/two/; s/^line 20$/twenty/; s/^line 35$/thirty-five/' long.txt\n")
+			}, op: []string{"commit", "-p", "--force", "long.txt", "tree/d0/f00.txt", "tree/new0"}, stdin: "y\nn\ny\ny\ny\nn\n",
+				inverse: []string{"undo", "--force"}, pendingDiff: true, runs: true}, // (a part is written at the time of the commit)
 			killScenario{name: "discard-" + mode, prepare: func(t *testing.T, bin, root string) {
 				killTree(t, root)
 				sqliteTarget(t, root)
@@ -311,18 +332,34 @@ func shmDir() string {
 // it prints where it was) and fails the test.
 func sbT(t *testing.T, bin, root string, args ...string) string {
 	t.Helper()
+	return sbTIn(t, bin, root, "", args...)
+}
+
+// sbTIn is sbT with stdin.
+func sbTIn(t *testing.T, bin, root, stdin string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-C", root}, args...)...)
 	cmd.Dir = root // a run's command runs where snapback is started
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 	cmd.WaitDelay = 5 * time.Second
+	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("snapback %v: %v\n%s", args, err, out.String())
 	}
 	return out.String()
+}
+
+// pendingDiffLines is a diff's output as a state, one entry a line, to compare.
+func pendingDiffLines(out string) treetest.State {
+	st := treetest.State{}
+	for i, l := range strings.Split(out, "\n") {
+		st[fmt.Sprint(i)] = l
+	}
+	return st
 }
 
 // observed is the state a scenario compares, in a copy of its prepared
@@ -379,15 +416,25 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	}
 	// The uninterrupted operation gives the state after it.
 	ref := fresh("ref")
+	var diffBefore, diffAfter string // the pending run's diff
 	if sc.fails {
 		cmd := exec.Command(bin, append([]string{"-C", filepath.Join(ref, sc.project)}, op...)...)
 		if out, err := cmd.CombinedOutput(); cmd.ProcessState.ExitCode() != 2 {
 			t.Fatalf("the operation should refuse with status 2: %v\n%s", err, out)
 		}
 	} else {
-		sbT(t, bin, filepath.Join(ref, sc.project), op...)
+		if sc.pendingDiff {
+			diffBefore = sbT(t, bin, filepath.Join(ref, sc.project), "diff")
+		}
+		sbTIn(t, bin, filepath.Join(ref, sc.project), sc.stdin, op...)
 	}
 	after := state(ref)
+	if sc.pendingDiff {
+		diffAfter = sbT(t, bin, filepath.Join(ref, sc.project), "diff")
+		if diffAfter == diffBefore {
+			t.Fatalf("the operation left the pending run as it was: the scenario tests nothing")
+		}
+	}
 	if sc.fails || sc.unchanged {
 		treetest.Equal(t, "an operation that changes nothing", before, after)
 	} else if same(before, after) && sc.name != "gc" && !strings.HasPrefix(sc.name, "discard") {
@@ -408,6 +455,7 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		cmd := exec.Command(bin, append([]string{"-C", proj}, op...)...)
 		cmd.Dir = proj
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
+		cmd.Stdin = strings.NewReader(sc.stdin)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -448,11 +496,17 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 			}
 		case same(got, before) && !same(before, after):
 			sawBefore++
+			if sc.pendingDiff {
+				treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffBefore), pendingDiffLines(sbT(t, bin, proj, "diff")))
+			}
 			// The operation did not happen: it can be done now.
-			sbT(t, bin, filepath.Join(root, sc.project), op...)
+			sbTIn(t, bin, filepath.Join(root, sc.project), sc.stdin, op...)
 			treetest.Equal(t, fmt.Sprintf("kill point %d: the operation done again after recover", k), after, state(root))
 		case same(gotLoose, after):
 			sawAfter++
+			if sc.pendingDiff {
+				treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffAfter), pendingDiffLines(sbT(t, bin, proj, "diff")))
+			}
 			if sc.inverse != nil {
 				sbT(t, bin, filepath.Join(root, sc.project), sc.inverse...)
 				treetest.Equal(t, fmt.Sprintf("kill point %d: %v after recover", k, sc.inverse), afterInverse, observed(t, root, sc))

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/term"
+)
+
+// commit -p and discard -p: a pending run's changes reviewed hunk by
+// hunk, as `git add -p`. Text files are asked by hunk (the hunks `diff
+// -p` prints); everything else (binary files, new and deleted files,
+// symlinks, mode changes, a directory's deletion with all below it) is
+// one question. A new directory comes with the files picked in it. Answers
+// are lines read from stdin, a terminal or not.
+
+// pickUnit is one file's questions: its changes whole, or its hunks.
+type pickUnit struct {
+	changes []snapshot.Change
+	diff    *textDiff // set when asked by hunk
+	hunks   []hunk
+}
+
+// pickUnits turns a run's changes into the questions to ask.
+func pickUnits(d *differ, changes []snapshot.Change) ([]*pickUnit, error) {
+	linked := map[string]bool{}
+	for _, c := range changes {
+		if c.New != nil && c.New.Link != "" {
+			linked[c.New.Link], linked[c.Path] = true, true
+		}
+	}
+	var out []*pickUnit
+	for i := 0; i < len(changes); i++ {
+		c := changes[i]
+		below := i + 1
+		for below < len(changes) && snapshot.Under(changes[below].Path, c.Path) {
+			below++
+		}
+		switch {
+		case c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
+			// A directory deleted or replaced: one question for all of it.
+			out = append(out, &pickUnit{changes: changes[i:below]})
+			i = below - 1
+			continue
+		case c.New != nil && c.New.Type == snapshot.Dir && (c.Old == nil || c.Old.Type != snapshot.Dir) && below > i+1:
+			continue // a new directory: it comes with what is picked in it
+		}
+		u := &pickUnit{changes: changes[i : i+1]}
+		out = append(out, u)
+		if c.Op != "M" || c.Old.Type != snapshot.File || linked[c.Path] || metaChanged(c.Old, c.New) {
+			continue
+		}
+		a, b, ok := d.sides(c)
+		if !ok {
+			continue // binary, or too large to diff
+		}
+		if snapshot.ObjectID(sha256.Sum256([]byte(a))) != c.Old.Object || snapshot.ObjectID(sha256.Sum256([]byte(b))) != c.New.Object {
+			return nil, fmt.Errorf("%s changed while it was read; try again", quote(c.Path))
+		}
+		u.diff = newTextDiff(splitLines(a), splitLines(b))
+		u.hunks = u.diff.hunks()
+	}
+	return out, nil
+}
+
+// metaChanged: what a hunk cannot carry (mode, owner, xattrs) differs.
+func metaChanged(a, b *snapshot.Entry) bool {
+	x := *b
+	x.Object, x.Size = a.Object, a.Size
+	return a.UID != b.UID || a.GID != b.GID || a.Changed(&x)
+}
+
+// errAnswersEnded: stdin ended before every question had an answer.
+var errAnswersEnded = errors.New("stdin ended before every question was answered")
+
+// asker reads the answers.
+type asker struct {
+	in   *bufio.Reader
+	out  io.Writer
+	verb string // "commit" or "discard"
+	echo bool   // stdin is no terminal: the answers are written after the prompts
+}
+
+// ask asks prompt until one of opts (letters) is answered.
+func (a *asker) ask(prompt, opts string) (byte, error) {
+	for {
+		fmt.Fprintf(a.out, "%s [%s,?]? ", prompt, strings.Join(strings.Split(opts, ""), ","))
+		line, err := a.in.ReadString('\n')
+		if err != nil && line == "" {
+			fmt.Fprintln(a.out)
+			return 0, errAnswersEnded
+		}
+		line = strings.ToLower(strings.TrimSpace(line))
+		if a.echo {
+			fmt.Fprintln(a.out, line)
+		}
+		if len(line) == 1 && strings.Contains(opts, line) {
+			return line[0], nil
+		}
+		a.help(opts)
+	}
+}
+
+func (a *asker) help(opts string) {
+	v := a.verb
+	lines := map[byte]string{
+		'y': v + " this hunk",
+		'n': "do not " + v + " this hunk",
+		'q': "quit; do not " + v + " this hunk or any of the remaining ones",
+		'a': v + " this hunk and all later hunks in the file",
+		'd': "do not " + v + " this hunk or any of the later hunks in the file",
+		's': "split the current hunk into smaller hunks",
+	}
+	for i := range len(opts) {
+		fmt.Fprintf(a.out, "%c - %s\n", opts[i], lines[opts[i]])
+	}
+	fmt.Fprintln(a.out, "? - print help")
+}
+
+// pickAnswers asks every question and returns what was picked: whole
+// paths, and parts (for a commit, the base with the hunks picked; for a
+// discard, the base with the hunks not picked).
+func pickAnswers(d *differ, units []*pickUnit, a *asker) (snapshot.Pick, int, error) {
+	var pick snapshot.Pick
+	title := strings.ToUpper(a.verb[:1]) + a.verb[1:]
+	picked := 0
+	quit := false
+	for _, u := range units {
+		if quit {
+			break
+		}
+		if u.diff == nil {
+			var what string
+			c := u.changes[0]
+			switch {
+			case len(u.changes) > 1 || c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
+				what = "directory"
+			case c.Op == "A":
+				what = "addition"
+			case c.Op == "D":
+				what = "deletion"
+			case c.Op == "M" && c.Old.SameContent(c.New):
+				what = "mode change"
+			default:
+				what = "change"
+			}
+			for _, ch := range u.changes {
+				if p := d.gitPatch(ch); p != "" {
+					fmt.Fprint(a.out, p)
+				} else {
+					fmt.Fprintf(a.out, "%s\t%s\n", ch.Op, displayPath(ch))
+				}
+			}
+			ans, err := a.ask(fmt.Sprintf("%s this %s", title, what), "ynqad")
+			if err != nil {
+				return pick, 0, err
+			}
+			switch ans {
+			case 'y', 'a':
+				for _, ch := range u.changes {
+					pick.Paths = append(pick.Paths, ch.Path)
+				}
+				picked++
+			case 'q':
+				quit = true
+			}
+			continue
+		}
+		c := u.changes[0]
+		p := gitQuote("a/"+c.Path) + " " + gitQuote("b/"+c.Path)
+		fmt.Fprintf(a.out, "diff --git %s\n--- %s\n+++ %s\n", p, gitQuote("a/"+c.Path), gitQuote("b/"+c.Path))
+		take := map[int]bool{}
+		queue := append([]hunk(nil), u.hunks...)
+	hunks:
+		for i := 0; i < len(queue); i++ {
+			var sb strings.Builder
+			u.diff.write(&sb, queue[i])
+			fmt.Fprint(a.out, sb.String())
+			opts := "ynqad"
+			if len(queue[i].changes) > 1 {
+				opts += "s"
+			}
+			ans, err := a.ask(fmt.Sprintf("(%d/%d) %s this hunk", i+1, len(queue), title), opts)
+			if err != nil {
+				return pick, 0, err
+			}
+			switch ans {
+			case 'y':
+				for _, k := range queue[i].changes {
+					take[k] = true
+				}
+			case 'a':
+				for _, h := range queue[i:] {
+					for _, k := range h.changes {
+						take[k] = true
+					}
+				}
+				break hunks
+			case 'd':
+				break hunks
+			case 'q':
+				quit = true
+				break hunks
+			case 's':
+				parts := queue[i].split()
+				fmt.Fprintf(a.out, "Split into %d hunks.\n", len(parts))
+				queue = append(append(append([]hunk(nil), queue[:i]...), parts...), queue[i+1:]...)
+				i--
+			}
+		}
+		all := 0
+		for _, h := range u.hunks {
+			all += len(h.changes)
+		}
+		switch {
+		case len(take) == 0:
+		case len(take) == all:
+			pick.Paths = append(pick.Paths, c.Path)
+			picked++
+		default:
+			if a.verb == "discard" { // the layer keeps the hunks not discarded
+				keep := map[int]bool{}
+				for _, h := range u.hunks {
+					for _, k := range h.changes {
+						keep[k] = !take[k]
+					}
+				}
+				take = keep
+			}
+			pick.Parts = append(pick.Parts, snapshot.Part{Path: c.Path, Base: c.Old.Object, New: c.New.Object, Content: []byte(u.diff.apply(take))})
+			picked++
+		}
+	}
+	return pick, picked, nil
+}
+
+// runPick is `commit -p` and `discard -p`: asks, then commits or
+// discards what was picked.
+func runPick(g *globals, verb string, args []string, force bool) error {
+	if g.json {
+		return usageErr("%s -p asks questions: it takes no --json", verb)
+	}
+	repo, _, err := g.open(false, verb)
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	p, paths, err := pendingAndPaths(g, repo, args)
+	if err != nil {
+		return err
+	}
+	rel, err := relPaths(repo.Root, paths)
+	if err != nil {
+		return err
+	}
+	target, cur, err := repo.PendingChanges(p)
+	if err != nil {
+		return err
+	}
+	var changes []snapshot.Change
+	for _, c := range snapshot.DiffManifests(cur, target) {
+		if underAny(c.Path, rel) {
+			changes = append(changes, c)
+		}
+	}
+	if len(changes) == 0 {
+		fmt.Fprintf(g.stdout, "no changes of run %s to %s\n", p.ID, verb)
+		return nil
+	}
+	d := &differ{repo: repo, upper: repo.UpperDir(p.ID)}
+	units, err := pickUnits(d, changes)
+	if err != nil {
+		return fmt.Errorf("%s -p: %w", verb, err)
+	}
+	a := &asker{in: bufio.NewReader(os.Stdin), out: g.stdout, verb: verb, echo: !term.IsTerminal(int(os.Stdin.Fd()))}
+	pick, n, err := pickAnswers(d, units, a)
+	if errors.Is(err, errAnswersEnded) {
+		return &exitError{code: 2, kind: "usage", err: fmt.Errorf("%s -p: %w; nothing was %s", verb, err, pastTense(verb))}
+	}
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(g.stdout, "nothing picked; nothing was %s\n", pastTense(verb))
+		return nil
+	}
+	rest := "; the rest stays pending"
+	if verb == "discard" {
+		if err := repo.DiscardPick(p, pick); err != nil {
+			return err
+		}
+		if _, err := repo.FindPending(p.ID); err != nil {
+			rest = "; nothing is left of it"
+		}
+		g.say("discarded %s of run %s%s\n", nPicked(n), p.ID, rest)
+		return nil
+	}
+	rec, err := repo.CommitPick(p, pick, force)
+	if err != nil {
+		return err
+	}
+	if _, err := repo.FindPending(p.ID); err != nil {
+		rest = ""
+	}
+	g.say("committed %s of run %s as %s (undo reverts it%s)\n", nPicked(n), p.ID, rec.ID, rest)
+	return nil
+}
+
+func pastTense(verb string) string {
+	return map[string]string{"commit": "committed", "discard": "discarded"}[verb]
+}
+
+// nPicked says how many files' changes were picked, whole or in part.
+func nPicked(n int) string {
+	if n == 1 {
+		return "1 file"
+	}
+	return fmt.Sprintf("%d files", n)
+}

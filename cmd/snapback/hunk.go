@@ -1,0 +1,128 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// hunkContext is the lines of context around a change, as git's default.
+const hunkContext = 3
+
+// textDiff is the diff of two texts, each a list of lines that keep their
+// newline: the opcodes turning a into b, equal runs between changes.
+type textDiff struct {
+	a, b []string
+	ops  []difflib.OpCode
+}
+
+func newTextDiff(a, b []string) *textDiff {
+	return &textDiff{a: a, b: b, ops: difflib.NewMatcher(a, b).GetOpCodes()}
+}
+
+// hunk is a run of the diff's changes (indexes of its non-equal opcodes,
+// consecutive) shown with their context.
+type hunk struct{ changes []int }
+
+// hunks groups the changes as `diff -U3` does: two changes share a hunk
+// when at most twice the context lies between them.
+func (d *textDiff) hunks() []hunk {
+	var out []hunk
+	for i, op := range d.ops {
+		if op.Tag == 'e' {
+			continue
+		}
+		if n := len(out); n > 0 {
+			last := out[n-1].changes
+			if gap := d.ops[last[len(last)-1]+1]; gap.I2-gap.I1 <= 2*hunkContext {
+				out[n-1].changes = append(last, i)
+				continue
+			}
+		}
+		out = append(out, hunk{changes: []int{i}})
+	}
+	return out
+}
+
+// split cuts a hunk into one hunk per change (where context lies between
+// them); a hunk of one change stays whole.
+func (h hunk) split() []hunk {
+	var out []hunk
+	for _, c := range h.changes {
+		out = append(out, hunk{changes: []int{c}})
+	}
+	return out
+}
+
+// write writes the hunk in unified form; a last line without a newline is
+// followed by git's `\ No newline at end of file`.
+func (d *textDiff) write(sb *strings.Builder, h hunk) {
+	first, last := d.ops[h.changes[0]], d.ops[h.changes[len(h.changes)-1]]
+	i1, j1, i2, j2 := first.I1, first.J1, last.I2, last.J2
+	if c := h.changes[0]; c > 0 {
+		n := min(hunkContext, d.ops[c-1].I2-d.ops[c-1].I1)
+		i1, j1 = i1-n, j1-n
+	}
+	if c := h.changes[len(h.changes)-1]; c+1 < len(d.ops) {
+		n := min(hunkContext, d.ops[c+1].I2-d.ops[c+1].I1)
+		i2, j2 = i2+n, j2+n
+	}
+	line := func(prefix byte, s string) {
+		sb.WriteByte(prefix)
+		sb.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
+			sb.WriteString("\n\\ No newline at end of file\n")
+		}
+	}
+	span := func(start, end int) string {
+		switch n := end - start; n {
+		case 0:
+			return fmt.Sprintf("%d,0", start) // an empty range names the line before it
+		case 1:
+			return fmt.Sprintf("%d", start+1)
+		}
+		return fmt.Sprintf("%d,%d", start+1, end-start)
+	}
+	fmt.Fprintf(sb, "@@ -%s +%s @@\n", span(i1, i2), span(j1, j2))
+	for k := h.changes[0]; k <= h.changes[len(h.changes)-1]; k++ {
+		op := d.ops[k]
+		if op.Tag == 'e' {
+			continue
+		}
+		if k == h.changes[0] {
+			for _, s := range d.a[i1:op.I1] {
+				line(' ', s)
+			}
+		} else if prev := d.ops[k-1]; prev.Tag == 'e' {
+			for _, s := range d.a[prev.I1:prev.I2] {
+				line(' ', s)
+			}
+		}
+		for _, s := range d.a[op.I1:op.I2] {
+			line('-', s)
+		}
+		for _, s := range d.b[op.J1:op.J2] {
+			line('+', s)
+		}
+	}
+	for _, s := range d.a[last.I2:i2] {
+		line(' ', s)
+	}
+}
+
+// apply is a with the changes taken (by opcode index) made, the others
+// not: the text between the two sides that holds exactly those changes.
+func (d *textDiff) apply(take map[int]bool) string {
+	var sb strings.Builder
+	for i, op := range d.ops {
+		lines := d.a[op.I1:op.I2]
+		if op.Tag != 'e' && take[i] {
+			lines = d.b[op.J1:op.J2]
+		}
+		for _, s := range lines {
+			sb.WriteString(s)
+		}
+	}
+	return sb.String()
+}
