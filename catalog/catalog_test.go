@@ -56,7 +56,7 @@ func create(t *testing.T, c *Catalog, repo *snapshot.Repo, m *snapshot.Meta) *Su
 // projectOf names the repo's project, its id made on first use.
 func projectOf(t testing.TB, repo *snapshot.Repo) Project {
 	t.Helper()
-	id, err := ProjectID(repo.Root, true)
+	id, err := ProjectID(repo.Dir, true)
 	treetest.Must(t, err)
 	return Project{Root: repo.Root, ID: id}
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/fsutil"
-	"github.com/snapback/snapback/snapshot"
 )
 
 // ProjectIDFile is where a project keeps its stable id, in its store: the
@@ -18,12 +17,11 @@ import (
 // project's archives by it. A moved or renamed project keeps its id.
 const ProjectIDFile = "project-id"
 
-// ProjectID returns the project's stable id, 32 hex digits, making it on
-// first use when create is set ("" and no error when there is none yet).
-// Two processes making it at once agree: the file is linked in, never
-// replaced.
-func ProjectID(root string, create bool) (string, error) {
-	store := filepath.Join(root, snapshot.StoreDir)
+// ProjectID returns the project's stable id, 32 hex digits, kept in its
+// store (the directory store), making it on first use when create is set
+// ("" and no error when there is none yet). Two processes making it at
+// once agree: the file is linked in, never replaced.
+func ProjectID(store string, create bool) (string, error) {
 	p := filepath.Join(store, ProjectIDFile)
 	for try := 0; try < 2; try++ {
 		// Bounded, never through a link, never waiting on a FIFO: the

@@ -4,6 +4,7 @@
 //	ignore = ["trace.jsonl", "*.log"]    # gitignore syntax: never rolled back
 //	exclude = ["node_modules"]           # out of snapshots, isolated by runs
 //	mode = "auto"
+//	store = "~/.local/state/snapback/projects/app"  # the store outside the tree
 //
 //	[[target]]
 //	backend = "sqlite"
@@ -22,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -65,6 +67,10 @@ type Snapshot struct {
 	// are collected, but never what undo and redo need next.
 	Keep     int `toml:"keep"`
 	KeepDays int `toml:"keep_days"`
+	// Store, when set, is where the project's store lives instead of
+	// .snapback in the tree: an absolute path (a leading ~/ is the home
+	// directory, expanded at load), never inside the project.
+	Store string `toml:"store"`
 }
 
 // Target is one [[target]]: state outside the tree.
@@ -348,6 +354,13 @@ func (c *Config) validate(src []byte) error {
 	if c.Snapshot.KeepDays < 0 || c.Snapshot.KeepDays > 36500 {
 		return bad("snapshot", -1, "keep_days", "snapshot.keep_days: must be 1 to 36500 (0: unset), not %d", c.Snapshot.KeepDays)
 	}
+	if c.Snapshot.Store != "" {
+		p, err := storePath(c.Snapshot.Store, filepath.Dir(c.path))
+		if err != nil {
+			return bad("snapshot", -1, "store", "snapshot.store: %v", err)
+		}
+		c.Snapshot.Store = p
+	}
 	for i, t := range c.Targets {
 		if t.Backend == "" {
 			return bad("target", i, "", "target %d: no backend", i+1)
@@ -382,6 +395,35 @@ func (c *Config) validate(src []byte) error {
 		return bad("archive", -1, "keep", "archive.keep: must be 1 to 1000 (0: unset), not %d", c.Archive.Keep)
 	}
 	return nil
+}
+
+// storePath expands and checks [snapshot] store: absolute or ~/-relative,
+// and neither inside the project at root (a snapshot would hold it) nor
+// holding it.
+func storePath(p, root string) (string, error) {
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("invalid path %q", p)
+	}
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+		p = filepath.Join(home, p[1:])
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%q is not an absolute path (nor ~/…)", p)
+	}
+	p = filepath.Clean(p)
+	if abs, err := filepath.Abs(root); err == nil {
+		if rel, err := filepath.Rel(abs, p); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+			return "", fmt.Errorf("%s is inside the project: a store there would be in its snapshots (name a directory outside it)", p)
+		}
+		if rel, err := filepath.Rel(p, abs); err == nil && !strings.HasPrefix(rel, "..") {
+			return "", fmt.Errorf("%s holds the project: name a directory of its own outside it", p)
+		}
+	}
+	return p, nil
 }
 
 func splitPath(p string) (dir, base string) {

@@ -202,6 +202,7 @@ func TestWrongTypes(t *testing.T) {
 		"snapshot.mode":          {"[snapshot]\nmode = true\n", ":2: snapshot.mode must be a string, not a boolean"},
 		"snapshot.keep":          {"[snapshot]\nkeep = \"10\"\n", ":2: snapshot.keep must be an integer, not a string"},
 		"snapshot.keep_days":     {"[snapshot]\nkeep_days = 1.5\n", ":2: snapshot.keep_days must be an integer, not a float"},
+		"snapshot.store":         {"[snapshot]\nstore = 1\n", ":2: snapshot.store must be a string, not an integer"},
 		"target":                 {"target = 1\n", ":1: target must be an array of tables, not an integer"},
 		"target.name":            {"[[target]]\nname = 1\n", ":2: target.name must be a string, not an integer"},
 		"target.backend":         {"[[target]]\nbackend = [\"sqlite\"]\n", ":2: target.backend must be a string, not an array"},
@@ -235,6 +236,32 @@ func TestWrongTypes(t *testing.T) {
 			if strings.Contains(msg, goWord) {
 				t.Errorf("%s: error %q speaks Go (%q)", key, msg, goWord)
 			}
+		}
+	}
+}
+
+// TestStore: [snapshot] store is absolute or ~/-relative (expanded at
+// load), and never inside the project or holding it.
+func TestStore(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	for src, want := range map[string]string{
+		`"/srv/stores/p"`: "/srv/stores/p", `"~/stores/p/"`: "/home/u/stores/p", `"/proj2"`: "/proj2",
+	} {
+		c, err := Parse(testFile, []byte("[snapshot]\nstore = "+src+"\n"))
+		if err != nil || c.Snapshot.Store != want {
+			t.Errorf("store = %s: %q, %v; want %q", src, c.Snapshot.Store, err, want)
+		}
+	}
+	for src, want := range map[string]string{
+		`"hist"`:         `:2: snapshot.store: "hist" is not an absolute path`,
+		`"/proj/.hist"`:  ":2: snapshot.store: /proj/.hist is inside the project",
+		`"/proj"`:        ":2: snapshot.store: /proj is inside the project",
+		`"/"`:            ":2: snapshot.store: / holds the project",
+		"\"/a\\u0000b\"": ":2: snapshot.store: invalid path",
+		`"~other/x"`:     `:2: snapshot.store: "~other/x" is not an absolute path`,
+	} {
+		if err := parseErr(t, "[snapshot]\nstore = "+src+"\n"); !strings.Contains(err.Error(), want) {
+			t.Errorf("store = %s: %v, want %q", src, err, want)
 		}
 	}
 }

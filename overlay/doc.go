@@ -51,4 +51,9 @@ type Spec struct {
 	// Grace is how long the init waits, once the command has exited, for
 	// the processes it left behind, before it ends them.
 	Grace time.Duration `json:"grace,omitempty"`
+	// Store is the project's store when it lives outside the tree (""
+	// for .snapback, which the view itself hides): the init covers it
+	// with an empty read-only directory, so that the command cannot
+	// reach the history by its path either.
+	Store string `json:"store,omitempty"`
 }

@@ -204,7 +204,14 @@ func initRun(spec Spec, argv []string) int {
 		unix.CloseOnExec(spec.Lock)
 		keep = append(keep, spec.Lock)
 	}
-	if err := closeReaching(filepath.Join(spec.Root, layout.StoreDir), keep); err != nil {
+	stores := []string{filepath.Join(spec.Root, layout.StoreDir)}
+	if spec.Store != "" {
+		if err := hideOutsideStore(spec.Store); err != nil {
+			return failed(err)
+		}
+		stores = append(stores, spec.Store)
+	}
+	if err := closeReaching(stores, keep); err != nil {
 		return failed(err)
 	}
 	// An ordinary user's command runs with the caller's identity and no
@@ -363,13 +370,25 @@ func unwrapPath(err error) error {
 	return err
 }
 
+// hideOutsideStore covers a store outside the tree, in this mount
+// namespace only, with an empty tmpfs mounted read-only and mode 0: the
+// view has no store in it, and its path leads nowhere. The layers of the
+// view (in the store) stay reachable to the mount made before, and to
+// the fuse server in its own namespace.
+func hideOutsideStore(store string) error {
+	if err := unix.Mount("snapback-store", store, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=000"); err != nil {
+		return fmt.Errorf("hide the store %s from the command: %w", store, err)
+	}
+	return nil
+}
+
 // closeReaching closes this process's descriptors that would lead the
 // command around the view: every directory (openat and /proc/self/fd/N
 // walk from it into the real tree, whatever it is, `..` included), and
-// anything in the store. The terminal, pipes and files elsewhere pass on
+// anything in a store. The terminal, pipes and files elsewhere pass on
 // as before; a directory on 0, 1 or 2 (unusable for I/O anyway) becomes
 // /dev/null. keep are the init's own: its pipe and the run's lock.
-func closeReaching(store string, keep []int) error {
+func closeReaching(stores []string, keep []int) error {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return fmt.Errorf("list descriptors: %w", err)
@@ -384,7 +403,7 @@ func closeReaching(store string, keep []int) error {
 			continue // ReadDir's own, closed since
 		}
 		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
-		inStore := target == store || strings.HasPrefix(target, store+"/")
+		inStore := slices.ContainsFunc(stores, func(s string) bool { return target == s || strings.HasPrefix(target, s+"/") })
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR && !inStore {
 			continue
 		}

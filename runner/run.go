@@ -405,6 +405,9 @@ type view interface {
 func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.ViewRun, o Options) (Result, error) {
 	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0,
 		Grace: o.Grace}
+	if !repo.InTree() {
+		spec.Store = repo.Dir
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		return Result{}, err

@@ -63,10 +63,16 @@ type Repo struct {
 	Progress func(Progress)
 }
 
-// OpenRepo opens the project at root. With create, the store is made if
-// it is missing.
+// OpenRepo opens the project at root with its store in the tree. With
+// create, the store is made if it is missing.
 func OpenRepo(root string, ign Ignorer, create bool) (*Repo, error) {
-	s, err := Open(root, create)
+	return OpenRepoAt(root, "", ign, create)
+}
+
+// OpenRepoAt opens the project at root with its store at dir ("": in the
+// tree; see [Locate] and [OpenAt]).
+func OpenRepoAt(root, dir string, ign Ignorer, create bool) (*Repo, error) {
+	s, err := OpenAt(root, dir, create)
 	if err != nil {
 		return nil, err
 	}

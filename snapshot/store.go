@@ -24,13 +24,19 @@ const StoreDir = layout.StoreDir
 
 // FindRoot finds the project root from dir (absolute), as every verb
 // does: the nearest of dir and its ancestors holding snapback.toml or
-// .snapback; else the top of the enclosing git work tree (the nearest
+// .snapback, or whose store is in the state directory ([Marked]); else
+// the top of the enclosing git work tree (the nearest
 // holding .git, a directory or, in worktrees and submodules, a file);
 // else dir. A verb started in a subdirectory then acts on the whole
 // project.
 func FindRoot(dir string) string {
-	if d := nearestHolding(dir, config.FileName, StoreDir); d != "" {
-		return d
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, config.FileName)); err == nil || Marked(d) {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
 	}
 	if d := nearestHolding(dir, ".git"); d != "" {
 		return d
@@ -108,22 +114,36 @@ type Store struct {
 // can take seconds: small operations must not pay that.
 const syncEachLimit = 64
 
-// Open opens the store of root, creating it (mode 0700) when create is set.
+// Open opens the store of root in the tree (<root>/.snapback): [OpenAt]
+// with that directory.
+func Open(root string, create bool) (*Store, error) {
+	return OpenAt(root, "", create)
+}
+
+// OpenAt opens the store of root at dir (absolute; "" for the tree's
+// .snapback: see [Locate]), creating it (mode 0700) when create is set.
 // The store is checked first as input from outside (trust.go): a part
 // that is not what snapback makes there, or a store not made here for
 // this root, is an [*UntrustedError] naming the path, and nothing in the
 // store is read or written.
-func Open(root string, create bool) (*Store, error) {
+func OpenAt(root, dir string, create bool) (*Store, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{Root: abs, Dir: filepath.Join(abs, StoreDir)}
+	if dir == "" {
+		dir = filepath.Join(abs, StoreDir)
+	}
+	s := &Store{Root: abs, Dir: filepath.Clean(dir)}
 	_, err = os.Lstat(s.Dir)
 	made := false
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !create:
 		return nil, fmt.Errorf("%s: %w", abs, ErrNoStore)
+	case errors.Is(err, fs.ErrNotExist) && !s.InTree():
+		if made, err = s.makeOutside(); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
 	case errors.Is(err, fs.ErrNotExist):
 		fsutil.Mutating()
 		if err := os.Mkdir(s.Dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -138,6 +158,11 @@ func Open(root string, create bool) (*Store, error) {
 	}
 	if err := s.checkLayout(); err != nil {
 		return nil, err
+	}
+	if !made && !s.InTree() {
+		if err := s.checkAdoptable(); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range []string{"objects", "snapshots", "tmp"} {
 		fsutil.Mutating()
@@ -155,6 +180,9 @@ func Open(root string, create bool) (*Store, error) {
 	if err := s.checkIdentity(made); err != nil {
 		return nil, err
 	}
+	if !s.InTree() {
+		return s, nil
+	}
 	// The store is no part of the project: git must not offer it to
 	// `git add -A`, which in a copy-mode run would commit every snapshot.
 	ign := filepath.Join(s.Dir, ".gitignore")
@@ -164,6 +192,74 @@ func Open(root string, create bool) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// InTree reports whether the store is <root>/.snapback, in the tree.
+func (s *Store) InTree() bool { return s.Dir == filepath.Join(s.Root, StoreDir) }
+
+// checkAdoptable refuses a directory outside the tree that holds
+// something but no identity record: snapback makes every outside store
+// with one (makeOutside), so this is someone's directory named by
+// [snapshot] store, and filling it with a store would mix the two. An
+// empty one is adopted, as are the empty directories a store begins with.
+func (s *Store) checkAdoptable() error {
+	if _, err := os.Lstat(s.path(IdentityFile)); err == nil {
+		return nil
+	}
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	for _, e := range ents {
+		if sub, err := os.ReadDir(s.path(e.Name())); err == nil && len(sub) == 0 &&
+			(e.Name() == "objects" || e.Name() == "snapshots" || e.Name() == "tmp") {
+			continue
+		}
+		return fmt.Errorf("store %s: not a store snapback made (it holds %s and no identity record): name a new or empty directory", s.Dir, e.Name())
+	}
+	return nil
+}
+
+// makeOutside makes a store outside the tree whole: a directory beside
+// it holding its identity record, renamed into place, so that a store
+// there never lacks one (an outside store without it is not adopted:
+// trust.go). It reports false when another snapback made it first.
+func (s *Store) makeOutside() (bool, error) {
+	parent := filepath.Dir(s.Dir)
+	fsutil.Mutating()
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return false, err
+	}
+	fsutil.Mutating()
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(s.Dir)+".tmp-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(tmp) // gone once renamed; else what it left
+	var st, rst unix.Stat_t
+	if err := unix.Lstat(tmp, &st); err != nil {
+		return false, err
+	}
+	if err := unix.Stat(s.Root, &rst); err != nil {
+		return false, err
+	}
+	fsutil.Mutating()
+	if err := os.Chmod(tmp, 0o700); err != nil {
+		return false, err
+	}
+	id := identity{Version: 1, Root: s.Root, RootIno: rst.Ino, StoreIno: st.Ino, Dev: uint64(st.Dev)}
+	if err := writeIdentityAt(filepath.Join(tmp, IdentityFile), id); err != nil {
+		return false, err
+	}
+	fsutil.Mutating()
+	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, s.Dir, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EEXIST) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("make %s: %w", s.Dir, err)
+	}
+	return true, fsutil.SyncDir(parent)
 }
 
 // warn passes msg to Warn once.

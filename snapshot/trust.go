@@ -278,6 +278,9 @@ func (s *Store) checkIdentity(made bool) error {
 		return &UntrustedError{Path: p, Reason: "is not an identity record snapback wrote", Whole: true}
 	}
 	if rec.StoreIno != here.StoreIno || rec.RootIno != here.RootIno {
+		if !s.InTree() {
+			return &UntrustedError{Path: s.Dir, Reason: fmt.Sprintf("was not made for %s (its identity record names %s: another project's store, or a copy)", s.Root, rec.Root), Whole: true}
+		}
 		return &UntrustedError{Path: s.Dir, Reason: fmt.Sprintf("was not made here for %s (its identity record names another directory: it came by a clone, an archive or a copy)", s.Root), Whole: true}
 	}
 	if rec.Dev != here.Dev || rec.Root != here.Root {
@@ -290,25 +293,30 @@ func (s *Store) checkIdentity(made bool) error {
 }
 
 func (s *Store) writeIdentity(id identity) error {
-	b, err := json.Marshal(id)
-	if err != nil {
-		return err
-	}
-	if err := fsutil.WriteFileAtomic(s.path(IdentityFile), append(b, '\n'), 0o600); err != nil {
+	if err := writeIdentityAt(s.path(IdentityFile), id); err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
 	return nil
 }
 
-// SetAsideUntrusted moves what makes the store of root untrusted out of
-// the way, one part after another, and says what went where: a bad part
-// into the store as untrusted-<name>-<time>, a store refused as a whole
-// to <root>/.snapback.untrusted-<time>. Nothing is deleted. It returns
-// nothing to do when the store is trusted (or missing).
-func SetAsideUntrusted(root string) ([]string, error) {
+func writeIdentityAt(p string, id identity) error {
+	b, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(p, append(b, '\n'), 0o600)
+}
+
+// SetAsideUntrusted moves what makes the store of root at dir ("": in
+// the tree) untrusted out of the way, one part after another, and says
+// what went where: a bad part into the store as untrusted-<name>-<time>,
+// a store refused as a whole beside itself, as <store>.untrusted-<time>
+// (<root>/.snapback.untrusted-<time> in the tree). Nothing is deleted. It
+// returns nothing to do when the store is trusted (or missing).
+func SetAsideUntrusted(root, dir string) ([]string, error) {
 	var out []string
 	for i := 0; i < 1000; i++ {
-		_, err := Open(root, false)
+		_, err := OpenAt(root, dir, false)
 		var ue *UntrustedError
 		if !errors.As(err, &ue) {
 			if errors.Is(err, ErrNoStore) {
@@ -316,23 +324,27 @@ func SetAsideUntrusted(root string) ([]string, error) {
 			}
 			return out, err
 		}
-		abs, err := filepath.Abs(root)
-		if err != nil {
-			return out, err
+		store := dir
+		if store == "" {
+			abs, err := filepath.Abs(root)
+			if err != nil {
+				return out, err
+			}
+			store = filepath.Join(abs, StoreDir)
 		}
 		stamp := time.Now().UTC().Format("20060102-150405.000000000")
 		from, to := ue.Path, ""
 		if ue.Whole {
-			from = filepath.Join(abs, StoreDir)
-			to = filepath.Join(abs, UntrustedPrefix+stamp)
+			from = store
+			to = store + ".untrusted-" + stamp
 		} else {
-			rel, err := filepath.Rel(filepath.Join(abs, StoreDir), ue.Path)
+			rel, err := filepath.Rel(store, ue.Path)
 			if err != nil || strings.HasPrefix(rel, "..") {
 				return out, fmt.Errorf("set aside %s: not in the store", ue.Path)
 			}
-			to = filepath.Join(abs, StoreDir, "untrusted-"+strings.ReplaceAll(rel, "/", "_")+"-"+stamp)
+			to = filepath.Join(store, "untrusted-"+strings.ReplaceAll(rel, "/", "_")+"-"+stamp)
 		}
-		if err := renameAside(abs, from, to); err != nil {
+		if err := renameAside(filepath.Dir(store), from, to); err != nil {
 			return out, fmt.Errorf("set aside %s: %w", from, err)
 		}
 		out = append(out, fmt.Sprintf("moved %s to %s (%s)", from, to, ue.Reason))
@@ -340,9 +352,9 @@ func SetAsideUntrusted(root string) ([]string, error) {
 	return out, fmt.Errorf("set aside: the store of %s keeps being refused", root)
 }
 
-// renameAside renames from to to (both below root, to's directory a
-// plain one), following no symlink on the way and replacing nothing,
-// then syncs both directories.
+// renameAside renames from to to (both below root, the store's parent,
+// to's directory a plain one), following no symlink on the way and
+// replacing nothing, then syncs both directories.
 func renameAside(root, from, to string) error {
 	rd, err := fsutil.OpenRoot(root)
 	if err != nil {
@@ -376,17 +388,18 @@ func renameAside(root, from, to string) error {
 }
 
 // openDir opens the store directory rel (slash-separated, "" for the
-// store itself) without following any symlink below the root.
+// store itself) without following any symlink from the store's parent
+// directory on (the root, for a store in the tree).
 func (s *Store) openDir(rel string) (*fsutil.Dir, error) {
-	root, err := fsutil.OpenRoot(s.Root)
+	parent, err := fsutil.OpenRoot(filepath.Dir(s.Dir))
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
+	defer parent.Close()
 	if rel == "" {
-		return root.OpenDir(StoreDir)
+		return parent.OpenDir(filepath.Base(s.Dir))
 	}
-	return root.OpenDir(StoreDir + "/" + rel)
+	return parent.OpenDir(filepath.Base(s.Dir) + "/" + rel)
 }
 
 // readFile reads the store file at path (below s.Dir) as every read of
@@ -396,17 +409,18 @@ func (s *Store) openDir(rel string) (*fsutil.Dir, error) {
 // name it in their own terms); they match fs.ErrNotExist when it is
 // missing.
 func (s *Store) readFile(path string, max int64) ([]byte, error) {
-	rel, err := filepath.Rel(s.Root, path)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+	rel, err := filepath.Rel(s.Dir, path)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
 		return nil, fmt.Errorf("read %s: not in the store", path)
 	}
-	root, err := fsutil.OpenRoot(s.Root)
+	rel = filepath.Join(filepath.Base(s.Dir), rel)
+	root, err := fsutil.OpenRoot(filepath.Dir(s.Dir))
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
 	check := s.checkOwned
-	if strings.HasPrefix(rel, filepath.Join(StoreDir, "objects")+"/") {
+	if strings.HasPrefix(rel, filepath.Join(filepath.Base(s.Dir), "objects")+"/") {
 		// A content is checked against its name on every read: whose
 		// file holds it does not matter (and check --repair, which
 		// re-hashes, would not see an owner as damage).

@@ -99,7 +99,7 @@ func git(t *testing.T, dir string, args ...string) string {
 func sbDir(t *testing.T, bin, dir string, args ...string) (stdout, stderr string) {
 	t.Helper()
 	cmd, done := boundedCommand(2*time.Minute, bin, append([]string{"-C", dir}, args...)...)
-	cmd.Dir, cmd.Env = dir, gitEnv()
+	cmd.Dir, cmd.Env = dir, testEnv(t)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
 	if err := cmd.Run(); done() || err != nil {
@@ -424,15 +424,14 @@ func TestFirstSnapshotHint(t *testing.T) {
 	for i := range largeTree {
 		treetest.Write(t, root, fmt.Sprintf("d%02d/f%05d", i/1000, i), "", 0o644)
 	}
-	if h := firstSnapshotHint(root); h != "" {
+	if h := firstSnapshotHint(root, 0); h != "" {
 		t.Fatalf("%d files: %q", largeTree, h)
 	}
 	treetest.Write(t, root, "one-more", "", 0o644)
-	if h := firstSnapshotHint(root); !strings.Contains(h, "snapback snap -m baseline") {
+	if h := firstSnapshotHint(root, 0); !strings.Contains(h, "snapback snap -m baseline") {
 		t.Fatalf("%d files: %q", largeTree+1, h)
 	}
-	treetest.Must(t, os.Mkdir(filepath.Join(root, snapshot.StoreDir), 0o700))
-	if h := firstSnapshotHint(root); h != "" {
+	if h := firstSnapshotHint(root, 1); h != "" {
 		t.Fatalf("with a store: %q", h)
 	}
 }

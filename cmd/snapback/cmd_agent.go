@@ -107,7 +107,18 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		// it is left as it is.
 		return &exitError{code: 2, kind: "bad_settings", err: err}
 	}
+	store, snapshots := "", 0
 	if install && !o.dryRun {
+		// The store is made now, outside the tree (see outsideVerbs), so
+		// that every verb, and a first `snap`, finds it there.
+		if repo, _, err := g.open(true, "agent install"); err != nil {
+			g.warn("the project's store: " + err.Error())
+		} else {
+			store = storeName(repo.Store)
+			list, _ := repo.List() // unreadable: as if none
+			snapshots = len(list)
+			repo.Close()
+		}
 		if _, err := exec.LookPath("snapback"); err != nil {
 			g.warn(h.Title + " runs `" + h.Command() + "`, but snapback is not on this PATH: install it where the agent finds it")
 		}
@@ -121,6 +132,9 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	}
 	if g.json {
 		out := map[string]any{"harness": h.Name, "file": c.File, "changed": c.Changed(), "dry_run": o.dryRun, "events": nonNil(c.Events)}
+		if store != "" {
+			out["store"] = store
+		}
 		if o.dryRun {
 			out["diff"] = diff
 		}
@@ -146,7 +160,10 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 				fmt.Fprintf(g.stdout, "%s runs snapback's hooks too: `snapback agent uninstall %s%s` removes them there\n", other, h.Name, map[bool]string{true: "", false: " --shared"}[o.shared])
 			}
 		}
-		if hint := firstSnapshotHint(root); hint != "" {
+		if store != "" {
+			fmt.Fprintf(g.stdout, "the store (undo history): %s\n", store)
+		}
+		if hint := firstSnapshotHint(root, snapshots); hint != "" {
 			fmt.Fprintln(g.stdout, hint)
 		}
 	default:
@@ -185,8 +202,8 @@ const largeTree = 10000
 // and holds over largeTree files: the first turn that writes would take
 // it inside a tool call, holding the agent up (later ones read only what
 // changed).
-func firstSnapshotHint(root string) string {
-	if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+func firstSnapshotHint(root string, snapshots int) string {
+	if snapshots > 0 {
 		return ""
 	}
 	n := 0

@@ -110,12 +110,8 @@ func (g *globals) catalogPath(flag string) (string, error) {
 // inProject reports whether root is a project's (it has a store or a
 // snapback.toml).
 func (g *globals) inProject(root string) bool {
-	for _, n := range []string{config.FileName, snapshot.StoreDir} {
-		if _, err := os.Lstat(filepath.Join(root, n)); err == nil {
-			return true
-		}
-	}
-	return false
+	_, err := os.Lstat(filepath.Join(root, config.FileName))
+	return err == nil || snapshot.Marked(root)
 }
 
 // archiveScope is the project id list, verify and prune act on: this
@@ -129,7 +125,11 @@ func (g *globals) archiveScope(all bool) (id string, inProject bool, err error) 
 	if err != nil || !g.inProject(root) {
 		return "", false, nil
 	}
-	id, err = catalog.ProjectID(root, false)
+	loc, _, err := storeOf(root, "archive")
+	if err != nil {
+		return "", true, err
+	}
+	id, err = catalog.ProjectID(loc.Dir, false)
 	if err != nil {
 		return "", true, err
 	}

@@ -47,7 +47,7 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pid, err := catalog.ProjectID(repo.Root, true)
+			pid, err := catalog.ProjectID(repo.Dir, true)
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/config"
-	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
 
@@ -125,8 +124,10 @@ preview out. Other projects' archives and invalid files are never deleted;
 // one, else the user's state directory.
 func (g *globals) tokenDir() (string, error) {
 	if root, err := g.rootDir(); err == nil {
-		if st, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil && st.IsDir() {
-			return filepath.Join(root, snapshot.StoreDir, "prune-tokens"), nil
+		if loc, _, err := storeOf(root, "archive prune"); err == nil {
+			if st, err := os.Lstat(loc.Dir); err == nil && st.IsDir() {
+				return filepath.Join(loc.Dir, "prune-tokens"), nil
+			}
 		}
 	}
 	base := os.Getenv("XDG_STATE_HOME")

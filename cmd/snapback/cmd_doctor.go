@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"text/tabwriter"
 
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
 
@@ -40,8 +42,12 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			}
 			ms := modes(root)
 			pr := protection(root)
+			st, err := storeReport(root)
+			if err != nil {
+				return err
+			}
 			if g.json {
-				return g.printJSON(map[string]any{"modes": ms, "root": root, "covered": pr.Covered, "uncovered": pr.Uncovered})
+				return g.printJSON(map[string]any{"modes": ms, "root": root, "store": st.Path, "store_warning": st.Warning, "covered": pr.Covered, "uncovered": pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
@@ -69,7 +75,47 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			fmt.Fprintf(g.stdout, "\nstore: %s\n", st.Text)
+			if st.Warning != "" {
+				fmt.Fprintf(g.stdout, "warning: %s\n", st.Warning)
+			}
 			return printProtection(g, pr)
 		},
 	}
+}
+
+// doctorStore is what doctor says of the project's store.
+type doctorStore struct {
+	Path    string // where it is, or is to be made
+	Text    string // the line for a person
+	Warning string // what may take the history, and the remedy ("" when nothing)
+}
+
+// storeReport says where the store of the project at root is
+// (snapshot.Locate, as every verb), and, for one in the tree of a git work
+// tree, that `git clean -fdx` removes it: git sees an ignored directory.
+func storeReport(root string) (doctorStore, error) {
+	loc, _, err := storeOf(root, "doctor")
+	if err != nil {
+		return doctorStore{}, err
+	}
+	r := doctorStore{Path: loc.Dir}
+	switch {
+	case !loc.Exists && loc.InTree:
+		r.Text = loc.Dir + " (none yet: the first snap or run makes it there, in the tree)"
+	case !loc.Exists:
+		r.Text = loc.Dir + " (none yet: made there, outside the tree)"
+	case loc.InTree:
+		r.Text = loc.Dir + " (in the tree)"
+	default:
+		r.Text = loc.Dir + " (outside the tree)"
+	}
+	if loc.InTree && loc.Exists && exec.Command("git", "-C", root, "rev-parse", "--is-inside-work-tree").Run() == nil {
+		to := "a directory outside the project"
+		if p, err := snapshot.StateStore(root); err == nil {
+			to = p
+		}
+		r.Warning = fmt.Sprintf("`git clean -fdx` removes the store in the tree, and with it every undo step (git sees an ignored directory); keep it outside: [snapshot] store = %q in snapback.toml (move %s there first to keep its history)", to, snapshot.StoreDir)
+	}
+	return r, nil
 }

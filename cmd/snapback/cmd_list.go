@@ -151,6 +151,6 @@ func runList(g *globals, all bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "store %s: %s on disk\n", snapshot.StoreDir, humanBytes(size))
+	fmt.Fprintf(g.stdout, "store %s: %s on disk\n", storeName(repo.Store), humanBytes(size))
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -42,11 +41,11 @@ func idCompletions(g *globals, k idKinds) []string {
 	if err != nil {
 		return nil
 	}
-	cfg, err := config.Load(root)
-	if err != nil {
+	loc, cfg, err := storeOf(root, "complete")
+	if err != nil || !loc.Exists {
 		return nil
 	}
-	repo, err := snapshot.OpenRepo(root, cfg, false)
+	repo, err := snapshot.OpenRepoAt(root, loc.Dir, cfg, false)
 	if err != nil {
 		return nil
 	}

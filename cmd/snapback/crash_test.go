@@ -56,6 +56,7 @@ func snapbackBinary(t testing.TB) string {
 func sb(t *testing.T, bin, root string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-C", root}, args...)...)
+	cmd.Env = testEnv(t) // the stores the test's hooks made
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

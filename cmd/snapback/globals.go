@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,6 +93,22 @@ var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true, 
 // gc must not act on a history with a hole in it.
 var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "check --repair": true, "recover": true, "archive create": true, "checkpoint status": true}
 
+// outsideVerbs make a project's first store outside the tree, in the
+// state directory (snapshot.Locate): the agent hooks' verbs, whose turns
+// a `git clean -fdx` of the agent's must not take the history of.
+var outsideVerbs = map[string]bool{"checkpoint begin": true, "agent hook": true, "agent install": true}
+
+// storeOf says where the store of the project at root is, by its config
+// (snapshot.Locate: every verb finds its store there).
+func storeOf(root, what string) (snapshot.Location, *config.Config, error) {
+	cfg, err := config.Load(root)
+	if err != nil {
+		return snapshot.Location{}, nil, err
+	}
+	loc, err := snapshot.Locate(root, cfg.Snapshot.Store, outsideVerbs[what])
+	return loc, cfg, err
+}
+
 // open loads the config and the store, takes the lock and finishes any
 // interrupted operation. The caller must Close the repo.
 func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config, error) {
@@ -106,7 +121,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 			return nil, nil, err
 		}
 	}
-	cfg, err := config.Load(root)
+	loc, cfg, err := storeOf(root, what)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -115,7 +130,7 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		// it, or a store not made here: trust.go in package snapshot) is
 		// set aside first, nothing deleted; a store set aside whole is
 		// replaced by an empty one, so that every verb works again.
-		moved, err := snapshot.SetAsideUntrusted(root)
+		moved, err := snapshot.SetAsideUntrusted(root, loc.Dir)
 		for _, m := range moved {
 			if g.json { // stdout holds the one JSON object
 				fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(m))
@@ -128,12 +143,10 @@ func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config
 		}
 		create = create || len(moved) > 0
 	}
-	if !create {
-		if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil, fmt.Errorf("%s: %w", root, snapshot.ErrNoStore)
-		}
+	if !create && !loc.Exists {
+		return nil, nil, fmt.Errorf("%s: %w", root, snapshot.ErrNoStore)
 	}
-	repo, err := snapshot.OpenRepo(root, cfg, create)
+	repo, err := snapshot.OpenRepoAt(root, loc.Dir, cfg, create)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -341,4 +354,13 @@ func (g *globals) working(what string) func() {
 			fmt.Fprintf(f, " %.1f s\n", time.Since(start).Seconds())
 		}
 	}
+}
+
+// storeName names a store for the user: .snapback in the tree, else its
+// path.
+func storeName(s *snapshot.Store) string {
+	if s.InTree() {
+		return snapshot.StoreDir
+	}
+	return s.Dir
 }

@@ -57,14 +57,50 @@ func hook(t *testing.T, bin, harness string, payload []byte) string {
 }
 
 // hookStates holds each test's state directory (where hooks remember a
-// session's first directory): one per test, kept across its hooks.
+// session's first directory, and make a project's store): one per test,
+// kept across its hooks and given to every snapback it runs (testEnv).
 var hookStates sync.Map
+
+// testState is the test's state directory.
+func testState(t *testing.T) string {
+	if s, ok := hookStates.Load(t); ok {
+		return s.(string)
+	}
+	s, _ := hookStates.LoadOrStore(t, t.TempDir())
+	return s.(string)
+}
+
+// testEnv is git's environment (gitEnv) with the test's state directory.
+func testEnv(t *testing.T) []string {
+	var env []string
+	for _, kv := range gitEnv() {
+		if !strings.HasPrefix(kv, "XDG_STATE_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "XDG_STATE_HOME="+testState(t))
+}
+
+// testStore is the store of the test's project at root: .snapback, else
+// the one the hooks made in the test's state directory.
+func testStore(t *testing.T, root string) string {
+	t.Helper()
+	in := filepath.Join(root, snapshot.StoreDir)
+	if _, err := os.Lstat(in); err == nil {
+		return in
+	}
+	m, _ := filepath.Glob(filepath.Join(testState(t), "snapback", "projects", filepath.Base(root)+"-*"))
+	if len(m) != 1 {
+		t.Fatalf("the store of %s: none in the tree, %v in the state directory", root, m)
+	}
+	return m[0]
+}
 
 // hookEnv is hook with env added to the environment, which holds no
 // project directory variable of a harness's unless env sets it.
 func hookEnv(t *testing.T, bin, harness string, payload []byte, env ...string) string {
 	t.Helper()
-	state, _ := hookStates.LoadOrStore(t, t.TempDir())
+	state := testState(t)
 	cmd, done := boundedCommand(2*time.Minute, bin, "agent", "hook", harness)
 	cmd.Dir = "/"
 	for _, kv := range gitEnv() {
@@ -72,7 +108,7 @@ func hookEnv(t *testing.T, bin, harness string, payload []byte, env ...string) s
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(append(cmd.Env, "XDG_STATE_HOME="+state.(string)), env...)
+	cmd.Env = append(append(cmd.Env, "XDG_STATE_HOME="+state), env...)
 	cmd.Stdin = bytes.NewReader(payload)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -144,7 +180,7 @@ func TestHookPayloads(t *testing.T) {
 			if msg := send(ev.read); msg != "" {
 				t.Fatalf("a reading tool: %q", msg)
 			}
-			if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+			if m, _ := filepath.Glob(filepath.Join(testState(t), "snapback", "projects", "*")); len(m) != 0 {
 				t.Fatal("a reading tool's hook made the store: it must do nothing")
 			}
 			if msg := send(ev.prompt); msg != "" {
@@ -190,7 +226,10 @@ func TestHookPayloads(t *testing.T) {
 			if msg := send(ev.end); msg != "" {
 				t.Fatalf("the session's end: %q", msg)
 			}
-			if notes, _ := os.ReadDir(filepath.Join(root, snapshot.StoreDir, "agent")); len(notes) != 0 {
+			if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+				t.Fatal("the hooks made the store in the tree: `git clean -fdx` would take it")
+			}
+			if notes, _ := os.ReadDir(filepath.Join(testStore(t, root), "agent")); len(notes) != 0 {
 				t.Fatalf("the session's end left its note: %v", notes)
 			}
 			sb(t, bin, root, "undo")
@@ -298,7 +337,7 @@ func TestHookNeverBlocks(t *testing.T) {
 	if msg := hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root)); msg != "" {
 		t.Fatalf("the prompt: %q", msg)
 	}
-	notes, err := filepath.Glob(filepath.Join(root, snapshot.StoreDir, "agent", "turn-*.json"))
+	notes, err := filepath.Glob(filepath.Join(testStore(t, root), "agent", "turn-*.json"))
 	if err != nil || len(notes) != 1 {
 		t.Fatalf("the turn's note: %v %v", notes, err)
 	}
@@ -315,11 +354,15 @@ func TestHookNeverBlocks(t *testing.T) {
 	// A FIFO in the store makes every verb refuse it in one line naming
 	// the path (the hook fails open meanwhile); check --repair sets it
 	// aside, and the store works again.
-	st, err := exec.Command(bin, "-C", root, "checkpoint", "status").CombinedOutput()
+	status := exec.Command(bin, "-C", root, "checkpoint", "status")
+	status.Env = testEnv(t)
+	st, err := status.CombinedOutput()
 	if err == nil || !strings.Contains(string(st), notes[0]) || strings.Count(strings.TrimSpace(string(st)), "\n") > 1 {
 		t.Errorf("checkpoint status over a FIFO in the store: %v %q, want a refusal naming it", err, st)
 	}
-	if out, err := exec.Command(bin, "-C", root, "check", "--repair").CombinedOutput(); err != nil {
+	repair := exec.Command(bin, "-C", root, "check", "--repair")
+	repair.Env = testEnv(t)
+	if out, err := repair.CombinedOutput(); err != nil {
 		t.Fatalf("check --repair: %v %s", err, out)
 	}
 	checkpointOpen(t, bin, root)
@@ -329,7 +372,7 @@ func TestHookNeverBlocks(t *testing.T) {
 	treetest.Must(t, err)
 	defer pw.Close()
 	cmd, done := boundedCommand(time.Minute, bin, "agent", "hook", "claude-code")
-	cmd.Dir, cmd.Env, cmd.Stdin = root, append(gitEnv(), "SNAPBACK_HOOK_DEADLINE=1s"), pr
+	cmd.Dir, cmd.Env, cmd.Stdin = root, append(testEnv(t), "SNAPBACK_HOOK_DEADLINE=1s"), pr
 	start = time.Now()
 	out, err := cmd.Output()
 	pr.Close()
@@ -420,8 +463,7 @@ func TestHookProjectFixed(t *testing.T) {
 				t.Fatalf("the project's checkpoint is still open (session %q)", s)
 			}
 			send("SessionEnd", elsewhere)
-			state, _ := hookStates.Load(t)
-			if ents, _ := os.ReadDir(filepath.Join(state.(string), "snapback", "agent-sessions")); len(ents) != 0 {
+			if ents, _ := os.ReadDir(filepath.Join(testState(t), "snapback", "agent-sessions")); len(ents) != 0 {
 				t.Fatalf("the session's end left its state: %v", ents)
 			}
 			sb(t, bin, root, "undo")
@@ -441,7 +483,7 @@ func TestHookAgentDirLink(t *testing.T) {
 	root, outside := t.TempDir(), t.TempDir()
 	treetest.Write(t, root, "snapback.toml", "", 0o644)
 	hook(t, bin, "claude-code", golden(t, "claude-code", "UserPromptSubmit", root)) // makes the store
-	agentDir := filepath.Join(root, snapshot.StoreDir, "agent")
+	agentDir := filepath.Join(testStore(t, root), "agent")
 	treetest.Must(t, os.RemoveAll(agentDir))
 	treetest.Must(t, os.Symlink(outside, agentDir))
 	old := filepath.Join(outside, "turn-00000000000000000000000000000000.json")

@@ -30,10 +30,8 @@ func (g *globals) refuseWideRoot(root string) error {
 	default:
 		return nil
 	}
-	for _, marked := range []string{snapshot.StoreDir, config.FileName} {
-		if _, err := os.Lstat(filepath.Join(root, marked)); err == nil {
-			return nil
-		}
+	if _, err := os.Lstat(filepath.Join(root, config.FileName)); err == nil || snapshot.Marked(root) {
+		return nil
 	}
 	wd, err := os.Getwd()
 	if err != nil {
