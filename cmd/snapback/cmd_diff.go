@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/internal/gitdiff"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -343,22 +343,25 @@ func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
 	if e.Type != snapshot.File || e.Size > textLimit {
 		return "", false
 	}
-	var b []byte
-	var err error
-	switch {
-	case d.upper != "" && old:
-		b, err = d.repo.ReadTreeFile(path, textLimit+1)
-	case d.upper != "":
-		b, err = snapshot.ReadFileBeneath(d.upper, path, textLimit+1)
-	case old:
-		b, err = d.repo.ReadObjectPrefix(e.Object, textLimit+1)
-	default:
-		b, err = d.repo.ReadTreeFile(path, textLimit+1)
-	}
-	if err != nil || len(b) > textLimit || bytes.IndexByte(b, 0) >= 0 {
+	b, err := d.read(e, old, path, textLimit+1)
+	// Binary as git judges it: a NUL in the first 8000 bytes.
+	if err != nil || len(b) > textLimit || bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0 {
 		return "", false
 	}
 	return string(b), true
+}
+
+// read reads up to limit bytes of a file side.
+func (d *differ) read(e *snapshot.Entry, old bool, path string, limit int64) ([]byte, error) {
+	switch {
+	case d.upper != "" && old:
+		return d.repo.ReadTreeFile(path, limit)
+	case d.upper != "":
+		return snapshot.ReadFileBeneath(d.upper, path, limit)
+	case old:
+		return d.repo.ReadObjectPrefix(e.Object, limit)
+	}
+	return d.repo.ReadTreeFile(path, limit)
 }
 
 func (d *differ) sides(c snapshot.Change) (a, b string, ok bool) {
@@ -372,27 +375,6 @@ func (d *differ) lineCounts(c snapshot.Change) (added, removed int, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	sm := difflib.NewMatcher(splitLines(a), splitLines(b))
-	for _, op := range sm.GetOpCodes() {
-		switch op.Tag {
-		case 'r':
-			removed += op.I2 - op.I1
-			added += op.J2 - op.J1
-		case 'd':
-			removed += op.I2 - op.I1
-		case 'i':
-			added += op.J2 - op.J1
-		}
-	}
+	added, removed = gitdiff.Count(gitdiff.Lines(a), gitdiff.Lines(b))
 	return added, removed, true
-}
-
-// splitLines splits text into lines that keep their newline; unlike
-// difflib.SplitLines it adds no empty line after a final newline.
-func splitLines(s string) []string {
-	lines := strings.SplitAfter(s, "\n")
-	if n := len(lines); n > 0 && lines[n-1] == "" {
-		lines = lines[:n-1]
-	}
-	return lines
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/internal/gitdiff"
 	"github.com/snapback/snapback/snapshot"
 )
 
@@ -125,8 +125,21 @@ func (d *differ) gitFilePatch(path string, old, new *snapshot.Entry, om, nm stri
 	}
 	oldText, okOld := d.gitSide(old, true, path)
 	newText, okNew := d.gitSide(new, false, path)
+	same := old != nil && new != nil && old.SameContent(new)
+	if !same {
+		// The blobs' ids, so that git apply -3 can find them.
+		oid, okA := d.blobID(old, true, path)
+		nid, okB := d.blobID(new, false, path)
+		if okA && okB {
+			fmt.Fprintf(&sb, "index %s..%s", oid[:7], nid[:7])
+			if old != nil && new != nil && om == nm {
+				fmt.Fprintf(&sb, " %s", om)
+			}
+			sb.WriteByte('\n')
+		}
+	}
 	if !okOld || !okNew {
-		if old != nil && new != nil && old.SameContent(new) {
+		if same {
 			return sb.String() // a mode change alone
 		}
 		fmt.Fprintf(&sb, "Binary files %s and %s differ\n", from, to)
@@ -136,8 +149,31 @@ func (d *differ) gitFilePatch(path string, old, new *snapshot.Entry, om, nm stri
 		return sb.String() // a mode change, or an empty file made or removed
 	}
 	fmt.Fprintf(&sb, "--- %s\n+++ %s\n", from, to)
-	writeHunks(&sb, splitLines(oldText), splitLines(newText))
+	gitdiff.Unified(&sb, gitdiff.Lines(oldText), gitdiff.Lines(newText))
 	return sb.String()
+}
+
+// blobLimit: larger files get no index line (their ids would mean
+// reading them whole).
+const blobLimit = 64 << 20
+
+// blobID is the id git gives a side's content (all zeros for no side);
+// ok is false when it cannot be read or is larger than blobLimit.
+func (d *differ) blobID(e *snapshot.Entry, old bool, path string) (string, bool) {
+	if e == nil {
+		return strings.Repeat("0", 40), true
+	}
+	if e.Type == snapshot.Symlink {
+		return gitdiff.BlobID([]byte(e.Target)), true
+	}
+	if e.Size > blobLimit {
+		return "", false
+	}
+	b, err := d.read(e, old, path, blobLimit+1)
+	if err != nil || len(b) > blobLimit {
+		return "", false
+	}
+	return gitdiff.BlobID(b), true
 }
 
 // gitSide is one side's content as git sees it: a file's bytes, a
@@ -147,16 +183,6 @@ func (d *differ) gitSide(e *snapshot.Entry, old bool, path string) (string, bool
 		return e.Target, true
 	}
 	return d.text(e, old, path)
-}
-
-// writeHunks writes the unified hunks (3 lines of context) turning a into
-// b, each a list of lines that keep their newline (the hunks `commit -p`
-// asks about: hunk.go).
-func writeHunks(sb *strings.Builder, a, b []string) {
-	d := newTextDiff(a, b)
-	for _, h := range d.hunks() {
-		d.write(sb, h)
-	}
 }
 
 // statLine is one file of `diff --stat`, as git counts it.
@@ -196,13 +222,7 @@ func (d *differ) gitStat(c snapshot.Change) (statLine, bool) {
 		}
 		return s, true
 	}
-	m := difflib.NewMatcher(splitLines(a), splitLines(b))
-	for _, op := range m.GetOpCodes() {
-		if op.Tag != 'e' {
-			s.deleted += op.I2 - op.I1
-			s.added += op.J2 - op.J1
-		}
-	}
+	s.added, s.deleted = gitdiff.Count(gitdiff.Lines(a), gitdiff.Lines(b))
 	return s, true
 }
 

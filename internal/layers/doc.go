@@ -11,6 +11,7 @@ var Rank = map[string]int{
 	"internal/layout":    0,
 	"internal/isolation": 0,
 	"internal/suggest":   0,
+	"internal/gitdiff":   0,
 	"fsutil":             0,
 	// What reads the tree's and the config's own formats.
 	"internal/gitdirs":  1,
