@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/snapback/snapback/internal/gitdiff"
 	"github.com/snapback/snapback/snapshot"
 	"golang.org/x/term"
 )
@@ -63,7 +64,7 @@ func pickUnits(d *differ, changes []snapshot.Change) ([]*pickUnit, error) {
 		if snapshot.ObjectID(sha256.Sum256([]byte(a))) != c.Old.Object || snapshot.ObjectID(sha256.Sum256([]byte(b))) != c.New.Object {
 			return nil, fmt.Errorf("%s changed while it was read; try again", quote(c.Path))
 		}
-		u.diff = newTextDiff(splitLines(a), splitLines(b))
+		u.diff = newTextDiff(gitdiff.Lines(a), gitdiff.Lines(b))
 		u.hunks = u.diff.hunks()
 	}
 	return out, nil

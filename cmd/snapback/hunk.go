@@ -5,20 +5,41 @@ import (
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/internal/gitdiff"
 )
 
 // hunkContext is the lines of context around a change, as git's default.
 const hunkContext = 3
 
 // textDiff is the diff of two texts, each a list of lines that keep their
-// newline: the opcodes turning a into b, equal runs between changes.
+// newline: the opcodes turning a into b, equal runs between changes. The
+// changes are git's (internal/gitdiff), those `diff -p` prints.
 type textDiff struct {
 	a, b []string
 	ops  []difflib.OpCode
 }
 
 func newTextDiff(a, b []string) *textDiff {
-	return &textDiff{a: a, b: b, ops: difflib.NewMatcher(a, b).GetOpCodes()}
+	var ops []difflib.OpCode
+	i, j := 0, 0
+	for _, c := range gitdiff.Diff(a, b) {
+		if c.I1 > i {
+			ops = append(ops, difflib.OpCode{Tag: 'e', I1: i, I2: c.I1, J1: j, J2: c.I2})
+		}
+		tag := byte('r')
+		switch {
+		case c.Add == 0:
+			tag = 'd'
+		case c.Del == 0:
+			tag = 'i'
+		}
+		ops = append(ops, difflib.OpCode{Tag: tag, I1: c.I1, I2: c.I1 + c.Del, J1: c.I2, J2: c.I2 + c.Add})
+		i, j = c.I1+c.Del, c.I2+c.Add
+	}
+	if i < len(a) {
+		ops = append(ops, difflib.OpCode{Tag: 'e', I1: i, I2: len(a), J1: j, J2: len(b)})
+	}
+	return &textDiff{a: a, b: b, ops: ops}
 }
 
 // hunk is a run of the diff's changes (indexes of its non-equal opcodes,
@@ -84,7 +105,11 @@ func (d *textDiff) write(sb *strings.Builder, h hunk) {
 		}
 		return fmt.Sprintf("%d,%d", start+1, end-start)
 	}
-	fmt.Fprintf(sb, "@@ -%s +%s @@\n", span(i1, i2), span(j1, j2))
+	fmt.Fprintf(sb, "@@ -%s +%s @@", span(i1, i2), span(j1, j2))
+	if f := gitdiff.FuncLine(d.a, i1); f != "" {
+		sb.WriteString(" " + f)
+	}
+	sb.WriteString("\n")
 	for k := h.changes[0]; k <= h.changes[len(h.changes)-1]; k++ {
 		op := d.ops[k]
 		if op.Tag == 'e' {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pmezard/go-difflib/difflib"
+	"github.com/snapback/snapback/internal/gitdiff"
 )
 
 // randomText is n lines drawn from a few, so that diffs have runs of
@@ -22,8 +22,8 @@ func randomText(r *rand.Rand, n int) []string {
 	return out
 }
 
-// TestHunks: the hunks are difflib's grouped opcodes (as diff -p printed
-// them before hunk.go); applying every change gives the new text and none
+// TestHunks: the hunks, written whole, are what diff -p prints
+// (gitdiff.Unified, git's own); applying every change gives the new text and none
 // the old; each hunk split into its changes, picked one by one, gives the
 // same text as the hunks picked whole; a hunk is splittable exactly when
 // it has more than one change.
@@ -37,23 +37,12 @@ func TestHunks(t *testing.T) {
 			d.write(&got, h)
 		}
 		var want strings.Builder
-		for _, g := range difflib.NewMatcher(a, b).GetGroupedOpCodes(hunkContext) {
-			first, last := g[0], g[len(g)-1]
-			want.WriteString(fmt.Sprintf("@@ -%s +%s @@\n", refSpan(first.I1, last.I2), refSpan(first.J1, last.J2)))
-			for _, op := range g {
-				if op.Tag == 'e' {
-					refLines(&want, ' ', a[op.I1:op.I2])
-					continue
-				}
-				refLines(&want, '-', a[op.I1:op.I2])
-				refLines(&want, '+', b[op.J1:op.J2])
-			}
-		}
+		gitdiff.Unified(&want, a, b)
 		if strings.Join(a, "") == strings.Join(b, "") {
 			want.Reset()
 		}
 		if got.String() != want.String() {
-			t.Fatalf("round %d: hunks differ from difflib's\na=%q\nb=%q\ngot:\n%s\nwant:\n%s", round, a, b, got.String(), want.String())
+			t.Fatalf("round %d: hunks differ from diff -p's\na=%q\nb=%q\ngot:\n%s\nwant:\n%s", round, a, b, got.String(), want.String())
 		}
 		all, odd, oddSplit := map[int]bool{}, map[int]bool{}, map[int]bool{}
 		for i, h := range d.hunks() {
@@ -79,26 +68,6 @@ func TestHunks(t *testing.T) {
 		}
 		if d.apply(odd) != d.apply(oddSplit) {
 			t.Fatalf("round %d: split hunks picked one by one differ from the hunks picked whole", round)
-		}
-	}
-}
-
-func refSpan(start, end int) string {
-	switch n := end - start; n {
-	case 0:
-		return fmt.Sprintf("%d,0", start)
-	case 1:
-		return fmt.Sprintf("%d", start+1)
-	}
-	return fmt.Sprintf("%d,%d", start+1, end-start)
-}
-
-func refLines(sb *strings.Builder, prefix byte, lines []string) {
-	for _, s := range lines {
-		sb.WriteByte(prefix)
-		sb.WriteString(s)
-		if !strings.HasSuffix(s, "\n") {
-			sb.WriteString("\n\\ No newline at end of file\n")
 		}
 	}
 }

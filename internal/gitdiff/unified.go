@@ -91,6 +91,20 @@ func writeLine(sb *strings.Builder, prefix byte, l string) {
 	}
 }
 
+// FuncLine is what the header of a hunk starting at line start of a
+// repeats: the nearest line above it that starts a function, or "" (the
+// search git makes, which stops where the previous hunk's began, finds
+// the same: had nothing stood between, the previous header's line
+// stands).
+func FuncLine(a []string, start int) string {
+	for l := start - 1; l >= 0; l-- {
+		if f, ok := funcName(a[l]); ok {
+			return f
+		}
+	}
+	return ""
+}
+
 // funcName is what a hunk header repeats of a line that starts a
 // function by git's default rule: its first funcLineMax bytes, less
 // trailing white space.
