@@ -35,6 +35,8 @@ const (
 // Open checks the catalog directory: an absolute path with no symlink in
 // any component, a directory owned by the user with mode 0700. With
 // create, a missing directory is made so (its missing parents 0700 too).
+// It then finishes or rolls back a prune apply that was killed
+// (recoverPrunes).
 func Open(dir string, create bool) (*Catalog, error) {
 	if dir == "" {
 		return nil, errf(CodeNoCatalog, "no catalog: give --catalog DIR or set [archive] destination in snapback.toml")
@@ -89,7 +91,13 @@ func Open(dir string, create bool) (*Catalog, error) {
 			}
 		}
 	}
-	return &Catalog{Dir: abs, Limits: DefaultLimits}, nil
+	c := &Catalog{Dir: abs, Limits: DefaultLimits}
+	// A prune apply killed half-way is finished or rolled back first, so
+	// that no verb sees, and no archive stays in, its staging directory.
+	if err := c.recoverPrunes(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Path is where the archive with this id lives.

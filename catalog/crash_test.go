@@ -35,7 +35,76 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if job := os.Getenv("SNAPBACK_TEST_PRUNE"); job != "" {
+		f := strings.Split(job, "|")
+		c := &Catalog{Dir: f[0], Limits: DefaultLimits}
+		if _, err := c.PruneApply(context.Background(), f[1], f[2], nil); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
+}
+
+// TestPruneKilled kills `archive prune --apply` before each of its
+// state-changing system calls in turn: the next open of the catalog (any
+// verb's) finishes it or rolls it back, so that every archive is either
+// in the catalog, verifying, or deleted as planned, and no staging
+// directory stays: a killed apply left its archives staged for ever.
+func TestPruneKilled(t *testing.T) {
+	ctx := context.Background()
+	base, ids := threeArchives(t)
+	sawBefore, sawAfter := 0, 0
+	for k := 1; ; k++ {
+		dir := filepath.Join(t.TempDir(), "cat")
+		treetest.Must(t, exec.Command("cp", "-a", base.Dir, dir).Run())
+		c := &Catalog{Dir: dir, Limits: DefaultLimits}
+		tokens := t.TempDir()
+		plan, err := c.PrunePreview(ctx, PruneOptions{Keep: 1}, tokens, nil)
+		treetest.Must(t, err)
+		if len(plan.Delete) != 2 || plan.Kept[0].ID != ids[2] {
+			t.Fatalf("plan keeps %v, deletes %v", plan.Kept, plan.Delete)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "SNAPBACK_TEST_PRUNE="+strings.Join([]string{dir, plan.Token, tokens}, "|"), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled()
+		if err != nil && !killed {
+			t.Fatalf("kill point %d: prune: %v\n%s", k, err, out)
+		}
+		if _, err := Open(dir, false); err != nil {
+			t.Fatalf("kill point %d: open after the kill: %v", k, err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, pruneStagePrefix+"*")); len(left) > 0 {
+			t.Fatalf("kill point %d: staging left behind: %v", k, left)
+		}
+		var there []string
+		for _, id := range ids {
+			if _, err := os.Lstat(c.Path(id)); err == nil {
+				there = append(there, id)
+				if _, err := c.Verify(ctx, FileName(id), nil); err != nil {
+					t.Fatalf("kill point %d: archive %s: %v", k, id, err)
+				}
+			}
+		}
+		switch {
+		case len(there) == 3:
+			sawBefore++
+		case len(there) == 1 && there[0] == ids[2]:
+			sawAfter++
+		default:
+			t.Fatalf("kill point %d: the catalog holds %v: neither before nor after the prune", k, there)
+		}
+		if !killed {
+			if len(there) != 1 {
+				t.Fatalf("the prune completed but left %v", there)
+			}
+			t.Logf("%d kill points, each recovered (%d to the state before, %d after)", k-1, sawBefore, sawAfter-1)
+			return
+		}
+	}
 }
 
 // restoreChild runs a restore in a child process, killed at the crash

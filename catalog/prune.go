@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"golang.org/x/sys/unix"
 )
 
 // TokenTTL is how long a prune preview's token may be applied.
@@ -208,13 +209,22 @@ func (c *Catalog) PruneApply(ctx context.Context, token, tokenDir string, progre
 	if pruneStaged != nil {
 		pruneStaged()
 	}
-	stage := filepath.Join(c.Dir, ".snapback-prune-"+token)
+	stage := filepath.Join(c.Dir, pruneStagePrefix+token)
 	fsutil.Mutating()
 	if err := os.Mkdir(stage, 0o700); err != nil {
 		return nil, wrap(CodeIO, err, "prune: staging directory")
 	}
+	// Held while the apply lives: the next verb's recoverPrunes, taking
+	// it, knows the apply died and finishes it or rolls it back.
+	lock, err := lockStage(stage)
+	if err != nil {
+		return nil, wrap(CodeIO, err, "prune: staging directory")
+	}
+	defer lock.Close()
 	var moved []string
 	putBack := func(cause error) error {
+		fsutil.Mutating()
+		os.Remove(filepath.Join(stage, pruneDecided)) // absent unless writing it failed half-way
 		var left []string
 		for _, f := range moved {
 			fsutil.Mutating()
@@ -277,6 +287,11 @@ func (c *Catalog) PruneApply(ctx context.Context, token, tokenDir string, progre
 	if ctx.Err() != nil { // the last moment a stop leaves everything as it was
 		return nil, putBack(interrupted(ctx, "prune"))
 	}
+	// The decision, durable before the first deletion: from here on, an
+	// apply that dies is finished by the next verb, not rolled back.
+	if err := markDecided(stage); err != nil {
+		return nil, putBack(wrap(CodeIO, err, "prune"))
+	}
 	for _, f := range rec.Delete {
 		fsutil.Mutating()
 		if err := os.Remove(filepath.Join(stage, f)); err != nil {
@@ -285,10 +300,131 @@ func (c *Catalog) PruneApply(ctx context.Context, token, tokenDir string, progre
 		res.Deleted = append(res.Deleted, f)
 	}
 	fsutil.Mutating()
+	if err := os.Remove(filepath.Join(stage, pruneDecided)); err != nil {
+		return res, wrap(CodeIO, err, "prune: remove the staging directory")
+	}
+	fsutil.Mutating()
 	if err := os.Remove(stage); err != nil {
 		return res, wrap(CodeIO, err, "prune: remove the staging directory")
 	}
 	return res, fsutil.SyncDir(c.Dir)
+}
+
+// An apply stages the archives it deletes in <catalog>/.snapback-prune-
+// <token>/, holding a lock on it (lockStage) while it runs. Once every
+// check has passed it writes pruneDecided there, then deletes. An apply
+// killed on the way leaves the directory behind, unlocked:
+// recoverPrunes, run when the catalog is opened, rolls it back (every
+// archive moved back, never over a name that came since) before the
+// decision, and finishes the deletion after it.
+const (
+	pruneStagePrefix = ".snapback-prune-"
+	pruneDecided     = "decided"
+)
+
+// lockStage opens the staging directory dir and takes its lock, which
+// lasts until the file is closed (or its process dies).
+func lockStage(dir string) (*os.File, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// markDecided writes the decision marker into stage, durably.
+func markDecided(stage string) error {
+	fsutil.Mutating()
+	f, err := os.OpenFile(filepath.Join(stage, pruneDecided), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(stage)
+}
+
+// recoverPrunes finishes or rolls back each apply that died (see
+// pruneStagePrefix). A staging directory whose lock is held belongs to a
+// live apply and is left alone; in one that is not, only archives and the
+// marker are touched: anything else in it stays, and with it the
+// directory.
+func (c *Catalog) recoverPrunes() error {
+	names, err := os.ReadDir(c.Dir)
+	if err != nil {
+		return wrap(CodeIO, err, "catalog %s", c.Dir)
+	}
+	for _, e := range names {
+		token, ok := strings.CutPrefix(e.Name(), pruneStagePrefix)
+		if !ok || !tokenRE.MatchString(token) || e.Type() != fs.ModeDir {
+			continue // not an apply's
+		}
+		if err := c.recoverPrune(e.Name()); err != nil {
+			return wrap(CodeIO, err, "catalog %s: finishing the prune interrupted in %s", c.Dir, e.Name())
+		}
+	}
+	return nil
+}
+
+func (c *Catalog) recoverPrune(name string) error {
+	stage := filepath.Join(c.Dir, name)
+	lock, err := lockStage(stage)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil // a live apply's
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	root, err := fsutil.OpenRoot(c.Dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	sd, err := root.OpenDir(name)
+	if err != nil {
+		return err
+	}
+	defer sd.Close()
+	files, err := sd.ReadDirNames()
+	if err != nil {
+		return err
+	}
+	_, err = sd.Lstat(pruneDecided)
+	decided := err == nil
+	for _, f := range files {
+		if !nameRE.MatchString(f) {
+			continue
+		}
+		if st, err := sd.Lstat(f); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue // not an archive staged
+		}
+		if decided {
+			err = sd.Unlink(f)
+		} else if err = sd.RenameNoReplace(f, root, f); errors.Is(err, unix.EEXIST) {
+			err = nil // the name came back since: this one stays staged
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := root.Sync(); err != nil {
+		return err
+	}
+	if decided {
+		if err := sd.Unlink(pruneDecided); err != nil {
+			return err
+		}
+	}
+	if err := root.Rmdir(name); err != nil && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return root.Sync()
 }
 
 // claimToken marks the token used and returns its record, refusing a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Named crash points, beside [Mutating]'s numbered ones: with
@@ -18,8 +19,17 @@ var (
 	crashCount atomic.Int64
 )
 
+// signalAt is SNAPBACK_SIGNAL_AT=NAME: at the point NAME the process
+// sends itself SIGINT, as a Ctrl-C at that moment would, and waits a
+// moment for its handler to see it; then it goes on.
+var signalAt string
+
 // CrashPoint marks the point name.
 func CrashPoint(name string) {
+	if signalAt != "" && signalAt == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
+		time.Sleep(200 * time.Millisecond) // the signal's handler runs meanwhile
+	}
 	if crashAt == "" || !strings.HasPrefix(crashAt, name) {
 		return
 	}

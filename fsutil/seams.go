@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 )
 
-// The test seams: the crash tests' SNAPBACK_KILL_AT and SNAPBACK_CRASH_AT
-// here, and the terminal and progress switches of cmd/snapback. A
-// released snapback never reads them, so a variable a user's shell
+// The test seams: the crash tests' SNAPBACK_KILL_AT, SNAPBACK_CRASH_AT
+// and SNAPBACK_SIGNAL_AT here, and the terminal and progress switches of
+// cmd/snapback. A released snapback never reads them, so a variable a user's shell
 // inherits cannot make it kill itself or lie about its terminal. Only a
 // build that asks for them turns them on: the test binaries (their
 // TestMain calls [EnableTestSeams]) and a snapback built with
@@ -20,6 +20,7 @@ var testSeams atomic.Bool
 func EnableTestSeams() {
 	killAt = parseKillAt(os.Getenv("SNAPBACK_KILL_AT"))
 	crashAt = os.Getenv("SNAPBACK_CRASH_AT")
+	signalAt = os.Getenv("SNAPBACK_SIGNAL_AT")
 	testSeams.Store(true)
 }
 

@@ -269,8 +269,12 @@ func (r *Repo) stateTargets(states []TargetState) ([]config.Target, error) {
 }
 
 // restoreTargets brings each target back to its saved state. Backends'
-// restores are idempotent: recover runs this again after a crash.
+// restores are idempotent: recover runs this again after a crash. It
+// runs once the tree has moved, so a Ctrl-C (r.Ctx cancelled) does not
+// stop it: the operation completes rather than leave the tree restored
+// and its targets not.
 func (r *Repo) restoreTargets(states []TargetState) error {
+	ctx := context.WithoutCancel(r.ctx())
 	for _, s := range states {
 		t, err := r.declaredTarget(s)
 		if err != nil {
@@ -283,7 +287,7 @@ func (r *Repo) restoreTargets(states []TargetState) error {
 		fsutil.CrashPoint("target-restore")
 		done := r.working("restoring target " + s.Name + " (" + t.Backend + ")")
 		fsutil.Mutating() // a target's restore is one kill point of the crash tests (its backend makes it atomic)
-		err = b.Restore(r.ctx(), t, r.Root, r.path(s.Payload, "data"))
+		err = b.Restore(ctx, t, r.Root, r.path(s.Payload, "data"))
 		done()
 		if err != nil {
 			return fmt.Errorf("restore of target %s: %w", s.Name, err)

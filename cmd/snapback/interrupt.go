@@ -14,8 +14,10 @@ import (
 // scan of the tree, a target's backend, an archive verb) stops at its
 // next safe point, before anything is half-done, and the verb ends with
 // the code `interrupted`, exit 128+N (130 for SIGINT, 143 for SIGTERM).
-// A verb that cannot stop half-way (an undo applying its plan) finishes
-// and says what it did. A second signal ends the process at once, as the
+// A verb that cannot stop half-way (an undo applying its plan, then
+// restoring its targets: snapshot's restoreTargets ignores the
+// cancellation) finishes, says what it did, warns that the signal came
+// too late to stop it, and exits 0. A second signal ends the process at once, as the
 // signal's default would have: snapback is safe against that at every
 // step (the next verb finishes or rolls back what a journal holds).
 //

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -82,5 +83,44 @@ func TestInterrupt(t *testing.T) {
 		if out := sb(t, bin, root, "check"); strings.Contains(out, "damaged") {
 			t.Fatalf("check after the interrupted snap: %s", out)
 		}
+	}
+}
+
+// TestInterruptTargetRestore: a Ctrl-C while undo restores a database
+// target, the tree already moved, does not stop the target's restore
+// half-way (the database left at its state after the step while the files
+// went back, and "interrupted" all the user heard): the undo completes,
+// exit 0, and says that the signal came too late to stop it.
+func TestInterruptTargetRestore(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	sqliteTarget(t, root)
+	if err := os.WriteFile(filepath.Join(root, "a"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb(t, bin, root, "snap", "-m", "base")
+	sqliteExec(t, root, `INSERT INTO t VALUES ('two')`)
+	if err := os.WriteFile(filepath.Join(root, "a"), []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-C", root, "undo")
+	cmd.Env = append(os.Environ(), "SNAPBACK_SIGNAL_AT=target-restore")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil || !strings.Contains(stderr.String(), "snapback: warning: SIGINT came while undo could not stop half-way: it completed\n") {
+		t.Errorf("undo, SIGINT during the target's restore: %v, stderr %q; want exit 0 and a word of the signal", err, stderr.String())
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "a")); string(b) != "one\n" {
+		t.Errorf("a holds %q after the undo", b)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(root, "app.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var rows string
+	if err := db.QueryRow("SELECT group_concat(v) FROM t").Scan(&rows); err != nil || rows != "one" {
+		t.Errorf("the target after the undo holds %q (%v), want one: half-restored", rows, err)
 	}
 }

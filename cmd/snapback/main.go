@@ -109,6 +109,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	g.interrupts.end()
 	g.bar.end("") // whatever follows starts on a line of its own
 	if err == nil {
+		if sig := g.interrupts.received(); sig != 0 {
+			// Past the point where it could stop: it finished instead.
+			g.warn(fmt.Sprintf("%s came while %s could not stop half-way: it completed", signalName(sig), g.verb))
+		}
 		return 0
 	}
 	// Stopped by a signal, at a point where nothing is half-done.
