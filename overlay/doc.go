@@ -6,7 +6,9 @@
 //
 // The mount is made by a helper: snapback re-executes itself in a new
 // mount and PID namespace with the hidden verb [HelperVerb]; the helper
-// mounts, hides the store, and stays as the namespace's init (PID 1): it
+// mounts, hides the store (the view's .snapback; a store outside the tree
+// is covered in the init's namespace: [Spec.Store]), and stays as the
+// namespace's init (PID 1): it
 // mounts the namespace's own /proc, starts the command as its child in
 // the working directory, forwards the signals snapback passes through a
 // pipe ([Session.Signal]), reaps orphans and exits with the command's

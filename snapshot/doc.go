@@ -7,7 +7,11 @@
 // a record names it; a journal is durable before the tree changes; the
 // stat cache is trusted only where the applier or scanner wrote it).
 //
-// # The store: <root>/.snapback/
+// # The store: <root>/.snapback/, or outside the tree
+//
+// The store is .snapback in the root, or a directory outside the tree
+// that snapback.toml or the agent hooks chose; [Locate] says which, for
+// every verb (locate.go).
 //
 //	lock              flock held by the snapback that changes the store (lock.go)
 //	treerun.lock      flock held by a run on the tree (copy, btrfs) from its

@@ -32,7 +32,12 @@ import (
 //
 // `snapback check --repair` sets what is refused aside ([SetAsideUntrusted]),
 // deleting nothing: a bad part into the store under an untrusted- name, a
-// foreign store as .snapback.untrusted-<time> beside it.
+// foreign store beside itself as <store>.untrusted-<time>.
+//
+// A store outside the tree (locate.go) is checked the same way, from its
+// parent directory on; it is always made with its identity record, so
+// one without it is adopted only when empty (an outside directory with
+// other files is someone's, not a store).
 //
 // Owners: the store must be the running user's. Root may use a store of
 // another user only where that user also owns the root directory (sudo in

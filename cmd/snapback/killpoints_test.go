@@ -70,6 +70,32 @@ type killScenario struct {
 	// and recover must be the one before op or the one after it, as the
 	// tree is.
 	pendingDiff bool
+	// storeOutside: the project's store is outside the tree, at
+	// outsideStore ([snapshot] store); each copy of the project gets the
+	// template's store there afresh, with an identity record made for
+	// the copy.
+	storeOutside bool
+}
+
+// outsideStore is where a storeOutside scenario's store is: in the
+// default temporary directory, named for the scenario's directory (on
+// tmpfs where there is one: then the store is on another filesystem than
+// the tree, as a state directory often is, and nothing can be linked or
+// renamed between the two).
+func outsideStore(root string) string {
+	return filepath.Join(os.TempDir(), filepath.Base(filepath.Dir(root))+"-store")
+}
+
+// reidentify writes the identity record of the store at dir for the
+// project at root, as the store would have made it there (a copy of a
+// store is refused: new inodes).
+func reidentify(t *testing.T, dir, root string) {
+	t.Helper()
+	var st, rst unix.Stat_t
+	treetest.Must(t, unix.Lstat(dir, &st))
+	treetest.Must(t, unix.Stat(root, &rst))
+	id := fmt.Sprintf(`{"version":1,"root":%q,"root_ino":%d,"store_ino":%d,"dev":%d}`+"\n", root, rst.Ino, st.Ino, st.Dev)
+	treetest.Must(t, os.WriteFile(filepath.Join(dir, snapshot.IdentityFile), []byte(id), 0o600))
 }
 
 var mtimeField = regexp.MustCompile(` mtime=[0-9]+`)
@@ -200,6 +226,16 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 	}
 	out := []killScenario{
 		{name: "undo", prepare: undoPrep, op: []string{"undo"}, inverse: []string{"redo"}, sqlite: true},
+		// The store outside the tree ([snapshot] store): the same undo.
+		{name: "undo-outside", storeOutside: true, prepare: func(t *testing.T, bin, root string) {
+			treetest.Write(t, root, "snapback.toml", fmt.Sprintf("[snapshot]\nstore = %q\n", outsideStore(root)), 0o644)
+			killTree(t, root)
+			sbT(t, bin, root, "snap", "-m", "base")
+			runSh(t, root, killChange)
+			if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
+				t.Fatal("a store in the tree, though snapback.toml names one outside")
+			}
+		}, op: []string{"undo"}, inverse: []string{"redo"}},
 		// Damaged content met half-way: the undo rolls back what it did.
 		{name: "undo-damaged", prepare: func(t *testing.T, bin, root string) {
 			killTree(t, root)
@@ -382,7 +418,15 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	t.Cleanup(func() { os.RemoveAll(base) })
 	tpl := filepath.Join(base, "tpl")
 	treetest.Must(t, os.Mkdir(tpl, 0o755))
+	if sc.storeOutside {
+		t.Cleanup(func() { os.RemoveAll(outsideStore(tpl)) })
+	}
 	sc.prepare(t, bin, tpl)
+	if sc.storeOutside {
+		if out, err := exec.Command("cp", "-a", outsideStore(tpl), filepath.Join(base, "store-tpl")).CombinedOutput(); err != nil {
+			t.Fatalf("cp -a: %v\n%s", err, out)
+		}
+	}
 	ids := snapIDs(t, bin, filepath.Join(tpl, sc.project))
 	op := append([]string(nil), sc.op...)
 	for i, a := range op {
@@ -411,6 +455,14 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		// snapback made (the template holds no journal).
 		if err := os.Remove(filepath.Join(dir, sc.project, ".snapback", "identity")); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
+		}
+		if sc.storeOutside { // one copy at a time: the store's place is the same for each
+			store := outsideStore(tpl)
+			treetest.Must(t, os.RemoveAll(store))
+			if out, err := exec.Command("cp", "-a", filepath.Join(base, "store-tpl"), store).CombinedOutput(); err != nil {
+				t.Fatalf("cp -a: %v\n%s", err, out)
+			}
+			reidentify(t, store, filepath.Join(dir, sc.project))
 		}
 		return dir
 	}
