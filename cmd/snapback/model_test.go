@@ -178,7 +178,14 @@ func (r *modelRun) sequence(t *rapid.T) {
 		t.Fatal(err)
 	}
 	r.sequences++
-	m.person("printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l")
+	setup := "printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l"
+	// Retention ([snapshot] keep), applied after each snap and run, in
+	// some sequences: snapback.toml is then in the tree, which the edits
+	// and commands leave alone.
+	if m.keep = rapid.IntRange(0, 3).Draw(t, "retention"); m.keep > 0 {
+		setup += fmt.Sprintf("; printf '[snapshot]\\nkeep = %d\\n' > snapback.toml", m.keep)
+	}
+	m.person(setup)
 	m.snap(t) // a store to work on: without one, every verb is exit 2
 	t.Repeat(map[string]func(*rapid.T){
 		"edit":        m.edit,
@@ -249,6 +256,7 @@ type model struct {
 	pend                *pendingRun
 	cp                  *openCheckpoint
 	script              []string
+	keep                int // [snapshot] keep in snapback.toml (0: none)
 	// damaged: the store objects the sequence damaged, with the bytes
 	// that repair puts back.
 	damaged map[string][]byte
@@ -531,7 +539,7 @@ func (m *model) maybeStep(must bool, s *step) {
 }
 
 func (m *model) edit(t *rapid.T) {
-	m.person(genOp(t, m.tree, m.multi, m.ref, false))
+	m.person(genOp(t, m.editable(), m.multi, m.ref, false))
 }
 
 func (m *model) snap(t *rapid.T) {
@@ -541,6 +549,7 @@ func (m *model) snap(t *rapid.T) {
 	}
 	if m.verb(outcome{want: m.tree}, false, "snap") {
 		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone()})
+		m.retained()
 	}
 }
 
@@ -672,6 +681,31 @@ func (m *model) gc(t *rapid.T) {
 	if !m.verb(outcome{want: m.tree}, false, "gc", "--keep", fmt.Sprint(keep)) {
 		return
 	}
+	m.collected(fmt.Sprintf("gc --keep %d", keep))
+}
+
+// editable is the tree the edits and commands draw their paths from:
+// all of it but the configuration.
+func (m *model) editable() tree {
+	if m.keep == 0 {
+		return m.tree
+	}
+	out := m.tree.clone()
+	delete(out, "snapback.toml")
+	return out
+}
+
+// retained follows a verb that applies retention (snap, run): what it
+// deleted must be nothing undo or redo needs next.
+func (m *model) retained() {
+	if m.keep > 0 {
+		m.collected(fmt.Sprintf("retention (keep = %d)", m.keep))
+	}
+}
+
+// collected marks the steps whose records what (gc, retention) deleted
+// gone, and fails if one of them is what undo or redo needs next.
+func (m *model) collected(what string) {
 	var list struct {
 		Snapshots []struct{ ID string }
 	}
@@ -693,9 +727,10 @@ func (m *model) gc(t *rapid.T) {
 	for _, s := range m.hist {
 		if !s.gone && !present[s.id] {
 			if need[s] {
-				m.fail("gc --keep %d deleted %s (%s), which undo or redo needs next", keep, s.id, s.kind)
+				m.fail("%s deleted %s (%s), which undo or redo needs next", what, s.id, s.kind)
 			}
 			s.gone = true
+			m.run.verbs["(deleted by "+strings.Fields(what)[0]+")"]++
 		}
 	}
 }
@@ -715,7 +750,7 @@ func (m *model) runCmd(t *rapid.T) {
 	if then != "discard" && rapid.IntRange(0, 3).Draw(t, "fails") == 0 {
 		status = 1
 	}
-	script := genScript(t, m.tree, m.multi, m.ref, true, status)
+	script := genScript(t, m.editable(), m.multi, m.ref, true, status)
 	view, timeOnly, dirTimes := m.native(script)
 	ch := changed(m.tree, view)
 	resFile := filepath.Join(m.dir, "result.json")
@@ -741,6 +776,7 @@ func (m *model) runCmd(t *rapid.T) {
 	}
 	base, baseMulti := m.tree, m.multi
 	m.verb(o, false, args...)
+	code := m.last.code
 	var res struct{ ID, State string }
 	if m.last.code == 125 {
 		// snapback failed after the command (the commit refused):
@@ -770,6 +806,9 @@ func (m *model) runCmd(t *rapid.T) {
 	case "pending":
 		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, multi: baseMulti, timeOnly: timeOnly, dirTimes: dirTimes}
 		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
+	}
+	if code != 125 { // (a run snapback failed applies no retention)
+		m.retained()
 	}
 }
 
