@@ -185,6 +185,10 @@ func (r *modelRun) sequence(t *rapid.T) {
 	if m.keep = rapid.IntRange(0, 3).Draw(t, "retention"); m.keep > 0 {
 		setup += fmt.Sprintf("; printf '[snapshot]\\nkeep = %d\\n' > snapback.toml", m.keep)
 	}
+	// A git project, in some sequences: git commands are a person's.
+	if m.git = rapid.Bool().Draw(t, "git"); m.git {
+		setup += "; git init -q && git add -A && " + gitCommit + " -qm c0"
+	}
 	m.person(setup)
 	m.snap(t) // a store to work on: without one, every verb is exit 2
 	t.Repeat(map[string]func(*rapid.T){
@@ -202,6 +206,7 @@ func (r *modelRun) sequence(t *rapid.T) {
 		"undoSession": m.undoSession,
 		"damage":      m.damage,
 		"repair":      m.repair,
+		"git":         m.gitCmd,
 		"":            m.check,
 	})
 }
@@ -256,7 +261,10 @@ type model struct {
 	pend                *pendingRun
 	cp                  *openCheckpoint
 	script              []string
-	keep                int // [snapshot] keep in snapback.toml (0: none)
+	keep                int  // [snapshot] keep in snapback.toml (0: none)
+	git                 bool // a git project
+	// branches: those made so far (b1, b2, …), commits: how many.
+	branches, commits int
 	// damaged: the store objects the sequence damaged, with the bytes
 	// that repair puts back.
 	damaged map[string][]byte
@@ -685,14 +693,52 @@ func (m *model) gc(t *rapid.T) {
 }
 
 // editable is the tree the edits and commands draw their paths from:
-// all of it but the configuration.
+// all of it but the configuration and .git (which git commands change).
 func (m *model) editable() tree {
-	if m.keep == 0 {
+	if m.keep == 0 && !m.git {
 		return m.tree
 	}
 	out := m.tree.clone()
 	delete(out, "snapback.toml")
+	for p := range out {
+		if p == ".git" || under(p, ".git") {
+			delete(out, p)
+		}
+	}
 	return out
+}
+
+// gitCommit commits as a person with no git configuration can.
+const gitCommit = "git -c user.name=m -c user.email=m@example.com commit --allow-empty"
+
+// gitCmd is a git command of the person's in a git project: a commit of
+// everything, a branch, a checkout of one (new or old), a gc.
+func (m *model) gitCmd(t *rapid.T) {
+	if !m.git {
+		t.Skip("not a git project") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+	}
+	var cmd string
+	kind := rapid.SampledFrom([]string{"commit", "branch", "checkout", "checkout-b", "gc"}).Draw(t, "git")
+	switch kind {
+	case "commit":
+		m.commits++
+		cmd = fmt.Sprintf("git add -A && %s -qm c%d", gitCommit, m.commits)
+	case "branch":
+		m.branches++
+		cmd = fmt.Sprintf("git branch b%d", m.branches)
+	case "checkout":
+		if m.branches == 0 {
+			t.Skip("no branch yet") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+		}
+		cmd = fmt.Sprintf("git checkout -q b%d", rapid.IntRange(1, m.branches).Draw(t, "branch"))
+	case "checkout-b":
+		m.branches++
+		cmd = fmt.Sprintf("git checkout -q -b b%d", m.branches)
+	case "gc":
+		cmd = "git gc -q"
+	}
+	m.run.verbs["git "+kind]++
+	m.person(cmd + " 2>/dev/null")
 }
 
 // retained follows a verb that applies retention (snap, run): what it
