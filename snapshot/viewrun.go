@@ -214,8 +214,24 @@ func (r *Repo) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 	if target, err = r.Changeset(upper); err != nil {
 		return nil, nil, err
 	}
-	cur, err = r.current(target, ScopePaths, false)
-	return target, cur, err
+	if cur, err = r.current(target, ScopePaths, false); err != nil {
+		return nil, nil, err
+	}
+	// current adds the other names of hard-linked files, which the run
+	// did not change (the commit saves them, the diff must not show them
+	// as deleted: absent from target means untouched, not removed).
+	out := cur[:0]
+	for i := range cur {
+		if target.Find(cur[i].Path) != nil {
+			out = append(out, cur[i])
+		}
+	}
+	for i := range out {
+		if out[i].Link != "" && target.Find(out[i].Link) == nil {
+			out[i].Link = "" // its partner stays out of the diff
+		}
+	}
+	return target, out, nil
 }
 
 // CommitPending moves a pending run's changes into the tree (a run that

@@ -178,7 +178,18 @@ func (r *modelRun) sequence(t *rapid.T) {
 		t.Fatal(err)
 	}
 	r.sequences++
-	m.person("printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l")
+	setup := "printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l"
+	// Retention ([snapshot] keep), applied after each snap and run, in
+	// some sequences: snapback.toml is then in the tree, which the edits
+	// and commands leave alone.
+	if m.keep = rapid.IntRange(0, 3).Draw(t, "retention"); m.keep > 0 {
+		setup += fmt.Sprintf("; printf '[snapshot]\\nkeep = %d\\n' > snapback.toml", m.keep)
+	}
+	// A git project, in some sequences: git commands are a person's.
+	if m.git = rapid.Bool().Draw(t, "git"); m.git {
+		setup += "; git init -q && git add -A && " + gitCommit + " -qm c0"
+	}
+	m.person(setup)
 	m.snap(t) // a store to work on: without one, every verb is exit 2
 	t.Repeat(map[string]func(*rapid.T){
 		"edit":        m.edit,
@@ -195,6 +206,7 @@ func (r *modelRun) sequence(t *rapid.T) {
 		"undoSession": m.undoSession,
 		"damage":      m.damage,
 		"repair":      m.repair,
+		"git":         m.gitCmd,
 		"":            m.check,
 	})
 }
@@ -249,6 +261,10 @@ type model struct {
 	pend                *pendingRun
 	cp                  *openCheckpoint
 	script              []string
+	keep                int  // [snapshot] keep in snapback.toml (0: none)
+	git                 bool // a git project
+	// branches: those made so far (b1, b2, …), commits: how many.
+	branches, commits int
 	// damaged: the store objects the sequence damaged, with the bytes
 	// that repair puts back.
 	damaged map[string][]byte
@@ -531,7 +547,7 @@ func (m *model) maybeStep(must bool, s *step) {
 }
 
 func (m *model) edit(t *rapid.T) {
-	m.person(genOp(t, m.tree, m.multi, m.ref, false))
+	m.person(genOp(t, m.editable(), m.multi, m.ref, false))
 }
 
 func (m *model) snap(t *rapid.T) {
@@ -541,6 +557,7 @@ func (m *model) snap(t *rapid.T) {
 	}
 	if m.verb(outcome{want: m.tree}, false, "snap") {
 		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone()})
+		m.retained()
 	}
 }
 
@@ -672,6 +689,69 @@ func (m *model) gc(t *rapid.T) {
 	if !m.verb(outcome{want: m.tree}, false, "gc", "--keep", fmt.Sprint(keep)) {
 		return
 	}
+	m.collected(fmt.Sprintf("gc --keep %d", keep))
+}
+
+// editable is the tree the edits and commands draw their paths from:
+// all of it but the configuration and .git (which git commands change).
+func (m *model) editable() tree {
+	if m.keep == 0 && !m.git {
+		return m.tree
+	}
+	out := m.tree.clone()
+	delete(out, "snapback.toml")
+	for p := range out {
+		if p == ".git" || under(p, ".git") {
+			delete(out, p)
+		}
+	}
+	return out
+}
+
+// gitCommit commits as a person with no git configuration can.
+const gitCommit = "git -c user.name=m -c user.email=m@example.com commit --allow-empty"
+
+// gitCmd is a git command of the person's in a git project: a commit of
+// everything, a branch, a checkout of one (new or old), a gc.
+func (m *model) gitCmd(t *rapid.T) {
+	if !m.git {
+		t.Skip("not a git project") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+	}
+	var cmd string
+	kind := rapid.SampledFrom([]string{"commit", "branch", "checkout", "checkout-b", "gc"}).Draw(t, "git")
+	switch kind {
+	case "commit":
+		m.commits++
+		cmd = fmt.Sprintf("git add -A && %s -qm c%d", gitCommit, m.commits)
+	case "branch":
+		m.branches++
+		cmd = fmt.Sprintf("git branch b%d", m.branches)
+	case "checkout":
+		if m.branches == 0 {
+			t.Skip("no branch yet") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
+		}
+		cmd = fmt.Sprintf("git checkout -q b%d", rapid.IntRange(1, m.branches).Draw(t, "branch"))
+	case "checkout-b":
+		m.branches++
+		cmd = fmt.Sprintf("git checkout -q -b b%d", m.branches)
+	case "gc":
+		cmd = "git gc -q"
+	}
+	m.run.verbs["git "+kind]++
+	m.person(cmd + " 2>/dev/null")
+}
+
+// retained follows a verb that applies retention (snap, run): what it
+// deleted must be nothing undo or redo needs next.
+func (m *model) retained() {
+	if m.keep > 0 {
+		m.collected(fmt.Sprintf("retention (keep = %d)", m.keep))
+	}
+}
+
+// collected marks the steps whose records what (gc, retention) deleted
+// gone, and fails if one of them is what undo or redo needs next.
+func (m *model) collected(what string) {
 	var list struct {
 		Snapshots []struct{ ID string }
 	}
@@ -693,9 +773,10 @@ func (m *model) gc(t *rapid.T) {
 	for _, s := range m.hist {
 		if !s.gone && !present[s.id] {
 			if need[s] {
-				m.fail("gc --keep %d deleted %s (%s), which undo or redo needs next", keep, s.id, s.kind)
+				m.fail("%s deleted %s (%s), which undo or redo needs next", what, s.id, s.kind)
 			}
 			s.gone = true
+			m.run.verbs["(deleted by "+strings.Fields(what)[0]+")"]++
 		}
 	}
 }
@@ -715,7 +796,7 @@ func (m *model) runCmd(t *rapid.T) {
 	if then != "discard" && rapid.IntRange(0, 3).Draw(t, "fails") == 0 {
 		status = 1
 	}
-	script := genScript(t, m.tree, m.multi, m.ref, true, status)
+	script := genScript(t, m.editable(), m.multi, m.ref, true, status)
 	view, timeOnly, dirTimes := m.native(script)
 	ch := changed(m.tree, view)
 	resFile := filepath.Join(m.dir, "result.json")
@@ -741,6 +822,7 @@ func (m *model) runCmd(t *rapid.T) {
 	}
 	base, baseMulti := m.tree, m.multi
 	m.verb(o, false, args...)
+	code := m.last.code
 	var res struct{ ID, State string }
 	if m.last.code == 125 {
 		// snapback failed after the command (the commit refused):
@@ -770,6 +852,9 @@ func (m *model) runCmd(t *rapid.T) {
 	case "pending":
 		m.pend = &pendingRun{id: res.ID, base: base, view: view, left: ch, multi: baseMulti, timeOnly: timeOnly, dirTimes: dirTimes}
 		m.name(res.ID, "R", `snapback status --json | sed -n '0,/"id"/s/.*"id": "\([^"]*\)".*/\1/p'`)
+	}
+	if code != 125 { // (a run snapback failed applies no retention)
+		m.retained()
 	}
 }
 

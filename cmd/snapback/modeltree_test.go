@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -68,6 +69,15 @@ func walkTree(root string) (tree, map[string]bool, error) {
 				return err
 			}
 			tr[rel] = fileEntry(fi.Mode(), content)
+			if rel == filepath.Join(".git", "index") {
+				// Judged by what it stages, as snapback does: not by the
+				// stat data git refreshes in it.
+				cmd := exec.Command("git", "ls-files", "-s")
+				cmd.Dir = root
+				if out, err := cmd.Output(); err == nil {
+					tr[rel] = fmt.Sprintf("git index %04o %q", fi.Mode().Perm(), out)
+				}
+			}
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
 				multi[rel] = true
 			}
