@@ -303,6 +303,9 @@ func displayPath(c snapshot.Change) string {
 type differ struct {
 	repo  *snapshot.Repo
 	upper string // set for a pending run
+	// recorded: both sides are a recorded step's (show), read from the
+	// store.
+	recorded bool
 }
 
 // text returns a side's content when it is a text file small enough to
@@ -325,6 +328,8 @@ func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
 // read reads up to limit bytes of a file side.
 func (d *differ) read(e *snapshot.Entry, old bool, path string, limit int64) ([]byte, error) {
 	switch {
+	case d.recorded:
+		return d.readStored(e, path, limit)
 	case d.upper != "" && old:
 		return d.repo.ReadTreeFile(path, limit)
 	case d.upper != "":
