@@ -110,7 +110,7 @@ func sbDir(t *testing.T, bin, dir string, args ...string) (stdout, stderr string
 
 func diffJSON(t *testing.T, bin, root string) map[string]string {
 	t.Helper()
-	out, _ := sbDir(t, bin, root, "--json", "diff")
+	out, _ := sbDir(t, bin, root, "--json", "diff", "--git-raw") // .git/ paths one by one
 	var d struct {
 		Changes []struct{ Path, Op string } `json:"changes"`
 	}

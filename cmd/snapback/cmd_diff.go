@@ -15,6 +15,7 @@ import (
 
 type diffOptions struct {
 	stat, patch bool
+	gitRaw      bool // list paths under .git/ one by one, not summed up
 }
 
 func newDiffCmd(g *globals) *cobra.Command {
@@ -44,6 +45,7 @@ that name is here; after --, every argument is a path.`,
 	}
 	c.Flags().BoolVar(&o.stat, "stat", false, "a summary of lines added and removed per file, as git diff --stat writes it")
 	c.Flags().BoolVarP(&o.patch, "patch", "p", false, "a patch in git's format (git apply takes it)")
+	c.Flags().BoolVar(&o.gitRaw, "git-raw", false, "list the paths under .git/ one by one instead of what git did (commits made, refs moved)")
 	return c
 }
 
@@ -139,6 +141,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 		}
 		skipped = kept
 	}
+	changes, gits := splitGitChanges(d, changes, o)
 	// A target's own paths (a SQLite database in the tree) write through
 	// like ignored ones, but its backend restores them: named with it.
 	writes, through := repo.TargetWrites(targets, through)
@@ -167,52 +170,20 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			Excluded     []string `json:"excluded"`
 			// Skipped: sockets and devices the run left, not carried.
 			Skipped []snapshot.Skipped `json:"skipped"`
+			// Git: what git did in each git directory of the tree (its
+			// paths are then not in Changes; with --git-raw they are,
+			// and Git is empty).
+			Git []gitSummaryJSON `json:"git"`
 		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{},
 			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...),
 			Skipped: skippedJSON(skipped)}
 		for _, w := range writes {
 			out.Targets = append(out.Targets, targetDiffJSON{TargetState: w.TargetState, State: "saved", Paths: append([]string{}, w.Paths...)})
 		}
-		for _, c := range changes {
-			j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
-			if o.stat {
-				if a, r, ok := d.lineCounts(c); ok {
-					j.Added, j.Removed = &a, &r
-				}
-			}
-			if o.patch {
-				j.Patch = d.gitPatch(c)
-			}
-			out.Changes = append(out.Changes, j)
-		}
+		out.Changes, out.Git = d.changesJSON(changes, gits, o)
 		return g.printJSON(out)
 	}
-	switch {
-	case o.patch:
-		// git's format, which `git apply` takes; what a patch cannot say
-		// (a fifo) is named on stderr rather than dropped unseen.
-		for _, c := range changes {
-			fmt.Fprint(g.stdout, d.gitPatch(c))
-			for _, e := range []*snapshot.Entry{c.Old, c.New} {
-				if e != nil && e.Type == snapshot.Fifo {
-					g.warn(fmt.Sprintf("diff -p: %s is a fifo: a patch cannot hold it", quote(c.Path)))
-					break
-				}
-			}
-		}
-	case o.stat:
-		var lines []statLine
-		for _, c := range changes {
-			if l, ok := d.gitStat(c); ok {
-				lines = append(lines, l)
-			}
-		}
-		writeGitStat(g.stdout, lines, g.columns())
-	default:
-		for _, c := range changes {
-			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
-		}
-	}
+	d.writeChanges(g, changes, gits, o)
 	for _, w := range writes {
 		written := ""
 		if len(w.Paths) > 0 {
@@ -332,6 +303,9 @@ func displayPath(c snapshot.Change) string {
 type differ struct {
 	repo  *snapshot.Repo
 	upper string // set for a pending run
+	// recorded: both sides are a recorded step's (show), read from the
+	// store.
+	recorded bool
 }
 
 // text returns a side's content when it is a text file small enough to
@@ -354,6 +328,8 @@ func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
 // read reads up to limit bytes of a file side.
 func (d *differ) read(e *snapshot.Entry, old bool, path string, limit int64) ([]byte, error) {
 	switch {
+	case d.recorded:
+		return d.readStored(e, path, limit)
 	case d.upper != "" && old:
 		return d.repo.ReadTreeFile(path, limit)
 	case d.upper != "":
@@ -377,4 +353,74 @@ func (d *differ) lineCounts(c snapshot.Change) (added, removed int, ok bool) {
 	}
 	added, removed = gitdiff.Count(gitdiff.Lines(a), gitdiff.Lines(b))
 	return added, removed, true
+}
+
+// splitGitChanges takes the paths under git directories out of changes
+// and sums them up, unless --git-raw asks for them.
+func splitGitChanges(d *differ, changes []snapshot.Change, o diffOptions) ([]snapshot.Change, []gitSummaryJSON) {
+	if o.gitRaw {
+		return changes, []gitSummaryJSON{}
+	}
+	rest, byDir := splitGit(changes)
+	return rest, d.gitSummaries(byDir)
+}
+
+// changesJSON is changes as diff and show --json give them.
+func (d *differ) changesJSON(changes []snapshot.Change, gits []gitSummaryJSON, o diffOptions) ([]diffChangeJSON, []gitSummaryJSON) {
+	out := []diffChangeJSON{}
+	for _, c := range changes {
+		j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
+		if o.stat {
+			if a, r, ok := d.lineCounts(c); ok {
+				j.Added, j.Removed = &a, &r
+			}
+		}
+		if o.patch {
+			j.Patch = d.gitPatch(c)
+		}
+		out = append(out, j)
+	}
+	return out, gits
+}
+
+// writeChanges writes changes as diff and show do: a patch (-p), git's
+// --stat, or a line per path; what git did in a git directory is a
+// line of its own ("G\tgit: …"), on stderr beside a patch or a --stat
+// (which git's own output would not have).
+func (d *differ) writeChanges(g *globals, changes []snapshot.Change, gits []gitSummaryJSON, o diffOptions) {
+	switch {
+	case o.patch:
+		// git's format, which `git apply` takes; what a patch cannot say
+		// (a fifo) is named on stderr rather than dropped unseen.
+		for _, c := range changes {
+			fmt.Fprint(g.stdout, d.gitPatch(c))
+			for _, e := range []*snapshot.Entry{c.Old, c.New} {
+				if e != nil && e.Type == snapshot.Fifo {
+					g.warn(fmt.Sprintf("diff -p: %s is a fifo: a patch cannot hold it", quote(c.Path)))
+					break
+				}
+			}
+		}
+	case o.stat:
+		var lines []statLine
+		for _, c := range changes {
+			if l, ok := d.gitStat(c); ok {
+				lines = append(lines, l)
+			}
+		}
+		writeGitStat(g.stdout, lines, g.columns())
+	default:
+		for _, c := range changes {
+			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))
+		}
+	}
+	w := g.stdout
+	if o.patch || o.stat {
+		w = g.stderr
+	}
+	for _, s := range gits {
+		for _, l := range gitSummaryLines(s) {
+			fmt.Fprintf(w, "G\t%s\n", l)
+		}
+	}
 }

@@ -138,7 +138,7 @@ func completeWords(words ...string) cobra.CompletionFunc {
 // idArgs are the verbs whose first argument is an id, and of what.
 var idArgs = map[string]idKinds{
 	"undo": snapshotIDs, "restore": snapshotIDs, "archive create": snapshotIDs,
-	"diff": anyIDs, "commit": runIDs, "discard": runIDs, "shell": runIDs,
+	"diff": anyIDs, "show": snapshotIDs, "commit": runIDs, "discard": runIDs, "shell": runIDs,
 }
 
 // completeIDArgs sets the id completion of the verbs in idArgs.

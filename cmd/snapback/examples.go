@@ -13,6 +13,7 @@ var examples = map[string]string{
 	"snap":    "snapback snap -m 'before the upgrade'\nsnapback snap --json",
 	"list":    "snapback list\nsnapback list --all\nsnapback list --json",
 	"diff":    "snapback diff                 # the pending run, else what undo would revert\nsnapback diff -p > run.patch  # a patch in git's format (git apply takes it)\nsnapback diff --stat aadd13   # a snapshot by the end of its id\nsnapback diff src/ README.md  # only these paths (from the current directory)\nsnapback diff aadd13 -- a13   # -- before paths that look like ids",
+	"show":    "snapback show                 # the step undo would revert: header and patch\nsnapback show aadd13 --stat   # a step by the end of its id, as git show --stat\nsnapback show --json aadd13",
 	"undo":    "snapback undo\nsnapback undo 20261201-0311  # by a prefix of its id\nsnapback undo --force\nsnapback undo --session 5f1c  # every checkpoint of a session",
 	"redo":    "snapback redo",
 	"restore": "snapback restore aadd13\nsnapback list --all && snapback restore 20261201-031143-aadd13",

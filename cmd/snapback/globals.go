@@ -84,7 +84,7 @@ func (g *globals) rootDir() (string, error) {
 
 // readOnlyVerbs never change the tree: they run while an interrupted
 // operation is still unfinished (saying so) instead of finishing it.
-var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "checkpoint status": true}
+var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "show": true, "status": true, "check": true, "checkpoint status": true}
 
 // skipDamagedVerbs go on, with a warning, past snapshot records that
 // cannot be read: verbs that only look (archive create writes outside

@@ -167,7 +167,7 @@ func newRootCmd(g *globals) *cobra.Command {
 	root.PersistentFlags().BoolVarP(&g.quiet, "quiet", "q", false, "on a terminal too, no line on stderr saying what a verb did, and no progress")
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
-		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newUndoCmd(g), newRedoCmd(g),
+		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newShowCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
 		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newCheckpointCmd(g), newAgentCmd(g), newMCPCmd(g), newManCmd(),
