@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -79,9 +80,11 @@ func metaChanged(a, b *snapshot.Entry) bool {
 // errAnswersEnded: stdin ended before every question had an answer.
 var errAnswersEnded = errors.New("stdin ended before every question was answered")
 
-// asker reads the answers.
+// asker reads the answers: lines of in, read ahead by a goroutine so that
+// Ctrl-C (ctx) ends a verb waiting for one at once, nothing changed.
 type asker struct {
-	in   *bufio.Reader
+	ctx  context.Context
+	in   <-chan string // closed at the end of stdin
 	out  io.Writer
 	verb string // "commit" or "discard"
 	echo bool   // stdin is no terminal: the answers are written after the prompts
@@ -91,8 +94,15 @@ type asker struct {
 func (a *asker) ask(prompt, opts string) (byte, error) {
 	for {
 		fmt.Fprintf(a.out, "%s [%s,?]? ", prompt, strings.Join(strings.Split(opts, ""), ","))
-		line, err := a.in.ReadString('\n')
-		if err != nil && line == "" {
+		var line string
+		var ok bool
+		select {
+		case line, ok = <-a.in:
+		case <-a.ctx.Done():
+			fmt.Fprintln(a.out)
+			return 0, a.ctx.Err()
+		}
+		if !ok {
 			fmt.Fprintln(a.out)
 			return 0, errAnswersEnded
 		}
@@ -105,6 +115,25 @@ func (a *asker) ask(prompt, opts string) (byte, error) {
 		}
 		a.help(opts)
 	}
+}
+
+// readLines sends the lines of r, then closes the channel.
+func readLines(r io.Reader) <-chan string {
+	ch := make(chan string)
+	go func() {
+		defer close(ch)
+		in := bufio.NewReader(r)
+		for {
+			line, err := in.ReadString('\n')
+			if line != "" {
+				ch <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 func (a *asker) help(opts string) {
@@ -278,7 +307,11 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 	if err != nil {
 		return fmt.Errorf("%s -p: %w", verb, err)
 	}
-	a := &asker{in: bufio.NewReader(os.Stdin), out: g.stdout, verb: verb, echo: !term.IsTerminal(int(os.Stdin.Fd()))}
+	ctx := g.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	a := &asker{ctx: ctx, in: readLines(os.Stdin), out: g.stdout, verb: verb, echo: !term.IsTerminal(int(os.Stdin.Fd()))}
 	pick, n, err := pickAnswers(d, units, a)
 	if errors.Is(err, errAnswersEnded) {
 		return &exitError{code: 2, kind: "usage", err: fmt.Errorf("%s -p: %w; nothing was %s", verb, err, pastTense(verb))}
