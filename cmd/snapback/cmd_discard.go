@@ -14,7 +14,7 @@ func newDiscardCmd(g *globals) *cobra.Command {
 		Use:   "discard [ID] [-p [PATH...]]",
 		Short: "Throw away a pending run's changes (the newest, or ID)",
 		Long: `Throw away a pending run's changes (the newest, or run ID) and bring its
-targets back to their states before it; the tree is not touched.
+targets back to their states before it: nothing of it reaches the tree.
 
 With -p, review the changes (at or below PATHs, when given) hunk by hunk,
 as commit -p does, asking "Discard this hunk [y,n,q,a,d,s,?]?": the

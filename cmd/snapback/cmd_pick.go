@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/snapback/snapback/internal/gitdiff"
@@ -80,9 +82,11 @@ func metaChanged(a, b *snapshot.Entry) bool {
 // errAnswersEnded: stdin ended before every question had an answer.
 var errAnswersEnded = errors.New("stdin ended before every question was answered")
 
-// asker reads the answers.
+// asker reads the answers: lines of in, read ahead by a goroutine so that
+// Ctrl-C (ctx) ends a verb waiting for one at once, nothing changed.
 type asker struct {
-	in   *bufio.Reader
+	ctx  context.Context
+	in   <-chan string // closed at the end of stdin
 	out  io.Writer
 	verb string // "commit" or "discard"
 	echo bool   // stdin is no terminal: the answers are written after the prompts
@@ -92,8 +96,15 @@ type asker struct {
 func (a *asker) ask(prompt, opts string) (byte, error) {
 	for {
 		fmt.Fprintf(a.out, "%s [%s,?]? ", prompt, strings.Join(strings.Split(opts, ""), ","))
-		line, err := a.in.ReadString('\n')
-		if err != nil && line == "" {
+		var line string
+		var ok bool
+		select {
+		case line, ok = <-a.in:
+		case <-a.ctx.Done():
+			fmt.Fprintln(a.out)
+			return 0, a.ctx.Err()
+		}
+		if !ok {
 			fmt.Fprintln(a.out)
 			return 0, errAnswersEnded
 		}
@@ -106,6 +117,25 @@ func (a *asker) ask(prompt, opts string) (byte, error) {
 		}
 		a.help(opts)
 	}
+}
+
+// readLines sends the lines of r, then closes the channel.
+func readLines(r io.Reader) <-chan string {
+	ch := make(chan string)
+	go func() {
+		defer close(ch)
+		in := bufio.NewReader(r)
+		for {
+			line, err := in.ReadString('\n')
+			if line != "" {
+				ch <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 func (a *asker) help(opts string) {
@@ -126,99 +156,33 @@ func (a *asker) help(opts string) {
 
 // pickAnswers asks every question and returns what was picked: whole
 // paths, and parts (for a commit, the base with the hunks picked; for a
-// discard, the base with the hunks not picked).
+// discard, the base with the hunks not picked), and of how many files.
 func pickAnswers(d *differ, units []*pickUnit, a *asker) (snapshot.Pick, int, error) {
 	var pick snapshot.Pick
-	title := strings.ToUpper(a.verb[:1]) + a.verb[1:]
 	picked := 0
-	quit := false
 	for _, u := range units {
-		if quit {
-			break
-		}
+		var take map[int]bool
+		var quit bool
+		var err error
 		if u.diff == nil {
-			var what string
-			c := u.changes[0]
-			switch {
-			case len(u.changes) > 1 || c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
-				what = "directory"
-			case c.Op == "A":
-				what = "addition"
-			case c.Op == "D":
-				what = "deletion"
-			case c.Op == "M" && c.Old.SameContent(c.New):
-				what = "mode change"
-			default:
-				what = "change"
-			}
-			for _, ch := range u.changes {
-				if p := d.gitPatch(ch); p != "" {
-					fmt.Fprint(a.out, p)
-				} else {
-					fmt.Fprintf(a.out, "%s\t%s\n", ch.Op, displayPath(ch))
-				}
-			}
-			ans, err := a.ask(fmt.Sprintf("%s this %s", title, what), "ynqad")
-			if err != nil {
-				return pick, 0, err
-			}
-			switch ans {
-			case 'y', 'a':
+			var yes bool
+			if yes, quit, err = a.askWhole(d, u); yes {
 				for _, ch := range u.changes {
 					pick.Paths = append(pick.Paths, ch.Path)
 				}
 				picked++
-			case 'q':
-				quit = true
 			}
-			continue
+		} else {
+			take, quit, err = a.askHunks(u)
 		}
-		c := u.changes[0]
-		p := gitQuote("a/"+c.Path) + " " + gitQuote("b/"+c.Path)
-		fmt.Fprintf(a.out, "diff --git %s\n--- %s\n+++ %s\n", p, gitQuote("a/"+c.Path), gitQuote("b/"+c.Path))
-		take := map[int]bool{}
-		queue := append([]hunk(nil), u.hunks...)
-	hunks:
-		for i := 0; i < len(queue); i++ {
-			var sb strings.Builder
-			u.diff.write(&sb, queue[i])
-			fmt.Fprint(a.out, sb.String())
-			opts := "ynqad"
-			if len(queue[i].changes) > 1 {
-				opts += "s"
-			}
-			ans, err := a.ask(fmt.Sprintf("(%d/%d) %s this hunk", i+1, len(queue), title), opts)
-			if err != nil {
-				return pick, 0, err
-			}
-			switch ans {
-			case 'y':
-				for _, k := range queue[i].changes {
-					take[k] = true
-				}
-			case 'a':
-				for _, h := range queue[i:] {
-					for _, k := range h.changes {
-						take[k] = true
-					}
-				}
-				break hunks
-			case 'd':
-				break hunks
-			case 'q':
-				quit = true
-				break hunks
-			case 's':
-				parts := queue[i].split()
-				fmt.Fprintf(a.out, "Split into %d hunks.\n", len(parts))
-				queue = append(append(append([]hunk(nil), queue[:i]...), parts...), queue[i+1:]...)
-				i--
-			}
+		if err != nil {
+			return pick, 0, err
 		}
 		all := 0
 		for _, h := range u.hunks {
 			all += len(h.changes)
 		}
+		c := u.changes[0]
 		switch {
 		case len(take) == 0:
 		case len(take) == all:
@@ -237,8 +201,86 @@ func pickAnswers(d *differ, units []*pickUnit, a *asker) (snapshot.Pick, int, er
 			pick.Parts = append(pick.Parts, snapshot.Part{Path: c.Path, Base: c.Old.Object, New: c.New.Object, Content: []byte(u.diff.apply(take))})
 			picked++
 		}
+		if quit {
+			break
+		}
 	}
 	return pick, picked, nil
+}
+
+// title is the verb as a question begins with it.
+func (a *asker) title() string { return strings.ToUpper(a.verb[:1]) + a.verb[1:] }
+
+// askWhole asks the one question of a unit not asked by hunk.
+func (a *asker) askWhole(d *differ, u *pickUnit) (yes, quit bool, err error) {
+	var what string
+	c := u.changes[0]
+	switch {
+	case len(u.changes) > 1 || c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
+		what = "directory"
+	case c.Op == "A":
+		what = "addition"
+	case c.Op == "D":
+		what = "deletion"
+	case c.Op == "M" && c.Old.SameContent(c.New):
+		what = "mode change"
+	default:
+		what = "change"
+	}
+	for _, ch := range u.changes {
+		if p := d.gitPatch(ch); p != "" {
+			fmt.Fprint(a.out, p)
+		} else {
+			fmt.Fprintf(a.out, "%s\t%s\n", ch.Op, displayPath(ch))
+		}
+	}
+	ans, err := a.ask(fmt.Sprintf("%s this %s", a.title(), what), "ynqad")
+	return ans == 'y' || ans == 'a', ans == 'q', err
+}
+
+// askHunks asks about each hunk of a text file: the changes taken.
+func (a *asker) askHunks(u *pickUnit) (take map[int]bool, quit bool, err error) {
+	c := u.changes[0]
+	from, to := gitQuote("a/"+c.Path), gitQuote("b/"+c.Path)
+	fmt.Fprintf(a.out, "diff --git %s %s\n--- %s\n+++ %s\n", from, to, from, to)
+	take = map[int]bool{}
+	queue := append([]hunk(nil), u.hunks...)
+	for i := 0; i < len(queue); i++ {
+		var sb strings.Builder
+		u.diff.write(&sb, queue[i])
+		fmt.Fprint(a.out, sb.String())
+		opts := "ynqad"
+		if len(queue[i].changes) > 1 {
+			opts += "s"
+		}
+		ans, err := a.ask(fmt.Sprintf("(%d/%d) %s this hunk", i+1, len(queue), a.title()), opts)
+		if err != nil {
+			return nil, false, err
+		}
+		switch ans {
+		case 'y', 'a':
+			rest := queue[i : i+1]
+			if ans == 'a' {
+				rest = queue[i:]
+			}
+			for _, h := range rest {
+				for _, k := range h.changes {
+					take[k] = true
+				}
+			}
+			if ans == 'a' {
+				return take, false, nil
+			}
+		case 'd', 'q':
+			return take, ans == 'q', nil
+		case 's':
+			parts := queue[i].split()
+			fmt.Fprintf(a.out, "Split into %d hunks.\n", len(parts))
+			queue = slices.Replace(queue, i, i+1, parts...)
+			i--
+		}
+	}
+	return take, false, nil
 }
 
 // runPick is `commit -p` and `discard -p`: asks, then commits or
@@ -279,7 +321,11 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 	if err != nil {
 		return fmt.Errorf("%s -p: %w", verb, err)
 	}
-	a := &asker{in: bufio.NewReader(os.Stdin), out: g.stdout, verb: verb, echo: !term.IsTerminal(int(os.Stdin.Fd()))}
+	ctx := g.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	a := &asker{ctx: ctx, in: readLines(os.Stdin), out: g.stdout, verb: verb, echo: !term.IsTerminal(int(os.Stdin.Fd()))}
 	pick, n, err := pickAnswers(d, units, a)
 	if errors.Is(err, errAnswersEnded) {
 		return &exitError{code: 2, kind: "usage", err: fmt.Errorf("%s -p: %w; nothing was %s", verb, err, pastTense(verb))}

@@ -66,7 +66,7 @@ type killScenario struct {
 	verify func(t *testing.T, bin, proj string)
 	// stdin is what op reads (commit -p's answers).
 	stdin string
-	// pendingDiff: op leaves a run pending, whose `diff` after each kill
+	// pendingDiff: op leaves a run pending, whose `diff -p` after each kill
 	// and recover must be the one before op or the one after it, as the
 	// tree is.
 	pendingDiff bool
@@ -224,6 +224,20 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 			sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c", killChange)
 		}
 	}
+	// A pending run whose long.txt has three hunks.
+	longPending := func(mode string) func(t *testing.T, bin, root string) {
+		return func(t *testing.T, bin, root string) {
+			killTree(t, root)
+			var long strings.Builder
+			for i := 1; i <= 40; i++ {
+				fmt.Fprintf(&long, "line %d\n", i)
+			}
+			treetest.Write(t, root, "long.txt", long.String(), 0o644)
+			sbT(t, bin, root, "snap", "-m", "base")
+			sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c",
+				killChange+"sed -i 's/^line 2$/two/; s/^line 20$/twenty/; s/^line 35$/thirty-five/' long.txt\n")
+		}
+	}
 	out := []killScenario{
 		{name: "undo", prepare: undoPrep, op: []string{"undo"}, inverse: []string{"redo"}, sqlite: true},
 		// The store outside the tree ([snapshot] store): the same undo.
@@ -299,18 +313,13 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 			// Parts of files committed (the layer keeps the rest of
 			// them), whole files, a symlink and the new directory it is
 			// in; a new file not taken stays pending.
-			killScenario{name: "commit-p-" + mode, prepare: func(t *testing.T, bin, root string) {
-				killTree(t, root)
-				var long strings.Builder
-				for i := 1; i <= 40; i++ {
-					fmt.Fprintf(&long, "line %d\n", i)
-				}
-				treetest.Write(t, root, "long.txt", long.String(), 0o644)
-				sbT(t, bin, root, "snap", "-m", "base")
-				sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "sh", "-c",
-					killChange+"sed -i 's/^line 2$/two/; s/^line 20$/twenty/; s/^line 35$/thirty-five/' long.txt\n")
-			}, op: []string{"commit", "-p", "--force", "long.txt", "tree/d0/f00.txt", "tree/new0"}, stdin: "y\nn\ny\ny\ny\nn\n",
+			killScenario{name: "commit-p-" + mode, prepare: longPending(mode),
+				op: []string{"commit", "-p", "--force", "long.txt", "tree/d0/f00.txt", "tree/new0"}, stdin: "y\nn\ny\ny\ny\nn\n",
 				inverse: []string{"undo", "--force"}, pendingDiff: true, runs: true}, // (a part is written at the time of the commit)
+			// A hunk dropped from the layer, the tree untouched: the
+			// run's diff is the one before or the one after.
+			killScenario{name: "discard-p-" + mode, prepare: longPending(mode),
+				op: []string{"discard", "-p", "long.txt"}, stdin: "n\ny\nn\n", unchanged: true, pendingDiff: true},
 			killScenario{name: "discard-" + mode, prepare: func(t *testing.T, bin, root string) {
 				killTree(t, root)
 				sqliteTarget(t, root)
@@ -476,13 +485,13 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		}
 	} else {
 		if sc.pendingDiff {
-			diffBefore = sbT(t, bin, filepath.Join(ref, sc.project), "diff")
+			diffBefore = sbT(t, bin, filepath.Join(ref, sc.project), "diff", "-p")
 		}
 		sbTIn(t, bin, filepath.Join(ref, sc.project), sc.stdin, op...)
 	}
 	after := state(ref)
 	if sc.pendingDiff {
-		diffAfter = sbT(t, bin, filepath.Join(ref, sc.project), "diff")
+		diffAfter = sbT(t, bin, filepath.Join(ref, sc.project), "diff", "-p")
 		if diffAfter == diffBefore {
 			t.Fatalf("the operation left the pending run as it was: the scenario tests nothing")
 		}
@@ -542,14 +551,24 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		switch {
 		case sc.fails || sc.unchanged:
 			treetest.Equal(t, fmt.Sprintf("kill point %d: after recover, an operation that changes nothing", k), before, got)
-			sawBefore++
+			d := diffBefore
+			if sc.pendingDiff { // (the tree as before: the run's diff tells)
+				if d = sbT(t, bin, proj, "diff", "-p"); d != diffBefore && d != diffAfter {
+					treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffAfter), pendingDiffLines(d))
+				}
+			}
+			if d == diffBefore {
+				sawBefore++
+			} else {
+				sawAfter++
+			}
 			if sc.verify != nil {
 				sc.verify(t, bin, proj)
 			}
 		case same(got, before) && !same(before, after):
 			sawBefore++
 			if sc.pendingDiff {
-				treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffBefore), pendingDiffLines(sbT(t, bin, proj, "diff")))
+				treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffBefore), pendingDiffLines(sbT(t, bin, proj, "diff", "-p")))
 			}
 			// The operation did not happen: it can be done now.
 			sbTIn(t, bin, filepath.Join(root, sc.project), sc.stdin, op...)
@@ -557,7 +576,7 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		case same(gotLoose, after):
 			sawAfter++
 			if sc.pendingDiff {
-				treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffAfter), pendingDiffLines(sbT(t, bin, proj, "diff")))
+				treetest.Equal(t, fmt.Sprintf("kill point %d: the pending run's diff", k), pendingDiffLines(diffAfter), pendingDiffLines(sbT(t, bin, proj, "diff", "-p")))
 			}
 			if sc.inverse != nil {
 				sbT(t, bin, filepath.Join(root, sc.project), sc.inverse...)
