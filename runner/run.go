@@ -182,7 +182,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			if !empty || len(p.Targets) > 0 {
+			if !empty || !repo.UnchangedGitOnly(p.Targets) {
 				res.Pending, res.Failed, res.State = p, true, "pending"
 				return res, nil
 			}

@@ -254,8 +254,18 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 	seen := map[string]bool{}
 	for _, st := range steps {
 		for _, t := range st.Targets {
-			if !seen[t.Name] {
+			if !seen[t.Name] && t.Backend != gitBackendName {
 				seen[t.Name] = true
+				s.Targets = append(s.Targets, t)
+			}
+		}
+	}
+	// The git state goes back step by step, newest first: each step's
+	// moves are undone from where it left the refs (the next one's start),
+	// and HEAD and the index end as the first step found them.
+	for i := len(steps) - 1; i >= 0; i-- {
+		for _, t := range steps[i].Targets {
+			if t.Backend == gitBackendName {
 				s.Targets = append(s.Targets, t)
 			}
 		}

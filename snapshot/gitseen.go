@@ -132,7 +132,7 @@ func putBack(want, now gitdirs.Head) string {
 // outside the root that s moved is elsewhere. Forced, it warns instead.
 func (r *Repo) checkGit(op string, s *Meta, toBefore, force bool) error {
 	if toBefore {
-		if err := r.checkGitTargets(op, s.Targets); err != nil {
+		if err := r.checkGitTargets(op, s.Targets, force); err != nil {
 			return err
 		}
 	}
@@ -183,7 +183,7 @@ func mergeGit(steps []*Meta) []GitHead {
 // back to what the undone steps left (a session's: UndoesMore, oldest
 // first, then Undoes), which HEAD must then match.
 func (r *Repo) checkRedoGit(p *Meta, force bool) error {
-	if err := r.checkGitTargets("redo", p.Targets); err != nil {
+	if err := r.checkGitTargets("redo", p.Targets, force); err != nil {
 		return err
 	}
 	var steps []*Meta

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/snapback/snapback/backends"
@@ -52,6 +53,14 @@ type gitState struct {
 	HeadFile string `json:"head_file"`
 	// Index is set when the worktree had an index (saved as data/index).
 	Index bool `json:"index"`
+	// Refs are every ref the worktree sees (gitRefs), name to object id.
+	Refs map[string]string `json:"refs,omitempty"`
+}
+
+// gitMoves is what the step moved (moves.json), written when it closes:
+// each ref whose value it changed, to the value it left ("" for deleted).
+type gitMoves struct {
+	Moves map[string]string `json:"moves"`
 }
 
 // gitTarget is the implicit target for the git dir HEAD lives in, when it
@@ -143,6 +152,9 @@ func (b gitBackend) Snapshot(_ context.Context, t config.Target, root, dir strin
 	if st.Head, err = g.ReadHead(); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
+	if st.Refs, err = gitRefs(g, root); err != nil {
+		return fmt.Errorf("%s: %w", t.Name, err)
+	}
 	if st.Index, err = saveIndex(filepath.Join(g.GitDir, "index"), filepath.Join(dir, "index")); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
@@ -200,30 +212,205 @@ func readGitState(t config.Target, dir string) (gitState, error) {
 		return st, fmt.Errorf("%s: payload: %w: %v", t.Name, ErrCorrupt, err)
 	}
 	h := st.Head
-	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" {
+	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" || !validRefs(st.Refs, false) {
 		return st, fmt.Errorf("%s: payload: %w: bad git dir, ref or object id", t.Name, ErrCorrupt)
 	}
 	return st, nil
 }
 
-// Restore puts back the saved HEAD, the branch it names and the index,
-// after checks (restorable): each step sets a value, so running it again
-// finishes it.
+// validRefs checks a map of refs read from a payload; deleted allows an
+// empty object id.
+func validRefs(m map[string]string, deleted bool) bool {
+	for ref, oid := range m {
+		if !gitdirs.ValidRefName(ref) || !strings.HasPrefix(ref, "refs/") || !(gitdirs.ValidOID(oid) || deleted && oid == "") {
+			return false
+		}
+	}
+	return true
+}
+
+// readGitMoves reads a payload's moves.json; sealed is false when it has
+// none (the step is not closed).
+func readGitMoves(t config.Target, dir string) (moves map[string]string, sealed bool, err error) {
+	b, err := fsutil.ReadFileLimit(filepath.Join(dir, "moves.json"), maxGitState)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: payload: %w", t.Name, err)
+	}
+	var m gitMoves
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil || !validRefs(m.Moves, true) {
+		return nil, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref or object id", t.Name, ErrCorrupt)
+	}
+	return m.Moves, true, nil
+}
+
+// gitRefs lists every ref g's worktree sees (the shared ones and its own
+// per-worktree refs), name to object id; symbolic refs (origin/HEAD) are
+// left out: they move with what they name.
+func gitRefs(g *gitdirs.Repo, root string) (map[string]string, error) {
+	out, err := runGit(g, root, "for-each-ref", "--format=%(refname) %(objectname) %(symref)")
+	if err != nil {
+		return nil, err
+	}
+	refs := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && gitdirs.ValidRefName(f[0]) && gitdirs.ValidOID(f[1]) {
+			refs[f[0]] = f[1]
+		}
+	}
+	return refs, nil
+}
+
+// sealGit writes, into each git payload of a closing step that has none
+// yet, what the step moved: the refs now that differ from those saved.
+func (r *Repo) sealGit(states []TargetState) error {
+	for _, s := range states {
+		if s.Backend != gitBackendName {
+			continue
+		}
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil {
+			return err
+		}
+		dir := r.path(s.Payload, "data")
+		if _, sealed, err := readGitMoves(t, dir); err != nil || sealed {
+			continue // (a bad one: the undo says)
+		}
+		g, err := gitBackend{}.repoFor(t, r.Root)
+		if err != nil {
+			continue // gone: nothing moved can be seen
+		}
+		now, err := gitRefs(g, r.Root)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+		st, err := readGitState(t, dir)
+		if err != nil {
+			return err
+		}
+		for ref, oid := range now {
+			if st.Refs[ref] != oid && movedElsewhere(g, ref, oid) {
+				now[ref] = st.Refs[ref] // another worktree's move: not the step's
+				if now[ref] == "" {
+					delete(now, ref)
+				}
+			}
+		}
+		if err := writeGitMoves(t, dir, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeGitMoves writes a payload's moves.json: the refs of after that
+// differ from those the payload saved.
+func writeGitMoves(t config.Target, dir string, after map[string]string) error {
+	st, err := readGitState(t, dir)
+	if err != nil {
+		return err
+	}
+	moves := map[string]string{}
+	for ref, oid := range after {
+		if st.Refs[ref] != oid {
+			moves[ref] = oid
+		}
+	}
+	for ref := range st.Refs {
+		if _, ok := after[ref]; !ok {
+			moves[ref] = ""
+		}
+	}
+	js, err := json.Marshal(gitMoves{Moves: moves})
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteFileAtomic(filepath.Join(dir, "moves.json"), js, 0o600)
+}
+
+// sealGitAs writes the moves of the git payloads among states (the
+// pre-undo, pre-redo or pre-restore record's, taken just now) as the
+// operation will leave the refs (planGit's result).
+func (r *Repo) sealGitAs(states []TargetState, after map[string]map[string]string) error {
+	for _, s := range states {
+		if s.Backend != gitBackendName {
+			continue
+		}
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil {
+			return err
+		}
+		g, err := gitBackend{}.repoFor(t, r.Root)
+		if err != nil {
+			return err
+		}
+		a, ok := after[g.GitDir]
+		if !ok {
+			continue // nothing of it moves: no moves.json, HEAD's ref alone
+		}
+		if err := writeGitMoves(t, r.path(s.Payload, "data"), a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Restore puts back the saved HEAD and index, and moves back each ref
+// the step moved (moves.json, see sealGit) that is still where the step
+// left it: `git update-ref REF SAVED LEFT`, git's compare-and-swap under
+// its own lock of that one ref, never a rewrite of packed-refs as a
+// whole. A ref moved since by someone else is left as it is (checked
+// before anything moved, and refused unless forced: planGit). Each step
+// sets a value or finds it set, so running it again finishes it (recover
+// does, after a crash). A payload with no moves.json (a step not closed
+// yet) puts back the ref HEAD names only.
 func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string) error {
 	g, st, err := b.restorable(t, root, dir)
 	if err != nil {
 		return err
 	}
+	moves, sealed, err := readGitMoves(t, dir)
+	if err != nil {
+		return err
+	}
 	h := st.Head
-	if h.Ref != "" {
-		args := []string{"update-ref", "-m", "snapback: restore", h.Ref, h.OID}
-		if h.OID == "" {
-			args = []string{"update-ref", "-d", h.Ref} // the branch was not born yet
+	if !sealed && h.Ref != "" {
+		moves = map[string]string{h.Ref: ""} // set whatever it is: the old rule
+	}
+	var now map[string]string
+	if sealed && len(moves) > 0 {
+		if now, err = gitRefs(g, root); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+	}
+	for _, ref := range sortedKeys(moves) {
+		want, left := st.Refs[ref], moves[ref]
+		if !sealed {
+			want = h.OID
+		} else if cur := now[ref]; cur == want || cur != left {
+			continue // back already, or moved by someone else since: left as it is
+		}
+		args := []string{"update-ref", "-m", "snapback: restore", ref, want}
+		if sealed {
+			args = append(args, orZero(left, want))
+		}
+		if want == "" {
+			args = []string{"update-ref", "-m", "snapback: restore", "-d", ref}
+			if sealed {
+				args = append(args, left)
+			}
 		}
 		fsutil.Mutating()
 		if _, err := runGit(g, root, args...); err != nil {
 			return fmt.Errorf("%s: %w", t.Name, err)
 		}
+	}
+	if h.Ref != "" {
 		fsutil.Mutating()
 		if _, err := runGit(g, root, "symbolic-ref", "HEAD", h.Ref); err != nil {
 			return fmt.Errorf("%s: %w", t.Name, err)
@@ -240,11 +427,29 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 	return nil
 }
 
+// orZero is oid, or for none (a ref that must not exist) git's null id
+// as long as like.
+func orZero(oid, like string) string {
+	if oid != "" {
+		return oid
+	}
+	return strings.Repeat("0", len(like))
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // restorable checks, changing nothing, that a payload can be restored:
-// it names the git dir found from root, the commit it points to still
-// exists (a ref is never left naming a missing object), its branch is
-// not checked out by another worktree, and git does not hold the index's
-// lock. Undo and redo ask it before the files move (checkGitTargets).
+// it names the git dir found from root, the commit HEAD goes back to
+// still exists, its branch is not checked out by another worktree, and
+// git does not hold the index's lock. (What its refs go back to is
+// planGit's.)
 func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo, gitState, error) {
 	g, err := b.repoFor(t, root)
 	if err != nil {
@@ -273,20 +478,129 @@ func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo
 	return g, st, nil
 }
 
-// checkGitTargets refuses, before anything moves, an undo or redo whose
-// git state cannot be restored: the files would move and HEAD not.
-func (r *Repo) checkGitTargets(op string, states []TargetState) error {
+// GitRefsError refuses an undo, redo or restore that would move back a
+// ref someone else moved since the step (another worktree's commit on a
+// branch the step also moved, say): nothing changed.
+type GitRefsError struct {
+	Op     string
+	GitDir string
+	// Refs are "REF is X, left at Y" for each.
+	Refs []string
+}
+
+func (e *GitRefsError) Error() string {
+	return fmt.Sprintf("%s refused: in %s, %s since the step moved it: someone else moved it; %s --force leaves such refs as they are", e.Op, e.GitDir, strings.Join(e.Refs, "; "), e.Op)
+}
+
+// planGit checks, changing nothing, the git payloads among states as
+// restoreTargets will apply them, in order: each payload's moved refs
+// must be where it left them (or back already) once the payloads before
+// it are applied, and every object a ref goes back to must exist (a ref
+// never names a missing object). A ref moved by someone else is a
+// conflict (refs). It returns, per git dir, the refs as they will be
+// after (the opposite operation's moves: see sealGitAs).
+func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[string]string, refs []*GitRefsError, err error) {
+	sims = map[string]map[string]string{}
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
 		}
 		t, err := r.payloadTarget(s.Payload)
 		if err != nil {
-			return fmt.Errorf("%s: %w", op, err)
+			return nil, nil, fmt.Errorf("%s: %w", op, err)
 		}
-		if _, _, err := (gitBackend{}).restorable(t, r.Root, r.path(s.Payload, "data")); err != nil {
-			return fmt.Errorf("%s refused: %w", op, err)
+		dir := r.path(s.Payload, "data")
+		g, st, err := (gitBackend{}).restorable(t, r.Root, dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s refused: %w", op, err)
 		}
+		moves, sealed, err := readGitMoves(t, dir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s refused: %w", op, err)
+		}
+		if !sealed {
+			continue
+		}
+		sim := sims[g.GitDir]
+		if sim == nil {
+			if sim, err = gitRefs(g, r.Root); err != nil {
+				return nil, nil, fmt.Errorf("%s: %s: %w", op, t.Name, err)
+			}
+			sims[g.GitDir] = sim
+		}
+		var moved, need []string
+		for _, ref := range sortedKeys(moves) {
+			want, left, cur := st.Refs[ref], moves[ref], sim[ref]
+			switch {
+			case cur == want:
+			case cur != left:
+				moved = append(moved, fmt.Sprintf("%s is %s, left at %s", ref, short(cur), short(left)))
+			case want == "":
+				delete(sim, ref)
+			default:
+				if other, err := checkedOutElsewhere(g, ref); err == nil && other != "" {
+					return nil, nil, fmt.Errorf("%s refused: %w: %s: %s is checked out in the worktree of %s: its ref is left as it is", op, backends.ErrTarget, t.Name, ref, other)
+				}
+				sim[ref] = want
+				need = append(need, want)
+			}
+		}
+		if len(moved) > 0 {
+			refs = append(refs, &GitRefsError{Op: op, GitDir: g.CommonDir, Refs: moved})
+		}
+		if missing := missingObjects(g, r.Root, need); len(missing) > 0 {
+			return nil, nil, fmt.Errorf("%s refused: %w: %s: object %s is not in the repository any more (pruned?): a ref cannot go back to it", op, backends.ErrTarget, t.Name, strings.Join(missing, ", "))
+		}
+	}
+	return sims, refs, nil
+}
+
+func short(oid string) string {
+	if oid == "" {
+		return "(none)"
+	}
+	if len(oid) > 12 {
+		return oid[:12]
+	}
+	return oid
+}
+
+// missingObjects lists the object ids of oids the repository lacks.
+func missingObjects(g *gitdirs.Repo, root string, oids []string) []string {
+	if len(oids) == 0 {
+		return nil
+	}
+	cmd := exec.Command("git", "-c", "core.hooksPath=/dev/null", "--git-dir="+g.GitDir, "cat-file", "--batch-check=%(objectname)")
+	cmd.Dir, cmd.Env = root, gitEnv()
+	cmd.Stdin = strings.NewReader(strings.Join(oids, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		return oids // cannot tell: none is taken as there
+	}
+	var missing []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[1] == "missing" {
+			missing = append(missing, f[0])
+		}
+	}
+	return missing
+}
+
+// checkGitTargets refuses, before anything moves, an undo, redo or
+// restore whose git state cannot be restored: the files would move and
+// the refs not.
+// A ref someone else moved since is refused unless force, then warned
+// of and left as it is.
+func (r *Repo) checkGitTargets(op string, states []TargetState, force bool) error {
+	_, refs, err := r.planGit(op, states)
+	if err != nil {
+		return err
+	}
+	for _, e := range refs {
+		if !force {
+			return e
+		}
+		r.warn(fmt.Sprintf("%s --force: in %s, %s: left as it is", op, e.GitDir, strings.Join(e.Refs, "; ")))
 	}
 	return nil
 }
@@ -344,18 +658,65 @@ func restoreIndex(gitDir, dir string, had bool) error {
 	return fsutil.SyncDir(gitDir)
 }
 
-// checkedOutElsewhere names the worktree, other than g's, whose HEAD is
-// on ref, if one is.
-func checkedOutElsewhere(g *gitdirs.Repo, ref string) (string, error) {
-	dirs := []string{g.CommonDir}
-	ents, err := os.ReadDir(filepath.Join(g.CommonDir, "worktrees"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
+// movedElsewhere reports whether ref's move to oid, seen at the end of a
+// step, was another worktree's: ref is checked out there, or oid is what
+// that worktree's HEAD reflog says its HEAD became (a commit made there).
+func movedElsewhere(g *gitdirs.Repo, ref, oid string) bool {
+	if other, err := checkedOutElsewhere(g, ref); err != nil || other != "" {
+		return true
 	}
+	for _, d := range worktreeGitDirs(g) {
+		if d == g.GitDir {
+			continue
+		}
+		b, err := readTail(filepath.Join(d, "logs", "HEAD"), 256<<10)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[1] == oid {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readTail reads up to the last n bytes of a file.
+func readTail(path string, n int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close() // read-only
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w", path, fsutil.ErrNotRegular)
+	}
+	off := max(fi.Size()-n, 0)
+	b := make([]byte, fi.Size()-off)
+	_, err = f.ReadAt(b, off)
+	return b, err
+}
+
+// worktreeGitDirs lists the git dirs of g's repository's worktrees: the
+// main one's (the common dir) and each linked one's.
+func worktreeGitDirs(g *gitdirs.Repo) []string {
+	dirs := []string{g.CommonDir}
+	ents, _ := os.ReadDir(filepath.Join(g.CommonDir, "worktrees"))
 	for _, e := range ents {
 		dirs = append(dirs, filepath.Join(g.CommonDir, "worktrees", e.Name()))
 	}
-	for _, d := range dirs {
+	return dirs
+}
+
+// checkedOutElsewhere names the worktree, other than g's, whose HEAD is
+// on ref, if one is.
+func checkedOutElsewhere(g *gitdirs.Repo, ref string) (string, error) {
+	if _, err := os.ReadDir(filepath.Join(g.CommonDir, "worktrees")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	for _, d := range worktreeGitDirs(g) {
 		if d == g.GitDir {
 			continue
 		}
@@ -374,18 +735,24 @@ func checkedOutElsewhere(g *gitdirs.Repo, ref string) (string, error) {
 // settings and no hooks (update-ref runs reference-transaction hooks).
 func runGit(g *gitdirs.Repo, root string, args ...string) (string, error) {
 	cmd := exec.Command("git", append([]string{"-c", "core.hooksPath=/dev/null", "--git-dir=" + g.GitDir}, args...)...)
-	cmd.Dir = root
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GIT_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Dir, cmd.Env = root, gitEnv()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return out.String(), nil
+}
+
+// gitEnv is the environment without the caller's GIT_* settings.
+func gitEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 func (gitBackend) Release(context.Context, config.Target, string, string) error { return nil }
@@ -403,6 +770,9 @@ func gitUnchanged(t config.Target, root, dir string) bool {
 		return false
 	}
 	if h, err := g.ReadHead(); err != nil || h != st.Head {
+		return false
+	}
+	if now, err := gitRefs(g, root); err != nil || !sameRefs(now, st.Refs) {
 		return false
 	}
 	idx := filepath.Join(g.GitDir, "index")
@@ -423,6 +793,34 @@ func gitUnchanged(t config.Target, root, dir string) bool {
 	a, err1 := readLimited(idx, maxGitIndex)
 	b, err2 := readLimited(filepath.Join(dir, "index"), maxGitIndex)
 	return err1 == nil && err2 == nil && bytes.Equal(a, b)
+}
+
+func sameRefs(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// UnchangedGitOnly reports whether states are none, or only git states
+// that are the state now: a run that left them so changed nothing of
+// what they save.
+func (r *Repo) UnchangedGitOnly(states []TargetState) bool {
+	for _, s := range states {
+		if s.Backend != gitBackendName {
+			return false
+		}
+		t, err := r.payloadTarget(s.Payload)
+		if err != nil || !gitUnchanged(t, r.Root, r.path(s.Payload, "data")) {
+			return false
+		}
+	}
+	return true
 }
 
 // dropUnchangedGit drops from a closing step the git state it saved when
@@ -466,9 +864,12 @@ func coveredGit(s *Meta, gitDir string) bool {
 }
 
 // SavesGit reports whether step m saved the git state outside the root
-// (so that its undo puts HEAD, the index and the branch back).
-func SavesGit(m *Meta) bool {
-	for _, t := range m.Targets {
+// (so that its undo puts HEAD, the index and the refs back).
+func SavesGit(m *Meta) bool { return GitSaved(m.Targets) }
+
+// GitSaved reports whether states hold the git state outside the root.
+func GitSaved(states []TargetState) bool {
+	for _, t := range states {
 		if t.Backend == gitBackendName {
 			return true
 		}

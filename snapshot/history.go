@@ -257,7 +257,7 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := r.checkGitTargets("restore", s.Targets); err != nil {
+	if err := r.checkGitTargets("restore", s.Targets, true); err != nil {
 		return nil, nil, err
 	}
 	rec, err := r.newMeta(KindPreRestore, s.Scope)
@@ -305,6 +305,16 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if rec.Targets, err = r.snapTargets(rec.ID, ts); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	// The git state saved just now goes back, in the opposite operation,
+	// by the moves this one makes.
+	plan, _, err := r.planGit(op, s.Targets)
+	if err == nil {
+		err = r.sealGitAs(rec.Targets, plan)
+	}
+	if err != nil {
+		r.releasePayloads(rec.ID)
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	j := &journal{Op: op, OpID: rec.ID, Scope: scope, Record: rec, Targets: s.Targets}

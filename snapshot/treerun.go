@@ -210,6 +210,9 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 // it removes the record instead and reports dropped: no undo step.
 func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
 	m.Git = r.sawGit(m.Git)
+	if err := r.sealGit(m.Targets); err != nil {
+		return false, err
+	}
 	if err := r.dropUnchangedGit(m); err != nil {
 		return false, err
 	}

@@ -102,8 +102,11 @@ func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 		r.Release(p)
 		return nil, err
 	}
-	if len(r.Targets) > 0 {
-		if p.Targets, err = r.snapTargets(p.ID, r.Targets); err == nil {
+	// The git state outside the root is saved as a copy-mode run saves it
+	// (the view does not hold it: the command's git writes there): a
+	// discard puts it back, a commit keeps it for undo (gitstate.go).
+	if ts := r.withGitTarget(r.Targets); len(ts) > 0 {
+		if p.Targets, err = r.snapTargets(p.ID, ts); err == nil {
 			err = r.SavePending(p)
 		}
 		if err != nil {
@@ -250,14 +253,17 @@ func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, erro
 			return nil, err
 		}
 	}
-	if len(target) == 0 && len(only) == 0 && len(p.Targets) == 0 {
+	if len(target) == 0 && len(only) == 0 && r.UnchangedGitOnly(p.Targets) {
 		// Nothing changed: no snapshot, so that `undo` still reverts the
 		// last change that did something. (With targets there is always a
 		// record: what the command did to them cannot be seen.)
 		if _, err := r.moveExcluded(p, nil); err != nil {
 			return nil, err
 		}
-		return nil, r.dropRun(p.ID)
+		if err := r.dropRun(p.ID); err != nil {
+			return nil, err
+		}
+		return nil, r.releasePayloads(p.ID)
 	}
 	return r.commitSelected(p, target, only, nil, force)
 }
@@ -327,6 +333,9 @@ func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts 
 	rec.Targets, rec.Steps = p.Targets, p.Steps
 	rec.WroteThrough, rec.Excluded = p.WroteThrough, excl
 	rec.Git = r.sawGit(p.Git)
+	if err := r.sealGit(rec.Targets); err != nil {
+		return nil, err
+	}
 	rec.Files, rec.Bytes = counts(target)
 	if rec.Manifest, err = r.record(cur); err != nil {
 		return nil, err
@@ -597,11 +606,17 @@ func (r *Repo) DiscardPending(p *ViewRun) error {
 	if len(p.Targets) == 0 {
 		return r.dropRun(p.ID)
 	}
+	if err := r.sealGit(p.Targets); err != nil {
+		return err
+	}
 	ts, err := r.stateTargets(p.Targets)
 	if err != nil {
 		return err
 	}
 	if err := r.checkTargets(ts); err != nil {
+		return err
+	}
+	if err := r.checkGitTargets("discard", p.Targets, true); err != nil {
 		return err
 	}
 	tid, err := r.record(nil)

@@ -131,11 +131,10 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if err == nil {
 		retain(g, repo, cfg)
 	}
-	// Said once the mode is known: a copy-mode run saves HEAD, an
-	// overlay run does not.
+	// Said once it is known whether the run saved the git state.
 	saved := gitdirs.SavedNone
-	if res.Recorded != nil {
-		saved = savedBy(res.Recorded)
+	if snapshot.GitSaved(res.Targets) {
+		saved = gitdirs.SavedHead
 	}
 	unc := g.noteUncovered(repo.Root, saved)
 	oerr := runOutcome(g, repo, res, err)

@@ -158,6 +158,8 @@ func classify(err error) (int, string) {
 		return 1, "pending"
 	case errors.As(err, new(*snapshot.GitMovedError)):
 		return 1, "git_moved" // refused, nothing changed: HEAD outside the root would disagree
+	case errors.As(err, new(*snapshot.GitRefsError)):
+		return 1, "git_conflict" // refused, nothing changed: a ref the step moved was moved since
 	case errors.Is(err, snapshot.ErrNothingToUndo), errors.Is(err, snapshot.ErrNothingToRedo):
 		return 1, "nothing_to_do"
 	case errors.Is(err, snapshot.ErrRunning):

@@ -55,10 +55,11 @@ func (r *Repo) gitDirWhat() string {
 type Saved int
 
 const (
-	// SavedNone: nothing (an overlay run); undo does not put it back.
+	// SavedNone: nothing; undo does not put it back.
 	SavedNone Saved = iota
-	// SavedHead: HEAD, the index and the branch HEAD names (a copy-mode
-	// run, a checkpoint, a snap); undo puts those back.
+	// SavedHead: HEAD, the index and every ref (a run in any mode, a
+	// checkpoint, a snap, where the root is git's work tree's top); undo
+	// puts back what the step changed of those.
 	SavedHead
 	// SavedByMode: the project in general, as doctor and status say it.
 	SavedByMode
@@ -80,11 +81,11 @@ func (r *Repo) Uncovered(root string, saved Saved) []Uncovered {
 		case saved == SavedNone:
 			why += "; undo does not put it back"
 		case saved == SavedHead && d.Path == r.GitDir:
-			why += "; this step saves HEAD and the index (and the branch HEAD names), which undo puts back, nothing else"
+			why += "; this step saves HEAD and the index, which undo puts back, nothing else"
 		case saved == SavedHead:
-			why += "; this step saves the branch HEAD names, which undo puts back, not other branches, tags or config"
+			why += "; this step saves the refs (branches, tags), whose moves undo takes back, not config, reflogs or objects"
 		default:
-			why += "; checkpoints, snaps and copy-mode runs save HEAD, the index and the branch HEAD names, which undo puts back; overlay runs do not (undo then refuses while HEAD is elsewhere)"
+			why += "; runs, checkpoints and snaps save HEAD, the index and the refs, whose changes undo takes back (not config, reflogs or objects), where the root is the top of git's work tree"
 		}
 		out = append(out, Uncovered{Path: d.Path, Reason: why})
 	}
