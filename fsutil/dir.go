@@ -149,6 +149,17 @@ func (d *Dir) RenameNoReplace(oldname string, to *Dir, newname string) error {
 	return nil
 }
 
+// RenamePathNoReplace renames oldpath to newpath, failing with an error
+// that is EEXIST when newpath exists (never replacing it). It goes by
+// path: for a directory the caller made and holds (a store being born).
+func RenamePathNoReplace(oldpath, newpath string) error {
+	Mutating()
+	if err := renamePathNoReplace(oldpath, newpath); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}
+
 // Link makes newname in to a hard link to oldname in d (never following).
 func (d *Dir) Link(oldname string, to *Dir, newname string) error {
 	Mutating()

@@ -12,3 +12,7 @@ func mkfifoat(d *Dir, name string, perm uint32) error {
 func renameNoReplace(from *Dir, oldname string, to *Dir, newname string) error {
 	return unix.RenameatxNp(from.fd, oldname, to.fd, newname, unix.RENAME_EXCL)
 }
+
+func renamePathNoReplace(oldpath, newpath string) error {
+	return unix.RenameatxNp(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_EXCL)
+}

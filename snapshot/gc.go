@@ -66,8 +66,8 @@ func retainedRecords(h *History, ret Retention, now time.Time) map[string]bool {
 	next := true // the newest not undone: what a plain undo takes
 	for i, n := len(h.All)-1, 0; i >= 0; i-- {
 		m := h.All[i]
-		if !m.Kind.Undoable() {
-			continue
+		if !m.Kind.Undoable() || m.InProgress() {
+			continue // (one in progress is kept by keepNeeded)
 		}
 		inCount := ret.Keep == 0 || n < ret.Keep
 		young := ret.MaxAge == 0 || now.Sub(m.CreatedAt) <= ret.MaxAge
@@ -139,7 +139,7 @@ func keptRecords(h *History, keep int, protect []string) map[string]bool {
 	// keep counts what `list` shows (snaps, runs, pre-restores), not the
 	// bookkeeping records; those are kept below as far as undo needs them.
 	for i, n := len(h.All)-1, 0; i >= 0 && n < keep; i-- {
-		if h.All[i].Kind.Undoable() {
+		if h.All[i].Kind.Undoable() && !h.All[i].InProgress() {
 			kept[h.All[i].ID] = true
 			n++
 		}
@@ -147,7 +147,7 @@ func keptRecords(h *History, keep int, protect []string) map[string]bool {
 	// And what a plain undo takes next, however many newer ones are
 	// undone (the redo chain): without it that undo would find nothing.
 	for i := len(h.All) - 1; i >= 0; i-- {
-		if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] {
+		if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && !m.InProgress() {
 			kept[m.ID] = true
 			break
 		}
@@ -170,7 +170,7 @@ func keepNeeded(h *History, kept map[string]bool) {
 		}
 	}
 	for _, m := range h.All {
-		if m.State == StateRunning || m.State == StateOpen {
+		if m.InProgress() {
 			kept[m.ID] = true // a run in progress (or one that died: recover it), an open checkpoint
 		}
 	}

@@ -86,7 +86,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 			}
 		}
 		for i := len(h.All) - 1; i >= 0; i-- {
-			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && m.State != StateRunning && m.State != StateOpen {
+			if m := h.All[i]; m.Kind.Undoable() && !h.Undone[m.ID] && !m.InProgress() {
 				s = m
 				break
 			}
@@ -133,7 +133,7 @@ func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *
 	switch {
 	case h.Undone[s.ID]:
 		return nil, nil, fmt.Errorf("undo %s -- PATH: %w: %s is undone already (redo puts it back)", s.ID, ErrNothingToUndo, s.ID)
-	case s.State == StateRunning || s.State == StateOpen:
+	case s.InProgress():
 		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is %s: its changes are not known yet", s.ID, s.ID, s.State)
 	}
 	if s.Scope != ScopePaths || s.After == "" {

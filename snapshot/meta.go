@@ -32,6 +32,13 @@ func (k Kind) Undoable() bool {
 	return k == KindSnap || k == KindRun || k == KindCheckpoint || k == KindPreRestore
 }
 
+// InProgress reports a record that is not a step yet: a run still
+// running (or one that died: recover it) or an open checkpoint. Undo
+// never takes it, and retention neither counts nor removes it.
+func (m *Meta) InProgress() bool {
+	return m.State == StateRunning || m.State == StateOpen
+}
+
 // Scope says which paths a snapshot covers.
 type Scope string
 

@@ -351,7 +351,7 @@ func (r *Repo) rewriteInLayer(upper *fsutil.Dir, path string, content []byte) er
 		return fail(err)
 	}
 	fsutil.Mutating()
-	if err := unix.Fchmod(fd, st.Mode&0o7777); err != nil {
+	if err := unix.Fchmod(fd, uint32(st.Mode&0o7777)); err != nil {
 		return fail(err)
 	}
 	fsutil.Mutating()

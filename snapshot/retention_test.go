@@ -124,3 +124,37 @@ func TestGCKeepsTheRedoChainsSnapshots(t *testing.T) {
 		treetest.Equal(t, fmt.Sprintf("undo back to snapshot %d after gc", want+1), states[want], capture(t, root))
 	}
 }
+
+// An open checkpoint is no step yet: retention neither counts it against
+// keep nor takes it for what undo reverts next. Found by TestModel
+// (cmd/snapback): keep = 1 with a checkpoint open deleted the only snap,
+// and once the checkpoint closed with nothing changed, undo found nothing.
+func TestRetainLooksPastAnOpenCheckpoint(t *testing.T) {
+	for _, gc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gc=%v", gc), func(t *testing.T) {
+			root := t.TempDir()
+			r := openRepo(t, root)
+			states := snaps(t, r, root, 2)
+			_, opened, err := r.BeginCheckpoint("", "")
+			treetest.Must(t, err)
+			if !opened {
+				t.Fatal("no checkpoint opened")
+			}
+			if gc {
+				_, err = r.GC(1, nil)
+			} else {
+				_, err = r.Retain(snapshot.Retention{Keep: 1})
+			}
+			treetest.Must(t, err)
+			_, dropped, err := r.EndCheckpoint("")
+			treetest.Must(t, err)
+			if !dropped {
+				t.Fatal("a checkpoint that changed nothing left a step")
+			}
+			treetest.Write(t, root, "f", "later\n", 0o644)
+			_, _, err = r.Undo("", false)
+			treetest.Must(t, err)
+			treetest.Equal(t, "undo after retention with a checkpoint open", states[1], capture(t, root))
+		})
+	}
+}

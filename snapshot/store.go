@@ -251,8 +251,7 @@ func (s *Store) makeOutside() (bool, error) {
 	if err := writeIdentityAt(filepath.Join(tmp, IdentityFile), id); err != nil {
 		return false, err
 	}
-	fsutil.Mutating()
-	err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, s.Dir, unix.RENAME_NOREPLACE)
+	err = fsutil.RenamePathNoReplace(tmp, s.Dir)
 	if errors.Is(err, unix.EEXIST) {
 		return false, nil
 	}
