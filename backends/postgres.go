@@ -846,11 +846,15 @@ func (*Postgres) Release(ctx context.Context, t Target, root, dir string) error 
 	if err := pl.sameServer(ctx, t, conn); err != nil {
 		return err
 	}
+	// A killed snapshot's CREATE DATABASE may still run: end it before
+	// looking, or it commits a copy after the look found none.
+	if strings.HasPrefix(pl.Snapshot, "snapback_") {
+		if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
+			return err
+		}
+	}
 	if ours, err := pgIsCopy(ctx, conn, pl); err != nil || !ours {
 		return err // gone already, or not a copy snapback made: left alone
-	}
-	if err := pgEndOrphans(ctx, conn, pl.Snapshot); err != nil {
-		return err
 	}
 	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgIdent(pl.Snapshot)); err != nil {
 		return fmt.Errorf("release postgres %q: dropping %s: %w", pl.Database, pl.Snapshot, err)
@@ -861,18 +865,26 @@ func (*Postgres) Release(ctx context.Context, t Target, root, dir string) error 
 // pgIsCopy reports whether the database a payload names as its copy is
 // one snapback made of pl.Database: postgres.json is read from the store,
 // input from outside, and must not get another database dropped or
-// restored from. A copy carries snapback's name and comment.
+// restored from. A copy carries snapback's name and comment; one whose
+// snapshot was killed between CREATE DATABASE and COMMENT (the payload
+// not complete) has no comment yet, and is known by what that CREATE
+// gave it: no connections allowed, and the current role its owner.
 func pgIsCopy(ctx context.Context, conn *pgx.Conn, pl pgPayload) (bool, error) {
 	if !strings.HasPrefix(pl.Snapshot, "snapback_") {
 		return false, nil
 	}
 	var comment *string
-	err := conn.QueryRow(ctx, "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", pl.Snapshot).Scan(&comment)
+	var halfMade bool
+	err := conn.QueryRow(ctx, `SELECT shobj_description(oid, 'pg_database'), NOT datallowconn AND datdba = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+		FROM pg_database WHERE datname = $1`, pl.Snapshot).Scan(&comment, &halfMade)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	return comment != nil && strings.HasPrefix(*comment, fmt.Sprintf("snapback snapshot of database %q, payload ", pl.Database)), nil
+	if comment == nil {
+		return !pl.Complete && halfMade, nil
+	}
+	return strings.HasPrefix(*comment, fmt.Sprintf("snapback snapshot of database %q, payload ", pl.Database)), nil
 }
