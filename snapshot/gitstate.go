@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/snapback/snapback/backends"
@@ -23,21 +26,23 @@ import (
 // The git state outside the root.
 //
 // Where a linked worktree's or a submodule's HEAD lives outside the root
-// (package gitdirs) and the root is its work tree's top, a copy-mode
-// run, a checkpoint and a snap save this
-// worktree's git state as an implicit target, so that undo, redo and
-// restore put it back with the files: HEAD, the index, and the one ref
-// HEAD names (the branch). Nothing else is saved or touched: other
-// branches and tags, another worktree's HEAD and index, packed-refs as a
-// whole, the config, reflogs and objects stay as they are (a commit the
-// step made stays in the object store, reachable from the reflog: undo
-// only adds, never removes). The ref is set through `git update-ref`,
-// which locks that one ref and rewrites packed-refs itself when it has
-// to, so what another worktree does to other refs meanwhile is never
-// overwritten; the index is written through git's own lock
-// (index.lock). It is not a backend of snapback.toml: it has no settings
-// a user could give, and what a record says of it is checked against
-// the git dir found from the root, never taken as a place to write.
+// (package gitdirs) and the root is its work tree's top, every step (a
+// run in any mode, a checkpoint, a snap) saves this worktree's git state
+// as an implicit target when it begins: HEAD, the index, every ref the
+// worktree sees and the keys of the common config. When the step closes
+// (sealGit) it notes what it changed: the refs and config keys that
+// differ, and the values it left them at (moves.json). Undo, redo and
+// restore put HEAD and the index back and move back exactly those refs
+// and keys, each by compare-and-swap through git itself: `git update-ref
+// REF SAVED LEFT` under git's lock of that one ref (git rewrites
+// packed-refs itself when it must), `git config` per key under git's
+// lock of the file. Nothing is written whole, so what another worktree
+// does meanwhile is never overwritten; one it did to the same ref or key
+// is a conflict (planGit). Reflogs are left to git (update-ref appends
+// one entry) and objects are only ever added. It is not a backend of
+// snapback.toml: it has no settings a user could give, and what a record
+// says of it is checked against the git dir found from the root, never
+// taken as a place to write.
 
 // gitBackendName is the implicit target's backend name in records.
 const gitBackendName = "git"
@@ -55,12 +60,25 @@ type gitState struct {
 	Index bool `json:"index"`
 	// Refs are every ref the worktree sees (gitRefs), name to object id.
 	Refs map[string]string `json:"refs,omitempty"`
+	// Config is the common config file's keys (gitConfig), each with
+	// its values in the file's order.
+	Config map[string][]string `json:"config,omitempty"`
 }
 
 // gitMoves is what the step moved (moves.json), written when it closes:
-// each ref whose value it changed, to the value it left ("" for deleted).
+// each ref whose value it changed, to the value it left ("" for deleted),
+// and each key of the common config whose values it changed, to the
+// values it left (none: removed).
 type gitMoves struct {
-	Moves map[string]string `json:"moves"`
+	Moves  map[string]string   `json:"moves"`
+	Config map[string][]string `json:"config,omitempty"`
+}
+
+// gitAfter is a git dir's refs and common config keys as a step left
+// them, or as an undo, redo or restore will (planGit).
+type gitAfter struct {
+	Refs   map[string]string
+	Config map[string][]string
 }
 
 // gitTarget is the implicit target for the git dir HEAD lives in, when it
@@ -155,6 +173,9 @@ func (b gitBackend) Snapshot(_ context.Context, t config.Target, root, dir strin
 	if st.Refs, err = gitRefs(g, root); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
+	if st.Config, err = gitConfig(g, root); err != nil {
+		return fmt.Errorf("%s: %w", t.Name, err)
+	}
 	if st.Index, err = saveIndex(filepath.Join(g.GitDir, "index"), filepath.Join(dir, "index")); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
@@ -212,7 +233,7 @@ func readGitState(t config.Target, dir string) (gitState, error) {
 		return st, fmt.Errorf("%s: payload: %w: %v", t.Name, ErrCorrupt, err)
 	}
 	h := st.Head
-	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" || !validRefs(st.Refs, false) {
+	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" || !validRefs(st.Refs, false) || !validConfig(st.Config) {
 		return st, fmt.Errorf("%s: payload: %w: bad git dir, ref or object id", t.Name, ErrCorrupt)
 	}
 	return st, nil
@@ -229,23 +250,39 @@ func validRefs(m map[string]string, deleted bool) bool {
 	return true
 }
 
+// validConfig checks config keys and values read from a payload: a key
+// is section.name or section.subsection.name, on one line, and nothing
+// holds a NUL (git config could not take it back as an argument).
+func validConfig(m map[string][]string) bool {
+	for k, vs := range m {
+		if len(k) > 1024 || !strings.Contains(k, ".") || strings.HasPrefix(k, "-") || strings.ContainsAny(k, "\x00\n") {
+			return false
+		}
+		for _, v := range vs {
+			if strings.ContainsRune(v, 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // readGitMoves reads a payload's moves.json; sealed is false when it has
 // none (the step is not closed).
-func readGitMoves(t config.Target, dir string) (moves map[string]string, sealed bool, err error) {
+func readGitMoves(t config.Target, dir string) (m gitMoves, sealed bool, err error) {
 	b, err := fsutil.ReadFileLimit(filepath.Join(dir, "moves.json"), maxGitState)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return m, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: payload: %w", t.Name, err)
+		return m, false, fmt.Errorf("%s: payload: %w", t.Name, err)
 	}
-	var m gitMoves
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil || !validRefs(m.Moves, true) {
-		return nil, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref or object id", t.Name, ErrCorrupt)
+	if err := dec.Decode(&m); err != nil || !validRefs(m.Moves, true) || !validConfig(m.Config) {
+		return m, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref, object id or config key", t.Name, ErrCorrupt)
 	}
-	return m.Moves, true, nil
+	return m, true, nil
 }
 
 // gitRefs lists every ref g's worktree sees (the shared ones and its own
@@ -264,6 +301,35 @@ func gitRefs(g *gitdirs.Repo, root string) (map[string]string, error) {
 		}
 	}
 	return refs, nil
+}
+
+// gitConfig reads the common config file's keys (not the files it
+// includes, nor the user's or the system's: those are not the
+// repository's), each with its values in the file's order; a key set
+// with no value reads as "".
+func gitConfig(g *gitdirs.Repo, root string) (map[string][]string, error) {
+	file := filepath.Join(g.CommonDir, "config")
+	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
+		return map[string][]string{}, nil
+	}
+	out, err := runGit(g, root, "config", "--file", file, "--no-includes", "--list", "-z")
+	if err != nil {
+		return nil, err
+	}
+	cfg := map[string][]string{}
+	for _, e := range strings.Split(out, "\x00") {
+		if e == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(e, "\n")
+		cfg[k] = append(cfg[k], v)
+	}
+	return cfg, nil
+}
+
+// sameValues reports whether a config key has the same values in a and b.
+func sameValues(a, b []string) bool {
+	return slices.Equal(a, b)
 }
 
 // sealGit writes, into each git payload of a closing step that has none
@@ -301,32 +367,47 @@ func (r *Repo) sealGit(states []TargetState) error {
 				}
 			}
 		}
-		if err := writeGitMoves(t, dir, now); err != nil {
+		cfg, err := gitConfig(g, r.Root)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+		if err := writeGitMoves(t, dir, gitAfter{Refs: now, Config: cfg}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeGitMoves writes a payload's moves.json: the refs of after that
-// differ from those the payload saved.
-func writeGitMoves(t config.Target, dir string, after map[string]string) error {
+// writeGitMoves writes a payload's moves.json: the refs and config keys
+// of after that differ from those the payload saved.
+func writeGitMoves(t config.Target, dir string, after gitAfter) error {
 	st, err := readGitState(t, dir)
 	if err != nil {
 		return err
 	}
 	moves := map[string]string{}
-	for ref, oid := range after {
+	for ref, oid := range after.Refs {
 		if st.Refs[ref] != oid {
 			moves[ref] = oid
 		}
 	}
 	for ref := range st.Refs {
-		if _, ok := after[ref]; !ok {
+		if _, ok := after.Refs[ref]; !ok {
 			moves[ref] = ""
 		}
 	}
-	js, err := json.Marshal(gitMoves{Moves: moves})
+	cfg := map[string][]string{}
+	for k, vs := range after.Config {
+		if !sameValues(st.Config[k], vs) {
+			cfg[k] = vs
+		}
+	}
+	for k := range st.Config {
+		if _, ok := after.Config[k]; !ok {
+			cfg[k] = []string{}
+		}
+	}
+	js, err := json.Marshal(gitMoves{Moves: moves, Config: cfg})
 	if err != nil {
 		return err
 	}
@@ -336,7 +417,7 @@ func writeGitMoves(t config.Target, dir string, after map[string]string) error {
 // sealGitAs writes the moves of the git payloads among states (the
 // pre-undo, pre-redo or pre-restore record's, taken just now) as the
 // operation will leave the refs (planGit's result).
-func (r *Repo) sealGitAs(states []TargetState, after map[string]map[string]string) error {
+func (r *Repo) sealGitAs(states []TargetState, after map[string]*gitAfter) error {
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
@@ -353,7 +434,7 @@ func (r *Repo) sealGitAs(states []TargetState, after map[string]map[string]strin
 		if !ok {
 			continue // nothing of it moves: no moves.json, HEAD's ref alone
 		}
-		if err := writeGitMoves(t, r.path(s.Payload, "data"), a); err != nil {
+		if err := writeGitMoves(t, r.path(s.Payload, "data"), *a); err != nil {
 			return err
 		}
 	}
@@ -374,10 +455,11 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 	if err != nil {
 		return err
 	}
-	moves, sealed, err := readGitMoves(t, dir)
+	mv, sealed, err := readGitMoves(t, dir)
 	if err != nil {
 		return err
 	}
+	moves := mv.Moves
 	h := st.Head
 	if !sealed && h.Ref != "" {
 		moves = map[string]string{h.Ref: ""} // set whatever it is: the old rule
@@ -410,6 +492,9 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 			return fmt.Errorf("%s: %w", t.Name, err)
 		}
 	}
+	if err := restoreConfig(g, root, st.Config, mv.Config); err != nil {
+		return fmt.Errorf("%s: %w", t.Name, err)
+	}
 	if h.Ref != "" {
 		fsutil.Mutating()
 		if _, err := runGit(g, root, "symbolic-ref", "HEAD", h.Ref); err != nil {
@@ -427,6 +512,60 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 	return nil
 }
 
+// restoreConfig sets back each key of the common config the step changed
+// (moves) that is still as the step left it, one key at a time through
+// git config, under git's own lock of the file (config.lock): whatever
+// else the file holds, another worktree's change to another key
+// meanwhile, stays. A key changed by someone else since is left as it is
+// (checked before anything moved, and refused unless forced: planGit).
+// A key of several values is set in steps, the first value then each
+// next one added: a key found part-way (its values a beginning of the
+// saved ones, after a crash) is finished.
+func restoreConfig(g *gitdirs.Repo, root string, saved, moves map[string][]string) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	now, err := gitConfig(g, root)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(g.CommonDir, "config")
+	for _, k := range sortedKeys(moves) {
+		want, left, cur := saved[k], moves[k], now[k]
+		from := 0
+		switch {
+		case sameValues(cur, want):
+			continue
+		case sameValues(cur, left):
+		case len(cur) > 0 && len(cur) < len(want) && sameValues(cur, want[:len(cur)]):
+			from = len(cur)
+		default:
+			continue // changed by someone else since: left as it is
+		}
+		if len(want) == 0 {
+			fsutil.Mutating()
+			if _, err := runGit(g, root, "config", "--file", file, "--unset-all", "--", k); err != nil {
+				return err
+			}
+			continue
+		}
+		if from == 0 {
+			fsutil.Mutating()
+			if _, err := runGit(g, root, "config", "--file", file, "--replace-all", "--", k, want[0]); err != nil {
+				return err
+			}
+			from = 1
+		}
+		for _, v := range want[from:] {
+			fsutil.Mutating()
+			if _, err := runGit(g, root, "config", "--file", file, "--add", "--", k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // orZero is oid, or for none (a ref that must not exist) git's null id
 // as long as like.
 func orZero(oid, like string) string {
@@ -436,7 +575,7 @@ func orZero(oid, like string) string {
 	return strings.Repeat("0", len(like))
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -489,7 +628,7 @@ type GitRefsError struct {
 }
 
 func (e *GitRefsError) Error() string {
-	return fmt.Sprintf("%s refused: in %s, %s since the step moved it: someone else moved it; %s --force leaves such refs as they are", e.Op, e.GitDir, strings.Join(e.Refs, "; "), e.Op)
+	return fmt.Sprintf("%s refused: in %s, %s since the step moved it: someone else moved it; %s --force leaves them as they are", e.Op, e.GitDir, strings.Join(e.Refs, "; "), e.Op)
 }
 
 // planGit checks, changing nothing, the git payloads among states as
@@ -499,8 +638,8 @@ func (e *GitRefsError) Error() string {
 // never names a missing object). A ref moved by someone else is a
 // conflict (refs). It returns, per git dir, the refs as they will be
 // after (the opposite operation's moves: see sealGitAs).
-func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[string]string, refs []*GitRefsError, err error) {
-	sims = map[string]map[string]string{}
+func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAfter, refs []*GitRefsError, err error) {
+	sims = map[string]*gitAfter{}
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
@@ -514,23 +653,28 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[str
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s refused: %w", op, err)
 		}
-		moves, sealed, err := readGitMoves(t, dir)
+		mv, sealed, err := readGitMoves(t, dir)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s refused: %w", op, err)
 		}
 		if !sealed {
 			continue
 		}
-		sim := sims[g.GitDir]
-		if sim == nil {
-			if sim, err = gitRefs(g, r.Root); err != nil {
+		a := sims[g.GitDir]
+		if a == nil {
+			a = &gitAfter{}
+			if a.Refs, err = gitRefs(g, r.Root); err == nil {
+				a.Config, err = gitConfig(g, r.Root)
+			}
+			if err != nil {
 				return nil, nil, fmt.Errorf("%s: %s: %w", op, t.Name, err)
 			}
-			sims[g.GitDir] = sim
+			sims[g.GitDir] = a
 		}
+		sim := a.Refs
 		var moved, need []string
-		for _, ref := range sortedKeys(moves) {
-			want, left, cur := st.Refs[ref], moves[ref], sim[ref]
+		for _, ref := range sortedKeys(mv.Moves) {
+			want, left, cur := st.Refs[ref], mv.Moves[ref], sim[ref]
 			switch {
 			case cur == want:
 			case cur != left:
@@ -545,6 +689,18 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[str
 				need = append(need, want)
 			}
 		}
+		for _, k := range sortedKeys(mv.Config) {
+			want, left, cur := st.Config[k], mv.Config[k], a.Config[k]
+			switch {
+			case sameValues(cur, want):
+			case !sameValues(cur, left):
+				moved = append(moved, fmt.Sprintf("config %s is %s, left at %s", k, configValues(cur), configValues(left)))
+			case len(want) == 0:
+				delete(a.Config, k)
+			default:
+				a.Config[k] = want
+			}
+		}
 		if len(moved) > 0 {
 			refs = append(refs, &GitRefsError{Op: op, GitDir: g.CommonDir, Refs: moved})
 		}
@@ -553,6 +709,18 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[str
 		}
 	}
 	return sims, refs, nil
+}
+
+// configValues is a config key's values as a conflict names them.
+func configValues(vs []string) string {
+	if len(vs) == 0 {
+		return "(unset)"
+	}
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ",")
 }
 
 func short(oid string) string {
@@ -773,6 +941,9 @@ func gitUnchanged(t config.Target, root, dir string) bool {
 		return false
 	}
 	if now, err := gitRefs(g, root); err != nil || !sameRefs(now, st.Refs) {
+		return false
+	}
+	if now, err := gitConfig(g, root); err != nil || !maps.EqualFunc(now, st.Config, sameValues) {
 		return false
 	}
 	idx := filepath.Join(g.GitDir, "index")
