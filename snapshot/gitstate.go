@@ -611,7 +611,7 @@ func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo
 			return nil, st, fmt.Errorf("%w: %s: %s is checked out in the worktree of %s: its ref is left as it is", backends.ErrTarget, t.Name, h.Ref, other)
 		}
 	}
-	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil {
+	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil && !ownIndexLock(g.GitDir) {
 		return nil, st, fmt.Errorf("%w: %s: %s exists: git is working on the index (or crashed: remove it)", backends.ErrTarget, t.Name, filepath.Join(g.GitDir, "index.lock"))
 	}
 	return g, st, nil
@@ -773,10 +773,36 @@ func (r *Repo) checkGitTargets(op string, states []TargetState, force bool) erro
 	return nil
 }
 
+// indexTmp is where, in the git dir, restoreIndex writes the index it
+// puts back before it takes git's lock with it.
+const indexTmp = "snapback-index.tmp"
+
+// ownIndexLock reports whether the git dir's index.lock is one a restore
+// took and did not finish (killed): the very file of indexTmp.
+func ownIndexLock(gitDir string) bool {
+	lock, err1 := os.Lstat(filepath.Join(gitDir, "index.lock"))
+	tmp, err2 := os.Lstat(filepath.Join(gitDir, indexTmp))
+	return err1 == nil && err2 == nil && os.SameFile(lock, tmp)
+}
+
 // restoreIndex writes the saved index back through git's lock protocol:
-// index.lock created exclusively, filled, synced, renamed over index.
+// the whole index is written and synced to indexTmp first, then taken as
+// index.lock by a link (which fails while git holds the lock), renamed
+// over index, and indexTmp removed. A restore killed part-way is known
+// by what it left: indexTmp alone is dropped and written again, an
+// index.lock that is indexTmp's very file is ours, whole, and is renamed
+// into place (see ownIndexLock).
 func restoreIndex(gitDir, dir string, had bool) error {
-	idx := filepath.Join(gitDir, "index")
+	idx, lock, tmp := filepath.Join(gitDir, "index"), filepath.Join(gitDir, "index.lock"), filepath.Join(gitDir, indexTmp)
+	if ownIndexLock(gitDir) {
+		return finishIndex(gitDir)
+	}
+	if _, err := os.Lstat(tmp); err == nil {
+		fsutil.Mutating()
+		if err := os.Remove(tmp); err != nil {
+			return fmt.Errorf("index: %w", err)
+		}
+	}
 	if !had {
 		fsutil.Mutating()
 		if err := os.Remove(idx); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -796,15 +822,14 @@ func restoreIndex(gitDir, dir string, had bool) error {
 	if _, err := src.ReadAt(sig[:], 0); err != nil || string(sig[:]) != "DIRC" {
 		return fmt.Errorf("saved index: %w: not a git index", ErrCorrupt)
 	}
-	lock := idx + ".lock"
 	fsutil.Mutating()
-	out, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("index: %w", err)
 	}
 	fail := func(err error) error {
 		out.Close()
-		os.Remove(lock) // ours, made above: nothing else can be lost
+		os.Remove(tmp) // ours, made above: nothing else can be lost
 		return fmt.Errorf("index: %w", err)
 	}
 	if err := fsutil.CopyFile(out, src); err != nil {
@@ -815,12 +840,26 @@ func restoreIndex(gitDir, dir string, had bool) error {
 		return fail(err)
 	}
 	if err := out.Close(); err != nil {
-		os.Remove(lock) // as above
+		os.Remove(tmp) // as above
 		return fmt.Errorf("index: %w", err)
 	}
 	fsutil.Mutating()
-	if err := os.Rename(lock, idx); err != nil {
-		os.Remove(lock) // as above
+	if err := os.Link(tmp, lock); err != nil {
+		os.Remove(tmp) // as above
+		return fmt.Errorf("index: git holds %s: %w", lock, err)
+	}
+	return finishIndex(gitDir)
+}
+
+// finishIndex renames the index.lock a restore took over index and
+// removes indexTmp.
+func finishIndex(gitDir string) error {
+	fsutil.Mutating()
+	if err := os.Rename(filepath.Join(gitDir, "index.lock"), filepath.Join(gitDir, "index")); err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	fsutil.Mutating()
+	if err := os.Remove(filepath.Join(gitDir, indexTmp)); err != nil {
 		return fmt.Errorf("index: %w", err)
 	}
 	return fsutil.SyncDir(gitDir)
