@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,10 +59,11 @@ type gitState struct {
 	Index bool `json:"index"`
 	// Refs are every ref the worktree sees (gitRefs), name to object id.
 	Refs map[string]string `json:"refs,omitempty"`
-	// Config is the common config file's keys (gitConfig), each with
-	// its values in the file's order.
-	Config map[string][]string `json:"config,omitempty"`
 }
+
+// The common config file is saved as it is, as data/config (read as keys
+// by configKeys only where it changed: a step need not run git for it).
+const maxGitConfig = 1 << 20
 
 // gitMoves is what the step moved (moves.json), written when it closes:
 // each ref whose value it changed, to the value it left ("" for deleted),
@@ -75,7 +75,8 @@ type gitMoves struct {
 }
 
 // gitAfter is a git dir's refs and common config keys as a step left
-// them, or as an undo, redo or restore will (planGit).
+// them, or as an undo, redo or restore will (planGit); Config nil: the
+// config as the payload saved it.
 type gitAfter struct {
 	Refs   map[string]string
 	Config map[string][]string
@@ -173,8 +174,12 @@ func (b gitBackend) Snapshot(_ context.Context, t config.Target, root, dir strin
 	if st.Refs, err = gitRefs(g, root); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
-	if st.Config, err = gitConfig(g, root); err != nil {
-		return fmt.Errorf("%s: %w", t.Name, err)
+	if cfg, err := fsutil.ReadFileLimit(filepath.Join(g.CommonDir, "config"), maxGitConfig); err == nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, "config"), cfg, 0o600); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: config: %w", t.Name, err)
 	}
 	if st.Index, err = saveIndex(filepath.Join(g.GitDir, "index"), filepath.Join(dir, "index")); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
@@ -233,7 +238,7 @@ func readGitState(t config.Target, dir string) (gitState, error) {
 		return st, fmt.Errorf("%s: payload: %w: %v", t.Name, ErrCorrupt, err)
 	}
 	h := st.Head
-	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" || !validRefs(st.Refs, false) || !validConfig(st.Config) {
+	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" || !validRefs(st.Refs, false) {
 		return st, fmt.Errorf("%s: payload: %w: bad git dir, ref or object id", t.Name, ErrCorrupt)
 	}
 	return st, nil
@@ -303,12 +308,11 @@ func gitRefs(g *gitdirs.Repo, root string) (map[string]string, error) {
 	return refs, nil
 }
 
-// gitConfig reads the common config file's keys (not the files it
-// includes, nor the user's or the system's: those are not the
-// repository's), each with its values in the file's order; a key set
-// with no value reads as "".
-func gitConfig(g *gitdirs.Repo, root string) (map[string][]string, error) {
-	file := filepath.Join(g.CommonDir, "config")
+// configKeys reads a config file's keys (not the files it includes,
+// nor the user's or the system's: those are not the repository's), each
+// with its values in the file's order; a key set with no value reads as
+// "". No file has no keys.
+func configKeys(g *gitdirs.Repo, root, file string) (map[string][]string, error) {
 	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
 		return map[string][]string{}, nil
 	}
@@ -324,7 +328,29 @@ func gitConfig(g *gitdirs.Repo, root string) (map[string][]string, error) {
 		k, v, _ := strings.Cut(e, "\n")
 		cfg[k] = append(cfg[k], v)
 	}
+	if !validConfig(cfg) {
+		return nil, fmt.Errorf("%s: %w: a key git config cannot take back", file, ErrCorrupt)
+	}
 	return cfg, nil
+}
+
+// commonConfig is the keys of g's common config file.
+func commonConfig(g *gitdirs.Repo, root string) (map[string][]string, error) {
+	return configKeys(g, root, filepath.Join(g.CommonDir, "config"))
+}
+
+// configChanged reports whether g's common config file differs from the
+// one the payload in dir saved (byte for byte).
+func configChanged(g *gitdirs.Repo, dir string) (bool, error) {
+	now, err := fsutil.ReadFileLimit(filepath.Join(g.CommonDir, "config"), maxGitConfig)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("config: %w", err)
+	}
+	saved, serr := fsutil.ReadFileLimit(filepath.Join(dir, "config"), maxGitConfig)
+	if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+		return false, fmt.Errorf("saved config: %w", serr)
+	}
+	return (err == nil) != (serr == nil) || !bytes.Equal(now, saved), nil
 }
 
 // sameValues reports whether a config key has the same values in a and b.
@@ -367,11 +393,15 @@ func (r *Repo) sealGit(states []TargetState) error {
 				}
 			}
 		}
-		cfg, err := gitConfig(g, r.Root)
-		if err != nil {
+		after := gitAfter{Refs: now}
+		if changed, err := configChanged(g, dir); err != nil {
 			return fmt.Errorf("%s: %w", t.Name, err)
+		} else if changed {
+			if after.Config, err = commonConfig(g, r.Root); err != nil {
+				return fmt.Errorf("%s: %w", t.Name, err)
+			}
 		}
-		if err := writeGitMoves(t, dir, gitAfter{Refs: now, Config: cfg}); err != nil {
+		if err := writeGitMoves(g, r.Root, t, dir, after); err != nil {
 			return err
 		}
 	}
@@ -380,7 +410,7 @@ func (r *Repo) sealGit(states []TargetState) error {
 
 // writeGitMoves writes a payload's moves.json: the refs and config keys
 // of after that differ from those the payload saved.
-func writeGitMoves(t config.Target, dir string, after gitAfter) error {
+func writeGitMoves(g *gitdirs.Repo, root string, t config.Target, dir string, after gitAfter) error {
 	st, err := readGitState(t, dir)
 	if err != nil {
 		return err
@@ -397,14 +427,20 @@ func writeGitMoves(t config.Target, dir string, after gitAfter) error {
 		}
 	}
 	cfg := map[string][]string{}
-	for k, vs := range after.Config {
-		if !sameValues(st.Config[k], vs) {
-			cfg[k] = vs
+	if after.Config != nil {
+		saved, err := configKeys(g, root, filepath.Join(dir, "config"))
+		if err != nil {
+			return fmt.Errorf("%s: payload: %w", t.Name, err)
 		}
-	}
-	for k := range st.Config {
-		if _, ok := after.Config[k]; !ok {
-			cfg[k] = []string{}
+		for k, vs := range after.Config {
+			if !sameValues(saved[k], vs) {
+				cfg[k] = vs
+			}
+		}
+		for k := range saved {
+			if _, ok := after.Config[k]; !ok {
+				cfg[k] = []string{}
+			}
 		}
 	}
 	js, err := json.Marshal(gitMoves{Moves: moves, Config: cfg})
@@ -434,7 +470,7 @@ func (r *Repo) sealGitAs(states []TargetState, after map[string]*gitAfter) error
 		if !ok {
 			continue // nothing of it moves: no moves.json, HEAD's ref alone
 		}
-		if err := writeGitMoves(t, r.path(s.Payload, "data"), *a); err != nil {
+		if err := writeGitMoves(g, r.Root, t, r.path(s.Payload, "data"), *a); err != nil {
 			return err
 		}
 	}
@@ -492,7 +528,7 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 			return fmt.Errorf("%s: %w", t.Name, err)
 		}
 	}
-	if err := restoreConfig(g, root, st.Config, mv.Config); err != nil {
+	if err := restoreConfig(g, root, dir, mv.Config); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
 	if h.Ref != "" {
@@ -521,11 +557,15 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 // A key of several values is set in steps, the first value then each
 // next one added: a key found part-way (its values a beginning of the
 // saved ones, after a crash) is finished.
-func restoreConfig(g *gitdirs.Repo, root string, saved, moves map[string][]string) error {
+func restoreConfig(g *gitdirs.Repo, root, dir string, moves map[string][]string) error {
 	if len(moves) == 0 {
 		return nil
 	}
-	now, err := gitConfig(g, root)
+	saved, err := configKeys(g, root, filepath.Join(dir, "config"))
+	if err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	now, err := commonConfig(g, root)
 	if err != nil {
 		return err
 	}
@@ -663,10 +703,7 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAft
 		a := sims[g.GitDir]
 		if a == nil {
 			a = &gitAfter{}
-			if a.Refs, err = gitRefs(g, r.Root); err == nil {
-				a.Config, err = gitConfig(g, r.Root)
-			}
-			if err != nil {
+			if a.Refs, err = gitRefs(g, r.Root); err != nil {
 				return nil, nil, fmt.Errorf("%s: %s: %w", op, t.Name, err)
 			}
 			sims[g.GitDir] = a
@@ -689,8 +726,17 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAft
 				need = append(need, want)
 			}
 		}
+		var saved map[string][]string
+		if len(mv.Config) > 0 {
+			if saved, err = configKeys(g, r.Root, filepath.Join(dir, "config")); err == nil && a.Config == nil {
+				a.Config, err = commonConfig(g, r.Root)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %s: %w", op, t.Name, err)
+			}
+		}
 		for _, k := range sortedKeys(mv.Config) {
-			want, left, cur := st.Config[k], mv.Config[k], a.Config[k]
+			want, left, cur := saved[k], mv.Config[k], a.Config[k]
 			switch {
 			case sameValues(cur, want):
 			case !sameValues(cur, left):
@@ -979,10 +1025,15 @@ func gitUnchanged(t config.Target, root, dir string) bool {
 	if h, err := g.ReadHead(); err != nil || h != st.Head {
 		return false
 	}
-	if now, err := gitRefs(g, root); err != nil || !sameRefs(now, st.Refs) {
+	if mv, sealed, err := readGitMoves(t, dir); err != nil {
 		return false
-	}
-	if now, err := gitConfig(g, root); err != nil || !maps.EqualFunc(now, st.Config, sameValues) {
+	} else if sealed { // what the step moved, known already
+		if len(mv.Moves) > 0 || len(mv.Config) > 0 {
+			return false
+		}
+	} else if now, err := gitRefs(g, root); err != nil || !sameRefs(now, st.Refs) {
+		return false
+	} else if changed, err := configChanged(g, dir); err != nil || changed {
 		return false
 	}
 	idx := filepath.Join(g.GitDir, "index")
