@@ -658,12 +658,14 @@ func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo
 }
 
 // GitRefsError refuses an undo, redo or restore that would move back a
-// ref someone else moved since the step (another worktree's commit on a
-// branch the step also moved, say): nothing changed.
+// ref or a common config key someone else changed since the step
+// (another worktree's commit on a branch the step also moved, say):
+// nothing changed.
 type GitRefsError struct {
 	Op     string
 	GitDir string
-	// Refs are "REF is X, left at Y" for each.
+	// Refs are "REF is X, left at Y" or "config KEY is X, left at Y" for
+	// each.
 	Refs []string
 }
 
