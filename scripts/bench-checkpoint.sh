@@ -37,6 +37,9 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.4f", b - a}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ms() { awk -v t="$1" 'BEGIN {printf "%.0f ms", t*1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
+# checkpoint begin makes a project's store in the state directory: the
+# work directory's, removed with it.
+export XDG_STATE_HOME=$WORK/state
 export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.com GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.com
 
 # make_repo DIR N: N files of 1-4 KiB, 40 to a directory, committed.

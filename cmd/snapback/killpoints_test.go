@@ -309,6 +309,27 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 		wt := worktreePrep(t, root)
 		sbT(t, bin, wt, "run", "--mode", "copy", "--", "sh", "-c", worktreeChange)
 	}, op: []string{"undo"}, inverse: []string{"redo"}})
+	// A checkpoint turn in a linked worktree closed: what the turn moved
+	// in git is noted as it closes; after each kill and recover, the end
+	// (again) gives a step whose undo and redo are exact.
+	var wtBegin, wtEnd treetest.State
+	out = append(out, killScenario{name: "checkpoint-end-worktree", git: true, project: "wt", unchanged: true,
+		prepare: func(t *testing.T, bin, root string) {
+			wt := worktreePrep(t, root)
+			sbT(t, bin, wt, "snap", "-m", "base") // the store in the tree, copied with it
+			sbT(t, bin, wt, "checkpoint", "begin")
+			wtBegin = observed(t, wt, killScenario{git: true})
+			runSh(t, wt, worktreeChange)
+			wtEnd = observed(t, wt, killScenario{git: true})
+		},
+		op: []string{"checkpoint", "end"},
+		verify: func(t *testing.T, bin, proj string) {
+			sbT(t, bin, proj, "checkpoint", "end")
+			sbT(t, bin, proj, "undo")
+			treetest.Equal(t, "undo of the checkpoint", wtBegin, observed(t, proj, killScenario{git: true}))
+			sbT(t, bin, proj, "redo")
+			treetest.Equal(t, "redo of the checkpoint", wtEnd, observed(t, proj, killScenario{git: true}))
+		}})
 	out = append(out, killScenario{name: "archive-restore", project: "proj", observe: "../out", prepare: func(t *testing.T, bin, root string) {
 		proj := filepath.Join(root, "proj")
 		killTree(t, proj)
