@@ -353,11 +353,6 @@ func configChanged(g *gitdirs.Repo, dir string) (bool, error) {
 	return (err == nil) != (serr == nil) || !bytes.Equal(now, saved), nil
 }
 
-// sameValues reports whether a config key has the same values in a and b.
-func sameValues(a, b []string) bool {
-	return slices.Equal(a, b)
-}
-
 // sealGit writes, into each git payload of a closing step that has none
 // yet, what the step moved: the refs now that differ from those saved.
 func (r *Repo) sealGit(states []TargetState) error {
@@ -433,7 +428,7 @@ func writeGitMoves(g *gitdirs.Repo, root string, t config.Target, dir string, af
 			return fmt.Errorf("%s: payload: %w", t.Name, err)
 		}
 		for k, vs := range after.Config {
-			if !sameValues(saved[k], vs) {
+			if !slices.Equal(saved[k], vs) {
 				cfg[k] = vs
 			}
 		}
@@ -574,10 +569,10 @@ func restoreConfig(g *gitdirs.Repo, root, dir string, moves map[string][]string)
 		want, left, cur := saved[k], moves[k], now[k]
 		from := 0
 		switch {
-		case sameValues(cur, want):
+		case slices.Equal(cur, want):
 			continue
-		case sameValues(cur, left):
-		case len(cur) > 0 && len(cur) < len(want) && sameValues(cur, want[:len(cur)]):
+		case slices.Equal(cur, left):
+		case len(cur) > 0 && len(cur) < len(want) && slices.Equal(cur, want[:len(cur)]):
 			from = len(cur)
 		default:
 			continue // changed by someone else since: left as it is
@@ -740,8 +735,8 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAft
 		for _, k := range sortedKeys(mv.Config) {
 			want, left, cur := saved[k], mv.Config[k], a.Config[k]
 			switch {
-			case sameValues(cur, want):
-			case !sameValues(cur, left):
+			case slices.Equal(cur, want):
+			case !slices.Equal(cur, left):
 				moved = append(moved, fmt.Sprintf("config %s is %s, left at %s", k, configValues(cur), configValues(left)))
 			case len(want) == 0:
 				delete(a.Config, k)
