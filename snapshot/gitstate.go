@@ -310,8 +310,8 @@ func gitRefs(g *gitdirs.Repo, root string) (map[string]string, error) {
 
 // configKeys reads a config file's keys (not the files it includes,
 // nor the user's or the system's: those are not the repository's), each
-// with its values in the file's order; a key set with no value reads as
-// "". No file has no keys.
+// with its values in the file's order; a key named with no value reads
+// as "true", as git takes it. No file has no keys.
 func configKeys(g *gitdirs.Repo, root, file string) (map[string][]string, error) {
 	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
 		return map[string][]string{}, nil
@@ -325,7 +325,10 @@ func configKeys(g *gitdirs.Repo, root, file string) (map[string][]string, error)
 		if e == "" {
 			continue
 		}
-		k, v, _ := strings.Cut(e, "\n")
+		k, v, ok := strings.Cut(e, "\n")
+		if !ok {
+			v = "true" // a name alone: git reads it as true, and cannot write it
+		}
 		cfg[k] = append(cfg[k], v)
 	}
 	if !validConfig(cfg) {
