@@ -46,8 +46,10 @@ import (
 // gitBackendName is the implicit target's backend name in records.
 const gitBackendName = "git"
 
-// maxGitState bounds the payload's state.json.
-const maxGitState = 64 << 10
+// maxGitState bounds the payload's state.json and moves.json, which list
+// every ref (a repository with many tags has tens of thousands: about
+// 100 bytes each).
+const maxGitState = 64 << 20
 
 // gitState is what the payload says of the saved state (state.json).
 type gitState struct {
