@@ -46,6 +46,6 @@ for line in sys.stdin:
 elapsed.sort(reverse=True)
 if elapsed:
     print("slowest tests:")
-    for secs, pkg, test in elapsed[:12]:
+    for secs, pkg, test in elapsed[:20]:
         print(f"  {secs:7.1f}s  {pkg}.{test}")
 sys.exit(1 if failed else 0)
