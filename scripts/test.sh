@@ -192,7 +192,7 @@ mapfile -t rest < <(go list ./... | grep -v -e '/fsutil$' -e '/config$' -e '/run
 # slowest tests (where the suite's time goes). pipefail: either failing
 # fails the step.
 go_test_logged() {
-	go test -count=1 -timeout 15m -json "$@" | python3 scripts/testlog.py
+	go test -count=1 -timeout 30m -json "$@" | python3 scripts/testlog.py
 }
 step "go test (the other packages)" go_test_logged "${rest[@]}"
 
