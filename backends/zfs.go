@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 )
@@ -65,13 +66,20 @@ type zfsMeta struct {
 // Name implements Backend.
 func (*ZFS) Name() string { return "zfs" }
 
-// Available implements Backend: the zfs command and the kernel module.
+// Available implements Backend: the zfs command answers and shows a
+// dataset. It asks zfs itself, not a device: OpenZFS's kernel module
+// (/dev/zfs) and zfs-fuse's daemon (a socket) both serve the same
+// command.
 func (*ZFS) Available() (bool, string) {
 	if _, err := exec.LookPath("zfs"); err != nil {
 		return false, "zfs is not installed"
 	}
-	if _, err := os.Stat("/dev/zfs"); err != nil {
-		return false, "/dev/zfs is missing (the zfs kernel module is not loaded)"
+	out, err := zfs(context.Background(), "list", "-H", "-o", "name", "-d", "0")
+	switch {
+	case err != nil:
+		return false, err.Error()
+	case out == "":
+		return false, "zfs list shows no dataset (no pool is imported)"
 	}
 	return true, ""
 }
@@ -97,6 +105,27 @@ func zfsSnapName(ds, dir string) string { return ds + "@snapback-" + snapHash(di
 
 // zfsOldName is where a swap moves the dataset whose guid is guid.
 func zfsOldName(ds, guid string) string { return ds + zfsOld + guid }
+
+// zfsDo runs a zfs command that changes the pool: the kill test's seam
+// comes first (see [fsutil.Mutating]).
+//
+// zfs-fuse lets go of a dataset only a moment (~50 ms) after unmounting
+// it, answering "dataset is busy" meanwhile (to a destroy, which unmounts
+// first, too): such a command is retried for up to 5 s.
+func zfsDo(ctx context.Context, args ...string) (string, error) {
+	fsutil.Mutating()
+	for wait := time.Now().Add(5 * time.Second); ; {
+		out, err := zfs(ctx, args...)
+		if err == nil || !strings.Contains(err.Error(), "dataset is busy") || time.Now().After(wait) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
 
 // zfs runs the zfs command; its error is the command and the first line
 // zfs printed.
@@ -176,16 +205,16 @@ func (z *ZFS) Snapshot(ctx context.Context, t Target, root, dir string) (err err
 	if g, err := zfsGet(ctx, "guid", name); err != nil {
 		return wrap(err)
 	} else if g != "" {
-		if _, err := zfs(ctx, "destroy", name); err != nil {
+		if _, err := zfsDo(ctx, "destroy", name); err != nil {
 			return wrap(err)
 		}
 	}
-	if _, err := zfs(ctx, "snapshot", name); err != nil {
+	if _, err := zfsDo(ctx, "snapshot", name); err != nil {
 		return wrap(err)
 	}
 	defer func() {
 		if err != nil {
-			_, _ = zfs(context.Background(), "destroy", name) // already failing; Release retries by name
+			_, _ = zfsDo(context.Background(), "destroy", name) // already failing; Release retries by name
 		}
 	}()
 	guid, err := zfsGet(ctx, "guid", name)
@@ -225,12 +254,14 @@ func zfsFind(ctx context.Context, m zfsMeta) (string, error) {
 	}
 	pool, _, _ := strings.Cut(m.Snapshot, "/")
 	pool, _, _ = strings.Cut(pool, "@")
-	out, err := zfs(ctx, "list", "-H", "-p", "-t", "snapshot", "-o", "name,guid", "-r", pool)
+	// zfs get, not zfs list: zfs-fuse's list has no -p, and prints a guid
+	// rounded (5.20E).
+	out, err := zfs(ctx, "get", "-H", "-p", "-r", "-o", "name,value", "guid", pool)
 	if err != nil {
 		return "", err
 	}
 	for _, l := range zfsLines(out) {
-		if name, guid, _ := strings.Cut(l, "\t"); guid == m.GUID {
+		if name, guid, _ := strings.Cut(l, "\t"); guid == m.GUID && strings.Contains(name, "@") {
 			return name, nil
 		}
 	}
@@ -255,30 +286,25 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 	if snap == "" {
 		return wrap(fmt.Errorf("the snapshot %s (guid %s) is gone", m.Snapshot, m.GUID))
 	}
+	if err := zfsResume(ctx, ds, m.GUID); err != nil {
+		return wrap(err)
+	}
 	tmp := ds + zfsRestore
 	typ, err := zfsGet(ctx, "type", ds)
 	if err != nil {
 		return wrap(err)
 	}
-	tmpTyp, err := zfsGet(ctx, "type", tmp)
+	tmpTyp, err := zfsGet(ctx, "type", tmp) // after zfsResume: this restore's own clone
 	if err != nil {
 		return wrap(err)
 	}
 	if typ != "" && tmpTyp == "" {
-		// A swap killed after its last rename is settled first.
-		if marker, err := zfsGet(ctx, zfsMarker, ds); err != nil {
-			return wrap(err)
-		} else if marker != "" && marker != "-" {
-			if err := zfsSettle(ctx, ds, typ == "filesystem"); err != nil {
-				return wrap(err)
-			}
-		}
-		out, err := zfs(ctx, "list", "-H", "-p", "-t", "snapshot", "-o", "guid", "-s", "createtxg", "-d", "1", ds)
+		out, err := zfs(ctx, "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1", ds)
 		if err != nil {
 			return wrap(err)
 		}
-		if l := zfsLines(out); len(l) > 0 && l[len(l)-1] == m.GUID {
-			if _, err := zfs(ctx, "rollback", snap); err != nil {
+		if l := zfsLines(out); len(l) > 0 && l[len(l)-1] == snap {
+			if _, err := zfsDo(ctx, "rollback", snap); err != nil {
 				return wrap(err)
 			}
 			return nil
@@ -287,25 +313,6 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 			return wrap(err)
 		} else if len(zfsLines(children)) > 1 {
 			return wrap(fmt.Errorf("newer snapshots exist and the dataset has children: a swap would move them away (restore the newest snapshot first, or destroy the newer ones)"))
-		}
-	}
-	if tmpTyp != "" {
-		marker, err := zfsGet(ctx, zfsMarker, tmp)
-		if err != nil {
-			return wrap(err)
-		}
-		if marker != m.GUID {
-			origin, err := zfsGet(ctx, "origin", tmp)
-			if err != nil {
-				return wrap(err)
-			}
-			if origin == "-" {
-				return wrap(fmt.Errorf("%s, left by an interrupted restore of another snapshot, is past its promotion: rerun that restore", tmp))
-			}
-			if _, err := zfs(ctx, "destroy", tmp); err != nil {
-				return wrap(err)
-			}
-			tmpTyp = ""
 		}
 	}
 	if tmpTyp == "" {
@@ -317,20 +324,20 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 			return wrap(err)
 		}
 	}
-	if origin, err := zfsGet(ctx, "origin", tmp); err != nil {
+	if err := zfsPromote(ctx, tmp); err != nil {
 		return wrap(err)
-	} else if origin != "-" {
-		if _, err := zfs(ctx, "promote", tmp); err != nil {
-			return wrap(err)
-		}
 	}
 	isFS := tmpTyp == "filesystem"
 	if typ != "" {
 		if err := zfsRetire(ctx, ds, isFS); err != nil {
+			// The dataset is still in place (busy): the swap is undone.
+			if uerr := zfsUndoSwap(ctx, ds); uerr != nil {
+				err = fmt.Errorf("%w; undoing the swap: %v", err, uerr)
+			}
 			return wrap(err)
 		}
 	}
-	if _, err := zfs(ctx, "rename", tmp, ds); err != nil {
+	if _, err := zfsDo(ctx, "rename", tmp, ds); err != nil {
 		return wrap(err)
 	}
 	if err := zfsSettle(ctx, ds, isFS); err != nil {
@@ -340,6 +347,74 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 	// or by the next Release.
 	_ = zfsCleanOld(ctx, ds)
 	return nil
+}
+
+// zfsResume deals with what an interrupted restore of ds left, so that
+// the restore of the snapshot whose guid is guid can go on: a swap killed
+// after its last rename is settled; one killed before it took the
+// dataset's name is undone (the dataset still holds its state), or, when
+// the dataset is gone (renamed away), finished. The clone of a restore
+// of guid itself is left for the caller to go on with.
+func zfsResume(ctx context.Context, ds, guid string) error {
+	tmp := ds + zfsRestore
+	typ, err := zfsGet(ctx, "type", ds)
+	if err != nil {
+		return err
+	}
+	tmpTyp, err := zfsGet(ctx, "type", tmp)
+	if err != nil {
+		return err
+	}
+	if tmpTyp == "" {
+		if typ == "" {
+			return nil
+		}
+		if marker, err := zfsGet(ctx, zfsMarker, ds); err != nil || marker == "" || marker == "-" {
+			return err
+		}
+		return zfsSettle(ctx, ds, typ == "filesystem")
+	}
+	if marker, err := zfsGet(ctx, zfsMarker, tmp); err != nil || marker == guid {
+		return err
+	}
+	if typ != "" {
+		return zfsUndoSwap(ctx, ds)
+	}
+	if err := zfsPromote(ctx, tmp); err != nil {
+		return err
+	}
+	if _, err := zfsDo(ctx, "rename", tmp, ds); err != nil {
+		return err
+	}
+	return zfsSettle(ctx, ds, tmpTyp == "filesystem")
+}
+
+// zfsPromote promotes the clone ds unless it is promoted already.
+func zfsPromote(ctx context.Context, ds string) error {
+	origin, err := zfsGet(ctx, "origin", ds)
+	if err != nil || origin == "-" || origin == "" {
+		return err
+	}
+	_, err = zfsDo(ctx, "promote", ds)
+	return err
+}
+
+// zfsUndoSwap undoes a swap that has not moved ds: the promotion of the
+// clone is reversed (ds takes its snapshots back) and the clone is
+// destroyed.
+func zfsUndoSwap(ctx context.Context, ds string) error {
+	tmp := ds + zfsRestore
+	origin, err := zfsGet(ctx, "origin", ds)
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(origin, tmp+"@") {
+		if _, err := zfsDo(ctx, "promote", ds); err != nil {
+			return err
+		}
+	}
+	_, err = zfsDo(ctx, "destroy", tmp)
+	return err
 }
 
 // zfsClone clones snap to tmp, unmounted, with ds's local properties and
@@ -362,9 +437,11 @@ func zfsClone(ctx context.Context, snap, ds, tmp, guid, typ string) error {
 				args = append(args, "-o", p+"="+v)
 			}
 		}
-		args = append(args, "-o", "canmount=noauto", "-o", zfsCanmount+"="+canmount)
+		// off, not noauto: zfs-fuse mounts a new clone whose canmount is
+		// noauto.
+		args = append(args, "-o", "canmount=off", "-o", zfsCanmount+"="+canmount)
 	}
-	_, err := zfs(ctx, append(args, snap, tmp)...)
+	_, err := zfsDo(ctx, append(args, snap, tmp)...)
 	return err
 }
 
@@ -376,19 +453,19 @@ func zfsRetire(ctx context.Context, ds string, isFS bool) error {
 		if err != nil {
 			return err
 		}
-		if _, err := zfs(ctx, "set", "canmount=noauto", ds); err != nil {
+		if _, err := zfsDo(ctx, "set", "canmount=noauto", ds); err != nil {
 			return err
 		}
 		if mounted, err := zfsGet(ctx, "mounted", ds); err != nil || mounted == "yes" {
 			if err == nil {
-				_, err = zfs(ctx, "unmount", ds)
+				_, err = zfsDo(ctx, "unmount", ds)
 			}
 			if err != nil {
 				v, src, _ := strings.Cut(canmount, "\t")
 				if src == "local" {
-					_, _ = zfs(ctx, "set", "canmount="+v, ds) // already failing: best effort back
+					_, _ = zfsDo(ctx, "set", "canmount="+v, ds) // already failing: best effort back
 				} else {
-					_, _ = zfs(ctx, "inherit", "canmount", ds) // already failing: best effort back
+					_, _ = zfsDo(ctx, "inherit", "-S", "canmount", ds) // already failing: best effort back
 				}
 				return fmt.Errorf("%w (are files open in it?)", err)
 			}
@@ -398,7 +475,7 @@ func zfsRetire(ctx context.Context, ds string, isFS bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = zfs(ctx, "rename", ds, zfsOldName(ds, guid))
+	_, err = zfsDo(ctx, "rename", ds, zfsOldName(ds, guid))
 	return err
 }
 
@@ -411,16 +488,17 @@ func zfsSettle(ctx context.Context, ds string, isFS bool) error {
 			return err
 		}
 		if canmount == "inherit" || canmount == "-" || canmount == "" {
-			_, err = zfs(ctx, "inherit", "canmount", ds)
+			// -S: canmount is not inherited; -S sets its default.
+			_, err = zfsDo(ctx, "inherit", "-S", "canmount", ds)
 		} else {
-			_, err = zfs(ctx, "set", "canmount="+canmount, ds)
+			_, err = zfsDo(ctx, "set", "canmount="+canmount, ds)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	for _, p := range []string{zfsMarker, zfsCanmount} {
-		if _, err := zfs(ctx, "inherit", p, ds); err != nil {
+		if _, err := zfsDo(ctx, "inherit", p, ds); err != nil {
 			return err
 		}
 	}
@@ -432,7 +510,7 @@ func zfsSettle(ctx context.Context, ds string, isFS bool) error {
 		return err
 	}
 	if v := zfsLines(out); len(v) == 3 && v[0] == "on" && v[1] != "none" && v[1] != "legacy" && v[2] != "yes" {
-		_, err = zfs(ctx, "mount", ds)
+		_, err = zfsDo(ctx, "mount", ds)
 	}
 	return err
 }
@@ -444,34 +522,52 @@ func zfsSettle(ctx context.Context, ds string, isFS bool) error {
 // error.
 func zfsDestroySnap(ctx context.Context, m zfsMeta, ds, snap string) error {
 	for promoted := false; ; promoted = true {
-		_, err := zfs(ctx, "destroy", snap)
+		_, err := zfsDo(ctx, "destroy", snap)
 		if err == nil {
 			return nil
 		}
-		clones, cerr := zfsGet(ctx, "clones", snap)
-		if cerr != nil || clones == "" || clones == "-" {
+		clones, cerr := zfsClones(ctx, snap)
+		if cerr != nil || len(clones) == 0 {
 			return err
 		}
 		live := ""
-		for _, c := range strings.Split(clones, ",") {
+		for _, c := range clones {
 			switch {
 			case c == ds || c == m.Dataset:
 				live = c
 			case !strings.Contains(c, zfsOld):
-				return fmt.Errorf("it has dependent clones (%s): destroy them first", clones)
+				return fmt.Errorf("it has dependent clones (%s): destroy them first", strings.Join(clones, ", "))
 			}
 		}
 		if live == "" || promoted {
-			_, err := zfs(ctx, "destroy", "-d", snap)
+			_, err := zfsDo(ctx, "destroy", "-d", snap)
 			return err
 		}
-		if _, err := zfs(ctx, "promote", live); err != nil {
+		if _, err := zfsDo(ctx, "promote", live); err != nil {
 			return err
 		}
 		if snap, err = zfsFind(ctx, m); err != nil || snap == "" {
 			return err
 		}
 	}
+}
+
+// zfsClones lists the clones of snap: the datasets of its pool whose
+// origin it is (zfs-fuse has no clones property).
+func zfsClones(ctx context.Context, snap string) ([]string, error) {
+	pool, _, _ := strings.Cut(snap, "/")
+	pool, _, _ = strings.Cut(pool, "@")
+	out, err := zfs(ctx, "get", "-H", "-r", "-o", "name,value", "origin", pool)
+	if err != nil {
+		return nil, err
+	}
+	var clones []string
+	for _, l := range zfsLines(out) {
+		if name, origin, _ := strings.Cut(l, "\t"); origin == snap {
+			clones = append(clones, name)
+		}
+	}
+	return clones, nil
 }
 
 // zfsCleanOld destroys ds's old datasets that hold no snapshot any more.
@@ -491,7 +587,7 @@ func zfsCleanOld(ctx context.Context, ds string) error {
 		}
 		snaps, err := zfs(ctx, "list", "-H", "-o", "name", "-t", "snapshot", "-d", "1", old)
 		if err == nil && snaps == "" {
-			_, err = zfs(ctx, "destroy", old)
+			_, err = zfsDo(ctx, "destroy", old)
 		}
 		errs = append(errs, err)
 	}

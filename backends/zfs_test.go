@@ -3,38 +3,14 @@ package backends_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
+	"path"
 	"strings"
 	"testing"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/internal/treetest"
 )
-
-// zfsPool makes a pool on a sparse file in a temp dir, mounted below it,
-// destroyed when the test ends; it returns the pool's name.
-func zfsPool(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	img := filepath.Join(dir, "pool.img")
-	f, err := os.Create(img)
-	treetest.Must(t, err)
-	treetest.Must(t, f.Truncate(256<<20))
-	treetest.Must(t, f.Close())
-	pool := fmt.Sprintf("snapbacktest%d", os.Getpid())
-	if out, err := exec.Command("zpool", "create", "-m", filepath.Join(dir, "mnt"), pool, img).CombinedOutput(); err != nil {
-		t.Fatalf("zpool create: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("zpool", "destroy", "-f", pool).CombinedOutput(); err != nil {
-			t.Errorf("zpool destroy: %v\n%s", err, out)
-		}
-	})
-	return pool
-}
 
 func zfsCmd(t *testing.T, args ...string) string {
 	t.Helper()
@@ -50,28 +26,26 @@ func zfsMountpoint(t *testing.T, ds string) string {
 	return zfsCmd(t, "get", "-H", "-o", "value", "mountpoint", ds)
 }
 
-// zfsTarget makes a pool with one dataset for the tree writer.
+// zfsTarget makes a fresh dataset for the tree writer in the test pool.
 func zfsTarget(t *testing.T) backends.Target {
 	t.Helper()
-	pool := zfsPool(t)
-	zfsCmd(t, "create", pool+"/data")
-	return backends.Target{Backend: "zfs", Dataset: pool + "/data"}
+	return backends.Target{Backend: "zfs", Dataset: treetest.ZFS(t)}
 }
 
 func init() {
-	var pool string
+	var ds string
 	fixtures["zfs"] = fixture{
 		setup: func(t *testing.T, root string) backends.Target {
 			tg := zfsTarget(t)
-			pool, _, _ = strings.Cut(tg.Dataset, "/")
+			ds = tg.Dataset
 			return tg
 		},
 		bad: func(t *testing.T, root string) map[string]backends.Target {
-			zfsCmd(t, "snapshot", pool+"/data@bad")
+			zfsCmd(t, "snapshot", ds+"@bad")
 			return map[string]backends.Target{
-				"missing":    {Backend: "zfs", Dataset: pool + "/nope"},
-				"a snapshot": {Backend: "zfs", Dataset: pool + "/data@bad"},
-				"a path":     {Backend: "zfs", Dataset: "/" + pool + "/data"},
+				"missing":    {Backend: "zfs", Dataset: ds + "-nope"},
+				"a snapshot": {Backend: "zfs", Dataset: ds + "@bad"},
+				"a path":     {Backend: "zfs", Dataset: "/" + ds},
 				"no dataset": {Backend: "zfs"},
 			}
 		},
@@ -168,8 +142,8 @@ func TestZFSRestoreKeepsNewerSnapshots(t *testing.T) {
 	treetest.Must(t, b.Release(ctx, tg, "", one))
 	treetest.Must(t, b.Release(ctx, tg, "", two))
 	treetest.Must(t, b.Release(ctx, tg, "", two))
-	pool, _, _ := strings.Cut(tg.Dataset, "/")
-	if got := zfsCmd(t, "list", "-H", "-o", "name", "-t", "all", "-r", pool); got != pool+"\n"+tg.Dataset {
+	parent := path.Dir(tg.Dataset)
+	if got := zfsCmd(t, "list", "-H", "-o", "name", "-t", "all", "-r", parent); got != parent+"\n"+tg.Dataset {
 		t.Fatalf("after releasing everything the pool holds:\n%s", got)
 	}
 }
