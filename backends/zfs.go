@@ -446,29 +446,21 @@ func zfsClone(ctx context.Context, snap, ds, tmp, guid, typ string) error {
 }
 
 // zfsRetire unmounts ds (a filesystem) for good and renames it out of the
-// way; on error it is as it was.
+// way; on error it is as it was. The unmount comes first: it is what
+// fails while files are open, and canmount may not change meanwhile (a
+// change of canmount remounts a mounted dataset, which fails then too).
 func zfsRetire(ctx context.Context, ds string, isFS bool) error {
 	if isFS {
-		canmount, err := zfs(ctx, "get", "-H", "-o", "value,source", "canmount", ds)
-		if err != nil {
+		if mounted, err := zfsGet(ctx, "mounted", ds); err != nil {
 			return err
-		}
-		if _, err := zfsDo(ctx, "set", "canmount=noauto", ds); err != nil {
-			return err
-		}
-		if mounted, err := zfsGet(ctx, "mounted", ds); err != nil || mounted == "yes" {
-			if err == nil {
-				_, err = zfsDo(ctx, "unmount", ds)
-			}
-			if err != nil {
-				v, src, _ := strings.Cut(canmount, "\t")
-				if src == "local" {
-					_, _ = zfsDo(ctx, "set", "canmount="+v, ds) // already failing: best effort back
-				} else {
-					_, _ = zfsDo(ctx, "inherit", "-S", "canmount", ds) // already failing: best effort back
-				}
+		} else if mounted == "yes" {
+			if _, err := zfsDo(ctx, "unmount", ds); err != nil {
 				return fmt.Errorf("%w (are files open in it?)", err)
 			}
+		}
+		if _, err := zfsDo(ctx, "set", "canmount=noauto", ds); err != nil {
+			_, _ = zfsDo(ctx, "mount", ds) // already failing: best effort back
+			return err
 		}
 	}
 	guid, err := zfsGet(ctx, "guid", ds)

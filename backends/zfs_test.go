@@ -3,8 +3,10 @@ package backends_test
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -145,5 +147,169 @@ func TestZFSRestoreKeepsNewerSnapshots(t *testing.T) {
 	parent := path.Dir(tg.Dataset)
 	if got := zfsCmd(t, "list", "-H", "-o", "name", "-t", "all", "-r", parent); got != parent+"\n"+tg.Dataset {
 		t.Fatalf("after releasing everything the pool holds:\n%s", got)
+	}
+}
+
+// zfsRequire skips or fails (per SNAPBACK_REQUIRE) where zfs does not
+// answer.
+func zfsRequire(t *testing.T) {
+	t.Helper()
+	ok, why := (&backends.ZFS{}).Available()
+	if !treetest.Require(t, "zfs", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name zfs: " + why)
+	}
+}
+
+// zfsDatasets lists the datasets and snapshots beside and below ds (those
+// of its parent), one per line, with each one's guid.
+func zfsDatasets(t *testing.T, ds string) string {
+	t.Helper()
+	return zfsCmd(t, "get", "-H", "-p", "-r", "-o", "name,value", "guid", path.Dir(ds))
+}
+
+// TestZFSRollbackNewest: restoring the newest snapshot rolls the dataset
+// back in place: the same dataset (its guid), still mounted, with a file
+// held open in it the whole time; the older snapshot is kept.
+func TestZFSRollbackNewest(t *testing.T) {
+	zfsRequire(t)
+	b := &backends.ZFS{}
+	ctx := context.Background()
+	tg := zfsTarget(t)
+	mnt := zfsMountpoint(t, tg.Dataset)
+	treetest.Must(t, treeWrite(mnt))
+	one, two := t.TempDir(), t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
+	treetest.Must(t, treeWrite(mnt))
+	want, _ := treeState(t, mnt)
+	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
+	guid := zfsCmd(t, "get", "-H", "-p", "-o", "value", "guid", tg.Dataset)
+	held, err := os.Open(filepath.Join(mnt, "txn-000001", "a"))
+	treetest.Must(t, err)
+	defer held.Close()
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, b.Restore(ctx, tg, "", two))
+	if got, ok := treeState(t, mnt); got != want || !ok {
+		t.Fatalf("after the rollback: %s (consistent %v), want %s", got, ok, want)
+	}
+	if g := zfsCmd(t, "get", "-H", "-p", "-o", "value", "guid", tg.Dataset); g != guid {
+		t.Fatalf("the dataset was replaced (guid %s, was %s): not a rollback", g, guid)
+	}
+	if n := strings.Count(zfsCmd(t, "list", "-H", "-o", "name", "-t", "snapshot", "-d", "1", tg.Dataset), "\n") + 1; n != 2 {
+		t.Fatalf("%d snapshots after the rollback, want 2", n)
+	}
+	if _, err := held.Stat(); err != nil {
+		t.Fatalf("the file held open: %v", err)
+	}
+}
+
+// TestZFSChildren: a dataset with a child is snapshotted alone (the
+// child is another target's business); the newest snapshot rolls back
+// the parent and leaves the child's data; an older one, which would take
+// a swap that moves the child away, is refused in one line naming the
+// dataset, and nothing changes.
+func TestZFSChildren(t *testing.T) {
+	zfsRequire(t)
+	b := &backends.ZFS{}
+	ctx := context.Background()
+	tg := zfsTarget(t)
+	mnt := zfsMountpoint(t, tg.Dataset)
+	zfsCmd(t, "create", tg.Dataset+"/child")
+	child := zfsMountpoint(t, tg.Dataset+"/child")
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, treeWrite(child))
+	one, two := t.TempDir(), t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
+	want, _ := treeState(t, mnt)
+	if snaps := zfsCmd(t, "list", "-H", "-o", "name", "-t", "snapshot", "-r", tg.Dataset+"/child"); snaps != "" {
+		t.Fatalf("the child was snapshotted: %s", snaps)
+	}
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, treeWrite(child))
+	childState, _ := treeState(t, child)
+	treetest.Must(t, b.Restore(ctx, tg, "", two))
+	if got, _ := treeState(t, mnt); got != want {
+		t.Fatalf("after restoring the newest: %s, want %s", got, want)
+	}
+	if got, _ := treeState(t, child); got != childState {
+		t.Fatalf("the child after the parent's rollback: %s, want %s", got, childState)
+	}
+	treetest.Must(t, treeWrite(mnt))
+	before, _ := treeState(t, mnt)
+	pool := zfsDatasets(t, tg.Dataset)
+	err := b.Restore(ctx, tg, "", one)
+	if err == nil || !strings.Contains(err.Error(), tg.Dataset) || !strings.Contains(err.Error(), "children") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("restoring an older snapshot of a dataset with children: %v, want one line naming it and its children", err)
+	}
+	if got, _ := treeState(t, mnt); got != before {
+		t.Fatalf("after the refused restore: %s, want %s", got, before)
+	}
+	if got := zfsDatasets(t, tg.Dataset); got != pool {
+		t.Fatalf("the refused restore changed the pool:\n%s\nwas\n%s", got, pool)
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", one))
+	treetest.Must(t, b.Release(ctx, tg, "", two))
+}
+
+// TestZFSBusy: a process with a file open in the dataset (and its working
+// directory there). The newest snapshot still restores (a rollback needs
+// no unmount); an older one, whose swap must unmount the dataset, fails
+// in one line naming the dataset and changes nothing: same data, same
+// dataset, mounted, its snapshots and canmount as they were, no clone
+// left. Once the process is gone the same restore goes through.
+func TestZFSBusy(t *testing.T) {
+	zfsRequire(t)
+	b := &backends.ZFS{}
+	ctx := context.Background()
+	tg := zfsTarget(t)
+	mnt := zfsMountpoint(t, tg.Dataset)
+	treetest.Must(t, treeWrite(mnt))
+	one, two := t.TempDir(), t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
+	want1, _ := treeState(t, mnt)
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
+	want2, _ := treeState(t, mnt)
+	treetest.Must(t, treeWrite(mnt))
+
+	busy := exec.Command("sh", "-c", "exec 3<txn-000001/a; read _")
+	busy.Dir = mnt
+	stdin, err := busy.StdinPipe()
+	treetest.Must(t, err)
+	treetest.Must(t, busy.Start())
+	defer func() { stdin.Close(); busy.Wait() }()
+
+	treetest.Must(t, b.Restore(ctx, tg, "", two))
+	if got, _ := treeState(t, mnt); got != want2 {
+		t.Fatalf("the rollback of a busy dataset: %s, want %s", got, want2)
+	}
+	treetest.Must(t, treeWrite(mnt))
+	before, _ := treeState(t, mnt)
+	pool := zfsDatasets(t, tg.Dataset)
+	canmount := zfsCmd(t, "get", "-H", "-o", "value,source", "canmount,mounted", tg.Dataset)
+	err = b.Restore(ctx, tg, "", one)
+	if err == nil || !strings.Contains(err.Error(), tg.Dataset) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a swap of a busy dataset: %v, want one line naming it", err)
+	}
+	t.Log(err)
+	if got, ok := treeState(t, mnt); got != before || !ok {
+		t.Fatalf("after the failed swap: %s (consistent %v), want %s", got, ok, before)
+	}
+	if got := zfsDatasets(t, tg.Dataset); got != pool {
+		t.Fatalf("the failed swap changed the pool:\n%s\nwas\n%s", got, pool)
+	}
+	if got := zfsCmd(t, "get", "-H", "-o", "value,source", "canmount,mounted", tg.Dataset); got != canmount {
+		t.Fatalf("after the failed swap canmount, mounted: %q, want %q", got, canmount)
+	}
+	stdin.Close()
+	busy.Wait()
+	treetest.Must(t, b.Restore(ctx, tg, "", one))
+	if got, _ := treeState(t, mnt); got != want1 {
+		t.Fatalf("the swap once the dataset was free: %s, want %s", got, want1)
+	}
+	treetest.Must(t, b.Restore(ctx, tg, "", two)) // the newer one is still there
+	if got, _ := treeState(t, mnt); got != want2 {
+		t.Fatalf("the newer snapshot after the swap: %s, want %s", got, want2)
 	}
 }
