@@ -29,16 +29,23 @@ import (
 //     atomic; properties, mount and open files stay. This is the common
 //     case (undoing the last command).
 //   - Newer snapshots exist: the snapshot is cloned to
-//     <dataset>.snapback-restore (unmounted, with the dataset's local
+//     <dataset>.snapback-restore (never mounted, with the dataset's local
 //     properties), the clone is promoted (it takes over the snapshot and
 //     the older ones), the dataset is unmounted and renamed to
 //     <dataset>.snapback-old-<guid> (keeping the newer snapshots, which stay
 //     restorable), the clone is renamed to the dataset and mounted. This
 //     swap is NOT atomic: between the unmount and the mount the mount
-//     point is empty, and it fails, changing nothing, while files in the
-//     dataset are open. Each step is recognised by the names that exist, so
-//     rerunning a killed restore finishes it. An old dataset is destroyed
-//     once its last snapshot is released.
+//     point is empty. While files in the dataset are open the unmount
+//     fails, and the swap is undone: nothing changes. Each step is
+//     recognised by the names and markers that exist, so the next restore
+//     after a kill finishes the swap (or, if it is of another snapshot
+//     and the dataset was not moved yet, undoes it first). An old dataset
+//     is destroyed once its last snapshot is released.
+//
+// It asks nothing of ZFS that zfs-fuse (pool version 23) lacks: no
+// `zfs list -p`, no clones property, and it tolerates zfs-fuse's quirks
+// (a new clone mounted despite canmount=noauto, "dataset is busy" for a
+// moment after an unmount).
 //
 // Limits: child datasets are not part of the snapshot (no -r); a dataset
 // with children is only restored by rollback, since a swap would move them
@@ -400,16 +407,30 @@ func zfsPromote(ctx context.Context, ds string) error {
 }
 
 // zfsUndoSwap undoes a swap that has not moved ds: the promotion of the
-// clone is reversed (ds takes its snapshots back) and the clone is
-// destroyed.
+// clone is reversed (ds takes its snapshots back), ds gets back the
+// canmount recorded on the clone and its mount, and the clone, holding
+// that record, is destroyed last.
 func zfsUndoSwap(ctx context.Context, ds string) error {
 	tmp := ds + zfsRestore
-	origin, err := zfsGet(ctx, "origin", ds)
+	canmount, err := zfsGet(ctx, zfsCanmount, tmp)
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(origin, tmp+"@") {
+	out, err := zfs(ctx, "get", "-H", "-o", "value", "origin,type,mounted", ds)
+	if err != nil {
+		return err
+	}
+	v := zfsLines(out)
+	if len(v) != 3 {
+		return fmt.Errorf("zfs get origin,type,mounted %s: %q", ds, out)
+	}
+	if strings.HasPrefix(v[0], tmp+"@") {
 		if _, err := zfsDo(ctx, "promote", ds); err != nil {
+			return err
+		}
+	}
+	if v[1] == "filesystem" && v[2] != "yes" {
+		if err := zfsMountBack(ctx, ds, canmount); err != nil {
 			return err
 		}
 	}
@@ -471,31 +492,41 @@ func zfsRetire(ctx context.Context, ds string, isFS bool) error {
 	return err
 }
 
-// zfsSettle gives the swapped-in dataset its canmount back, drops the
-// markers and mounts it.
+// zfsSettle gives the swapped-in dataset its canmount back, mounts it,
+// and drops the markers, the one that makes a rerun settle it last.
 func zfsSettle(ctx context.Context, ds string, isFS bool) error {
 	if isFS {
 		canmount, err := zfsGet(ctx, zfsCanmount, ds)
 		if err != nil {
 			return err
 		}
-		if canmount == "inherit" || canmount == "-" || canmount == "" {
-			// -S: canmount is not inherited; -S sets its default.
-			_, err = zfsDo(ctx, "inherit", "-S", "canmount", ds)
-		} else {
-			_, err = zfsDo(ctx, "set", "canmount="+canmount, ds)
-		}
-		if err != nil {
+		if err := zfsMountBack(ctx, ds, canmount); err != nil {
 			return err
 		}
 	}
-	for _, p := range []string{zfsMarker, zfsCanmount} {
+	for _, p := range []string{zfsCanmount, zfsMarker} {
 		if _, err := zfsDo(ctx, "inherit", p, ds); err != nil {
 			return err
 		}
 	}
-	if !isFS {
-		return nil
+	return nil
+}
+
+// zfsMountBack gives the filesystem ds the canmount a swap recorded
+// ("inherit": the default; none: given back already) and mounts it where
+// that says so.
+func zfsMountBack(ctx context.Context, ds, canmount string) error {
+	var err error
+	switch canmount {
+	case "inherit":
+		// -S: canmount is not inherited; -S sets its default.
+		_, err = zfsDo(ctx, "inherit", "-S", "canmount", ds)
+	case "-", "":
+	default:
+		_, err = zfsDo(ctx, "set", "canmount="+canmount, ds)
+	}
+	if err != nil {
+		return err
 	}
 	out, err := zfs(ctx, "get", "-H", "-o", "value", "canmount,mountpoint,mounted", ds)
 	if err != nil {

@@ -3,14 +3,17 @@ package backends_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 )
 
@@ -311,5 +314,90 @@ func TestZFSBusy(t *testing.T) {
 	treetest.Must(t, b.Restore(ctx, tg, "", two)) // the newer one is still there
 	if got, _ := treeState(t, mnt); got != want2 {
 		t.Fatalf("the newer snapshot after the swap: %s, want %s", got, want2)
+	}
+}
+
+// TestZFSKilledRestore kills a restore that must swap (newer snapshots
+// exist) before each zfs command that changes the pool in turn, 1, 2, …
+// until one completes (the kill seam, SNAPBACK_KILL_AT, counted by
+// fsutil.Mutating). After each kill the dataset holds the state before
+// the restore or the restored one, or, killed between the unmount and
+// the mount of the swap, is not mounted; the next restore finishes the
+// job and leaves no clone behind, be it a rerun of the same restore or
+// (every other kill point) a restore of another snapshot, which first
+// undoes or finishes what the killed one left. The test binary is the
+// restoring process.
+func TestZFSKilledRestore(t *testing.T) {
+	if arg := os.Getenv("SNAPBACK_ZFS_RESTORE"); arg != "" {
+		fsutil.EnableTestSeams()
+		ds, dir, _ := strings.Cut(arg, "\n")
+		treetest.Must(t, (&backends.ZFS{}).Restore(context.Background(), backends.Target{Backend: "zfs", Dataset: ds}, "", dir))
+		return
+	}
+	zfsRequire(t)
+	b := &backends.ZFS{}
+	ctx := context.Background()
+	tg := zfsTarget(t)
+	mnt := zfsMountpoint(t, tg.Dataset)
+	treetest.Must(t, treeWrite(mnt))
+	one, two := t.TempDir(), t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
+	want, _ := treeState(t, mnt)
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
+	want2, _ := treeState(t, mnt)
+	outcomes := map[string]int{}
+	for k := 1; ; k++ {
+		treetest.Must(t, b.Restore(ctx, tg, "", two)) // one is older again: its restore swaps
+		treetest.Must(t, treeWrite(mnt))
+		before, _ := treeState(t, mnt)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestZFSKilledRestore$")
+		cmd.Env = append(os.Environ(), "SNAPBACK_ZFS_RESTORE="+tg.Dataset+"\n"+one, fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled()
+		if err != nil && !killed {
+			t.Fatalf("kill point %d: restore: %v\n%s", k, err, out)
+		}
+		mounted, _ := exec.Command("zfs", "get", "-H", "-o", "value", "mounted", tg.Dataset).Output()
+		outcome := "unmounted"
+		if strings.TrimSpace(string(mounted)) == "yes" {
+			got, ok := treeState(t, mnt)
+			switch {
+			case !ok:
+				t.Fatalf("kill point %d: inconsistent: %s", k, got)
+			case got == before:
+				outcome = "before"
+			case got == want:
+				outcome = "restored"
+			default:
+				t.Fatalf("kill point %d: %s, want %s (before) or %s (restored)", k, got, before, want)
+			}
+		}
+		outcomes[outcome]++
+		next, nextWant := one, want
+		if k%2 == 0 {
+			next, nextWant = two, want2
+		}
+		treetest.Must(t, b.Restore(ctx, tg, "", next))
+		if got, _ := treeState(t, mnt); got != nextWant {
+			t.Fatalf("kill point %d: after the next restore: %s, want %s", k, got, nextWant)
+		}
+		if got := zfsCmd(t, "get", "-H", "-o", "value", "canmount,mounted", tg.Dataset); got != "on\nyes" {
+			t.Fatalf("kill point %d: after the rerun canmount, mounted: %q", k, got)
+		}
+		if strings.Contains(zfsDatasets(t, tg.Dataset), ".snapback-restore") {
+			t.Fatalf("kill point %d: the rerun left the clone:\n%s", k, zfsDatasets(t, tg.Dataset))
+		}
+		if !killed {
+			t.Logf("%d kill points, each finished by the next restore; after the kill: %v", k-1, outcomes)
+			break
+		}
+	}
+	treetest.Must(t, b.Release(ctx, tg, "", one))
+	treetest.Must(t, b.Release(ctx, tg, "", two))
+	parent := path.Dir(tg.Dataset)
+	if got := zfsCmd(t, "list", "-H", "-o", "name", "-t", "all", "-r", parent); got != parent+"\n"+tg.Dataset {
+		t.Fatalf("after releasing everything the pool holds:\n%s", got)
 	}
 }
