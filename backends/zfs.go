@@ -84,7 +84,7 @@ func (*ZFS) Available() (bool, string) {
 	out, err := zfs(context.Background(), "list", "-H", "-o", "name", "-d", "0")
 	switch {
 	case err != nil:
-		return false, err.Error()
+		return false, err.Error() + ": is the zfs module loaded, or the zfs-fuse daemon running?"
 	case out == "":
 		return false, "zfs list shows no dataset (no pool is imported)"
 	}
