@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/fsutil"
@@ -400,4 +401,41 @@ func TestZFSKilledRestore(t *testing.T) {
 	if got := zfsCmd(t, "list", "-H", "-o", "name", "-t", "all", "-r", parent); got != parent+"\n"+tg.Dataset {
 		t.Fatalf("after releasing everything the pool holds:\n%s", got)
 	}
+}
+
+// BenchmarkZFS times the zfs target on the dataset SNAPBACK_BENCH_ZFS
+// names (scripts/bench-zfs.sh makes one): a snapshot, its restore while
+// it is the newest (a rollback), and, once a newer snapshot exists, its
+// restore by the promoted-clone swap; then the release of both.
+func BenchmarkZFS(bm *testing.B) {
+	ds := os.Getenv("SNAPBACK_BENCH_ZFS")
+	if ds == "" {
+		bm.Skip("SNAPBACK_BENCH_ZFS names no dataset")
+	}
+	ctx := context.Background()
+	b := &backends.ZFS{}
+	tg := backends.Target{Backend: "zfs", Dataset: ds}
+	var snap, rollback, swap, release time.Duration
+	for i := 0; i < bm.N; i++ {
+		one, two := bm.TempDir(), bm.TempDir()
+		start := time.Now()
+		treetest.Must(bm, b.Snapshot(ctx, tg, "", one))
+		snap += time.Since(start)
+		start = time.Now()
+		treetest.Must(bm, b.Restore(ctx, tg, "", one))
+		rollback += time.Since(start)
+		treetest.Must(bm, b.Snapshot(ctx, tg, "", two))
+		start = time.Now()
+		treetest.Must(bm, b.Restore(ctx, tg, "", one))
+		swap += time.Since(start)
+		start = time.Now()
+		treetest.Must(bm, b.Release(ctx, tg, "", two))
+		treetest.Must(bm, b.Release(ctx, tg, "", one))
+		release += time.Since(start)
+	}
+	n := float64(bm.N)
+	bm.ReportMetric(snap.Seconds()/n, "snapshot-s")
+	bm.ReportMetric(rollback.Seconds()/n, "rollback-s")
+	bm.ReportMetric(swap.Seconds()/n, "swap-s")
+	bm.ReportMetric(release.Seconds()/n, "release-s")
 }
