@@ -329,10 +329,7 @@ func TestZFSBusy(t *testing.T) {
 // undoes or finishes what the killed one left. The test binary is the
 // restoring process.
 func TestZFSKilledRestore(t *testing.T) {
-	if arg := os.Getenv("SNAPBACK_ZFS_RESTORE"); arg != "" {
-		fsutil.EnableTestSeams()
-		ds, dir, _ := strings.Cut(arg, "\n")
-		treetest.Must(t, (&backends.ZFS{}).Restore(context.Background(), backends.Target{Backend: "zfs", Dataset: ds}, "", dir))
+	if zfsChild(t) {
 		return
 	}
 	zfsRequire(t)
@@ -352,14 +349,7 @@ func TestZFSKilledRestore(t *testing.T) {
 		treetest.Must(t, b.Restore(ctx, tg, "", two)) // one is older again: its restore swaps
 		treetest.Must(t, treeWrite(mnt))
 		before, _ := treeState(t, mnt)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestZFSKilledRestore$")
-		cmd.Env = append(os.Environ(), "SNAPBACK_ZFS_RESTORE="+tg.Dataset+"\n"+one, fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled()
-		if err != nil && !killed {
-			t.Fatalf("kill point %d: restore: %v\n%s", k, err, out)
-		}
+		killed := zfsKilled(t, "TestZFSKilledRestore", "restore", tg.Dataset, one, k)
 		mounted, _ := exec.Command("zfs", "get", "-H", "-o", "value", "mounted", tg.Dataset).Output()
 		outcome := "unmounted"
 		if strings.TrimSpace(string(mounted)) == "yes" {
@@ -400,6 +390,76 @@ func TestZFSKilledRestore(t *testing.T) {
 	parent := path.Dir(tg.Dataset)
 	if got := zfsCmd(t, "list", "-H", "-o", "name", "-t", "all", "-r", parent); got != parent+"\n"+tg.Dataset {
 		t.Fatalf("after releasing everything the pool holds:\n%s", got)
+	}
+}
+
+// zfsChild is the child of a kill test, when SNAPBACK_ZFS_CHILD names
+// its operation (restore or snapshot), dataset and payload directory: it
+// does the operation with the kill seam armed and reports true.
+func zfsChild(t *testing.T) bool {
+	arg := os.Getenv("SNAPBACK_ZFS_CHILD")
+	if arg == "" {
+		return false
+	}
+	fsutil.EnableTestSeams()
+	f := strings.Split(arg, "\n")
+	b, tg := &backends.ZFS{}, backends.Target{Backend: "zfs", Dataset: f[1]}
+	op := b.Restore
+	if f[0] == "snapshot" {
+		op = b.Snapshot
+	}
+	treetest.Must(t, op(context.Background(), tg, "", f[2]))
+	return true
+}
+
+// zfsKilled runs the test binary's test as the child doing op on ds with
+// dir, killed before its k-th state-changing call; it reports whether it
+// was killed (false: it completed).
+func zfsKilled(t *testing.T, test, op, ds, dir string, k int) bool {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$")
+	cmd.Env = append(os.Environ(), "SNAPBACK_ZFS_CHILD="+op+"\n"+ds+"\n"+dir, fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	killed := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled()
+	if err != nil && !killed {
+		t.Fatalf("kill point %d: %s: %v\n%s", k, op, err, out)
+	}
+	return killed
+}
+
+// TestZFSKilledSnapshot kills a snapshot before each state-changing call
+// in turn (the zfs snapshot, then the writes of zfs.json): the dataset is
+// untouched, and releasing the payload, complete or not, leaves no
+// snapshot behind.
+func TestZFSKilledSnapshot(t *testing.T) {
+	if zfsChild(t) {
+		return
+	}
+	zfsRequire(t)
+	b := &backends.ZFS{}
+	ctx := context.Background()
+	tg := zfsTarget(t)
+	mnt := zfsMountpoint(t, tg.Dataset)
+	treetest.Must(t, treeWrite(mnt))
+	want, _ := treeState(t, mnt)
+	for k := 1; ; k++ {
+		payload := t.TempDir()
+		killed := zfsKilled(t, "TestZFSKilledSnapshot", "snapshot", tg.Dataset, payload, k)
+		if got, _ := treeState(t, mnt); got != want {
+			t.Fatalf("kill point %d: the snapshot changed the dataset: %s, want %s", k, got, want)
+		}
+		if !killed {
+			treetest.Must(t, b.Restore(ctx, tg, "", payload))
+		}
+		treetest.Must(t, b.Release(ctx, tg, "", payload))
+		if snaps := zfsCmd(t, "list", "-H", "-o", "name", "-t", "snapshot", "-r", path.Dir(tg.Dataset)); snaps != "" {
+			t.Fatalf("kill point %d: released, yet left:\n%s", k, snaps)
+		}
+		if !killed {
+			t.Logf("%d kill points, each released", k-1)
+			return
+		}
 	}
 }
 
