@@ -499,3 +499,37 @@ func BenchmarkZFS(bm *testing.B) {
 	bm.ReportMetric(swap.Seconds()/n, "swap-s")
 	bm.ReportMetric(release.Seconds()/n, "release-s")
 }
+
+// TestZFSSwapKeepsProperties: the dataset a swap puts in place has the
+// local properties the dataset had (its own mountpoint, compression, a
+// user property, canmount) and is mounted where it was; the clone is
+// never mounted on the way (zfs-fuse mounts a new clone even with
+// canmount=noauto).
+func TestZFSSwapKeepsProperties(t *testing.T) {
+	zfsRequire(t)
+	b := &backends.ZFS{}
+	ctx := context.Background()
+	own := filepath.Join(t.TempDir(), "own") // made first: removed after the dataset is destroyed
+	tg := zfsTarget(t)
+	zfsCmd(t, "set", "mountpoint="+own, tg.Dataset)
+	zfsCmd(t, "set", "compression=on", tg.Dataset)
+	zfsCmd(t, "set", "org.example:note=kept", tg.Dataset)
+	props := "mountpoint,compression,org.example:note,canmount,mounted"
+	want := zfsCmd(t, "get", "-H", "-o", "property,value,source", props, tg.Dataset)
+	treetest.Must(t, treeWrite(own))
+	one, two := t.TempDir(), t.TempDir()
+	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
+	state, _ := treeState(t, own)
+	treetest.Must(t, treeWrite(own))
+	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
+	treetest.Must(t, b.Restore(ctx, tg, "", one))
+	if got := zfsCmd(t, "get", "-H", "-o", "property,value,source", props, tg.Dataset); got != want {
+		t.Fatalf("after the swap:\n%s\nwant\n%s", got, want)
+	}
+	if got, _ := treeState(t, own); got != state {
+		t.Fatalf("after the swap %s holds %s, want %s", own, got, state)
+	}
+	if out, _ := exec.Command("findmnt", "-n", "-o", "SOURCE", own).Output(); strings.TrimSpace(string(out)) != tg.Dataset {
+		t.Fatalf("%s is a mount of %q, want %s alone", own, out, tg.Dataset)
+	}
+}
