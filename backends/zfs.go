@@ -81,7 +81,9 @@ func (*ZFS) Available() (bool, string) {
 	if _, err := exec.LookPath("zfs"); err != nil {
 		return false, "zfs is not installed"
 	}
-	out, err := zfs(context.Background(), "list", "-H", "-o", "name", "-d", "0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hung daemon is not "available"
+	defer cancel()
+	out, err := zfs(ctx, "list", "-H", "-o", "name", "-d", "0")
 	switch {
 	case err != nil:
 		return false, err.Error() + ": is the zfs module loaded, or the zfs-fuse daemon running?"
