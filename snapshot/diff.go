@@ -67,7 +67,7 @@ func DiffManifests(old, cur Manifest) []Change {
 // `undo` would revert, else (all undone) the newest of those undo takes;
 // never a pre-undo or pre-redo record, bookkeeping `list` shows only
 // with -a.
-func (r *Repo) DefaultDiffBase() (*Meta, error) {
+func (r *Reader) DefaultDiffBase() (*Meta, error) {
 	h, err := r.History()
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func (r *Repo) DefaultDiffBase() (*Meta, error) {
 
 // Diff compares snapshot m with the tree as it is now (reading, never
 // storing, changed contents).
-func (r *Repo) Diff(m *Meta) ([]Change, error) {
+func (r *Reader) Diff(m *Meta) ([]Change, error) {
 	old, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func (r *Repo) Diff(m *Meta) ([]Change, error) {
 // DiffRecorded is what the operation that saved m changed: from m's
 // manifest (what it replaced) to m.After (what it put in place), read
 // from the store alone.
-func (r *Repo) DiffRecorded(m *Meta) ([]Change, error) {
+func (r *Reader) DiffRecorded(m *Meta) ([]Change, error) {
 	old, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func (r *Repo) DiffRecorded(m *Meta) ([]Change, error) {
 
 // ReadTreeFile reads up to limit bytes of the tree's file at path, never
 // following a symlink.
-func (r *Repo) ReadTreeFile(path string, limit int64) ([]byte, error) {
+func (r *Reader) ReadTreeFile(path string, limit int64) ([]byte, error) {
 	return readBeneath(r.treeDir, path, limit)
 }
 
@@ -155,7 +155,7 @@ func readBeneath(root *fsutil.Dir, path string, limit int64) ([]byte, error) {
 }
 
 // ReadObjectPrefix reads up to limit bytes of a stored object.
-func (r *Repo) ReadObjectPrefix(id ObjectID, limit int64) ([]byte, error) {
+func (r *Reader) ReadObjectPrefix(id ObjectID, limit int64) ([]byte, error) {
 	f, err := r.OpenObject(id)
 	if err != nil {
 		return nil, err

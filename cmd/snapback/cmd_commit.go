@@ -98,7 +98,7 @@ func underAny(path string, paths []string) bool {
 }
 
 func runCommit(g *globals, o commitOptions, args []string) error {
-	repo, _, err := g.open(false, "commit")
+	repo, err := g.open(snapshot.Options{Verb: "commit", Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ type diffChangeJSON struct {
 }
 
 func runDiff(g *globals, ids, paths []string, o diffOptions) error {
-	repo, _, err := g.open(false, "diff")
+	repo, err := g.openReader(snapshot.Options{Verb: "diff", Access: snapshot.ForRead, SkipDamaged: true})
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 // name is here (./a says a path "a" is a path); after --, ids holds what
 // came before it, an ID. When the first argument names no id and is
 // taken for a path, idErr says so, for limitDiff's error.
-func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (ref string, rest []string, idErr, err error) {
+func diffIDAndPaths(repo *snapshot.Reader, ids, paths []string) (ref string, rest []string, idErr, err error) {
 	if paths != nil { // -- was given
 		if len(ids) == 1 {
 			return ids[0], paths, nil, nil
@@ -301,7 +301,7 @@ func displayPath(c snapshot.Change) string {
 // for a pending run, the tree), the new one from the tree (or the run's
 // upper layer).
 type differ struct {
-	repo  *snapshot.Repo
+	repo  *snapshot.Reader
 	upper string // set for a pending run
 	// recorded: both sides are a recorded step's (show), read from the
 	// store.
