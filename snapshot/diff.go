@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -61,6 +62,68 @@ func DiffManifests(old, cur Manifest) []Change {
 		}
 	})
 	return out
+}
+
+// Comparison is what `diff` shows: the changes between a pending run or
+// a snapshot and the tree, and the paths they leave out.
+type Comparison struct {
+	// Base is the id of the run or snapshot compared.
+	Base string
+	// Run is the pending run compared (its changes as its commit would
+	// make them), or nil: then Snapshot is compared with the tree.
+	Run      *ViewRun
+	Snapshot *Meta
+	Changes  []Change
+	// Targets are the states outside the tree Base holds.
+	Targets []TargetState
+	// WroteThrough and Excluded are paths written that no diff shows:
+	// ignored ones (written through) and excluded ones (moved by a
+	// commit).
+	WroteThrough, Excluded []string
+	// Skipped are sockets and devices a run left, which nothing carries.
+	Skipped []Skipped
+}
+
+// Compare chooses what `diff` compares with the tree, and compares it:
+// what ref names (read as [Reader.Lookup] reads every id), else the
+// newest pending run (right after `run --then review`, "what did it
+// change?" means the run), else the snapshot [Reader.DefaultDiffBase]
+// names.
+func (r *Reader) Compare(ref string) (*Comparison, error) {
+	var p *ViewRun
+	var m *Meta
+	var err error
+	if ref == "" {
+		if p, err = r.FindPending(""); err != nil && !errors.Is(err, ErrNoPending) {
+			return nil, err
+		}
+	} else if m, p, err = r.Lookup(ref); err != nil {
+		return nil, err
+	}
+	if p != nil {
+		target, cur, err := r.PendingChanges(p)
+		if err != nil {
+			return nil, err
+		}
+		c := &Comparison{Base: p.ID, Run: p, Changes: DiffManifests(cur, target), Targets: p.Targets, WroteThrough: p.WroteThrough}
+		if c.Excluded, err = r.ExcludedIn(p, nil); err != nil {
+			return nil, err
+		}
+		if c.Skipped, err = r.SkippedIn(p); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if m == nil {
+		if m, err = r.DefaultDiffBase(); err != nil {
+			return nil, err
+		}
+	}
+	changes, err := r.Diff(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Comparison{Base: m.ID, Snapshot: m, Changes: changes, Targets: m.Targets, WroteThrough: m.WroteThrough, Excluded: m.Excluded, Skipped: m.Skipped}, nil
 }
 
 // DefaultDiffBase is the snapshot `diff` compares with by default: the one

@@ -294,7 +294,7 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 		return err
 	}
 	defer repo.Close()
-	p, paths, err := pendingAndPaths(g, repo, args)
+	p, paths, err := pendingAndPaths(repo.Reader, args)
 	if err != nil {
 		return err
 	}
