@@ -29,7 +29,7 @@ func project(t *testing.T, keepOut bool) (*snapshot.Repo, *snapshot.Meta) {
 			treetest.Must(t, os.Remove(filepath.Join(root, p)))
 		}
 	}
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
 	m, err := repo.Snap(snapshot.KindSnap, "for the catalog")

@@ -146,7 +146,7 @@ func bigArchive(t *testing.T) (*Catalog, string, treetest.State) {
 		}
 	}
 	treetest.Must(t, os.Symlink("/etc/passwd", filepath.Join(root, "d00/abs-link")))
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
 	m, err := repo.Snap(snapshot.KindSnap, "big")

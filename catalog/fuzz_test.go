@@ -116,7 +116,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	treetest.Write(f, root, "d/b.txt", "bravo\n", 0o600)
 	treetest.Must(f, os.Link(filepath.Join(root, "a.txt"), filepath.Join(root, "d/hard")))
 	treetest.Must(f, os.Symlink("../a.txt", filepath.Join(root, "d/link")))
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(f, err)
 	defer repo.Close()
 	m, err := repo.Snap(snapshot.KindSnap, "seed")

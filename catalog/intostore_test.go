@@ -19,7 +19,7 @@ func snapTree(t *testing.T, c *Catalog, files map[string]string) *Summary {
 	for p, content := range files {
 		treetest.Write(t, root, p, content, 0o644)
 	}
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
 	m, err := repo.Snap(snapshot.KindSnap, "")
@@ -39,7 +39,7 @@ func TestRestoreNeverIntoAStore(t *testing.T) {
 	})
 	victim := t.TempDir()
 	treetest.Write(t, victim, "work.txt", "the victim's work\n", 0o644)
-	repo, err := snapshot.OpenRepo(victim, nil, true)
+	repo, err := snapshot.Open(victim, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	_, err = repo.Snap(snapshot.KindSnap, "")
 	treetest.Must(t, err)
@@ -97,7 +97,7 @@ func TestRestoreRefusesNestedStoreEntries(t *testing.T) {
 func TestRestoreRefusesStoreInPayload(t *testing.T) {
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "alpha", 0o644)
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	defer repo.Close()
 	m, err := repo.Snap(snapshot.KindSnap, "")

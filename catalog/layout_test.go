@@ -23,7 +23,7 @@ func smallArchive(t *testing.T) ([]byte, string) {
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "alpha\n", 0o644)
 	treetest.Write(t, root, "d/b.txt", "bravo\n", 0o600)
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
 	m, err := repo.Snap(snapshot.KindSnap, "small")

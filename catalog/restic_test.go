@@ -68,7 +68,7 @@ func smallProject(t *testing.T) (*snapshot.Repo, *snapshot.Meta) {
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "one\n", 0o644)
 	treetest.Write(t, root, "dir/b.bin", strings.Repeat("snapback ", 100000), 0o600)
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
 	m, err := repo.Snap(snapshot.KindSnap, "for restic")
@@ -153,7 +153,7 @@ func testRestic(t *testing.T, newRepo func(*testing.T) *Restic) {
 		// Another valid archive under this one's name: refused by name.
 		root2 := t.TempDir()
 		treetest.Write(t, root2, "c.txt", "other\n", 0o644)
-		repo2, err := snapshot.OpenRepo(root2, nil, true)
+		repo2, err := snapshot.Open(root2, snapshot.Options{Access: snapshot.ForChange, Create: true})
 		treetest.Must(t, err)
 		defer repo2.Close()
 		m2, err := repo2.Snap(snapshot.KindSnap, "other")

@@ -17,7 +17,7 @@ func threeArchives(t *testing.T) (*Catalog, []string) {
 	t.Helper()
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "v0", 0o644)
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
 	c := newCatalog(t)
@@ -125,7 +125,7 @@ func TestPruneBindsTheDirectory(t *testing.T) {
 func TestPruneKeepsNewestSnapshots(t *testing.T) {
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "old", 0o644)
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	defer repo.Close()
 	old, err := repo.Snap(snapshot.KindSnap, "old")

@@ -8,18 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
 )
 
 func openRepo(t *testing.T, root string) *snapshot.Repo {
 	t.Helper()
-	cfg, err := config.Load(root)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true, Verb: "test", LockWait: time.Second})
 	treetest.Must(t, err)
-	repo, err := snapshot.OpenRepo(root, cfg, true)
-	treetest.Must(t, err)
-	treetest.Must(t, repo.Lock(time.Second, "test"))
 	t.Cleanup(repo.Close)
 	return repo
 }

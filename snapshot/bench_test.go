@@ -60,12 +60,8 @@ func benchTree(b *testing.B) (string, []string) {
 
 func openBenchRepo(b *testing.B, root string) *snapshot.Repo {
 	b.Helper()
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true, Verb: "benchmark", LockWait: time.Second})
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := repo.Lock(time.Second, "benchmark"); err != nil {
-		repo.Close()
 		b.Fatal(err)
 	}
 	return repo

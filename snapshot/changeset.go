@@ -62,7 +62,7 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 // target state of every path the layer changes. A path of the layer that
 // equals the tree (a copy-up that wrote nothing, say) is not a change.
 // Paths the ignore rules match are left out: they write through.
-func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
+func (r *Reader) Changeset(upper *fsutil.Dir) (Manifest, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
 	inLayer, err := sc.scanTree()
@@ -132,7 +132,7 @@ func (r *Repo) Changeset(upper *fsutil.Dir) (Manifest, error) {
 // stored, since the commit that moves them away may delete their origin.
 // A renamed directory then counts as opaque: what the tree has at its new
 // path and the view does not show goes.
-func (r *Repo) followRedirects(inLayer Manifest, sc *scanner) (Manifest, error) {
+func (r *Reader) followRedirects(inLayer Manifest, sc *scanner) (Manifest, error) {
 	var origin func(p string) string
 	origin = func(p string) string {
 		if p == "" {
@@ -196,7 +196,7 @@ func joinPath(dir, name string) string {
 // that no commit carries: sockets and devices (whiteouts aside), at paths
 // the ignore rules do not write through. The layer holds only what the
 // command changed, so each of them is the command's.
-func (r *Repo) SkippedIn(p *ViewRun) ([]Skipped, error) {
+func (r *Reader) SkippedIn(p *ViewRun) ([]Skipped, error) {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, fmt.Errorf("read upper layer: %w", err)

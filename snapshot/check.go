@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Kinds of damage [Repo.Check] reports.
+// Kinds of damage [Reader.Check] reports.
 const (
 	DamageObject   = "object"   // a content: missing, or not what its name says
 	DamageManifest = "manifest" // a snapshot's manifest: missing, not its hash, or not decodable
@@ -41,7 +41,7 @@ type Damage struct {
 	Repair string `json:"repair,omitempty"`
 }
 
-// CheckReport is what [Repo.Check] found.
+// CheckReport is what [Reader.Check] and [Repo.Repair] found.
 type CheckReport struct {
 	ObjectsChecked   int      `json:"objects_checked"`
 	BytesRead        int64    `json:"bytes_read"`
@@ -54,11 +54,6 @@ type CheckReport struct {
 type CheckOptions struct {
 	// ReadData re-hashes every object (else: only that each one exists).
 	ReadData bool
-	// Repair moves damaged records, run records and objects aside into
-	// damaged/ (never deleting anything), removes a damaged stat cache,
-	// and stores again, from the tree, contents that are missing or
-	// damaged where a file of the tree still holds them.
-	Repair bool
 }
 
 // Check verifies the whole store, in the manner of restic's `check
@@ -68,7 +63,28 @@ type CheckOptions struct {
 // snapshot and run record and what it refers to (manifests, target
 // payloads), and the stat cache. It returns an error
 // only when it cannot do its work; damage is in the report.
-func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
+func (r *Reader) Check(o CheckOptions) (*CheckReport, error) {
+	c, err := r.check(o)
+	if err != nil {
+		return nil, err
+	}
+	return c.rep, nil
+}
+
+// Repair checks the store as [Reader.Check] does, then moves damaged
+// records, run records and objects aside into damaged/ (never deleting
+// anything), removes a damaged stat cache, and stores again, from the
+// tree, contents that are missing or damaged where a file of the tree
+// still holds them. Each Damage says what was done about it.
+func (r *Repo) Repair(o CheckOptions) (*CheckReport, error) {
+	c, err := r.check(o)
+	if err != nil {
+		return nil, err
+	}
+	return c.rep, c.repair(r)
+}
+
+func (r *Reader) check(o CheckOptions) (*checker, error) {
 	c := &checker{r: r, rep: &CheckReport{Damaged: []Damage{}}}
 	metas, bad, err := r.records()
 	if err != nil {
@@ -104,12 +120,7 @@ func (r *Repo) Check(o CheckOptions) (*CheckReport, error) {
 		}
 		return a.ID < b.ID
 	})
-	if o.Repair {
-		if err := c.repair(); err != nil {
-			return c.rep, err
-		}
-	}
-	return c.rep, nil
+	return c, nil
 }
 
 func kindOrder(k string) int {
@@ -117,7 +128,7 @@ func kindOrder(k string) int {
 }
 
 type checker struct {
-	r   *Repo
+	r   *Reader
 	rep *CheckReport
 
 	present  map[ObjectID]bool   // every object file, by name
@@ -394,8 +405,7 @@ func (c *checker) sorted(s []string) []string {
 }
 
 // repair acts on what check found; each Damage says what was done.
-func (c *checker) repair() error {
-	r := c.r
+func (c *checker) repair(r *Repo) error {
 	for i := range c.rep.Damaged {
 		if d := &c.rep.Damaged[i]; d.Kind == DamageJournal {
 			to, err := r.SetAsideBadJournal()

@@ -118,7 +118,7 @@ func (m *Meta) validateCheckpoint() error {
 // OpenCheckpoint returns the open checkpoint, or nil when none is. A
 // damaged record is an error as for [Store.List], but skipped without a
 // warning with SkipDamaged: the verb that reads the history warns.
-func (r *Repo) OpenCheckpoint() (*Meta, error) {
+func (r *Reader) OpenCheckpoint() (*Meta, error) {
 	all, damaged, err := r.records()
 	if err != nil {
 		return nil, err

@@ -178,15 +178,11 @@ func TestCheckpointParallelGoroutines(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			r, err := snapshot.OpenRepo(root, nil, false)
-			if err != nil {
-				errs[i] = err
+			r, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Verb: "test", LockWait: time.Minute})
+			if errs[i] = err; err != nil {
 				return
 			}
 			defer r.Close()
-			if errs[i] = r.Lock(time.Minute, "test"); errs[i] != nil {
-				return
-			}
 			m, o, err := r.BeginCheckpoint("s", fmt.Sprint(i))
 			if errs[i] = err; err == nil {
 				ids[i], opened[i] = m.ID, o
@@ -257,10 +253,9 @@ func TestCheckpointBeginProcess(t *testing.T) {
 	if root == "" {
 		return // run by itself: nothing to do (not a capability: it needs none)
 	}
-	r, err := snapshot.OpenRepo(root, nil, false)
+	r, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Verb: "test", LockWait: time.Minute})
 	treetest.Must(t, err)
 	defer r.Close()
-	treetest.Must(t, r.Lock(time.Minute, "test"))
 	m, opened, err := r.BeginCheckpoint("s", "")
 	treetest.Must(t, err)
 	fmt.Printf("BEGIN %s %t\n", m.ID, opened)

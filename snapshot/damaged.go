@@ -40,7 +40,7 @@ func damagedError(d []DamagedRecord) error {
 
 // damagedRun handles a pending run's record that cannot be read (why):
 // skipped with a warning where damaged records may be, else the error.
-func (r *Repo) damagedRun(id string, why error) error {
+func (r *Reader) damagedRun(id string, why error) error {
 	if why == nil {
 		why = fmt.Errorf("%w: it names another run", ErrCorrupt)
 	} else if !errors.Is(why, ErrCorrupt) {
@@ -83,7 +83,7 @@ func (r *Repo) MoveDamagedAside() ([]string, error) {
 		}
 		out = append(out, fmt.Sprintf("moved damaged snapshot record %s to %s (%v)", rec.Path, to, rec.Err))
 	}
-	c := &checker{r: r, rep: &CheckReport{}}
+	c := &checker{r: r.Reader, rep: &CheckReport{}}
 	if _, err := c.runs(); err != nil {
 		return out, err
 	}

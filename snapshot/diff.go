@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -63,11 +64,73 @@ func DiffManifests(old, cur Manifest) []Change {
 	return out
 }
 
+// Comparison is what `diff` shows: the changes between a pending run or
+// a snapshot and the tree, and the paths they leave out.
+type Comparison struct {
+	// Base is the id of the run or snapshot compared.
+	Base string
+	// Run is the pending run compared (its changes as its commit would
+	// make them), or nil: then Snapshot is compared with the tree.
+	Run      *ViewRun
+	Snapshot *Meta
+	Changes  []Change
+	// Targets are the states outside the tree Base holds.
+	Targets []TargetState
+	// WroteThrough and Excluded are paths written that no diff shows:
+	// ignored ones (written through) and excluded ones (moved by a
+	// commit).
+	WroteThrough, Excluded []string
+	// Skipped are sockets and devices a run left, which nothing carries.
+	Skipped []Skipped
+}
+
+// Compare chooses what `diff` compares with the tree, and compares it:
+// what ref names (read as [Reader.Lookup] reads every id), else the
+// newest pending run (right after `run --then review`, "what did it
+// change?" means the run), else the snapshot [Reader.DefaultDiffBase]
+// names.
+func (r *Reader) Compare(ref string) (*Comparison, error) {
+	var p *ViewRun
+	var m *Meta
+	var err error
+	if ref == "" {
+		if p, err = r.FindPending(""); err != nil && !errors.Is(err, ErrNoPending) {
+			return nil, err
+		}
+	} else if m, p, err = r.Lookup(ref); err != nil {
+		return nil, err
+	}
+	if p != nil {
+		target, cur, err := r.PendingChanges(p)
+		if err != nil {
+			return nil, err
+		}
+		c := &Comparison{Base: p.ID, Run: p, Changes: DiffManifests(cur, target), Targets: p.Targets, WroteThrough: p.WroteThrough}
+		if c.Excluded, err = r.ExcludedIn(p, nil); err != nil {
+			return nil, err
+		}
+		if c.Skipped, err = r.SkippedIn(p); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if m == nil {
+		if m, err = r.DefaultDiffBase(); err != nil {
+			return nil, err
+		}
+	}
+	changes, err := r.Diff(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Comparison{Base: m.ID, Snapshot: m, Changes: changes, Targets: m.Targets, WroteThrough: m.WroteThrough, Excluded: m.Excluded, Skipped: m.Skipped}, nil
+}
+
 // DefaultDiffBase is the snapshot `diff` compares with by default: the one
 // `undo` would revert, else (all undone) the newest of those undo takes;
 // never a pre-undo or pre-redo record, bookkeeping `list` shows only
 // with -a.
-func (r *Repo) DefaultDiffBase() (*Meta, error) {
+func (r *Reader) DefaultDiffBase() (*Meta, error) {
 	h, err := r.History()
 	if err != nil {
 		return nil, err
@@ -93,7 +156,7 @@ func (r *Repo) DefaultDiffBase() (*Meta, error) {
 
 // Diff compares snapshot m with the tree as it is now (reading, never
 // storing, changed contents).
-func (r *Repo) Diff(m *Meta) ([]Change, error) {
+func (r *Reader) Diff(m *Meta) ([]Change, error) {
 	old, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return nil, err
@@ -108,7 +171,7 @@ func (r *Repo) Diff(m *Meta) ([]Change, error) {
 // DiffRecorded is what the operation that saved m changed: from m's
 // manifest (what it replaced) to m.After (what it put in place), read
 // from the store alone.
-func (r *Repo) DiffRecorded(m *Meta) ([]Change, error) {
+func (r *Reader) DiffRecorded(m *Meta) ([]Change, error) {
 	old, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return nil, err
@@ -125,7 +188,7 @@ func (r *Repo) DiffRecorded(m *Meta) ([]Change, error) {
 
 // ReadTreeFile reads up to limit bytes of the tree's file at path, never
 // following a symlink.
-func (r *Repo) ReadTreeFile(path string, limit int64) ([]byte, error) {
+func (r *Reader) ReadTreeFile(path string, limit int64) ([]byte, error) {
 	return readBeneath(r.treeDir, path, limit)
 }
 
@@ -155,7 +218,7 @@ func readBeneath(root *fsutil.Dir, path string, limit int64) ([]byte, error) {
 }
 
 // ReadObjectPrefix reads up to limit bytes of a stored object.
-func (r *Repo) ReadObjectPrefix(id ObjectID, limit int64) ([]byte, error) {
+func (r *Reader) ReadObjectPrefix(id ObjectID, limit int64) ([]byte, error) {
 	f, err := r.OpenObject(id)
 	if err != nil {
 		return nil, err

@@ -37,11 +37,23 @@
 //	                  a copy does not match and is refused (trust.go)
 //	untrusted-…       parts check --repair set aside (trust.go)
 //
-// Open checks all of the above before anything is read or written: each
+// [Open] checks all of the above before anything is read or written: each
 // directory a plain one, each file a plain regular file of a sane size,
 // every one the store owner's (trust.go); every store file is then read
 // through fsutil's bounded reader, which follows no symlink below the
 // root and never waits on a FIFO.
+//
+// # Opening
+//
+// Every verb opens its project's store the one way, open.go: [Open] for a
+// verb that changes the project, [OpenReader] for one that only looks.
+// Each says, in [Options], its [Access] (ForRead, ForChange, ForRepair)
+// and whether it makes a missing store, where a new one goes and whether
+// it goes on past damaged records; opening then loads the config, finds
+// the store ([Locate]), checks it, takes the lock, and deals with an
+// interrupted operation as the access says: a reader is warned of it, a
+// writer finishes it first. A [Reader] has no method that changes the
+// tree; the [Repo] that changes it embeds one.
 //
 // # The journal protocol
 //
@@ -73,8 +85,8 @@
 // # What the caller hears
 //
 // The package never prints. Long work reports how far it has got through
-// [Repo.Progress] (the scanner's paths and bytes, the applier's paths of
+// [Reader.Progress] (the scanner's paths and bytes, the applier's paths of
 // the target: progress.go); what snapshots do not hold, sockets and
 // devices, is reported as [Skipped] (ScanStats.Skipped, Meta.Skipped,
-// Repo.SkippedIn) rather than dropped unseen.
+// Reader.SkippedIn) rather than dropped unseen.
 package snapshot

@@ -32,7 +32,7 @@ func TestGitTargetNeedsGit(t *testing.T) {
 	git(main, "add", "a")
 	git(main, "commit", "-qm", "init")
 	git(main, "worktree", "add", "-q", "-b", "feat", wt)
-	r, err := OpenRepo(wt, &config.Config{}, true)
+	r, err := openRepo(wt, "", &config.Config{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ type History struct {
 // History reads the records and derives undo state: a pre-undo undoes its
 // target, a pre-redo reapplies the latest undo, and any new snap or run
 // ends what redo can reach (as in an editor).
-func (r *Repo) History() (*History, error) {
+func (r *Reader) History() (*History, error) {
 	all, err := r.List()
 	if err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ func (e *AmbiguousIDError) Error() string {
 // alike, so that every verb reads an id the same way: exactly one of
 // the results is set. A verb that takes only one kind says so (Resolve,
 // FindPending) rather than finding another match of the other kind.
-func (r *Repo) Lookup(ref string) (*Meta, *ViewRun, error) {
+func (r *Reader) Lookup(ref string) (*Meta, *ViewRun, error) {
 	if ValidID(ref) {
 		// A whole id names only itself: read it without listing.
 		m, err := r.ReadMeta(ref)
@@ -108,7 +108,7 @@ func (r *Repo) Lookup(ref string) (*Meta, *ViewRun, error) {
 }
 
 // Resolve finds the snapshot ref names (see IDNames).
-func (r *Repo) Resolve(ref string) (*Meta, error) {
+func (r *Reader) Resolve(ref string) (*Meta, error) {
 	m, p, err := r.Lookup(ref)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (r *Repo) Resolve(ref string) (*Meta, error) {
 
 // FindPending finds the pending run ref names (see IDNames); "" means
 // the newest.
-func (r *Repo) FindPending(ref string) (*ViewRun, error) {
+func (r *Reader) FindPending(ref string) (*ViewRun, error) {
 	if ref == "" {
 		all, err := r.PendingRuns()
 		if err != nil {

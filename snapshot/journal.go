@@ -52,7 +52,7 @@ type journal struct {
 	DirTimes map[string]int64 `json:"dir_times,omitempty"`
 }
 
-func (r *Repo) journalPath() string { return r.path("journal.json") }
+func (r *Reader) journalPath() string { return r.path("journal.json") }
 
 // writeJournal makes j the store's journal, durably: from here on an
 // interruption is finished (or rolled back) by recover. Every operation
@@ -472,7 +472,7 @@ func (r *Repo) rollBack(j *journal, why error) error {
 
 // readJournal reads and validates the journal; (nil, nil) when there is
 // none.
-func (r *Repo) readJournal() (*journal, error) {
+func (r *Reader) readJournal() (*journal, error) {
 	b, err := r.readFile(r.journalPath(), maxJournal)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
 )
@@ -43,15 +44,18 @@ func TestLocate(t *testing.T) {
 	}
 	check("nothing yet", a, "", false, filepath.Join(a, snapshot.StoreDir), false)
 	check("nothing yet, for the hooks", a, "", true, sa, false)
-	s, err := snapshot.OpenAt(a, sa, true)
+	s, err := snapshot.Open(a, snapshot.Options{Access: snapshot.ForChange, Create: true, Outside: true})
 	treetest.Must(t, err)
+	s.Close()
 	if s.InTree() || !snapshot.Marked(a) || snapshot.Marked(b) {
 		t.Fatalf("after the hooks' store: in tree %v, marked %v %v", s.InTree(), snapshot.Marked(a), snapshot.Marked(b))
 	}
 	check("the state store", a, "", false, sa, true)
 	elsewhere := filepath.Join(top, "stores", "a")
 	check("configured", a, elsewhere, false, elsewhere, false)
-	_, err = snapshot.OpenAt(b, sa, false)
+	cfg := &config.Config{}
+	cfg.Snapshot.Store = sa
+	_, err = snapshot.Open(b, snapshot.Options{Access: snapshot.ForChange, Config: cfg})
 	if !errors.Is(err, snapshot.ErrUntrusted) {
 		t.Fatalf("another project's store opened: %v", err)
 	}

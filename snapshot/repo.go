@@ -37,9 +37,11 @@ func (e *ConflictError) Error() string {
 	return fmt.Sprintf("%s refused: %s changed since by someone else (use --force to overwrite; what is overwritten is saved)", e.Op, n)
 }
 
-// Repo is a project root with its store and ignore rules: the object the
-// CLI drives. Operations that change anything expect the store lock held.
-type Repo struct {
+// Reader is a project's store opened to look ([OpenReader]): the
+// history, pending runs, diffs, check. It has no method that changes the
+// tree; what it adds to the store (contents a scan stores, the stat
+// cache) is the store's own business. [Repo], the writer, embeds it.
+type Reader struct {
 	*Store
 	treeDir *fsutil.Dir // the tree at Root, held open: every path below it is resolved beneath it
 	ign     Ignorer
@@ -47,14 +49,14 @@ type Repo struct {
 	// LastScan says what the most recent scan of the tree had to read.
 	LastScan ScanStats
 
+	// Config is the project's snapback.toml.
+	Config *config.Config
 	// Targets are the [[target]]s of snapback.toml: snap and run save
 	// them along with the tree.
 	Targets []config.Target
 	// Ctx bounds the work of target backends and scans of the tree (nil:
 	// no bound): once done, they stop with an error wrapping its Err.
 	Ctx context.Context
-	// RecoverNote says what the last [Repo.Recover] did, for the user.
-	RecoverNote string
 	// Working, when set, hears of work that may take a while (a target's
 	// snapshot or restore) and returns the call that marks its end.
 	Working func(what string) (done func())
@@ -63,16 +65,19 @@ type Repo struct {
 	Progress func(Progress)
 }
 
-// OpenRepo opens the project at root with its store in the tree. With
-// create, the store is made if it is missing.
-func OpenRepo(root string, ign Ignorer, create bool) (*Repo, error) {
-	return OpenRepoAt(root, "", ign, create)
+// Repo is a project's store opened to change the project ([Open]): the
+// object the CLI's changing verbs drive. Operations that change anything
+// expect the store lock held, which Open takes.
+type Repo struct {
+	*Reader
+	// RecoverNote says what the last [Repo.Recover] did, for the user.
+	RecoverNote string
 }
 
-// OpenRepoAt opens the project at root with its store at dir ("": in the
-// tree; see [Locate] and [OpenAt]).
-func OpenRepoAt(root, dir string, ign Ignorer, create bool) (*Repo, error) {
-	s, err := OpenAt(root, dir, create)
+// openRepo opens the project at root with its store at dir ("": in the
+// tree), unlocked: [Open] is the way in.
+func openRepo(root, dir string, ign Ignorer, create bool) (*Repo, error) {
+	s, err := openStore(root, dir, create)
 	if err != nil {
 		return nil, err
 	}
@@ -80,30 +85,30 @@ func OpenRepoAt(root, dir string, ign Ignorer, create bool) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Repo{Store: s, treeDir: d, ign: ign}, nil
+	return &Repo{Reader: &Reader{Store: s, treeDir: d, ign: ign}}, nil
 }
 
 // Close releases the root and the lock.
-func (r *Repo) Close() {
+func (r *Reader) Close() {
 	r.Unlock()
 	r.treeDir.Close()
 }
 
 // ScanTree reads the whole tree; with store set, contents not yet in the
 // store are added to it.
-func (r *Repo) ScanTree(store bool) (Manifest, error) {
+func (r *Reader) ScanTree(store bool) (Manifest, error) {
 	return r.scan(store, (*scanner).scanTree)
 }
 
 // ScanPaths reads the listed paths; below each path for which deep says
 // so, everything is read too.
-func (r *Repo) ScanPaths(paths []string, store bool, deep bool) (Manifest, error) {
+func (r *Reader) ScanPaths(paths []string, store bool, deep bool) (Manifest, error) {
 	return r.scan(store, func(sc *scanner) (Manifest, error) { return sc.scanPaths(paths, deep) })
 }
 
 // scan runs one scan of the tree, notes what it read, and keeps what it
 // learned in the stat cache when it stored contents.
-func (r *Repo) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
+func (r *Reader) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
 	sc := r.newScanner(r.treeDir, r.ign, store)
 	sc.progress = r.Progress
 	sc.ctx = r.Ctx
@@ -181,7 +186,7 @@ func (r *Repo) snapInto(meta *Meta) error {
 }
 
 // current reads the tree's present state of what target governs.
-func (r *Repo) current(target Manifest, scope Scope, store bool) (Manifest, error) {
+func (r *Reader) current(target Manifest, scope Scope, store bool) (Manifest, error) {
 	if scope == ScopeTree {
 		return r.ScanTree(store)
 	}

@@ -16,16 +16,14 @@ import (
 
 func openRepo(t testing.TB, root string, ignore ...string) *snapshot.Repo {
 	t.Helper()
-	var ign snapshot.Ignorer
+	src := ""
 	if len(ignore) > 0 {
-		src := "[snapshot]\nignore = [\"" + strings.Join(ignore, "\", \"") + "\"]\n"
-		cfg, err := config.Parse(filepath.Join(root, config.FileName), []byte(src))
-		treetest.Must(t, err)
-		ign = cfg
+		src = "[snapshot]\nignore = [\"" + strings.Join(ignore, "\", \"") + "\"]\n"
 	}
-	r, err := snapshot.OpenRepo(root, ign, true)
+	cfg, err := config.Parse(filepath.Join(root, config.FileName), []byte(src))
 	treetest.Must(t, err)
-	treetest.Must(t, r.Lock(time.Second, "test"))
+	r, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true, Verb: "test", LockWait: time.Second, Config: cfg})
+	treetest.Must(t, err)
 	t.Cleanup(r.Close)
 	return r
 }
@@ -351,12 +349,9 @@ func TestGCKeepsWhatUndoNeeds(t *testing.T) {
 func TestLockWaitsThenNamesHolder(t *testing.T) {
 	root := t.TempDir()
 	a := openRepo(t, root)
-	_ = a
-	b, err := snapshot.OpenRepo(root, nil, false)
-	treetest.Must(t, err)
-	defer b.Close()
+	second := snapshot.Options{Access: snapshot.ForChange, Verb: "second", LockWait: 300 * time.Millisecond}
 	start := time.Now()
-	err = b.Lock(300*time.Millisecond, "second")
+	_, err := snapshot.Open(root, second)
 	if !errors.Is(err, snapshot.ErrLocked) {
 		t.Fatalf("second lock: %v, want ErrLocked", err)
 	}
@@ -367,7 +362,9 @@ func TestLockWaitsThenNamesHolder(t *testing.T) {
 		t.Fatalf("lock error does not name the holder: %v", err)
 	}
 	a.Unlock()
-	treetest.Must(t, b.Lock(time.Second, "second"))
+	b, err := snapshot.Open(root, second)
+	treetest.Must(t, err)
+	b.Close()
 }
 
 func TestStoreIsPrivate(t *testing.T) {

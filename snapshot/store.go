@@ -114,19 +114,13 @@ type Store struct {
 // can take seconds: small operations must not pay that.
 const syncEachLimit = 64
 
-// Open opens the store of root in the tree (<root>/.snapback): [OpenAt]
-// with that directory.
-func Open(root string, create bool) (*Store, error) {
-	return OpenAt(root, "", create)
-}
-
-// OpenAt opens the store of root at dir (absolute; "" for the tree's
-// .snapback: see [Locate]), creating it (mode 0700) when create is set.
-// The store is checked first as input from outside (trust.go): a part
-// that is not what snapback makes there, or a store not made here for
-// this root, is an [*UntrustedError] naming the path, and nothing in the
-// store is read or written.
-func OpenAt(root, dir string, create bool) (*Store, error) {
+// openStore opens the store of root at dir (absolute; "" for the tree's
+// .snapback: see [Locate]), unlocked, creating it (mode 0700) when create
+// is set. The store is checked first as input from outside (trust.go): a
+// part that is not what snapback makes there, or a store not made here
+// for this root, is an [*UntrustedError] naming the path, and nothing in
+// the store is read or written.
+func openStore(root, dir string, create bool) (*Store, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)

@@ -75,7 +75,7 @@ func redactDSN(dsn string) string {
 
 // working tells the user what takes time (Working, when set) and returns
 // the call that says it is over.
-func (r *Repo) working(what string) func() {
+func (r *Reader) working(what string) func() {
 	if r.Working == nil {
 		return func() {}
 	}
@@ -83,7 +83,7 @@ func (r *Repo) working(what string) func() {
 }
 
 // ctx is the context targets are snapshotted and restored in.
-func (r *Repo) ctx() context.Context {
+func (r *Reader) ctx() context.Context {
 	if r.Ctx != nil {
 		return r.Ctx
 	}
@@ -174,7 +174,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 }
 
 // payloadTarget reads the settings a payload was taken with.
-func (r *Repo) payloadTarget(rel string) (config.Target, error) {
+func (r *Reader) payloadTarget(rel string) (config.Target, error) {
 	var t config.Target
 	b, err := r.readFile(r.path(rel, "target.json"), maxPayloadSize)
 	if err != nil {
@@ -449,7 +449,7 @@ type TargetWrite struct {
 // rolls back. A state's settings come from its payload, else (a payload
 // released by a discard) from the target of the same name in
 // snapback.toml.
-func (r *Repo) TargetWrites(states []TargetState, paths []string) (writes []TargetWrite, ignored []string) {
+func (r *Reader) TargetWrites(states []TargetState, paths []string) (writes []TargetWrite, ignored []string) {
 	prefixes := make([]string, len(states))
 	for i, s := range states {
 		writes = append(writes, TargetWrite{TargetState: s})
@@ -480,7 +480,7 @@ next:
 
 // treePath is a target's path relative to the root, slash-separated, or
 // "" when it has none or lies outside the tree.
-func (r *Repo) treePath(p string) string {
+func (r *Reader) treePath(p string) string {
 	if p == "" {
 		return ""
 	}

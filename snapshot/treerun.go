@@ -30,8 +30,8 @@ type TreeRun struct {
 	skipped map[string]bool
 }
 
-func (r *Repo) runDir(id string) string      { return r.path("runs", id) }
-func (r *Repo) runLockPath(id string) string { return r.path("runs", id, "lock") }
+func (r *Repo) runDir(id string) string        { return r.path("runs", id) }
+func (r *Reader) runLockPath(id string) string { return r.path("runs", id, "lock") }
 
 // lockRun makes the run's directory and takes its lock.
 func (r *Repo) lockRun(id string) (*os.File, error) {
@@ -152,7 +152,7 @@ func (r *Repo) TreeRunning() *Meta {
 }
 
 // alive reports whether the process running id still holds its lock.
-func (r *Repo) alive(id string) bool {
+func (r *Reader) alive(id string) bool {
 	f, err := os.OpenFile(r.runLockPath(id), os.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return false // no lock file: its process is gone

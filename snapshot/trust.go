@@ -30,7 +30,7 @@ import (
 //     clone`, an archive or a copy (new inodes) does not match and is
 //     refused as a whole.
 //
-// `snapback check --repair` sets what is refused aside ([SetAsideUntrusted]),
+// `snapback check --repair` sets what is refused aside ([ForRepair]),
 // deleting nothing: a bad part into the store under an untrusted- name, a
 // foreign store beside itself as <store>.untrusted-<time>.
 //
@@ -312,16 +312,16 @@ func writeIdentityAt(p string, id identity) error {
 	return fsutil.WriteFileAtomic(p, append(b, '\n'), 0o600)
 }
 
-// SetAsideUntrusted moves what makes the store of root at dir ("": in
+// setAsideUntrusted moves what makes the store of root at dir ("": in
 // the tree) untrusted out of the way, one part after another, and says
 // what went where: a bad part into the store as untrusted-<name>-<time>,
 // a store refused as a whole beside itself, as <store>.untrusted-<time>
 // (<root>/.snapback.untrusted-<time> in the tree). Nothing is deleted. It
 // returns nothing to do when the store is trusted (or missing).
-func SetAsideUntrusted(root, dir string) ([]string, error) {
+func setAsideUntrusted(root, dir string) ([]string, error) {
 	var out []string
 	for i := 0; i < 1000; i++ {
-		_, err := OpenAt(root, dir, false)
+		_, err := openStore(root, dir, false)
 		var ue *UntrustedError
 		if !errors.As(err, &ue) {
 			if errors.Is(err, ErrNoStore) {

@@ -79,13 +79,13 @@ func exerciseStore(root string) []error {
 			errs = append(errs, fmt.Errorf("%s: %w", what, err))
 		}
 	}
-	if s, err := Open(root, false); err != nil {
+	if s, err := openStore(root, "", false); err != nil {
 		note("open read-only", err)
 	} else {
 		_, err := s.List()
 		note("list", err)
 	}
-	r, err := OpenRepo(root, nil, false)
+	r, err := openRepo(root, "", nil, false)
 	if err != nil {
 		return append(errs, fmt.Errorf("open for changing: %w", err))
 	}
@@ -319,7 +319,7 @@ func newStoreTemplate(f *testing.F) *storeTemplate {
 	must(os.MkdirAll(filepath.Join(root, "sub"), 0o755))
 	must(os.WriteFile(filepath.Join(root, "a.txt"), []byte("alpha\n"), 0o644))
 	must(os.WriteFile(filepath.Join(root, "sub", "b.txt"), []byte("beta\n"), 0o644))
-	r, err := OpenRepo(root, nil, true)
+	r, err := openRepo(root, "", nil, true)
 	must(err)
 	must(r.Lock(time.Second, "fuzz template"))
 	_, err = r.Snap(KindSnap, "one")

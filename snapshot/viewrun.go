@@ -50,10 +50,10 @@ type ViewRun struct {
 var ErrNoPending = errors.New("no pending run")
 
 // UpperDir and WorkDir are the run's overlay directories.
-func (r *Repo) UpperDir(id string) string { return r.path("runs", id, "upper") }
-func (r *Repo) WorkDir(id string) string  { return r.path("runs", id, "work") }
+func (r *Reader) UpperDir(id string) string { return r.path("runs", id, "upper") }
+func (r *Reader) WorkDir(id string) string  { return r.path("runs", id, "work") }
 
-func (r *Repo) pendingPath(id string) string { return r.path("runs", id, "run.json") }
+func (r *Reader) pendingPath(id string) string { return r.path("runs", id, "run.json") }
 
 // gitIndexCopy is the project's git index as it was when the run started.
 func (r *Repo) gitIndexCopy(id string) string { return r.path("runs", id, "git-index") }
@@ -173,7 +173,7 @@ func (r *Repo) SavePending(p *ViewRun) error {
 
 // PendingRuns lists overlay runs not yet committed or discarded, oldest
 // first. A run whose process died while running is reported pending.
-func (r *Repo) PendingRuns() ([]*ViewRun, error) {
+func (r *Reader) PendingRuns() ([]*ViewRun, error) {
 	ents, err := os.ReadDir(r.path("runs"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -208,7 +208,7 @@ func (r *Repo) PendingRuns() ([]*ViewRun, error) {
 
 // PendingChanges reads a pending run's changeset and the tree's state of
 // the same paths.
-func (r *Repo) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
+func (r *Reader) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, nil, err
@@ -437,7 +437,7 @@ func (r *Repo) selectPaths(p *ViewRun, target Manifest, only []string) (Manifest
 
 // excludedWalk walks a run's layer for the excluded paths at or below
 // only (all, if none).
-func (r *Repo) excludedWalk(only []string, found func(string)) *layerWalk {
+func (r *Reader) excludedWalk(only []string) *layerWalk {
 	within := func(path string) bool {
 		if len(only) == 0 {
 			return true
@@ -452,41 +452,43 @@ func (r *Repo) excludedWalk(only []string, found func(string)) *layerWalk {
 	return &layerWalk{
 		match: func(path string, isDir bool) bool { return within(path) && r.excluded(path, isDir) },
 		skip:  r.excluded, // excluded but not selected: left pending
-		found: found,
 	}
 }
 
 // ExcludedIn lists the topmost excluded paths (at or below only, if
 // given) the run wrote: not in its changeset or diff, moved into the tree
 // by its commit, dropped by its discard.
-func (r *Repo) ExcludedIn(p *ViewRun, only []string) ([]string, error) {
-	return r.excludedWrites(p, only, true)
+func (r *Reader) ExcludedIn(p *ViewRun, only []string) ([]string, error) {
+	var out []string
+	err := r.excludedWrites(p, only, func(upper *fsutil.Dir, w *layerWalk) error {
+		w.found = func(path string) { out = addPath(out, path) }
+		return r.findInLayer(upper, "", w)
+	})
+	return out, err
 }
 
 // moveExcluded moves what the run wrote to excluded paths (at or below
 // only, if given) into the tree, and returns the topmost of them.
 func (r *Repo) moveExcluded(p *ViewRun, only []string) ([]string, error) {
-	return r.excludedWrites(p, only, false)
+	var out []string
+	err := r.excludedWrites(p, only, func(upper *fsutil.Dir, w *layerWalk) error {
+		w.found = func(path string) { out = addPath(out, path) }
+		return r.writeThrough(p, upper, "", false, w)
+	})
+	return out, err
 }
 
-// excludedWrites walks what the run wrote to excluded paths, moving it into the
-// tree unless dryRun, and returns the topmost of them.
-func (r *Repo) excludedWrites(p *ViewRun, only []string, dryRun bool) ([]string, error) {
+// excludedWrites walks, with walk, what the run wrote to excluded paths.
+func (r *Reader) excludedWrites(p *ViewRun, only []string, walk func(*fsutil.Dir, *layerWalk) error) error {
 	if r.ign == nil {
-		return nil, nil
+		return nil
 	}
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer upper.Close()
-	var out []string
-	w := r.excludedWalk(only, func(path string) { out = addPath(out, path) })
-	w.dryRun = dryRun
-	if err := r.writeThrough(p, upper, "", false, w); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return walk(upper, r.excludedWalk(only))
 }
 
 // changedSince lists the paths of cur (the tree's state of what a commit

@@ -60,7 +60,7 @@ func (r *Repo) writesThrough(path string, isDir bool) bool {
 
 // excluded says whether path is kept out of snapshots but isolated by an
 // overlay run (see [Excluder]).
-func (r *Repo) excluded(path string, isDir bool) bool {
+func (r *Reader) excluded(path string, isDir bool) bool {
 	x, ok := r.ign.(Excluder)
 	return ok && x.Excluded(path, isDir)
 }
@@ -71,7 +71,45 @@ func (r *Repo) excluded(path string, isDir bool) bool {
 type layerWalk struct {
 	match, skip func(path string, isDir bool) bool
 	found       func(path string)
-	dryRun      bool // only find them
+}
+
+// findInLayer walks dir of the layer as [Repo.writeThrough] does, but
+// only tells w.found of the paths it would move.
+func (r *Reader) findInLayer(upper *fsutil.Dir, dir string, w *layerWalk) error {
+	ud, err := upper.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer ud.Close()
+	names, err := ud.ReadDirNames()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		p := name
+		if dir != "" {
+			p = dir + "/" + name
+		}
+		if excluded(p) {
+			continue
+		}
+		st, err := ud.Lstat(name)
+		if err != nil {
+			return err
+		}
+		isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
+		switch {
+		case w.match(p, isDir):
+			if w.found != nil {
+				w.found(p)
+			}
+		case isDir && (w.skip == nil || !w.skip(p, isDir)):
+			if err := r.findInLayer(upper, p, w); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // writeThrough walks dir of the layer; below a matched directory (all)
@@ -109,9 +147,6 @@ func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool
 		}
 		if !all && w.found != nil {
 			w.found(p)
-		}
-		if w.dryRun {
-			continue
 		}
 		if err := r.moveThrough(pr, upper, ud, dir, name, &st, w); err != nil {
 			return fmt.Errorf("write through %s: %w", p, err)

@@ -109,9 +109,9 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	}
 	store, snapshots := "", 0
 	if install && !o.dryRun {
-		// The store is made now, outside the tree (see outsideVerbs), so
-		// that every verb, and a first `snap`, finds it there.
-		if repo, _, err := g.open(true, "agent install"); err != nil {
+		// The store is made now, outside the tree (Outside), so that
+		// every verb, and a first `snap`, finds it there.
+		if repo, err := g.open(snapshot.Options{Verb: "agent install", Access: snapshot.ForChange, Create: true, Outside: true}); err != nil {
 			g.warn("the project's store: " + err.Error())
 		} else {
 			store = storeName(repo.Store)
@@ -322,7 +322,7 @@ func agentHook(g *globals, h *agent.Harness, in io.Reader) (msg string) {
 	create := act == agent.NoteTurn || act == agent.OpenLazily
 	// Several hooks of a turn arrive at once; the first may snapshot a
 	// large tree: the others wait for it as checkpoint begin does.
-	repo, err := g.openForCheckpoint(create, "agent hook")
+	repo, err := g.openForCheckpoint(snapshot.Options{Verb: "agent hook", Access: snapshot.ForChange, Create: create, Outside: true})
 	if errors.Is(err, snapshot.ErrNoStore) {
 		return "" // nothing was ever opened here: nothing to close
 	}

@@ -125,7 +125,7 @@ func (g *globals) archiveScope(all bool) (id string, inProject bool, err error) 
 	if err != nil || !g.inProject(root) {
 		return "", false, nil
 	}
-	loc, _, err := storeOf(root, "archive")
+	loc, err := storeOf(root)
 	if err != nil {
 		return "", true, err
 	}

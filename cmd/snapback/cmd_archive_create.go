@@ -19,7 +19,7 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			repo, _, err := g.open(false, "archive create")
+			repo, err := g.open(snapshot.Options{Verb: "archive create", Access: snapshot.ForChange, SkipDamaged: true})
 			if err != nil {
 				return err
 			}

@@ -124,7 +124,7 @@ preview out. Other projects' archives and invalid files are never deleted;
 // one, else the user's state directory.
 func (g *globals) tokenDir() (string, error) {
 	if root, err := g.rootDir(); err == nil {
-		if loc, _, err := storeOf(root, "archive prune"); err == nil {
+		if loc, err := storeOf(root); err == nil {
 			if st, err := os.Lstat(loc.Dir); err == nil && st.IsDir() {
 				return filepath.Join(loc.Dir, "prune-tokens"), nil
 			}

@@ -33,17 +33,28 @@ type checkJSON struct {
 	*snapshot.CheckReport
 }
 
-func runCheck(g *globals, o checkOptions) error {
-	what := "check"
+// check checks the store, or with --repair repairs it: a verb of each
+// kind, as each opens the store.
+func check(g *globals, o checkOptions) (*snapshot.CheckReport, error) {
+	co := snapshot.CheckOptions{ReadData: o.readData}
 	if o.repair {
-		what = "check --repair"
+		repo, err := g.open(snapshot.Options{Verb: "check --repair", Access: snapshot.ForRepair, SkipDamaged: true})
+		if err != nil {
+			return nil, err
+		}
+		defer repo.Close()
+		return repo.Repair(co)
 	}
-	repo, _, err := g.open(false, what)
+	r, err := g.openReader(snapshot.Options{Verb: "check", Access: snapshot.ForRead, SkipDamaged: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer repo.Close()
-	rep, err := repo.Check(snapshot.CheckOptions{ReadData: o.readData, Repair: o.repair})
+	defer r.Close()
+	return r.Check(co)
+}
+
+func runCheck(g *globals, o checkOptions) error {
+	rep, err := check(g, o)
 	if err != nil {
 		return err
 	}

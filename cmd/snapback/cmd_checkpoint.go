@@ -89,7 +89,7 @@ func checkSession(verb, s string) error {
 
 // openForCheckpoint opens the store as g.open does, waiting longer for
 // its lock (see checkpointLockWait).
-func (g *globals) openForCheckpoint(create bool, what string) (*snapshot.Repo, error) {
+func (g *globals) openForCheckpoint(o snapshot.Options) (*snapshot.Repo, error) {
 	// A checkpoint's scan keeps the tree's state and the stat cache in
 	// memory for the whole of its short life: collecting garbage less
 	// often saves a tenth of its CPU time (tens of MB more at most).
@@ -97,15 +97,14 @@ func (g *globals) openForCheckpoint(create bool, what string) (*snapshot.Repo, e
 	if os.Getenv("SNAPBACK_LOCK_WAIT") == "" {
 		g.lockWait = checkpointLockWait
 	}
-	repo, _, err := g.open(create, what)
-	return repo, err
+	return g.open(o)
 }
 
 func runCheckpointBegin(g *globals, o checkpointOptions) error {
 	if err := checkSession("begin", o.session); err != nil {
 		return err
 	}
-	repo, err := g.openForCheckpoint(true, "checkpoint begin")
+	repo, err := g.openForCheckpoint(snapshot.Options{Verb: "checkpoint begin", Access: snapshot.ForChange, Create: true, Outside: true})
 	if err != nil {
 		return err
 	}
@@ -150,7 +149,7 @@ func runCheckpointEnd(g *globals, o checkpointOptions) error {
 		Targets int    `json:"targets"`
 		Open    string `json:"open,omitempty"`
 	}
-	repo, err := g.openForCheckpoint(false, "checkpoint end")
+	repo, err := g.openForCheckpoint(snapshot.Options{Verb: "checkpoint end", Access: snapshot.ForChange})
 	if errors.Is(err, snapshot.ErrNoStore) {
 		if g.json {
 			return g.printJSON(endJSON{State: "none"})
@@ -215,7 +214,7 @@ func runCheckpointStatus(g *globals) error {
 		Message   string     `json:"message,omitempty"`
 		CreatedAt *time.Time `json:"created_at,omitempty"`
 	}
-	repo, _, err := g.open(false, "checkpoint status")
+	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
 	var m *snapshot.Meta
 	switch {
 	case errors.Is(err, snapshot.ErrNoStore):

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
@@ -47,63 +44,13 @@ read from stdin, a terminal or not; stdin ending first is an error
 	return c
 }
 
-// pendingAndPaths splits [ID] [PATH...]: the first argument is an ID when
-// it names a pending run and no file of that name is here (a path "a"
-// could also be the end of a run's id: ./a says it is a path).
-func pendingAndPaths(g *globals, repo *snapshot.Repo, args []string) (*snapshot.ViewRun, []string, error) {
-	if len(args) > 0 {
-		if p, err := repo.FindPending(args[0]); err == nil {
-			if _, err := os.Lstat(args[0]); err != nil {
-				return p, args[1:], nil
-			}
-		}
-	}
-	p, err := repo.FindPending("")
-	return p, args, err
-}
-
-// relPaths turns user paths (relative to the working directory, or
-// absolute) into root-relative ones.
-func relPaths(root string, paths []string) ([]string, error) {
-	var out []string
-	for _, p := range paths {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return nil, err
-		}
-		rel, err := filepath.Rel(root, abs)
-		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-			return nil, usageErr("%s: not inside the project root %s", p, root)
-		}
-		if rel == "." {
-			rel = ""
-		}
-		out = append(out, filepath.ToSlash(rel))
-	}
-	return out, nil
-}
-
-// underAny reports whether path is at or below one of paths
-// (root-relative, "" for the root); no paths at all stand for the root.
-func underAny(path string, paths []string) bool {
-	if len(paths) == 0 {
-		return true
-	}
-	for _, l := range paths {
-		if l == "" || path == l || strings.HasPrefix(path, l+"/") {
-			return true
-		}
-	}
-	return false
-}
-
 func runCommit(g *globals, o commitOptions, args []string) error {
-	repo, _, err := g.open(false, "commit")
+	repo, err := g.open(snapshot.Options{Verb: "commit", Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
-	p, paths, err := pendingAndPaths(g, repo, args)
+	p, paths, err := pendingAndPaths(repo.Reader, args)
 	if err != nil {
 		return err
 	}

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/snapback/snapback/internal/gitdiff"
 	"github.com/snapback/snapback/snapshot"
@@ -62,7 +60,7 @@ type diffChangeJSON struct {
 }
 
 func runDiff(g *globals, ids, paths []string, o diffOptions) error {
-	repo, _, err := g.open(false, "diff")
+	repo, err := g.openReader(snapshot.Options{Verb: "diff", Access: snapshot.ForRead, SkipDamaged: true})
 	if err != nil {
 		return err
 	}
@@ -75,55 +73,17 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	if err != nil {
 		return err
 	}
-	// A pending run's changes come first: right after `run --then review`,
-	// "what did it change?" means the run.
-	var changes []snapshot.Change
-	var targets []snapshot.TargetState
-	// Paths the run wrote that no diff of it shows, named apart: ignored
-	// ones (written through) and excluded ones (moved by its commit).
-	var through, excluded []string
-	// Sockets and devices the run left, which nothing carries: said
-	// (on stderr) rather than left out unseen.
-	var skipped []snapshot.Skipped
-	base := ""
-	d := &differ{repo: repo}
-	// An id is read as every verb reads it (snapshot.Repo.Lookup): diff
-	// ID shows the pending run or the snapshot that undo ID would take.
-	var p *snapshot.ViewRun
-	var m *snapshot.Meta
-	if ref == "" {
-		if p, err = repo.FindPending(""); err != nil && !errors.Is(err, snapshot.ErrNoPending) {
-			return err
-		}
-	} else if m, p, err = repo.Lookup(ref); err != nil {
+	compared, err := repo.Compare(ref) // snapshot chooses what diff compares
+	if err != nil {
 		return err
 	}
-	if p != nil {
-		targets = p.Targets
-		target, cur, err := repo.PendingChanges(p)
-		if err != nil {
-			return err
-		}
-		changes, base = snapshot.DiffManifests(cur, target), p.ID
-		d.upper = repo.UpperDir(p.ID)
-		through = p.WroteThrough
-		if excluded, err = repo.ExcludedIn(p, nil); err != nil {
-			return err
-		}
-		if skipped, err = repo.SkippedIn(p); err != nil {
-			return err
-		}
-	} else {
-		if m == nil {
-			if m, err = repo.DefaultDiffBase(); err != nil {
-				return err
-			}
-		}
-		if changes, err = repo.Diff(m); err != nil {
-			return err
-		}
-		base, targets = m.ID, m.Targets
-		through, excluded, skipped = m.WroteThrough, m.Excluded, m.Skipped
+	changes, base, targets := compared.Changes, compared.Base, compared.Targets
+	// Paths written that no diff shows are named apart, and sockets and
+	// devices a run left are said (on stderr) rather than left out unseen.
+	through, excluded, skipped := compared.WroteThrough, compared.Excluded, compared.Skipped
+	d := &differ{repo: repo}
+	if compared.Run != nil {
+		d.upper = repo.UpperDir(compared.Run.ID)
 	}
 	if len(limits) > 0 {
 		var bad int
@@ -201,39 +161,6 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 	return nil
 }
 
-// diffIDAndPaths splits diff's arguments as commit's are split: the
-// first is an ID when it names a snapshot or a run and no file of that
-// name is here (./a says a path "a" is a path); after --, ids holds what
-// came before it, an ID. When the first argument names no id and is
-// taken for a path, idErr says so, for limitDiff's error.
-func diffIDAndPaths(repo *snapshot.Repo, ids, paths []string) (ref string, rest []string, idErr, err error) {
-	if paths != nil { // -- was given
-		if len(ids) == 1 {
-			return ids[0], paths, nil, nil
-		}
-		return "", paths, nil, nil
-	}
-	if len(ids) == 0 {
-		return "", nil, nil, nil
-	}
-	if _, err := os.Lstat(ids[0]); err == nil {
-		return "", ids, nil, nil
-	}
-	_, _, err = repo.Lookup(ids[0])
-	if errors.As(err, new(*snapshot.UnknownIDError)) {
-		// A deleted file's name, or a mistyped id: limitDiff says which
-		// (an id has no slash).
-		if strings.ContainsRune(ids[0], '/') {
-			err = nil
-		}
-		return "", ids, err, nil
-	}
-	if err != nil {
-		return "", nil, nil, err
-	}
-	return ids[0], ids[1:], nil, nil
-}
-
 // limitDiff keeps the changes (and the paths written through or
 // excluded) at or below limits, the project-relative forms of args ("" for
 // the root). A path that is not in the tree and that no change names is
@@ -301,7 +228,7 @@ func displayPath(c snapshot.Change) string {
 // for a pending run, the tree), the new one from the tree (or the run's
 // upper layer).
 type differ struct {
-	repo  *snapshot.Repo
+	repo  *snapshot.Reader
 	upper string // set for a pending run
 	// recorded: both sides are a recorded step's (show), read from the
 	// store.

@@ -32,7 +32,7 @@ discarded. -p takes no --json.`,
 			if patch {
 				return runPick(g, "discard", args, false)
 			}
-			repo, p, err := g.openPending("discard", args)
+			repo, p, err := g.openPending(snapshot.Options{Verb: "discard", Access: snapshot.ForChange}, args)
 			if err != nil {
 				return err
 			}

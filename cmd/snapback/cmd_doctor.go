@@ -95,7 +95,7 @@ type doctorStore struct {
 // (snapshot.Locate, as every verb), and, for one in the tree of a git work
 // tree, that `git clean -fdx` removes it: git sees an ignored directory.
 func storeReport(root string) (doctorStore, error) {
-	loc, _, err := storeOf(root, "doctor")
+	loc, err := storeOf(root)
 	if err != nil {
 		return doctorStore{}, err
 	}

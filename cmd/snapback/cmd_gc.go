@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/snapback/snapback/snapshot"
 
 	"github.com/spf13/cobra"
 )
@@ -16,7 +17,7 @@ func newGCCmd(g *globals) *cobra.Command {
 			if !c.Flags().Changed("keep") || keep < 0 {
 				return usageErr("gc: --keep N (N >= 0) is required")
 			}
-			repo, _, err := g.open(false, "gc")
+			repo, err := g.open(snapshot.Options{Verb: "gc", Access: snapshot.ForChange})
 			if err != nil {
 				return err
 			}

@@ -57,7 +57,7 @@ func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
 }
 
 func runList(g *globals, all bool) error {
-	repo, _, err := g.open(false, "list")
+	repo, err := g.openReader(snapshot.Options{Verb: "list", Access: snapshot.ForRead, SkipDamaged: true})
 	if errors.Is(err, snapshot.ErrNoStore) {
 		// No store yet is no error for a question: the list is empty.
 		if g.json {

@@ -289,12 +289,12 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 	if g.json {
 		return usageErr("%s -p asks questions: it takes no --json", verb)
 	}
-	repo, _, err := g.open(false, verb)
+	repo, err := g.open(snapshot.Options{Verb: verb, Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
-	p, paths, err := pendingAndPaths(g, repo, args)
+	p, paths, err := pendingAndPaths(repo.Reader, args)
 	if err != nil {
 		return err
 	}
@@ -316,7 +316,7 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 		fmt.Fprintf(g.stdout, "no changes of run %s to %s\n", p.ID, verb)
 		return nil
 	}
-	d := &differ{repo: repo, upper: repo.UpperDir(p.ID)}
+	d := &differ{repo: repo.Reader, upper: repo.UpperDir(p.ID)}
 	units, err := pickUnits(d, changes)
 	if err != nil {
 		return fmt.Errorf("%s -p: %w", verb, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/snapback/snapback/snapshot"
 
 	"github.com/spf13/cobra"
 )
@@ -12,7 +13,7 @@ func newRecoverCmd(g *globals) *cobra.Command {
 		Short: "Finish an interrupted undo, redo or restore, clear leftovers, move damaged records aside",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			repo, _, err := g.open(false, "recover") // open recovers
+			repo, err := g.open(snapshot.Options{Verb: "recover", Access: snapshot.ForChange, SkipDamaged: true}) // open recovers
 			if err != nil {
 				return err
 			}

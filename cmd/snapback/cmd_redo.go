@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/snapback/snapback/snapshot"
 
 	"github.com/spf13/cobra"
 )
@@ -19,7 +20,7 @@ func newRedoCmd(g *globals) *cobra.Command {
 }
 
 func runRedo(g *globals, o undoOptions) error {
-	repo, _, err := g.open(false, "redo")
+	repo, err := g.open(snapshot.Options{Verb: "redo", Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"github.com/snapback/snapback/snapshot"
+	"github.com/spf13/cobra"
+)
 
 func newRestoreCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
@@ -8,7 +11,7 @@ func newRestoreCmd(g *globals) *cobra.Command {
 		Short: "Put the tree back as it was at snapshot ID (the current state is saved first)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			repo, _, err := g.open(false, "restore")
+			repo, err := g.open(snapshot.Options{Verb: "restore", Access: snapshot.ForChange})
 			if err != nil {
 				return err
 			}

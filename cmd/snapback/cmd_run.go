@@ -112,14 +112,14 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 	if err := precheckRoot(g, o); err != nil {
 		return err
 	}
-	repo, cfg, err := g.open(true, "run")
+	repo, err := g.open(snapshot.Options{Verb: "run", Access: snapshot.ForChange, Create: true})
 	if err != nil {
 		return err
 	}
 	defer repo.Close()
 	mode := o.mode
 	if mode == "" {
-		mode = cfg.Snapshot.Mode
+		mode = repo.Config.Snapshot.Mode
 	}
 	waiting := func(p *snapshot.ViewRun) {
 		fmt.Fprintf(g.stderr, "snapback: waiting for run %s: %s\n", p.ID, oneLine(runner.RunningStep(p)))
@@ -129,7 +129,7 @@ func runRun(c *cobra.Command, g *globals, o runOptions, argv []string) error {
 		LockWait: lockWait(), Notify: func(s string) { fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(s)) },
 		Count: g.json || o.result != "" || g.summary()})
 	if err == nil {
-		retain(g, repo, cfg)
+		retain(g, repo)
 	}
 	// Said once it is known whether the run saved the git state.
 	saved := gitdirs.SavedNone

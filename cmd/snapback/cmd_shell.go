@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/snapback/snapback/snapshot"
 	"os"
 
 	"github.com/snapback/snapback/runner"
@@ -18,7 +19,7 @@ changes; nothing is committed when it exits.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			g.runStarted = true
-			repo, p, err := g.openPending("shell", args)
+			repo, p, err := g.openPending(snapshot.Options{Verb: "shell", Access: snapshot.ForChange}, args)
 			if err != nil {
 				return err
 			}

@@ -40,7 +40,7 @@ type showJSON struct {
 }
 
 func runShow(g *globals, args []string, o diffOptions) error {
-	repo, _, err := g.open(false, "show")
+	repo, err := g.openReader(snapshot.Options{Verb: "show", Access: snapshot.ForRead})
 	if err != nil {
 		return err
 	}

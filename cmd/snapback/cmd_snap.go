@@ -22,7 +22,7 @@ func newSnapCmd(g *globals) *cobra.Command {
 }
 
 func runSnap(g *globals, o snapOptions) error {
-	repo, cfg, err := g.open(true, "snap")
+	repo, err := g.open(snapshot.Options{Verb: "snap", Access: snapshot.ForChange, Create: true})
 	if err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func runSnap(g *globals, o snapOptions) error {
 		return err
 	}
 	st := repo.LastScan
-	defer retain(g, repo, cfg)
+	defer retain(g, repo)
 	unc := g.noteUncovered(repo.Root, savedBy(m))
 	if g.json {
 		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead}, unc))

@@ -37,7 +37,7 @@ type runJSON struct {
 }
 
 func runStatus(g *globals) error {
-	repo, _, err := g.open(false, "status")
+	repo, err := g.openReader(snapshot.Options{Verb: "status", Access: snapshot.ForRead, SkipDamaged: true})
 	if errors.Is(err, snapshot.ErrNoStore) {
 		// No store yet is no error for a question: nothing is pending.
 		if g.json {

@@ -60,7 +60,7 @@ undone (a later undo ID takes the rest); redo reapplies that part.`,
 }
 
 func runUndo(g *globals, ref string, o undoOptions) error {
-	repo, _, err := g.open(false, "undo")
+	repo, err := g.open(snapshot.Options{Verb: "undo", Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func runUndoOpen(g *globals, repo *snapshot.Repo, ref string, o undoOptions) err
 
 // runUndoPaths reverts part of a step.
 func runUndoPaths(g *globals, ref string, paths []string, o undoOptions) error {
-	repo, _, err := g.open(false, "undo")
+	repo, err := g.open(snapshot.Options{Verb: "undo", Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapsh
 
 // runUndoSession reverts every checkpoint of a session as one step.
 func runUndoSession(g *globals, o undoOptions) error {
-	repo, _, err := g.open(false, "undo")
+	repo, err := g.open(snapshot.Options{Verb: "undo", Access: snapshot.ForChange})
 	if err != nil {
 		return err
 	}

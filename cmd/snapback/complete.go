@@ -41,20 +41,12 @@ func idCompletions(g *globals, k idKinds) []string {
 	if err != nil {
 		return nil
 	}
-	loc, cfg, err := storeOf(root, "complete")
-	if err != nil || !loc.Exists {
-		return nil
-	}
-	repo, err := snapshot.OpenRepoAt(root, loc.Dir, cfg, false)
+	// No waiting for the lock, and nothing to say: no Warn.
+	repo, err := snapshot.OpenReader(root, snapshot.Options{Verb: "complete", Access: snapshot.ForRead, SkipDamaged: true, Untouched: true})
 	if err != nil {
 		return nil
 	}
 	defer repo.Close()
-	repo.Warn = func(string) {}
-	repo.SkipDamaged = true
-	if repo.Lock(0, "complete") != nil {
-		return nil
-	}
 	var out []string
 	if k.runs {
 		runs, _ := repo.PendingRuns()

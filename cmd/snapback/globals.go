@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -82,121 +81,80 @@ func (g *globals) rootDir() (string, error) {
 	return snapshot.FindRoot(wd), nil
 }
 
-// readOnlyVerbs never change the tree: they run while an interrupted
-// operation is still unfinished (saying so) instead of finishing it.
-var readOnlyVerbs = map[string]bool{"list": true, "diff": true, "show": true, "status": true, "check": true, "checkpoint status": true}
-
-// skipDamagedVerbs go on, with a warning, past snapshot records that
-// cannot be read: verbs that only look (archive create writes outside
-// the store), check, which reports them, and recover, which moves them
-// aside. The others refuse, naming the record and the remedy: undo or
-// gc must not act on a history with a hole in it.
-var skipDamagedVerbs = map[string]bool{"list": true, "diff": true, "status": true, "check": true, "check --repair": true, "recover": true, "archive create": true, "checkpoint status": true}
-
-// outsideVerbs make a project's first store outside the tree, in the
-// state directory (snapshot.Locate): the agent hooks' verbs, whose turns
-// a `git clean -fdx` of the agent's must not take the history of.
-var outsideVerbs = map[string]bool{"checkpoint begin": true, "agent hook": true, "agent install": true}
-
 // storeOf says where the store of the project at root is, by its config
-// (snapshot.Locate: every verb finds its store there).
-func storeOf(root, what string) (snapshot.Location, *config.Config, error) {
+// (snapshot.Locate: every verb finds its store there), for the verbs that
+// name it without opening it.
+func storeOf(root string) (snapshot.Location, error) {
 	cfg, err := config.Load(root)
 	if err != nil {
-		return snapshot.Location{}, nil, err
+		return snapshot.Location{}, err
 	}
-	loc, err := snapshot.Locate(root, cfg.Snapshot.Store, outsideVerbs[what])
-	return loc, cfg, err
+	return snapshot.Locate(root, cfg.Snapshot.Store, false)
 }
 
-// open loads the config and the store, takes the lock and finishes any
-// interrupted operation. The caller must Close the repo.
-func (g *globals) open(create bool, what string) (*snapshot.Repo, *config.Config, error) {
+// open opens the project's store to change it, as the verb declares in o
+// (snapshot.Open: locked, an interrupted operation finished first). The
+// caller must Close the repo.
+func (g *globals) open(o snapshot.Options) (*snapshot.Repo, error) {
+	root, err := g.openOptions(&o)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.Open(root, o)
+}
+
+// openReader opens the project's store to look, as the verb declares in
+// o (snapshot.OpenReader: what it returns cannot change the tree). The
+// caller must Close the reader.
+func (g *globals) openReader(o snapshot.Options) (*snapshot.Reader, error) {
+	root, err := g.openOptions(&o)
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.OpenReader(root, o)
+}
+
+// openOptions finds the project root and completes o, as a verb declared
+// it, with how this process waits for the lock and hears of what opening
+// does.
+func (g *globals) openOptions(o *snapshot.Options) (string, error) {
 	root, err := g.rootDir()
 	if err != nil {
-		return nil, nil, err
+		return "", err
 	}
-	if create {
+	if o.Create {
 		if err := g.refuseWideRoot(root); err != nil { // wideroot.go: not all of $HOME or /
-			return nil, nil, err
+			return "", err
 		}
 	}
-	loc, cfg, err := storeOf(root, what)
-	if err != nil {
-		return nil, nil, err
-	}
-	if what == "check --repair" {
-		// A store refused as untrusted (a symlink or a stranger's file in
-		// it, or a store not made here: trust.go in package snapshot) is
-		// set aside first, nothing deleted; a store set aside whole is
-		// replaced by an empty one, so that every verb works again.
-		moved, err := snapshot.SetAsideUntrusted(root, loc.Dir)
-		for _, m := range moved {
-			if g.json { // stdout holds the one JSON object
-				fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(m))
-			} else {
-				fmt.Fprintln(g.stdout, oneLine(m))
-			}
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		create = create || len(moved) > 0
-	}
-	if !create && !loc.Exists {
-		return nil, nil, fmt.Errorf("%s: %w", root, snapshot.ErrNoStore)
-	}
-	repo, err := snapshot.OpenRepoAt(root, loc.Dir, cfg, create)
-	if err != nil {
-		return nil, nil, err
-	}
-	repo.Targets = cfg.Targets
-	repo.Ctx = g.ctx // a scan or a target's work stops on Ctrl-C
-	repo.Working = g.working
-	if p := g.progressLine(); p != nil {
-		repo.Progress = p.snapshot
-	}
-	repo.Warn = g.warn
-	repo.SkipDamaged = skipDamagedVerbs[what]
-	wait := lockWait()
+	o.LockWait = lockWait()
 	if g.lockWait > 0 {
-		wait = g.lockWait
+		o.LockWait = g.lockWait
 	}
-	if err := repo.Lock(wait, what); err != nil {
-		repo.Close()
-		return nil, nil, err
+	o.Ctx = g.ctx // a scan or a target's work stops on Ctrl-C
+	o.Working = g.working
+	if p := g.progressLine(); p != nil {
+		o.Progress = p.snapshot
 	}
-	op, jerr := repo.JournalOp()
-	if jerr != nil && what == "check --repair" {
-		// check reports the journal, and --repair sets it aside.
-	} else if jerr != nil && readOnlyVerbs[what] {
-		g.warn(jerr.Error() + " (not followed; `snapback check --repair` sets it aside)")
-	} else if op != "" && readOnlyVerbs[what] {
-		// Looking never changes the tree: an interrupted operation is
-		// finished by a verb that changes things, or `snapback recover`.
-		g.warn("an interrupted " + op + " is not finished yet (`snapback recover` finishes it); showing the tree as it is")
-	} else if did, err := repo.Recover(); errors.Is(err, snapshot.ErrTargetsPending) && readOnlyVerbs[what] {
-		// Looking must stay possible while a server is down; changing
-		// anything waits until the interrupted operation is finished.
-		g.warn(err.Error())
-	} else if err != nil {
-		repo.Close()
-		return nil, nil, err
-	} else if did {
-		note := repo.RecoverNote
-		if note == "" {
-			note = "finished an interrupted operation"
-		}
+	o.Warn = g.warn
+	o.Recovered = func(note string) {
 		fmt.Fprintf(g.stderr, "snapback: %s (recover)\n", oneLine(note))
 	}
-	return repo, cfg, nil
+	o.SetAside = func(msg string) {
+		if g.json { // stdout holds the one JSON object
+			fmt.Fprintf(g.stderr, "snapback: %s\n", oneLine(msg))
+		} else {
+			fmt.Fprintln(g.stdout, oneLine(msg))
+		}
+	}
+	return root, nil
 }
 
-// openPending opens the store and finds the pending run named by the
-// optional first argument (default: the newest). The caller must Close
-// the repo.
-func (g *globals) openPending(what string, args []string) (*snapshot.Repo, *snapshot.ViewRun, error) {
-	repo, _, err := g.open(false, what)
+// openPending opens the store as o declares and finds the pending run
+// named by the optional first argument (default: the newest). The caller
+// must Close the repo.
+func (g *globals) openPending(o snapshot.Options, args []string) (*snapshot.Repo, *snapshot.ViewRun, error) {
+	repo, err := g.open(o)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,13 +5,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/snapshot"
 )
 
 // retain applies [snapshot] keep and keep_days after a snap or run. The
 // verb's own work is done: a failure here is a warning, not its status.
-func retain(g *globals, repo *snapshot.Repo, cfg *config.Config) {
+func retain(g *globals, repo *snapshot.Repo) {
+	cfg := repo.Config
 	ret := snapshot.Retention{Keep: cfg.Snapshot.Keep, MaxAge: time.Duration(cfg.Snapshot.KeepDays) * 24 * time.Hour}
 	st, err := repo.Retain(ret)
 	if err != nil {

@@ -294,7 +294,7 @@ func TestOverlay(t *testing.T) {
 	unmount()
 
 	// The upper layer, read by the one changeset reader, is exactly the run's changes.
-	repo, err := snapshot.OpenRepo(lower, nil, true)
+	repo, err := snapshot.Open(lower, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	defer repo.Close()
 	ud, err := fsutil.OpenRoot(upper)
@@ -366,7 +366,7 @@ func TestXWhiteout(t *testing.T) {
 	treetest.Must(t, err)
 	treetest.Must(t, ov.makeWhiteout(gone))
 	treetest.Must(t, os.WriteFile(filepath.Join(upper, "empty"), nil, 0o600)) // an empty file, not a whiteout
-	repo, err := snapshot.OpenRepo(root, nil, true)
+	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	defer repo.Close()
 	ud, err := fsutil.OpenRoot(upper)
