@@ -87,6 +87,7 @@ func OpenRepoAt(root, dir string, ign Ignorer, create bool) (*Repo, error) {
 func (r *Repo) Close() {
 	r.Unlock()
 	r.treeDir.Close()
+	r.forgetPacks()
 }
 
 // ScanTree reads the whole tree; with store set, contents not yet in the
