@@ -505,8 +505,8 @@ func (s *Store) PutBytes(b []byte) (ObjectID, error) {
 // the object exists: contents are deduplicated by hash).
 func (s *Store) adopt(tmp string, id ObjectID) error {
 	dst := s.objectPath(id)
-	if _, err := os.Lstat(dst); err == nil {
-		os.Remove(tmp) // a duplicate: the stored copy is identical
+	if s.HasObject(id) {
+		os.Remove(tmp) // a duplicate: the stored copy (loose or packed) is identical
 		return nil
 	}
 	fsutil.Mutating()

@@ -155,12 +155,13 @@ setfattr -n user.changed -v yes tree/d1/f15.txt
 func damageObject(t *testing.T, root string, content []byte) {
 	t.Helper()
 	h := fmt.Sprintf("%x", sha256.Sum256(content))
-	p := filepath.Join(root, snapshot.StoreDir, "objects", h[:2], h[2:])
-	treetest.Must(t, os.Chmod(p, 0o600))
-	b, err := os.ReadFile(p)
+	o, ok, err := findObject(filepath.Join(root, snapshot.StoreDir), h)
 	treetest.Must(t, err)
-	b[0] ^= 1
-	treetest.Must(t, os.WriteFile(p, b, 0o400))
+	if !ok {
+		t.Fatalf("the store holds no object %s", h)
+	}
+	_, err = setStoredByte(o, content[0]^1)
+	treetest.Must(t, err)
 }
 
 // sqliteTarget adds a SQLite target inside the tree to root.
