@@ -14,3 +14,12 @@ func PackedObjects(s *Store) []ObjectID {
 	}
 	return out
 }
+
+// PackedAt says which pack file holds the content id, and where in it.
+func PackedAt(s *Store, id ObjectID) (path string, off int64, ok bool) {
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	s.loadPacksLocked()
+	loc, ok := s.packed[id]
+	return s.path(packsDir, loc.pack), loc.off, ok
+}

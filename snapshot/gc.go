@@ -304,9 +304,7 @@ func (r *Repo) sweepPacks(live map[ObjectID]bool, st *GCStats) error {
 	if len(dead) == 0 && len(small) < 2 {
 		return nil
 	}
-	if len(small) >= 2 {
-		dead = append(dead, small...)
-	}
+	dead = append(dead, small...) // written together with the others
 	_, n, b, err := r.repack(dead, func(id ObjectID, _ []byte) bool { return live[id] }, false)
 	if err != nil {
 		return fmt.Errorf("gc: %w", err)

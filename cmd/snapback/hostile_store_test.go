@@ -34,9 +34,11 @@ func TestHostileStore(t *testing.T) {
 	bin := snapbackBinary(t)
 	// The paths the store uses (snapshot/trust.go lists the layout); ""
 	// is the store itself. OBJ, MAN and REC stand for a content object, a
-	// manifest and a record of the project's history.
+	// manifest and a record of the project's history, PACK for the pack
+	// that holds OBJ (a small content: packed).
 	paths := []string{
 		"", "lock", "tmp", "objects", "objects/OBJDIR", "objects/OBJ", "objects/MAN",
+		"packs", "packs/PACK",
 		"snapshots", "snapshots/REC", "journal.json", "index", "identity", ".gitignore",
 		"agent", "agent/turn-00000000000000000000000000000000.json", "runs", "targets",
 		"damaged", "treerun.lock",
@@ -144,6 +146,15 @@ func hostileCase(t *testing.T, bin, rel, kind string) {
 // of this store's files.
 func hostileResolve(t *testing.T, store, rel, rec string) string {
 	t.Helper()
+	if rel == "packs/PACK" {
+		sum := sha256.Sum256([]byte("a2\n"))
+		o, ok, err := findObject(store, hex.EncodeToString(sum[:]))
+		treetest.Must(t, err)
+		if !ok || !o.packed {
+			t.Fatalf("no pack holds the content a2")
+		}
+		return "packs/" + filepath.Base(o.path)
+	}
 	if !strings.Contains(rel, "OBJ") && !strings.Contains(rel, "MAN") && !strings.Contains(rel, "REC") {
 		return rel
 	}
