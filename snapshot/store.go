@@ -399,13 +399,15 @@ func (s *Store) readObject(id ObjectID, max int64) ([]byte, error) {
 	return b, err
 }
 
-// PutFile stores the content of src and returns its id and size. The
-// object is complete under its final name or absent; it becomes durable at
-// the next [Store.Flush]. Where the filesystem clones, the content is
-// cloned and the clone hashed; elsewhere it is hashed first, so content
-// the store already holds is never written again, and copied only when new
-// (the copy's own hash names it, so a source changing meanwhile cannot
-// make an object lie about its content).
+// PutFile stores the content of src and returns its id and size. A small
+// content (at most 16 KiB) waits in memory for the next pack (pack.go),
+// written by the next [Store.Flush]; a larger object is complete under
+// its final name or absent, and becomes durable at the next Flush. Where
+// the filesystem clones, a large content is cloned and the clone hashed;
+// elsewhere it is hashed first, so content the store already holds is
+// never written again, and copied only when new (the copy's own hash
+// names it, so a source changing meanwhile cannot make an object lie
+// about its content; a small one is named by the bytes read).
 func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
 	if st, err := src.Stat(); err == nil && st.Size() <= packMaxObject {
 		// Small: packed (pack.go), unless it grew past the bound meanwhile.
