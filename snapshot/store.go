@@ -410,14 +410,16 @@ func (s *Store) readObject(id ObjectID, max int64) ([]byte, error) {
 // about its content; a small one is named by the bytes read).
 func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
 	if st, err := src.Stat(); err == nil && st.Size() <= packMaxObject {
-		// Small: packed (pack.go), unless it grew past the bound meanwhile.
-		b, err := io.ReadAll(io.NewSectionReader(src, 0, packMaxObject+1))
-		if err != nil {
+		// Small: packed (pack.go), unless it grew since the stat (then
+		// stored as any content is).
+		b := make([]byte, st.Size()+1)
+		n, err := io.ReadFull(io.NewSectionReader(src, 0, st.Size()+1), b)
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 			return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 		}
-		if len(b) <= packMaxObject {
-			id, err := s.putPacked(b)
-			return id, int64(len(b)), err
+		if n <= int(st.Size()) {
+			id, err := s.putPacked(b[:n])
+			return id, int64(n), err
 		}
 	}
 	if !s.noClone.Load() {
