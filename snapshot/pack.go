@@ -381,8 +381,19 @@ func (s *Store) packedSize(id ObjectID) (int64, bool) {
 }
 
 // readPacked reads a packed (or waiting) content as stored, unchecked;
-// ok is false when no pack holds it.
-func (s *Store) readPacked(id ObjectID) (b []byte, ok bool, err error) {
+// ok is false when no pack holds it. A verb that only reads holds no
+// lock: a gc may have packed the content again and removed the pack this
+// process read the index of, so a pack gone is looked for once more.
+func (s *Store) readPacked(id ObjectID) ([]byte, bool, error) {
+	b, ok, err := s.readPackedOnce(id)
+	if errors.Is(err, fs.ErrNotExist) {
+		s.forgetPacks()
+		b, ok, err = s.readPackedOnce(id)
+	}
+	return b, ok, err
+}
+
+func (s *Store) readPackedOnce(id ObjectID) (b []byte, ok bool, err error) {
 	s.packMu.Lock()
 	s.loadPacksLocked()
 	if b, ok := s.pend.content(id); ok {
