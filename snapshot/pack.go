@@ -173,13 +173,37 @@ func (s *Store) packNames() ([]string, error) {
 	return out, nil
 }
 
-// packFileLocked returns the open pack name (kept open for the Store's life:
-// a restore reads thousands of contents from one pack). The caller holds
-// packMu.
+// maxOpenPacks bounds the packs a Store keeps open: a store of many
+// packs must not run out of file descriptors.
+const maxOpenPacks = 64
+
+// packFileLocked returns the open pack name, kept open (a restore reads
+// thousands of contents from one pack) until maxOpenPacks are. The caller
+// holds packMu.
 func (s *Store) packFileLocked(name string) (*os.File, error) {
 	if f := s.packFiles[name]; f != nil {
 		return f, nil
 	}
+	f, err := s.openPack(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.packFiles) >= maxOpenPacks {
+		for n, g := range s.packFiles {
+			g.Close() // read-only
+			delete(s.packFiles, n)
+		}
+	}
+	if s.packFiles == nil {
+		s.packFiles = map[string]*os.File{}
+	}
+	s.packFiles[name] = f
+	return f, nil
+}
+
+// openPack opens the pack name: no symlink followed, no FIFO waited on,
+// a regular file of the store's owner within the bound.
+func (s *Store) openPack(name string) (*os.File, error) {
 	d, err := s.openDir(packsDir)
 	if err != nil {
 		return nil, err
@@ -209,19 +233,16 @@ func (s *Store) packFileLocked(name string) (*os.File, error) {
 		f.Close() // read-only
 		return nil, err
 	}
-	if s.packFiles == nil {
-		s.packFiles = map[string]*os.File{}
-	}
-	s.packFiles[name] = f
 	return f, nil
 }
 
 // readPackIndex reads and checks the index of the pack name.
 func (s *Store) readPackIndex(name string) ([]packEntry, error) {
-	f, err := s.packFileLocked(name)
+	f, err := s.openPack(name)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close() // read-only
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -393,27 +414,36 @@ func (s *Store) readPacked(id ObjectID) ([]byte, bool, error) {
 	return b, ok, err
 }
 
-func (s *Store) readPackedOnce(id ObjectID) (b []byte, ok bool, err error) {
+func (s *Store) readPackedOnce(id ObjectID) ([]byte, bool, error) {
 	s.packMu.Lock()
+	defer s.packMu.Unlock()
 	s.loadPacksLocked()
 	if b, ok := s.pend.content(id); ok {
-		s.packMu.Unlock()
 		return b, true, nil
 	}
 	loc, ok := s.packed[id]
-	var f *os.File
-	if ok {
-		f, err = s.packFileLocked(loc.pack)
+	if !ok {
+		return nil, false, nil
 	}
-	s.packMu.Unlock()
-	if !ok || err != nil {
-		return nil, ok, err
+	b, err := s.readAtLocked(loc.pack, loc.off, loc.len)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("%w: object %s in pack %s: %w", ErrCorrupt, id, loc.pack, err)
 	}
-	b = make([]byte, loc.len)
-	if _, err := f.ReadAt(b, loc.off); err != nil {
-		return nil, true, fmt.Errorf("%w: object %s in pack %s: %w", ErrCorrupt, id, loc.pack, err)
+	return b, true, err
+}
+
+// readAtLocked reads n bytes at off of the pack name (under packMu: an
+// open pack may be closed to open another).
+func (s *Store) readAtLocked(name string, off, n int64) ([]byte, error) {
+	f, err := s.packFileLocked(name)
+	if err != nil {
+		return nil, err
 	}
-	return b, true, nil
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // packedIDs adds the packed (and waiting) contents to set.
@@ -450,16 +480,8 @@ func (s *Store) packIndex(name string) ([]packEntry, error) {
 // readEntry reads one entry of the pack name, as stored.
 func (s *Store) readEntry(name string, e packEntry) ([]byte, error) {
 	s.packMu.Lock()
-	f, err := s.packFileLocked(name)
-	s.packMu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, e.len)
-	if _, err := f.ReadAt(b, e.off); err != nil {
-		return nil, err
-	}
-	return b, nil
+	defer s.packMu.Unlock()
+	return s.readAtLocked(name, e.off, e.len)
 }
 
 // repack writes the entries of the packs named in from that keep says

@@ -313,3 +313,29 @@ func TestPackBeforeStatCache(t *testing.T) {
 	treetest.Must(t, err)
 	sameFiles(t, root, files)
 }
+
+// A store of more packs than a process keeps open reads every one.
+func TestPackMany(t *testing.T) {
+	root := t.TempDir()
+	r := openRepo(t, root)
+	files := map[string][]byte{}
+	for i := 0; i < 70; i++ {
+		p := fmt.Sprintf("f%02d.txt", i)
+		files[p] = []byte(fmt.Sprintf("content %d\n", i))
+		treetest.Write(t, root, p, string(files[p]), 0o644)
+		_, err := r.Snap(snapshot.KindSnap, p)
+		treetest.Must(t, err)
+	}
+	if packs, _ := filepath.Glob(filepath.Join(r.Dir, "packs", "*.pack")); len(packs) != 70 {
+		t.Fatalf("%d packs, want 70", len(packs))
+	}
+	r.Close()
+	r = openRepo(t, root)
+	cleanCheck(t, r)
+	for p := range files {
+		treetest.Must(t, os.Remove(filepath.Join(root, p)))
+	}
+	_, _, err := r.Undo("", false)
+	treetest.Must(t, err)
+	sameFiles(t, root, files)
+}
