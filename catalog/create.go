@@ -23,7 +23,7 @@ import (
 // Source is what an archive is made from: a project's store.
 type Source interface {
 	ReadObject(id snapshot.ObjectID) ([]byte, error)
-	OpenObject(id snapshot.ObjectID) (*os.File, error)
+	OpenObject(id snapshot.ObjectID) (io.ReadCloser, error)
 	// PayloadDir is the absolute directory of a target payload.
 	PayloadDir(rel string) string
 }

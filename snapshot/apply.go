@@ -341,19 +341,19 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 		if a.open != nil {
 			src, err = a.open(t.Object)
 		} else {
-			var of *os.File
 			if a.rollback && a.staged {
-				of, err = a.s.openStaged(a.opID, t.Object)
+				if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
+					src = f
+				}
 			}
-			if of == nil {
-				of, err = a.s.OpenObject(t.Object)
+			if src == nil {
+				src, err = a.s.OpenObject(t.Object)
 			}
 			if errors.Is(err, ErrMissingObject) && a.staged {
 				if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
-					of, err = f, nil
+					src, err = f, nil
 				}
 			}
-			src = of
 		}
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,10 +94,39 @@ func BenchmarkSnapFirst(b *testing.B) {
 		if m.Files != benchFiles || repo.LastScan.FilesRead != benchFiles {
 			b.Fatalf("first snap: %d files, read %d; want %d and %d", m.Files, repo.LastScan.FilesRead, benchFiles, benchFiles)
 		}
+		if i == 0 {
+			// What the store costs on disk against the tree (du's counts).
+			size, err := repo.Size()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(size)/1024, "store-KiB")
+			b.ReportMetric(float64(diskUsageOf(b, root))/1024, "tree-KiB")
+		}
 		repo.Close()
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(benchFiles), "files/op")
+}
+
+// diskUsageOf is what du counts for the tree at dir, the store left out.
+func diskUsageOf(b *testing.B, dir string) int64 {
+	b.Helper()
+	n := int64(0)
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.Name() == snapshot.StoreDir {
+			return filepath.SkipDir
+		}
+		n += fi.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // BenchmarkSnapUnchanged: a second snapshot of an unchanged tree, which

@@ -24,6 +24,7 @@ const (
 	DamageRun      = "run"      // a pending run's record (runs/<id>/run.json) that cannot be read
 	DamagePayload  = "payload"  // a target payload a record or run names: missing or unreadable
 	DamageIndex    = "index"    // the stat cache (a cache: rebuilt by the next snap)
+	DamagePack     = "pack"     // a pack (packs/<hash>.pack) whose index cannot be read: its contents are missing
 	DamageFile     = "file"     // something in objects/ that is no object
 	DamageJournal  = "journal"  // a journal snapback will not follow (unreadable, or leading out of the store)
 )
@@ -124,16 +125,18 @@ func (r *Reader) check(o CheckOptions) (*checker, error) {
 }
 
 func kindOrder(k string) int {
-	return strings.Index("journal record run manifest object payload index file", k)
+	return strings.Index("journal record run manifest object pack payload index file", k)
 }
 
 type checker struct {
 	r   *Reader
 	rep *CheckReport
 
-	present  map[ObjectID]bool   // every object file, by name
-	damaged  map[ObjectID]string // objects whose content is not their name, and why
-	reported map[ObjectID]bool   // damaged objects already reported (as a manifest)
+	present   map[ObjectID]bool   // every object, loose by its file's name or packed
+	packOf    map[ObjectID]string // the pack a content is read from (not loose)
+	packAside map[string]string   // packs --repair set aside, and where
+	damaged   map[ObjectID]string // objects whose content is not their name, and why
+	reported  map[ObjectID]bool   // damaged objects already reported (as a manifest)
 	// moveRecords: records --repair moves aside because the state they
 	// return to is gone (their manifest missing or damaged).
 	moveRecords map[string]bool
@@ -223,6 +226,45 @@ func (c *checker) objects(readData bool) error {
 			c.damaged[id] = err.Error()
 		case sum != id:
 			c.damaged[id] = "content does not match its hash"
+		}
+	}
+	return c.packs(readData)
+}
+
+// packs lists the contents of every pack (those a loose object or an
+// earlier pack holds too are never read from it) and, with readData,
+// hashes each; a pack whose index cannot be read is damage.
+func (c *checker) packs(readData bool) error {
+	c.packOf = map[ObjectID]string{}
+	r := c.r
+	names, err := r.packNames()
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	for _, name := range names {
+		ents, err := r.packIndex(name)
+		if err != nil {
+			c.add(Damage{Kind: DamagePack, ID: r.path(packsDir, name), Problem: err.Error()})
+			continue
+		}
+		for _, e := range ents {
+			if c.present[e.id] {
+				continue
+			}
+			c.present[e.id] = true
+			c.packOf[e.id] = name
+			c.rep.ObjectsChecked++
+			if !readData {
+				continue
+			}
+			b, err := r.readEntry(name, e)
+			c.rep.BytesRead += int64(len(b))
+			switch {
+			case err != nil:
+				c.damaged[e.id] = fmt.Sprintf("pack %s: %v", name, err)
+			case sha256.Sum256(b) != e.id:
+				c.damaged[e.id] = fmt.Sprintf("content does not match its hash (in pack %s)", name)
+			}
 		}
 	}
 	return nil
@@ -328,7 +370,7 @@ func (c *checker) manifests(metas []*Meta) {
 // loadManifest reads a manifest as LoadManifest does, saying what is
 // wrong in check's terms.
 func (c *checker) loadManifest(oid ObjectID) (Manifest, string) {
-	b, err := readLimited(c.r.objectPath(oid), maxManifestSize)
+	b, err := c.r.readObject(oid, maxManifestSize)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -447,7 +489,7 @@ func (c *checker) repair(r *Repo) error {
 			var notes []string
 			oid, _ := ParseObjectID(d.ID)
 			if c.present[oid] {
-				to, err := r.moveAside(r.objectPath(oid), "object-"+d.ID)
+				to, err := c.setAside(oid)
 				if err != nil {
 					return err
 				}
@@ -476,13 +518,19 @@ func (c *checker) repair(r *Repo) error {
 			if c.present[oid] {
 				// Aside, it no longer passes for the content: the next
 				// snapshot of a file holding it stores it again.
-				to, err := r.moveAside(r.objectPath(oid), "object-"+d.ID)
+				to, err := c.setAside(oid)
 				if err != nil {
 					return err
 				}
 				d.Repair = "moved to " + to
 			}
 			want[oid] = d
+		case DamagePack:
+			to, err := r.moveAside(d.ID, "pack-"+filepath.Base(d.ID))
+			if err != nil {
+				return err
+			}
+			d.Repair = "moved to " + to + "; the contents snapshots need from it are reported missing"
 		case DamageIndex:
 			if err := os.Remove(r.path("index")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("check: %w", err)
@@ -494,6 +542,7 @@ func (c *checker) repair(r *Repo) error {
 			d.Repair = "left in place: not snapback's"
 		}
 	}
+	r.forgetPacks() // packs were set aside or written
 	if len(want) == 0 {
 		return nil
 	}
@@ -514,6 +563,30 @@ func (c *checker) repair(r *Repo) error {
 		}
 	}
 	return nil
+}
+
+// setAside moves a damaged object out of the way, into damaged/: a loose
+// one's file, or, for a packed one, its whole pack, once the pack's
+// intact contents are packed again. It says where it went.
+func (c *checker) setAside(oid ObjectID) (string, error) {
+	pack := c.packOf[oid]
+	if pack == "" {
+		return c.r.moveAside(c.r.objectPath(oid), "object-"+oid.String())
+	}
+	if to, ok := c.packAside[pack]; ok {
+		return to, nil
+	}
+	went, _, _, err := c.r.repack([]string{pack}, func(id ObjectID, b []byte) bool {
+		return sha256.Sum256(b) == id
+	}, true)
+	if err != nil {
+		return "", fmt.Errorf("check: %w", err)
+	}
+	if c.packAside == nil {
+		c.packAside = map[string]string{}
+	}
+	c.packAside[pack] = went[pack] + " (its pack; the intact contents packed again)"
+	return c.packAside[pack], nil
 }
 
 // restoreFromTree stores again the wanted contents that a file of the

@@ -17,6 +17,8 @@
 //	treerun.lock      flock held by a run on the tree (copy, btrfs) from its
 //	                  snapshot to its record: such runs take turns (treerun.go)
 //	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go, codec.go)
+//	packs/<sha256>.pack  contents of up to 16 KiB, many to a file, with an
+//	                  index (pack.go); a store made before packs has none
 //	snapshots/ID.json one record (Meta) per snapshot (meta.go); an open
 //	                  checkpoint is one too, until its end (checkpoint.go)
 //	index             the stat cache, checksummed (statcache.go)

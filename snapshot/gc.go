@@ -271,5 +271,45 @@ func (r *Repo) sweepObjects(live map[ObjectID]bool, st *GCStats) error {
 			st.Objects++
 		}
 	}
+	return r.sweepPacks(live, st)
+}
+
+// sweepPacks drops the packed contents not live: each pack holding one
+// is written again without them (pack.go's repack), and small packs are
+// merged on the way, so that many small snapshots do not leave many
+// small packs. A pack whose index cannot be read is left for check.
+func (r *Repo) sweepPacks(live map[ObjectID]bool, st *GCStats) error {
+	names, err := r.packNames()
+	if err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	var dead, small []string
+	for _, name := range names {
+		ents, err := r.packIndex(name)
+		if err != nil {
+			continue
+		}
+		all, size := true, int64(0)
+		for _, e := range ents {
+			all = all && live[e.id]
+			size += e.len
+		}
+		switch {
+		case !all:
+			dead = append(dead, name)
+		case size < packTarget/2:
+			small = append(small, name)
+		}
+	}
+	if len(dead) == 0 && len(small) < 2 {
+		return nil
+	}
+	dead = append(dead, small...) // written together with the others
+	_, n, b, err := r.repack(dead, func(id ObjectID, _ []byte) bool { return live[id] }, false)
+	if err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	st.Objects += n
+	st.Bytes += b
 	return nil
 }

@@ -92,6 +92,7 @@ func openRepo(root, dir string, ign Ignorer, create bool) (*Repo, error) {
 func (r *Reader) Close() {
 	r.Unlock()
 	r.treeDir.Close()
+	r.forgetPacks()
 }
 
 // ScanTree reads the whole tree; with store set, contents not yet in the

@@ -325,6 +325,11 @@ func (c *statCache) deferSave() bool {
 }
 
 func (s *Store) saveCache(c *statCache) error {
+	// The cache vouches that the store holds what it names: the contents
+	// waiting for a pack must be on disk first.
+	if err := s.flushPack(); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.changed || c.deferSave() {

@@ -1,9 +1,11 @@
 package snapshot
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -106,6 +108,13 @@ type Store struct {
 	mu      sync.Mutex
 	pending []string    // objects written since the last Flush
 	noClone atomic.Bool // the store's filesystem refused a clone: copy
+
+	// Small contents are packed (pack.go): packMu guards the rest.
+	packMu    sync.Mutex
+	packed    map[ObjectID]packLoc // every pack's index; nil until read
+	badPacks  map[string]error     // packs whose index cannot be read
+	packFiles map[string]*os.File  // packs open for reading
+	pend      packBuf              // the pack being made
 }
 
 // syncEachLimit: up to this many new files, Flush fsyncs each one; beyond
@@ -271,10 +280,13 @@ func (s *Store) objectPath(id ObjectID) string {
 	return s.path("objects", h[:2], h[2:])
 }
 
-// HasObject reports whether the object is stored.
+// HasObject reports whether the object is stored (loose or packed).
 func (s *Store) HasObject(id ObjectID) bool {
-	_, err := os.Lstat(s.objectPath(id))
-	return err == nil
+	if _, err := os.Lstat(s.objectPath(id)); err == nil {
+		return true
+	}
+	_, ok := s.packedSize(id)
+	return ok
 }
 
 // listObjects returns the ids of the objects the store holds, from a
@@ -301,6 +313,7 @@ func (s *Store) listObjects() map[ObjectID]bool {
 			}
 		}
 	}
+	s.packedIDs(out)
 	return out
 }
 
@@ -308,6 +321,11 @@ func (s *Store) listObjects() map[ObjectID]bool {
 // missing).
 func (s *Store) objectSize(id ObjectID) (int64, error) {
 	st, err := os.Lstat(s.objectPath(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		if n, ok := s.packedSize(id); ok {
+			return n, nil
+		}
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -317,11 +335,20 @@ func (s *Store) objectSize(id ObjectID) (int64, error) {
 	return st.Size(), nil
 }
 
-// OpenObject opens a stored object for reading.
-func (s *Store) OpenObject(id ObjectID) (*os.File, error) {
+// OpenObject opens a stored object for reading: a loose object's file
+// (an *os.File), or a packed content read into memory. Either is read as
+// stored: the caller checks it against its hash as it copies it.
+func (s *Store) OpenObject(id ObjectID) (io.ReadCloser, error) {
 	// Never through a symlink, never blocking on a FIFO planted there.
 	f, err := os.OpenFile(s.objectPath(id), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
+		b, ok, perr := s.readPacked(id)
+		switch {
+		case perr != nil:
+			return nil, perr
+		case ok:
+			return io.NopCloser(bytes.NewReader(b)), nil
+		}
 		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
 	}
 	if err != nil {
@@ -338,7 +365,7 @@ func (s *Store) OpenObject(id ObjectID) (*os.File, error) {
 // index) and checks it against its name. The object is read as every
 // store file is: no symlink followed, a FIFO refused without blocking.
 func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
-	b, err := s.readFile(s.objectPath(id), maxReadObject)
+	b, err := s.readObject(id, maxReadObject)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
 	}
@@ -351,14 +378,44 @@ func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
 	return b, nil
 }
 
-// PutFile stores the content of src and returns its id and size. The
-// object is complete under its final name or absent; it becomes durable at
-// the next [Store.Flush]. Where the filesystem clones, the content is
-// cloned and the clone hashed; elsewhere it is hashed first, so content
-// the store already holds is never written again, and copied only when new
-// (the copy's own hash names it, so a source changing meanwhile cannot
-// make an object lie about its content).
+// readObject reads a whole object of at most max bytes, loose or packed,
+// as stored (the caller checks its hash); fs.ErrNotExist when neither
+// holds it.
+func (s *Store) readObject(id ObjectID, max int64) ([]byte, error) {
+	b, err := s.readFile(s.objectPath(id), max)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return b, err
+	}
+	b, ok, err := s.readPacked(id)
+	if err == nil && !ok {
+		err = fs.ErrNotExist
+	}
+	return b, err
+}
+
+// PutFile stores the content of src and returns its id and size. A small
+// content (at most 16 KiB) waits in memory for the next pack (pack.go),
+// written by the next [Store.Flush]; a larger object is complete under
+// its final name or absent, and becomes durable at the next Flush. Where
+// the filesystem clones, a large content is cloned and the clone hashed;
+// elsewhere it is hashed first, so content the store already holds is
+// never written again, and copied only when new (the copy's own hash
+// names it, so a source changing meanwhile cannot make an object lie
+// about its content; a small one is named by the bytes read).
 func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
+	if st, err := src.Stat(); err == nil && st.Size() <= packMaxObject {
+		// Small: packed (pack.go), unless it grew since the stat (then
+		// stored as any content is).
+		b := make([]byte, st.Size()+1)
+		n, err := io.ReadFull(io.NewSectionReader(src, 0, st.Size()+1), b)
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+		}
+		if n <= int(st.Size()) {
+			id, err := s.putPacked(b[:n])
+			return id, int64(n), err
+		}
+	}
 	if !s.noClone.Load() {
 		id, size, err := s.putClone(src)
 		if err == nil {
@@ -446,8 +503,8 @@ func (s *Store) PutBytes(b []byte) (ObjectID, error) {
 // the object exists: contents are deduplicated by hash).
 func (s *Store) adopt(tmp string, id ObjectID) error {
 	dst := s.objectPath(id)
-	if _, err := os.Lstat(dst); err == nil {
-		os.Remove(tmp) // a duplicate: the stored copy is identical
+	if s.HasObject(id) {
+		os.Remove(tmp) // a duplicate: the stored copy (loose or packed) is identical
 		return nil
 	}
 	fsutil.Mutating()
@@ -579,9 +636,13 @@ func (s *Store) copyStaged(p string, id ObjectID) error {
 	return nil
 }
 
-// Flush makes every object written so far durable (one syncfs rather than
-// an fsync per object).
+// Flush makes every object written so far durable: it writes the pack
+// being made, then syncs the loose objects (one syncfs rather than an
+// fsync per object, when there are many).
 func (s *Store) Flush() error {
+	if err := s.flushPack(); err != nil {
+		return fmt.Errorf("flush store: %w", err)
+	}
 	s.mu.Lock()
 	pending := s.pending
 	s.pending = nil
@@ -628,7 +689,7 @@ func (s *Store) LoadManifest(id string) (Manifest, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: manifest id %q", ErrCorrupt, id)
 	}
-	b, err := s.readFile(s.objectPath(oid), maxManifestSize)
+	b, err := s.readObject(oid, maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("load manifest: %w: %s", ErrMissingObject, oid)
 	}

@@ -108,7 +108,7 @@ const (
 // storeDirs are the directories snapback keeps in the store; storeFiles
 // the files, with their bounds.
 var (
-	storeDirs  = []string{"objects", "snapshots", "tmp", "runs", "targets", "agent", DamagedDir, "prune-tokens"}
+	storeDirs  = []string{"objects", "snapshots", "tmp", "runs", "targets", "agent", DamagedDir, "prune-tokens", packsDir}
 	storeFiles = map[string]int64{
 		"lock": maxLockFile, "treerun.lock": maxLockFile, "journal.json": maxJournal,
 		"index": maxIndexSize, IdentityFile: maxIdentity, ".gitignore": maxLockFile,
@@ -165,6 +165,11 @@ func (s *Store) checkLayout() error {
 	}
 	if err := s.checkEach("objects", func(name string) (bool, int64, bool) {
 		return len(name) == 2, 0, true
+	}); err != nil {
+		return err
+	}
+	if err := s.checkEach(packsDir, func(name string) (bool, int64, bool) {
+		return false, maxPackFile, validPackName(name)
 	}); err != nil {
 		return err
 	}

@@ -38,6 +38,9 @@ func FuzzStoreLayout(f *testing.F) {
 	f.Add(append(seedOp(opRemove, IdentityFile), seedOp(opLinkFile, "journal.json")...))
 	f.Add(seedOp(opForeign, "snapshots"))
 	f.Add([]byte{opLinkDir, 255, 5, 't', 'm', 'p', '/', 'x'})
+	f.Add(seedOp(opLinkDir, packsDir))
+	f.Add(append(seedOp(opFile, packsDir+"/"+strings.Repeat("0", 64)+packSuffix), 0xf0, 's', 'n', 'a', 'p'))
+	f.Add(append(seedOp(opFile, packsDir+"/"+strings.Repeat("0", 64)+packSuffix), 64, 's', 'n', 'a', 'p', 'b', 'a', 'c', 'k', '-', 'p', 'a', 'c', 'k', '/', '1', '\n'))
 
 	tmpl := newStoreTemplate(f)
 	f.Fuzz(func(t *testing.T, prog []byte) {
@@ -105,7 +108,7 @@ func exerciseStore(root string) []error {
 	note("snap", err)
 	_, err = r.GC(1000, nil)
 	note("gc", err)
-	_, err = r.Check(CheckOptions{})
+	_, err = r.Check(CheckOptions{ReadData: true})
 	note("check", err)
 	return errs
 }
@@ -176,7 +179,10 @@ func knownParts() []string {
 	}
 	sort.Strings(rf)
 	parts = append(parts, rf...)
-	return append(parts, run+"/upper", run+"/work", "agent/turn", "targets/db", "objects/00", "tmp/stage-x")
+	parts = append(parts, run+"/upper", run+"/work", "agent/turn", "targets/db", "objects/00", "tmp/stage-x")
+	// A pack of a valid name that snapback did not write (a planted file
+	// there is a hostile pack: its index is read at the first lookup).
+	return append(parts, packsDir+"/"+strings.Repeat("0", 64)+packSuffix)
 }
 
 const maxOps = 8

@@ -109,6 +109,7 @@ func TestScript(t *testing.T) {
 			"exits":   cmdExits,
 			"capture": cmdCapture,
 			"sleep":   cmdSleep,
+			"object":  cmdObject,
 		},
 	})
 }

@@ -1143,10 +1143,13 @@ func (m *model) undoSession(t *rapid.T) {
 	}
 }
 
-// objectPath is where the store keeps the content c (sha256-named).
-func (m *model) objectPath(c string) string {
-	h := fmt.Sprintf("%x", sha256.Sum256([]byte(c)))
-	return filepath.Join(m.root, ".snapback", "objects", h[:2], h[2:])
+// stored is where the store keeps the content c, loose or packed.
+func (m *model) stored(c string) (storedObject, bool) {
+	o, ok, err := findObject(filepath.Join(m.root, ".snapback"), fmt.Sprintf("%x", sha256.Sum256([]byte(c))))
+	if err != nil {
+		m.fail("finding object: %v", err)
+	}
+	return o, ok
 }
 
 // fileContent is the content of a file entry of the model's tree.
@@ -1170,7 +1173,7 @@ func (m *model) damage(t *rapid.T) {
 		for _, tr := range []tree{s.state, s.saved, s.before, s.after} {
 			for _, e := range tr {
 				if c, ok := fileContent(e); ok && c != "" && !seen[c] && m.damaged[c] == nil {
-					if _, err := os.Lstat(m.objectPath(c)); err == nil {
+					if _, ok := m.stored(c); ok {
 						seen[c] = true
 						cands = append(cands, c)
 					}
@@ -1183,19 +1186,17 @@ func (m *model) damage(t *rapid.T) {
 	}
 	sort.Strings(cands)
 	c := rapid.SampledFrom(cands).Draw(t, "damage")
-	p := m.objectPath(c)
-	orig, err := os.ReadFile(p)
-	if err != nil || len(orig) == 0 {
-		m.fail("reading object %s: %v", p, err)
+	o, _ := m.stored(c)
+	rel, _ := filepath.Rel(m.root, o.path)
+	b0, err := setStoredByte(o, c[0]^1)
+	if err != nil {
+		m.fail("damaging object %s: %v", rel, err)
 	}
-	rel, _ := filepath.Rel(m.root, p)
-	m.log(fmt.Sprintf("chmod u+w %s; printf '\\%03o' | dd of=%s bs=1 count=1 conv=notrunc 2>/dev/null # damage", rel, orig[0]^1, rel))
-	bad := append([]byte{orig[0] ^ 1}, orig[1:]...)
-	m.writeObject(p, bad)
+	m.log(fmt.Sprintf("chmod u+w %s; printf '\\%03o' | dd of=%s bs=1 seek=%d count=1 conv=notrunc 2>/dev/null # damage", rel, b0^1, rel, o.off))
 	if m.damaged == nil {
 		m.damaged = map[string][]byte{}
 	}
-	m.damaged[c] = orig
+	m.damaged[c] = []byte{b0}
 }
 
 // repair puts a damaged object's bytes back.
@@ -1209,30 +1210,16 @@ func (m *model) repair(t *rapid.T) {
 	}
 	sort.Strings(cs)
 	c := rapid.SampledFrom(cs).Draw(t, "repair")
-	p := m.objectPath(c)
-	rel, _ := filepath.Rel(m.root, p)
 	orig := m.damaged[c]
 	delete(m.damaged, c)
-	if _, err := os.Lstat(p); err != nil {
+	o, ok := m.stored(c) // (gc may have packed it again elsewhere)
+	if !ok {
 		return // gc took it
 	}
-	m.log(fmt.Sprintf("printf '\\%03o' | dd of=%s bs=1 count=1 conv=notrunc 2>/dev/null # repair", orig[0], rel))
-	m.writeObject(p, orig)
-}
-
-func (m *model) writeObject(p string, b []byte) {
-	fi, err := os.Lstat(p)
-	if err == nil {
-		err = os.Chmod(p, fi.Mode().Perm()|0o200)
-	}
-	if err == nil {
-		err = os.WriteFile(p, b, 0o644)
-	}
-	if err == nil {
-		err = os.Chmod(p, fi.Mode().Perm())
-	}
-	if err != nil {
-		m.fail("writing object %s: %v", p, err)
+	rel, _ := filepath.Rel(m.root, o.path)
+	m.log(fmt.Sprintf("printf '\\%03o' | dd of=%s bs=1 seek=%d count=1 conv=notrunc 2>/dev/null # repair", orig[0], rel, o.off))
+	if _, err := setStoredByte(o, orig[0]); err != nil {
+		m.fail("repairing object %s: %v", rel, err)
 	}
 }
 
