@@ -82,11 +82,12 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		run.release(r)
 		return nil, err
 	}
-	snap := r.snapInto
 	if tree.Snapshot != nil {
-		snap = func(m *Meta) error { return r.snapCoW(m, tree) }
+		err = r.snapCoW(m, tree)
+	} else {
+		err = r.snapInto(m)
 	}
-	if err := snap(m); err != nil {
+	if err != nil {
 		r.releasePayloads(m.ID)
 		if tree.Drop != nil {
 			tree.Drop(r.beforeCoW(m.ID)) // best effort: the run's directory goes next
@@ -178,7 +179,7 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	m := run.Meta
 	tree := treeMode(m.Mode)
 	if tree == nil {
-		tree = &isolation.Tree{} // a record from before modes had shapes: a copy-mode run
+		tree = &isolation.Tree{} // no tree mode this build knows (a record is input from outside): narrowed by reading the tree, as in the copy mode
 	}
 	narrow := r.narrowRun
 	if tree.Snapshot != nil {
