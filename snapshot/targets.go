@@ -61,7 +61,7 @@ var findBackend func(name string) (Backend, error)
 
 // UseBackends gives the store the target backends, found by name: the
 // program calls it once, before it opens a store. Until then a declared
-// target has no backend (an ErrTarget).
+// target has no backend (a config.ErrTarget).
 func UseBackends(find func(name string) (Backend, error)) { findBackend = find }
 
 // backendOf is the backend of a target: the implicit git one, or one of
@@ -123,7 +123,7 @@ func (r *Repo) ctx() context.Context {
 }
 
 // CheckTargets checks every target snapback.toml declares against the real
-// thing, changing nothing: the first bad one is the error (ErrTarget).
+// thing, changing nothing: the first bad one is the error (config.ErrTarget).
 func (r *Repo) CheckTargets() error {
 	return r.checkTargets(r.Targets)
 }
