@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 )
 
@@ -24,7 +25,7 @@ func TestAPFSElsewhere(t *testing.T) {
 		"Snapshot": b.Snapshot(context.Background(), tg, "", t.TempDir()),
 		"Restore":  b.Restore(context.Background(), tg, "", t.TempDir()),
 	} {
-		if !errors.Is(err, backends.ErrTarget) {
+		if !errors.Is(err, config.ErrTarget) {
 			t.Errorf("%s: %v, want ErrTarget", name, err)
 		}
 	}

@@ -12,7 +12,6 @@ package backends
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -25,11 +24,6 @@ import (
 
 // Target is one [[target]] of snapback.toml.
 type Target = config.Target
-
-// ErrTarget marks an error in a target's settings or in the thing it names
-// (unreachable server, missing file, not a database): reported before
-// anything runs, as one line naming the target.
-var ErrTarget = errors.New("bad target")
 
 // Backend is one kind of state outside the tree.
 //
@@ -87,7 +81,7 @@ func Get(name string) (Backend, error) {
 			return b, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: unknown backend %q", ErrTarget, name)
+	return nil, fmt.Errorf("%w: unknown backend %q", config.ErrTarget, name)
 }
 
 // Status is a backend's availability, for `snapback backends`.
@@ -161,9 +155,9 @@ func targetErr(t Target, format string, a ...any) error {
 	return &targetError{fmt.Sprintf("target %s: %s", name, fmt.Sprintf(format, a...))}
 }
 
-// targetError is an ErrTarget whose message names the target once
+// targetError is an config.ErrTarget whose message names the target once
 // ("target shop: …", not "bad target: target shop: …").
 type targetError struct{ msg string }
 
 func (e *targetError) Error() string        { return e.msg }
-func (e *targetError) Is(target error) bool { return target == ErrTarget }
+func (e *targetError) Is(target error) bool { return target == config.ErrTarget }

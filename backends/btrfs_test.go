@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 )
 
@@ -394,7 +395,7 @@ func TestBtrfsCheckErrors(t *testing.T) {
 		mnt:                         "mount point",
 	} {
 		err := b.Check(ctx, backends.Target{Backend: "btrfs", Path: p}, "")
-		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), want) ||
+		if !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), want) ||
 			!strings.Contains(err.Error(), p) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("Check(%s): %v, want one line with %q", p, err, want)
 		}

@@ -74,7 +74,7 @@ func TestConformance(t *testing.T) {
 			tg := fx.setup(t, root)
 			treetest.Must(t, b.Check(ctx, tg, root))
 			for name, bad := range fx.bad(t, root) {
-				if err := b.Check(ctx, bad, root); !errors.Is(err, backends.ErrTarget) {
+				if err := b.Check(ctx, bad, root); !errors.Is(err, config.ErrTarget) {
 					t.Errorf("Check(%s): %v, want ErrTarget", name, err)
 				}
 			}
@@ -216,7 +216,7 @@ func TestBackendNames(t *testing.T) {
 }
 
 func TestGetUnknown(t *testing.T) {
-	if _, err := backends.Get("oracle"); !errors.Is(err, backends.ErrTarget) {
+	if _, err := backends.Get("oracle"); !errors.Is(err, config.ErrTarget) {
 		t.Fatalf("Get(oracle): %v", err)
 	}
 }

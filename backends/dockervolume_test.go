@@ -30,6 +30,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 	"golang.org/x/sys/unix"
 )
@@ -627,7 +628,7 @@ func TestDockerVolumeNoDaemon(t *testing.T) {
 	}
 	tg := backends.Target{Name: "pgdata", Backend: "docker-volume", Volume: "pgdata"}
 	for _, err := range []error{b.Check(context.Background(), tg, ""), b.Snapshot(context.Background(), tg, "", t.TempDir())} {
-		if !errors.Is(err, backends.ErrTarget) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "pgdata") {
+		if !errors.Is(err, config.ErrTarget) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "pgdata") {
 			t.Errorf("without a daemon: %v", err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 )
 
@@ -374,7 +375,7 @@ func TestMySQLRestoreDroppedDatabase(t *testing.T) {
 	payload := t.TempDir()
 	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
 	mysqlExec(t, admin, "DROP DATABASE "+name)
-	if err := b.Check(ctx, tg, ""); !errors.Is(err, backends.ErrTarget) {
+	if err := b.Check(ctx, tg, ""); !errors.Is(err, config.ErrTarget) {
 		t.Fatalf("Check of a dropped database: %v", err)
 	}
 	treetest.Must(t, b.Restore(ctx, tg, "", payload))
@@ -690,13 +691,13 @@ func TestMySQLCheck(t *testing.T) {
 	treetest.Must(t, b.Check(ctx, url, ""))
 	mysqlExec(t, mysqlDB(t, name), "CREATE TABLE old_style (a INT) ENGINE=MyISAM")
 	err := b.Check(ctx, tg, "")
-	if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "old_style") {
+	if !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), "old_style") {
 		t.Fatalf("Check with a MyISAM table: %v", err)
 	}
 	if strings.Contains(err.Error(), "\n") {
 		t.Errorf("Check's error is more than one line: %q", err)
 	}
-	if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, backends.ErrTarget) {
+	if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, config.ErrTarget) {
 		t.Fatalf("Snapshot with a MyISAM table: %v", err)
 	}
 	// An account that may not see the database.
@@ -712,7 +713,7 @@ func TestMySQLCheck(t *testing.T) {
 		(&neturl.URL{Scheme: "mysql", User: neturl.UserPassword(user, pw), Host: cfg.Addr, Path: "/" + name}).String(),
 	} {
 		err := b.Check(ctx, backends.Target{Backend: "mysql", DSN: dsn}, "")
-		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "to database") {
+		if !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), "to database") {
 			t.Errorf("Check as an account without privileges (%s): %v", dsn, err)
 		}
 	}

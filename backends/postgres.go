@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 )
 
@@ -665,7 +666,7 @@ func pgBuild(ctx context.Context, cfg *pgx.ConnConfig, conn *pgx.Conn, dir strin
 		}
 		if ours, err := pgIsCopy(ctx, conn, pl); err != nil || !ours {
 			if err == nil {
-				err = fmt.Errorf("%w: database %s is not a copy snapback made of %s: not restored from", ErrTarget, pl.Snapshot, pl.Database)
+				err = fmt.Errorf("%w: database %s is not a copy snapback made of %s: not restored from", config.ErrTarget, pl.Snapshot, pl.Database)
 			}
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 )
 
@@ -680,11 +681,11 @@ func TestPostgresRefusesRoleThatCannotRestore(t *testing.T) {
 			pgSuper(t, setup) // the owner, still without CREATEDB
 		}
 		err := b.Check(ctx, tg, "")
-		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "CREATEDB") {
+		if !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), "CREATEDB") {
 			t.Fatalf("Check: %v, want a target error about CREATEDB", err)
 		}
 		t.Log(err)
-		if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, backends.ErrTarget) {
+		if err := b.Snapshot(ctx, tg, "", t.TempDir()); !errors.Is(err, config.ErrTarget) {
 			t.Fatalf("Snapshot: %v, want a target error", err)
 		}
 	}
@@ -781,7 +782,7 @@ func TestPostgresRestoreChecksPayload(t *testing.T) {
 	treetest.Must(t, b.Snapshot(ctx, tg, "", payload))
 	defer b.Release(ctx, tg, "", payload)
 	st, _ := pgState(t, other.DSN)
-	if err := b.Restore(ctx, other, "", payload); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "snapshot is of database") {
+	if err := b.Restore(ctx, other, "", payload); !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), "snapshot is of database") {
 		t.Fatalf("restoring another database's snapshot: %v", err)
 	}
 	if err := b.Restore(ctx, tg, "", t.TempDir()); err == nil {
@@ -877,7 +878,7 @@ func TestPostgresConnectErrorOneLine(t *testing.T) {
 			if n := strings.Count(msg, host); n != 1 {
 				t.Errorf("error %q names the host %d times, want once", msg, n)
 			}
-			if !errors.Is(err, backends.ErrTarget) {
+			if !errors.Is(err, config.ErrTarget) {
 				t.Errorf("error %v is not a target error", err)
 			}
 		})
@@ -901,7 +902,7 @@ func TestPostgresPayloadNamesOtherDatabase(t *testing.T) {
 		treetest.Must(t, err)
 		treetest.Must(t, os.WriteFile(filepath.Join(payload, "postgres.json"), pl, 0o600))
 		st, _ := pgState(t, tg.DSN)
-		if err := b.Restore(ctx, tg, "", payload); !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), "not a copy snapback made") {
+		if err := b.Restore(ctx, tg, "", payload); !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), "not a copy snapback made") {
 			t.Errorf("restoring from database %s: %v", v, err)
 		}
 		if got, _ := pgState(t, tg.DSN); got != st {

@@ -56,7 +56,7 @@ func (s *SQLite) Check(ctx context.Context, t Target, root string) error {
 }
 
 // sqliteState says what the database file at p is: a database (""),
-// sqliteAbsent or sqliteEmpty; anything else is an ErrTarget.
+// sqliteAbsent or sqliteEmpty; anything else is a config.ErrTarget.
 func sqliteState(t Target, p string) (string, error) {
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/backends"
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 )
@@ -77,7 +78,7 @@ func TestZFSWithoutZFS(t *testing.T) {
 		"tank//app":    "not a dataset name",
 	} {
 		err := b.Check(ctx, backends.Target{Backend: "zfs", Dataset: ds}, "")
-		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Check(%q): %v, want ErrTarget with %q", ds, err, want)
 		}
 	}
@@ -96,7 +97,7 @@ func TestZFSWithoutZFS(t *testing.T) {
 		"Snapshot": b.Snapshot(ctx, tg, "", t.TempDir()),
 		"Restore":  b.Restore(ctx, tg, "", t.TempDir()),
 	} {
-		if !errors.Is(err, backends.ErrTarget) || !strings.Contains(err.Error(), why) ||
+		if !errors.Is(err, config.ErrTarget) || !strings.Contains(err.Error(), why) ||
 			!strings.Contains(err.Error(), "tank/app") || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: %v, want one line with ErrTarget, the dataset and %q", name, err, why)
 		}

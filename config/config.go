@@ -84,6 +84,11 @@ type Target struct {
 	StopContainers bool   `toml:"stop_containers"`
 }
 
+// ErrTarget marks an error in a target's settings or in the thing it names
+// (unreachable server, missing file, not a database): reported before
+// anything runs, as one line naming the target.
+var ErrTarget = errors.New("bad target")
+
 // Archive is the [archive] table.
 type Archive struct {
 	Destination string `toml:"destination"`

@@ -8,8 +8,8 @@ import (
 
 // The view helper is what runs inside the command's mount namespace: its
 // build must not carry the store's target backends (database drivers,
-// the docker client). It reaches the store's names through
-// internal/layout, a leaf; an import of snapshot would bring them all.
+// the docker client), nor the store. It reaches the store's names through
+// internal/layout, a leaf.
 func TestViewBuildHasNoBackends(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/snapback/snapback/overlay/...").CombinedOutput()
 	if err != nil {

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"time"
 
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
-	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/snapshot"
 )
 
@@ -114,7 +112,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if p, err = findIdle(ctx, repo, o); err != nil {
 			return Result{}, err
 		}
-		if mode = isolation.Find(p.Mode); mode == nil || !mode.View {
+		if mode = isolation.Find(p.Mode); mode == nil || mode.View == nil {
 			return Result{}, fmt.Errorf("run %s: mode %q is no view to continue in", p.ID, p.Mode)
 		}
 		if o.Then == "" {
@@ -131,7 +129,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 			return Result{}, err
 		}
 		var err error
-		if mode, err = isolation.Pick(o.Mode, repo.Root); err != nil {
+		if mode, err = Pick(o.Mode, repo.Root); err != nil {
 			return Result{}, badInput("run: --mode %s: %w", o.Mode, err)
 		}
 		if err := repo.CheckTargets(); err != nil {
@@ -141,7 +139,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 			o.Then = ThenCommit
 		}
 	}
-	if !mode.View {
+	if mode.View == nil {
 		// These modes run on the tree itself: nothing can wait for
 		// review, and discarding means undoing at once.
 		if o.Then == ThenReview {
@@ -160,7 +158,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		repo.Release(p)
 		return Result{}, err
 	}
-	res, err := runInView(ctx, repo, p, o)
+	res, err := runInView(ctx, repo, mode, p, o)
 	if err != nil {
 		return res, err
 	}
@@ -240,7 +238,7 @@ func CheckRoot(root, mode string) error {
 	if mode == "" || mode == isolation.Auto {
 		return badInput("run: %s; --mode copy (or btrfs) runs it on the tree itself after a snapshot of all of it, or -C names a project directory", why)
 	}
-	if m := isolation.Find(mode); m != nil && m.View {
+	if m := isolation.Find(mode); m != nil && m.View != nil {
 		return badInput("run: --mode %s: %s", mode, why)
 	}
 	return nil
@@ -392,17 +390,9 @@ func lockTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o 
 	return tl, nil
 }
 
-// view is an overlay mode's session: it prepares the command's process to
-// start in the view and takes it down after.
-type view interface {
-	Prepare(*exec.Cmd) error
-	Signal(os.Signal) error
-	Finish() error
-}
-
-// runInView runs the command in p's view and leaves p pending, with the
-// store unlocked while the command runs.
-func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.ViewRun, o Options) (Result, error) {
+// runInView runs the command in p's view (of mode) and leaves p pending,
+// with the store unlocked while the command runs.
+func runInView(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, p *snapshot.ViewRun, o Options) (Result, error) {
 	spec := overlay.Spec{Root: repo.Root, Upper: repo.UpperDir(p.ID), Work: repo.WorkDir(p.ID), UserNS: os.Geteuid() != 0,
 		Grace: o.Grace}
 	if !repo.InTree() {
@@ -419,10 +409,7 @@ func runInView(ctx context.Context, repo *snapshot.Repo, p *snapshot.ViewRun, o 
 	}
 	spec.Dir = wd
 	repo.Unlock() // the command may run for hours: do not hold others off
-	var v view = overlay.NewSession(spec)
-	if p.Mode == isolation.Fuse {
-		v = fuse.NewSession(spec)
-	}
+	v := newView(mode, spec)
 	var res Result
 	res.Status, res.StartErr = Exec(ctx, Command{Args: o.Args, Dir: wd, Env: commandEnv(repo, p.ID), Prepare: v.Prepare, Signal: v.Signal, Outside: true})
 	if err := v.Finish(); err != nil { // the upper layer is complete only once the server is gone

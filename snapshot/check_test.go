@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
@@ -16,6 +17,7 @@ import (
 // snapshot that needs it; a damaged record's payloads survive the sweep
 // after the record is moved aside.
 func TestCheckPayloads(t *testing.T) {
+	snapshot.UseBackends(func(name string) (snapshot.Backend, error) { return backends.Get(name) }) // as the program does
 	root := t.TempDir()
 	db, err := sql.Open("sqlite", filepath.Join(root, "app.db")) // the driver the sqlite backend registers
 	treetest.Must(t, err)

@@ -14,7 +14,7 @@
 // every verb (locate.go).
 //
 //	lock              flock held by the snapback that changes the store (lock.go)
-//	treerun.lock      flock held by a run on the tree (copy, btrfs) from its
+//	treerun.lock      flock held by a run on the tree (a tree mode) from its
 //	                  snapshot to its record: such runs take turns (treerun.go)
 //	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go, codec.go)
 //	packs/<sha256>.pack  contents of up to 16 KiB, many to a file, with an
@@ -27,7 +27,7 @@
 //	                  run in a view, until its last process is gone), and
 //	                  for a run in a view run.json (with its session's
 //	                  steps: steps.go), upper/ and work/ (viewrun.go), for
-//	                  a btrfs run before/ (treerun_btrfs.go)
+//	                  a run with a copy-on-write snapshot before/ (treerun_cow.go)
 //	targets/ID/N/     payloads: the saved states of targets (targets.go)
 //	tmp/              temporary files, staged links (stage-OPID/) and
 //	                  runs being dropped (drop-ID/); recover sweeps it

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/gitdirs"
@@ -108,19 +107,10 @@ func (r *Repo) withGitTarget(ts []config.Target) []config.Target {
 	return append(append([]config.Target(nil), ts...), gitTarget(g.GitDir))
 }
 
-// backendOf is the backend of a target: the implicit git one, or one of
-// snapback.toml's.
-func backendOf(name string) (backends.Backend, error) {
-	if name == gitBackendName {
-		return gitBackend{}, nil
-	}
-	return backends.Get(name)
-}
-
 // gitBackend saves and restores a worktree's git state outside the root.
 type gitBackend struct{}
 
-var _ backends.Backend = gitBackend{}
+var _ Backend = gitBackend{}
 
 func (gitBackend) Name() string { return gitBackendName }
 
@@ -137,10 +127,10 @@ func (gitBackend) Available() (bool, string) {
 func (gitBackend) repoFor(t config.Target, root string) (*gitdirs.Repo, error) {
 	g, err := gitdirs.Find(root, os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", backends.ErrTarget, t.Name, err)
+		return nil, fmt.Errorf("%w: %s: %v", config.ErrTarget, t.Name, err)
 	}
 	if g == nil || g.GitDir != t.Path {
-		return nil, fmt.Errorf("%w: %s: the git dir of %s is not %s any more", backends.ErrTarget, t.Name, root, t.Path)
+		return nil, fmt.Errorf("%w: %s: the git dir of %s is not %s any more", config.ErrTarget, t.Name, root, t.Path)
 	}
 	return g, nil
 }
@@ -151,7 +141,7 @@ func (b gitBackend) Check(_ context.Context, t config.Target, root string) error
 		return err
 	}
 	if _, err := g.ReadHead(); err != nil {
-		return fmt.Errorf("%w: %s: %v", backends.ErrTarget, t.Name, err)
+		return fmt.Errorf("%w: %s: %v", config.ErrTarget, t.Name, err)
 	}
 	return nil
 }
@@ -641,18 +631,18 @@ func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo
 	h := st.Head
 	if h.OID != "" {
 		if _, err := runGit(g, root, "cat-file", "-e", h.OID+"^{commit}"); err != nil {
-			return nil, st, fmt.Errorf("%w: %s: commit %s is not in the repository any more (pruned?): HEAD cannot go back to it", backends.ErrTarget, t.Name, h.OID)
+			return nil, st, fmt.Errorf("%w: %s: commit %s is not in the repository any more (pruned?): HEAD cannot go back to it", config.ErrTarget, t.Name, h.OID)
 		}
 	}
 	if h.Ref != "" {
 		if other, err := checkedOutElsewhere(g, h.Ref); err != nil {
 			return nil, st, fmt.Errorf("%s: %w", t.Name, err)
 		} else if other != "" {
-			return nil, st, fmt.Errorf("%w: %s: %s is checked out in the worktree of %s: its ref is left as it is", backends.ErrTarget, t.Name, h.Ref, other)
+			return nil, st, fmt.Errorf("%w: %s: %s is checked out in the worktree of %s: its ref is left as it is", config.ErrTarget, t.Name, h.Ref, other)
 		}
 	}
 	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil && !ownIndexLock(g.GitDir) {
-		return nil, st, fmt.Errorf("%w: %s: %s exists: git is working on the index (or crashed: remove it)", backends.ErrTarget, t.Name, filepath.Join(g.GitDir, "index.lock"))
+		return nil, st, fmt.Errorf("%w: %s: %s exists: git is working on the index (or crashed: remove it)", config.ErrTarget, t.Name, filepath.Join(g.GitDir, "index.lock"))
 	}
 	return g, st, nil
 }
@@ -722,7 +712,7 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAft
 				delete(sim, ref)
 			default:
 				if other, err := checkedOutElsewhere(g, ref); err == nil && other != "" {
-					return nil, nil, fmt.Errorf("%s refused: %w: %s: %s is checked out in the worktree of %s: its ref is left as it is", op, backends.ErrTarget, t.Name, ref, other)
+					return nil, nil, fmt.Errorf("%s refused: %w: %s: %s is checked out in the worktree of %s: its ref is left as it is", op, config.ErrTarget, t.Name, ref, other)
 				}
 				sim[ref] = want
 				need = append(need, want)
@@ -753,7 +743,7 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAft
 			refs = append(refs, &GitRefsError{Op: op, GitDir: g.CommonDir, Refs: moved})
 		}
 		if missing := missingObjects(g, r.Root, need); len(missing) > 0 {
-			return nil, nil, fmt.Errorf("%s refused: %w: %s: object %s is not in the repository any more (pruned?): a ref cannot go back to it", op, backends.ErrTarget, t.Name, strings.Join(missing, ", "))
+			return nil, nil, fmt.Errorf("%s refused: %w: %s: object %s is not in the repository any more (pruned?): a ref cannot go back to it", op, config.ErrTarget, t.Name, strings.Join(missing, ", "))
 		}
 	}
 	return sims, refs, nil

@@ -5,7 +5,7 @@ package snapshot
 // command works, so that another snapback can tell a live run from one
 // whose process died.
 //
-// A run on the tree itself (copy and btrfs modes: [TreeRun]) is a record
+// A run on the tree itself (tree modes, copy and btrfs: [TreeRun]) is a record
 // in snapshots/ from the start:
 //
 //	running ──FinishRun──> done          the command ended; the record
@@ -14,7 +14,7 @@ package snapshot
 //	                                     command changed until then is
 //	                                     recorded the same way
 //
-// A run in a view (overlay modes: [ViewRun]) keeps its changes in its
+// A run in a view (view modes, overlayfs and fuse: [ViewRun]) keeps its changes in its
 // upper layer, with its state in runs/<id>/run.json, until they are
 // committed or discarded:
 //

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 )
@@ -42,6 +41,39 @@ func (s *TargetState) validate() error {
 		return fmt.Errorf("payload %q: negative size", s.Payload)
 	}
 	return nil
+}
+
+// Backend is a target's backend as the store drives it: package backends
+// implements it (its contract is backends.Backend's), and cmd/snapback
+// hands the store those backends with [UseBackends], so that the store
+// (and what imports it) is built without their database and docker
+// drivers. The implicit git target's backend is the store's own.
+type Backend interface {
+	Available() (bool, string)
+	Check(ctx context.Context, t config.Target, root string) error
+	Snapshot(ctx context.Context, t config.Target, root, dir string) error
+	Restore(ctx context.Context, t config.Target, root, dir string) error
+	Release(ctx context.Context, t config.Target, root, dir string) error
+}
+
+// findBackend finds a backend of snapback.toml by name (UseBackends).
+var findBackend func(name string) (Backend, error)
+
+// UseBackends gives the store the target backends, found by name: the
+// program calls it once, before it opens a store. Until then a declared
+// target has no backend (a config.ErrTarget).
+func UseBackends(find func(name string) (Backend, error)) { findBackend = find }
+
+// backendOf is the backend of a target: the implicit git one, or one of
+// snapback.toml's.
+func backendOf(name string) (Backend, error) {
+	if name == gitBackendName {
+		return gitBackend{}, nil
+	}
+	if findBackend == nil {
+		return nil, fmt.Errorf("%w: unknown backend %q", config.ErrTarget, name)
+	}
+	return findBackend(name)
 }
 
 // TargetName is how errors and listings name a target.
@@ -91,7 +123,7 @@ func (r *Reader) ctx() context.Context {
 }
 
 // CheckTargets checks every target snapback.toml declares against the real
-// thing, changing nothing: the first bad one is the error (ErrTarget).
+// thing, changing nothing: the first bad one is the error (config.ErrTarget).
 func (r *Repo) CheckTargets() error {
 	return r.checkTargets(r.Targets)
 }
@@ -103,7 +135,7 @@ func (r *Repo) checkTargets(ts []config.Target) error {
 			return err
 		}
 		if ok, why := b.Available(); !ok {
-			return fmt.Errorf("%w: target %s: the %s backend is not usable here: %s", backends.ErrTarget, TargetName(t), t.Backend, why)
+			return fmt.Errorf("%w: target %s: the %s backend is not usable here: %s", config.ErrTarget, TargetName(t), t.Backend, why)
 		}
 		if err := b.Check(r.ctx(), t, r.Root); err != nil {
 			return err

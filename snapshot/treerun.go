@@ -6,13 +6,14 @@ import (
 	"os"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/isolation"
 	"golang.org/x/sys/unix"
 )
 
 // ErrRunning is returned for a run whose command is still executing.
 var ErrRunning = errors.New("its command is still running")
 
-// TreeRun is a run on the tree itself (copy or btrfs mode) in progress:
+// TreeRun is a run on the tree itself (a tree mode: copy, btrfs) in progress:
 // its snapshot and the lock that tells other snapback processes the
 // command is still alive. (A run in a view is a [ViewRun].)
 type TreeRun struct {
@@ -51,12 +52,17 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 	return f, nil
 }
 
-// BeginRun records the state of the tree before a command runs in copy
-// mode (or the btrfs mode: see treerun_btrfs.go): a tree snapshot of kind
-// run, state running. While the command
-// runs, this process holds the run's lock; if it dies, the next snapback
-// finds the lock free and finishes the run (see [Repo.Recover]).
+// BeginRun records the state of the tree before a command runs on it in
+// a tree mode (isolation.Tree: the copy mode reads the tree into the
+// store, a mode with a snapshot takes one, see treerun_cow.go): a tree
+// snapshot of kind run, state running. While the command runs, this
+// process holds the run's lock; if it dies, the next snapback finds the
+// lock free and finishes the run (see [Repo.Recover]).
 func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
+	tree := treeMode(mode)
+	if tree == nil {
+		return nil, fmt.Errorf("run: mode %q does not run on the tree", mode)
+	}
 	// Its changes would land in the open checkpoint as well.
 	if err := r.refuseOpen("run"); err != nil {
 		return nil, err
@@ -76,13 +82,16 @@ func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
 		run.release(r)
 		return nil, err
 	}
-	snap := r.snapInto
-	if mode == ModeBtrfs {
-		snap = r.snapSubvol
+	if tree.Snapshot != nil {
+		err = r.snapCoW(m, tree)
+	} else {
+		err = r.snapInto(m)
 	}
-	if err := snap(m); err != nil {
+	if err != nil {
 		r.releasePayloads(m.ID)
-		r.dropSubvol(m.ID) // (best effort: only a btrfs-mode run has one)
+		if tree.Drop != nil {
+			tree.Drop(r.beforeCoW(m.ID)) // best effort: the run's directory goes next
+		}
 		run.release(r)
 		return nil, err
 	}
@@ -107,7 +116,7 @@ func (run *TreeRun) release(r *Repo) {
 // tree itself.
 var ErrTreeBusy = errors.New("another run works on the tree")
 
-// TreeLock is held by a run on the tree itself (copy or btrfs mode) from
+// TreeLock is held by a run on the tree itself (a tree mode) from
 // before its snapshot until its record is written: two such runs at once
 // would each record the other's changes as its own (and undoing one
 // would delete the other's files). The kernel drops it with its process.
@@ -168,14 +177,18 @@ func (r *Reader) alive(id string) bool {
 // conflicts. exitStatus is nil when the command's end was not seen.
 func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	m := run.Meta
+	tree := treeMode(m.Mode)
+	if tree == nil {
+		tree = &isolation.Tree{} // no tree mode this build knows (a record is input from outside): narrowed by reading the tree, as in the copy mode
+	}
 	narrow := r.narrowRun
-	if m.Mode == ModeBtrfs {
-		narrow = r.narrowSubvol
+	if tree.Snapshot != nil {
+		narrow = r.narrowCoW
 	}
 	if err := narrow(m); err != nil {
 		return err
 	}
-	if m.Mode != ModeBtrfs && run.skipped != nil {
+	if tree.Snapshot == nil && run.skipped != nil {
 		// narrowRun's scan of the tree saw them. (A dead run's
 		// snapback, finished by another, did not say what was there
 		// before: nothing is reported rather than old sockets.)
@@ -195,8 +208,8 @@ func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
 	if run.Dropped, err = r.closeRecord(m); err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
-	if m.Mode == ModeBtrfs {
-		if err := r.dropSubvol(m.ID); err != nil {
+	if tree.Drop != nil {
+		if err := tree.Drop(r.beforeCoW(m.ID)); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
 )
@@ -23,9 +24,9 @@ type modeJSON struct {
 // here (for the project at root), why not, and what they cannot do.
 func modes(root string) []modeJSON {
 	var out []modeJSON
-	for i := range isolation.All {
-		v := isolation.All[i].Check(root)
-		out = append(out, modeJSON{Name: isolation.All[i].Name, Available: v.OK, Reason: v.Why, Limit: v.Limit})
+	for _, m := range isolation.All {
+		v := runner.Check(m, root)
+		out = append(out, modeJSON{Name: m.Name, Available: v.OK, Reason: v.Why, Limit: v.Limit})
 	}
 	return out
 }
@@ -62,7 +63,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Name, yes, why)
 			}
 			auto := "none"
-			if m, err := isolation.Pick(isolation.Auto, root); err == nil {
+			if m, err := runner.Pick(isolation.Auto, root); err == nil {
 				auto = m.Name
 			}
 			if why := overlay.Uncovered(root); why != "" {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/suggest"
@@ -183,7 +182,7 @@ func classify(err error) (int, string) {
 		return 2, "damaged"
 	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
 		return 2, "corrupt"
-	case errors.Is(err, backends.ErrTarget):
+	case errors.Is(err, config.ErrTarget):
 		return 2, "target"
 	case catalog.CodeOf(err) != "":
 		return 2, catalog.CodeOf(err)

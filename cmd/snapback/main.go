@@ -91,7 +91,12 @@ func Main() int {
 	return run(os.Args[1:], os.Stdout, os.Stderr)
 }
 
+// targetBackend is how the store finds the backend of a target of
+// snapback.toml (snapshot.UseBackends): in package backends.
+func targetBackend(name string) (snapshot.Backend, error) { return backends.Get(name) }
+
 func run(args []string, stdout, stderr io.Writer) int {
+	snapshot.UseBackends(targetBackend)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	g := &globals{stdout: stdout, stderr: stderr}

@@ -1,18 +1,27 @@
-// Package isolation is the one list of the isolation modes of `snapback
-// run`: their names, the order `auto` tries them in, whether the command
-// works in a view of the tree or on the tree itself, and whether each
-// works here (with the reason when it does not). Config validation, run,
-// doctor and shell completion all read it.
+// Package isolation is the one table of the isolation modes of `snapback
+// run` ([All]): their names, the order `auto` tries them in, and each
+// mode's shape, which says how a run in it works:
 //
-// It is a leaf, because config (which validates mode names) sits below
-// the packages that implement the modes: those provide their availability
-// checks ([Provide]) from package runner, which drives the modes. A mode
-// without a check is not built.
+//   - a view mode ([View]: overlayfs, fuse) runs the command in a
+//     copy-on-write view of the tree; its writes land in an upper layer
+//     of overlayfs's format, which commit, diff and discard read into a
+//     changeset, whichever view wrote it;
+//   - a tree mode ([Tree]: btrfs, copy) runs the command on the tree
+//     itself, after a snapshot of it, and narrows the run's record
+//     afterwards to the paths that differ from the snapshot.
+//
+// A tree mode's row holds its mechanism (fsutil's filesystem primitives);
+// a view's is in package overlay or overlay/fuse, chosen by [View.FUSE].
+// Package runner tries each mode for real ([Pick] takes its check);
+// config, doctor and shell completion read the names. It imports only
+// fsutil, so that config can read the names without the views.
 package isolation
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/snapback/snapback/fsutil"
 )
 
 // Mode names.
@@ -26,29 +35,53 @@ const (
 	Copy      = "copy"
 )
 
-// Mode is one isolation mode.
+// Mode is one isolation mode: a view mode (View set) or a tree mode (Tree
+// set). A mode with neither is not built yet.
 type Mode struct {
 	Name string
-	// View: the command works in a copy-on-write view of the tree, so its
-	// changes can wait for review or be thrown away unseen; otherwise it
-	// changes the tree itself, after a snapshot.
-	View bool
 	Help string // one line, for shell completion
+	View *View
+	Tree *Tree
+}
+
+// View is a view mode's shape: the command's changes can wait for review
+// or be thrown away unseen. What serves the view is the kernel's
+// overlayfs (package overlay), or with FUSE snapback's own FUSE overlay
+// (package overlay/fuse); both run the command under the same PID-1 init.
+type View struct{ FUSE bool }
+
+// Tree is a tree mode's shape: the command changes the tree itself, and
+// the run's record is made from a snapshot taken before it.
+//
+// Without Snapshot (the copy mode) that snapshot is the store: the tree
+// is read into it before the command (what is unchanged since the last
+// snapshot is not read again), and read again after it. With Snapshot, a
+// copy-on-write snapshot of the root is taken at a new directory of the
+// store, whatever the tree's size, and compared with the tree by stat
+// alone: the snapshot must keep each file's inode number and times (a
+// btrfs snapshot and a zfs clone do), so that an untouched file looks the
+// same in both. Only the paths that differ are then read. Drop deletes
+// the snapshot once the record is written; a missing one is no error.
+type Tree struct {
+	// Check says whether the mode works for the project at root, and why
+	// not; nil: it works everywhere.
+	Check    func(root string) (ok bool, why string)
+	Snapshot func(root, dir string) error
+	Drop     func(dir string) error
 }
 
 // All lists the modes in the order auto tries them: the views first, the
-// cheapest snapshot next, the copy last (it always works).
-var All = []Mode{
-	{Name: Overlayfs, View: true, Help: "kernel overlayfs view of the tree"},
-	{Name: Fuse, View: true, Help: "FUSE overlay view of the tree"},
-	{Name: Btrfs, Help: "btrfs snapshot of the subvolume, then the tree itself"},
+// cheapest snapshot next, the copy last (it always works). Adding a mode
+// is one row here, and its mechanism's file.
+var All = []*Mode{
+	{Name: Overlayfs, Help: "kernel overlayfs view of the tree", View: &View{}},
+	{Name: Fuse, Help: "FUSE overlay view of the tree", View: &View{FUSE: true}},
+	{Name: Btrfs, Help: "btrfs snapshot of the subvolume, then the tree itself",
+		Tree: &Tree{Check: fsutil.IsSubvolume, Snapshot: fsutil.SubvolSnapshot, Drop: fsutil.SubvolDelete}},
 	{Name: Apfs, Help: "APFS clone, then the tree itself"},
 	{Name: Zfs, Help: "ZFS snapshot, then the tree itself"},
-	{Name: Copy, Help: "snapshot into the store, then the tree itself"},
+	{Name: Copy, Help: "snapshot into the store, then the tree itself", Tree: &Tree{}},
 }
-
-// Check reports whether a mode works for the project at root, and why not.
-type Check func(root string) (bool, string)
 
 // Verdict is whether a mode works for a project (OK), what was tried or
 // why it does not (Why), and, for one that works, what it cannot do there
@@ -59,27 +92,9 @@ type Verdict struct {
 	Why, Limit string
 }
 
-// LimitedCheck is a Check that also says what a mode cannot do.
-type LimitedCheck func(root string) Verdict
-
-var checks = map[string]LimitedCheck{Copy: func(string) Verdict { return Verdict{OK: true} }}
-
-// Provide sets the availability check of a mode of [All].
-func Provide(name string, c Check) {
-	ProvideLimited(name, func(root string) Verdict {
-		ok, why := c(root)
-		return Verdict{OK: ok, Why: why}
-	})
-}
-
-// ProvideLimited sets the check of a mode of [All] that may work with a
-// limit.
-func ProvideLimited(name string, c LimitedCheck) {
-	if Find(name) == nil {
-		panic("isolation: no mode " + name)
-	}
-	checks[name] = c
-}
+// Check is a mode's verdict for the project at root (package runner's
+// tries the real thing).
+type Check func(m *Mode, root string) Verdict
 
 // Names lists every name a user may give, auto first.
 func Names() []string {
@@ -92,51 +107,38 @@ func Names() []string {
 
 // Find returns the mode of that name, or nil (auto is no mode).
 func Find(name string) *Mode {
-	for i := range All {
-		if All[i].Name == name {
-			return &All[i]
+	for _, m := range All {
+		if m.Name == name {
+			return m
 		}
 	}
 	return nil
 }
 
 // Built reports whether this build implements the mode.
-func (m *Mode) Built() bool { return checks[m.Name] != nil }
+func (m *Mode) Built() bool { return m.View != nil || m.Tree != nil }
 
-// Available reports whether the mode works for the project at root, and
-// why not.
-func (m *Mode) Available(root string) (bool, string) {
-	v := m.Check(root)
-	return v.OK, v.Why
-}
-
-// Check is the mode's verdict for the project at root.
-func (m *Mode) Check(root string) Verdict {
-	c := checks[m.Name]
-	if c == nil {
-		return Verdict{Why: "not built yet"}
-	}
-	return c(root)
-}
-
-// Pick resolves name ("" means auto) for the project at root: auto takes
-// the first mode that works here, but a view with a limit (Verdict.Limit)
-// gives way to a later view that works without one; a mode named
-// explicitly that cannot work is an error, never a silent fallback, so
-// that a user who asked for isolation knows.
-func Pick(name, root string) (*Mode, error) {
+// Pick resolves name ("" means auto) for the project at root, asking check
+// whether a mode works: auto takes the first mode that works here, but a
+// view with a limit (Verdict.Limit) gives way to a later view that works
+// without one; a mode named explicitly that cannot work is an error,
+// never a silent fallback, so that a user who asked for isolation knows.
+// check is only asked about modes that are built.
+func Pick(name, root string, check Check) (*Mode, error) {
 	if name == "" || name == Auto {
 		var limited *Mode
-		for i := range All {
-			m := &All[i]
-			if limited != nil && !m.View {
+		for _, m := range All {
+			if limited != nil && m.View == nil {
 				break // a limited view still beats no view
 			}
-			v := m.Check(root)
+			if !m.Built() {
+				continue
+			}
+			v := check(m, root)
 			if !v.OK {
 				continue
 			}
-			if v.Limit == "" || !m.View {
+			if v.Limit == "" || m.View == nil {
 				return m, nil
 			}
 			if limited == nil {
@@ -153,16 +155,16 @@ func Pick(name, root string) (*Mode, error) {
 		return nil, fmt.Errorf("unknown mode (one of %s)", strings.Join(Names(), ", "))
 	}
 	if !m.Built() {
-		var built []string
-		for _, n := range Names() {
-			if n == Auto || Find(n).Built() {
-				built = append(built, n)
+		built := []string{Auto}
+		for _, b := range All {
+			if b.Built() {
+				built = append(built, b.Name)
 			}
 		}
 		return nil, fmt.Errorf("not available in this build (available: %s)", strings.Join(built, ", "))
 	}
-	if ok, why := m.Available(root); !ok {
-		return nil, fmt.Errorf("%s", why)
+	if v := check(m, root); !v.OK {
+		return nil, fmt.Errorf("%s", v.Why)
 	}
 	return m, nil
 }

@@ -15,83 +15,81 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// TestPick without package runner linked: only copy is built here, and
-// checks provided in the test stand for the real ones.
+// TestShapes: every mode of the table has one shape or none (not built
+// yet), and a tree mode that snapshots can also drop its snapshot.
+func TestShapes(t *testing.T) {
+	for _, m := range All {
+		if m.View != nil && m.Tree != nil {
+			t.Errorf("%s: both a view and a tree mode", m.Name)
+		}
+		if m.Tree != nil && (m.Tree.Snapshot == nil) != (m.Tree.Drop == nil) {
+			t.Errorf("%s: a snapshot without its drop, or the other way round", m.Name)
+		}
+	}
+	if m := Find(Copy); m.Tree == nil || m.Tree.Check != nil {
+		t.Error("copy: a tree mode that works everywhere")
+	}
+}
+
+// works is a check that passes the modes named in ok (with their limits).
+func works(ok map[string]string) Check {
+	return func(m *Mode, root string) Verdict {
+		limit, found := ok[m.Name]
+		if !found {
+			return Verdict{Why: m.Name + " does not work under " + root}
+		}
+		return Verdict{OK: true, Limit: limit}
+	}
+}
+
+// TestPick with checks that stand for the real ones (package runner's).
 func TestPick(t *testing.T) {
-	defer func(saved map[string]LimitedCheck) { checks = saved }(checks)
-	checks = map[string]LimitedCheck{Copy: checks[Copy]}
-	pick := func(name string) string {
-		m, err := Pick(name, "/nowhere")
-		if err != nil {
-			return "error: " + err.Error()
-		}
-		return m.Name
-	}
-	for _, c := range []struct{ name, want string }{
-		{"", "copy"},
-		{"auto", "copy"},
-		{"copy", "copy"},
-		{"warp", "error: unknown mode (one of auto, overlayfs, fuse, btrfs, apfs, zfs, copy)"},
-		{"zfs", "error: not available in this build (available: auto, copy)"},
+	for _, c := range []struct {
+		name string
+		ok   map[string]string
+		want string
+	}{
+		{"", map[string]string{Copy: ""}, "copy"},
+		{"auto", map[string]string{Copy: ""}, "copy"},
+		{"copy", map[string]string{Copy: ""}, "copy"},
+		{"auto", map[string]string{Btrfs: "", Copy: ""}, "btrfs"}, // the views do not work: the next that does
+		{"warp", nil, "error: unknown mode (one of auto, overlayfs, fuse, btrfs, apfs, zfs, copy)"},
+		{"fuse", map[string]string{Copy: ""}, "error: fuse does not work under /nowhere"},
+		// auto passes over a view that works with a limit for a later
+		// view that works without one, but takes it before any mode that
+		// runs on the tree itself.
+		{"auto", map[string]string{Overlayfs: "no directory renames", Btrfs: ""}, "overlayfs"},
+		{"auto", map[string]string{Overlayfs: "no directory renames", Fuse: "", Btrfs: ""}, "fuse"},
+		{"auto", map[string]string{Overlayfs: "no directory renames", Fuse: "no directory renames"}, "overlayfs"},
 	} {
-		if got := pick(c.name); got != c.want {
-			t.Errorf("Pick(%q) = %s, want %s", c.name, got, c.want)
+		got := ""
+		if m, err := Pick(c.name, "/nowhere", works(c.ok)); err != nil {
+			got = "error: " + err.Error()
+		} else {
+			got = m.Name
 		}
-	}
-	Provide(Fuse, func(root string) (bool, string) { return false, "no /dev/fuse under " + root })
-	Provide(Btrfs, func(string) (bool, string) { return true, "" })
-	for _, c := range []struct{ name, want string }{
-		{"auto", "btrfs"}, // fuse does not work: the next that does
-		{"fuse", "error: no /dev/fuse under /nowhere"},
-		{"overlayfs", "error: not available in this build (available: auto, fuse, btrfs, copy)"},
-	} {
-		if got := pick(c.name); got != c.want {
-			t.Errorf("Pick(%q) = %s, want %s", c.name, got, c.want)
+		if got != c.want {
+			t.Errorf("Pick(%q) with %v working = %s, want %s", c.name, c.ok, got, c.want)
 		}
-	}
-	if ok, why := Find(Zfs).Available("/"); ok || why != "not built yet" {
-		t.Errorf("zfs: available %v, %q; want no, not built yet", ok, why)
 	}
 }
 
-// TestPickLimited: auto passes over a view that works with a limit for a
-// later view that works without one, but takes it before any mode that
-// runs on the tree itself.
-func TestPickLimited(t *testing.T) {
-	defer func(saved map[string]LimitedCheck) { checks = saved }(checks)
-	checks = map[string]LimitedCheck{Copy: checks[Copy]}
-	limited := func(string) Verdict { return Verdict{OK: true, Limit: "no directory renames"} }
-	ProvideLimited(Overlayfs, limited)
-	Provide(Btrfs, func(string) (bool, string) { return true, "" })
-	pick := func() string {
-		m, err := Pick(Auto, "/p")
-		if err != nil {
-			return "error: " + err.Error()
+// TestPickUnbuilt: a mode of the list that this build lacks is refused
+// by name, listing those it has.
+func TestPickUnbuilt(t *testing.T) {
+	built := []string{Auto}
+	var unbuilt []string
+	for _, m := range All {
+		if m.Built() {
+			built = append(built, m.Name)
+		} else {
+			unbuilt = append(unbuilt, m.Name)
 		}
-		return m.Name
 	}
-	if got := pick(); got != Overlayfs {
-		t.Errorf("auto with fuse unbuilt = %s, want overlayfs (a limited view before btrfs)", got)
-	}
-	Provide(Fuse, func(string) (bool, string) { return true, "" })
-	if got := pick(); got != Fuse {
-		t.Errorf("auto = %s, want fuse (a view without the limit)", got)
-	}
-	ProvideLimited(Fuse, limited)
-	if got := pick(); got != Overlayfs {
-		t.Errorf("auto with both limited = %s, want overlayfs (the first)", got)
-	}
-	Provide(Fuse, func(string) (bool, string) { return false, "no" })
-	if got := pick(); got != Overlayfs {
-		t.Errorf("auto with fuse failing = %s, want overlayfs", got)
-	}
-}
-
-func TestProvideUnknown(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Fatal("Provide of a mode not in the list did not panic")
+	for _, name := range unbuilt {
+		want := "not available in this build (available: " + strings.Join(built, ", ") + ")"
+		if _, err := Pick(name, "/nowhere", works(nil)); err == nil || err.Error() != want {
+			t.Errorf("Pick(%q) = %v, want %s", name, err, want)
 		}
-	}()
-	Provide("warp", nil)
+	}
 }

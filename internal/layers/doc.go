@@ -8,27 +8,31 @@ package layers
 // Rank is each package's layer (import paths below the module's).
 var Rank = map[string]int{
 	// Leaves: names and mechanisms that know nothing of snapback's others.
-	"internal/layout":    0,
-	"internal/isolation": 0,
-	"internal/suggest":   0,
-	"internal/gitdiff":   0,
-	"fsutil":             0,
-	// What reads the tree's and the config's own formats.
-	"internal/gitdirs":  1,
-	"internal/treetest": 1,
-	"config":            1,
-	"overlay/layer":     1,
-	// The mechanisms: the views and the target backends.
-	"overlay":      2,
-	"backends":     2,
-	"overlay/fuse": 3,
-	// The store.
-	"snapshot": 4,
+	"internal/layout":  0,
+	"internal/suggest": 0,
+	"internal/gitdiff": 0,
+	"fsutil":           0,
+	// What reads the tree's own formats, and the table of isolation
+	// modes (a tree mode's row holds fsutil's primitives).
+	"internal/isolation": 1,
+	"internal/gitdirs":   1,
+	"internal/treetest":  1,
+	"overlay/layer":      1,
+	// The config (it names the modes).
+	"config": 2,
+	// The views.
+	"overlay":      3,
+	"overlay/fuse": 4,
+	// The store and the target backends: neither imports the other (the
+	// store drives the backends through snapshot.Backend, which
+	// cmd/snapback wires), so the store is built without their drivers.
+	"snapshot": 5,
+	"backends": 5,
 	// What drives the store.
-	"agent":     5,
-	"catalog":   5,
-	"mcpserver": 5,
-	"runner":    5,
+	"agent":     6,
+	"catalog":   6,
+	"mcpserver": 6,
+	"runner":    6,
 	// The command.
-	"cmd/snapback": 6,
+	"cmd/snapback": 7,
 }

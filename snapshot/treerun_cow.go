@@ -5,30 +5,39 @@ import (
 	"os"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/isolation"
 	"golang.org/x/sys/unix"
 )
 
-// The btrfs mode of `run`: when the root is a btrfs subvolume, a run
-// starts with a read-only snapshot of it (one ioctl, whatever the tree's
-// size) instead of reading the tree into the store, and the command runs
-// on the tree itself. When it ends, the snapshot and the tree are compared
-// by stat alone — a btrfs snapshot keeps inode numbers and times, so an
-// untouched file looks the same in both — and only the paths that differ
-// are read: their old contents from the snapshot, their new ones from the
-// tree. The run is then the same paths record as a copy-mode run, and the
-// snapshot is deleted.
+// A tree mode with a copy-on-write snapshot (isolation.Tree.Snapshot:
+// btrfs) starts a run with a snapshot of the root (one call, whatever the
+// tree's size) instead of reading the tree into the store, and the
+// command runs on the tree itself. When it ends, the snapshot and the tree
+// are compared by stat alone (the snapshot keeps inode numbers and times,
+// so an untouched file looks the same in both), and only the paths that
+// differ are read: their old contents from the snapshot, their new ones
+// from the tree. The run is then the same paths record as a copy-mode
+// run, and the snapshot is dropped.
 
-// ModeBtrfs is the isolation mode name.
-const ModeBtrfs = "btrfs"
-
-func (r *Repo) beforeSubvol(id string) string { return r.path("runs", id, "before") }
-
-// snapSubvol takes a run's before-snapshot.
-func (r *Repo) snapSubvol(m *Meta) error {
-	if ok, why := fsutil.IsSubvolume(r.Root); !ok {
-		return fmt.Errorf("run: --mode btrfs: %s", why)
+// treeMode is the shape of the tree mode of that name, or nil.
+func treeMode(name string) *isolation.Tree {
+	if m := isolation.Find(name); m != nil {
+		return m.Tree
 	}
-	if err := fsutil.SubvolSnapshot(r.Root, r.beforeSubvol(m.ID)); err != nil {
+	return nil
+}
+
+// beforeCoW is where a run's snapshot of the root is taken.
+func (r *Repo) beforeCoW(id string) string { return r.path("runs", id, "before") }
+
+// snapCoW takes a run's snapshot of the root.
+func (r *Repo) snapCoW(m *Meta, tree *isolation.Tree) error {
+	if tree.Check != nil {
+		if ok, why := tree.Check(r.Root); !ok {
+			return fmt.Errorf("run: --mode %s: %s", m.Mode, why)
+		}
+	}
+	if err := tree.Snapshot(r.Root, r.beforeCoW(m.ID)); err != nil {
 		return fmt.Errorf("run %s: %w", m.ID, err)
 	}
 	// The record needs a manifest until the run is narrowed: an empty one.
@@ -65,10 +74,10 @@ func statWalk(root string, ign Ignorer) (map[string]statInfo, error) {
 	return out, err
 }
 
-// narrowSubvol makes a btrfs-mode run's record from its before-snapshot
-// and the tree, then deletes the snapshot.
-func (r *Repo) narrowSubvol(m *Meta) error {
-	snap := r.beforeSubvol(m.ID)
+// narrowCoW makes the record of a run with a snapshot from the snapshot
+// and the tree.
+func (r *Repo) narrowCoW(m *Meta) error {
+	snap := r.beforeCoW(m.ID)
 	if _, err := os.Lstat(snap); err != nil {
 		return fmt.Errorf("finish run %s: its snapshot: %w", m.ID, err)
 	}
@@ -111,10 +120,4 @@ func (r *Repo) narrowSubvol(m *Meta) error {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
 	return r.recordNarrowed(m, before, after, changed)
-}
-
-// dropSubvol deletes a btrfs-mode run's snapshot, once its record holds
-// what it needs.
-func (r *Repo) dropSubvol(id string) error {
-	return fsutil.SubvolDelete(r.beforeSubvol(id))
 }
