@@ -149,7 +149,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 	}
 	if p == nil {
 		var err error
-		if p, err = repo.StartPending(o.Args, mode.Name); err != nil {
+		if p, err = repo.StartViewRun(o.Args, mode.Name); err != nil {
 			return Result{}, err
 		}
 		p.Then = string(o.Then) // saved by BeginStep
@@ -186,7 +186,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 			}
 			// Dropped here, not by a commit: an open checkpoint refuses
 			// a commit, and this one has nothing to bring into the tree.
-			if err := repo.DiscardPending(p); err != nil {
+			if err := repo.DiscardViewRun(p); err != nil {
 				return res, err
 			}
 			res.State = "empty"
@@ -196,7 +196,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if res.Skipped, err = repo.SkippedIn(p); err != nil {
 			return res, err
 		}
-		rec, err := repo.CommitPending(p, nil, false)
+		rec, err := repo.CommitViewRun(p, nil, false)
 		var ce *snapshot.ConflictError
 		if errors.As(err, &ce) {
 			return res, fmt.Errorf("%w; the run stays pending as %s (snapback diff, commit --force, discard)", err, p.ID)
@@ -217,7 +217,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if res.DroppedExcluded, err = repo.ExcludedIn(p, nil); err != nil {
 			return res, err
 		}
-		if err := repo.DiscardPending(p); err != nil {
+		if err := repo.DiscardViewRun(p); err != nil {
 			return res, err
 		}
 		res.KeptIgnored, res.State = p.WroteThrough, "discarded"
@@ -263,7 +263,7 @@ func commandEnv(repo *snapshot.Repo, id string) []string {
 func findIdle(ctx context.Context, repo *snapshot.Repo, o Options) (*snapshot.ViewRun, error) {
 	told := false
 	for {
-		p, err := repo.FindPending(o.Continue)
+		p, err := repo.FindViewRun(o.Continue)
 		if err != nil {
 			if told {
 				return nil, fmt.Errorf("run %s: committed or discarded while we waited: %w", o.Continue, err)
@@ -287,7 +287,7 @@ func findIdle(ctx context.Context, repo *snapshot.Repo, o Options) (*snapshot.Vi
 				return nil, ctx.Err()
 			case <-time.After(100 * time.Millisecond):
 			}
-			if p, err = repo.FindPending(p.ID); err != nil {
+			if p, err = repo.FindViewRun(p.ID); err != nil {
 				break // gone: said so above, with the lock held again
 			}
 		}
@@ -315,7 +315,7 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 		return Result{}, err
 	}
 	defer tl.Unlock()
-	run, err := repo.BeginRun(o.Args, mode.Name)
+	run, err := repo.BeginTreeRun(o.Args, mode.Name)
 	if errors.Is(err, snapshot.ErrCheckpointOpen) {
 		return Result{}, &BadInputError{err} // refused before anything ran
 	}
@@ -329,7 +329,7 @@ func runOnTree(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, o
 	if err := repo.Lock(o.LockWait, "run (finishing)"); err != nil {
 		return res, err
 	}
-	if err := repo.FinishRun(run, &res.Status); err != nil {
+	if err := repo.FinishTreeRun(run, &res.Status); err != nil {
 		return res, err
 	}
 	res.Skipped = run.Skipped

@@ -15,7 +15,7 @@ import (
 // copy-mode run takes its "before", and writes it as a record of kind
 // checkpoint, state open; [Repo.EndCheckpoint] narrows that record to the
 // paths changed since, with their state before and after, exactly as
-// [Repo.FinishRun] narrows a run: one undo step. A stretch that changed
+// [Repo.FinishTreeRun] narrows a run: one undo step. A stretch that changed
 // nothing (and saved no target) leaves no record.
 //
 // An open checkpoint outlives the process that opened it (the hooks of a

@@ -141,7 +141,7 @@ func TestCheckpointRefusals(t *testing.T) {
 	refused("redo", err)
 	_, _, err = r.Restore(base.ID)
 	refused("restore", err)
-	_, err = r.BeginRun([]string{"true"}, "copy")
+	_, err = r.BeginTreeRun([]string{"true"}, "copy")
 	refused("a copy-mode run", err)
 	_, _, err = r.UndoSession("s", false)
 	refused("undo --session", err)

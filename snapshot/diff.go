@@ -94,7 +94,7 @@ func (r *Reader) Compare(ref string) (*Comparison, error) {
 	var m *Meta
 	var err error
 	if ref == "" {
-		if p, err = r.FindPending(""); err != nil && !errors.Is(err, ErrNoPending) {
+		if p, err = r.FindViewRun(""); err != nil && !errors.Is(err, ErrNoPending) {
 			return nil, err
 		}
 	} else if m, p, err = r.Lookup(ref); err != nil {

@@ -59,7 +59,7 @@ func (e *AmbiguousIDError) Error() string {
 // Lookup finds what ref names among the snapshots and the pending runs
 // alike, so that every verb reads an id the same way: exactly one of
 // the results is set. A verb that takes only one kind says so (Resolve,
-// FindPending) rather than finding another match of the other kind.
+// FindViewRun) rather than finding another match of the other kind.
 func (r *Reader) Lookup(ref string) (*Meta, *ViewRun, error) {
 	if ValidID(ref) {
 		// A whole id names only itself: read it without listing.
@@ -119,9 +119,9 @@ func (r *Reader) Resolve(ref string) (*Meta, error) {
 	return m, nil
 }
 
-// FindPending finds the pending run ref names (see IDNames); "" means
+// FindViewRun finds the pending run ref names (see IDNames); "" means
 // the newest.
-func (r *Reader) FindPending(ref string) (*ViewRun, error) {
+func (r *Reader) FindViewRun(ref string) (*ViewRun, error) {
 	if ref == "" {
 		all, err := r.PendingRuns()
 		if err != nil {

@@ -155,11 +155,11 @@ func TestContentStoredOnce(t *testing.T) {
 // runChange simulates a copy-mode run: fn is the command.
 func runChange(t *testing.T, r *snapshot.Repo, fn func()) *snapshot.Meta {
 	t.Helper()
-	run, err := r.BeginRun([]string{"cmd"}, "copy")
+	run, err := r.BeginTreeRun([]string{"cmd"}, "copy")
 	treetest.Must(t, err)
 	fn()
 	status := 0
-	treetest.Must(t, r.FinishRun(run, &status))
+	treetest.Must(t, r.FinishTreeRun(run, &status))
 	return run.Meta
 }
 

@@ -32,7 +32,7 @@ func TestRetainKeepsWhatUndoRedoAndPendingRunsNeed(t *testing.T) {
 	latest := capture(t, root)
 	_, _, err := r.Undo("", false) // the 4th snap is undone: redo needs its pre-undo
 	treetest.Must(t, err)
-	p, err := r.StartPending([]string{"true"}, "overlayfs")
+	p, err := r.StartViewRun([]string{"true"}, "overlayfs")
 	treetest.Must(t, err)
 	treetest.Must(t, r.EndCommand(p, 0))
 
@@ -51,7 +51,7 @@ func TestRetainKeepsWhatUndoRedoAndPendingRunsNeed(t *testing.T) {
 	_, _, err = r.Redo(false)
 	treetest.Must(t, err)
 	treetest.Equal(t, "redo after retention", latest, capture(t, root))
-	treetest.Must(t, r.DiscardPending(p))
+	treetest.Must(t, r.DiscardViewRun(p))
 	_, _, err = r.Undo("", false)
 	treetest.Must(t, err)
 	treetest.Equal(t, "undo after retention", states[3], capture(t, root))

@@ -8,7 +8,7 @@ package snapshot
 // A run on the tree itself (tree modes, copy and btrfs: [TreeRun]) is a record
 // in snapshots/ from the start:
 //
-//	running ──FinishRun──> done          the command ended; the record
+//	running ──FinishTreeRun──> done          the command ended; the record
 //	                                     holds the paths it changed
 //	running ──recover────> interrupted   its snapback died; what the
 //	                                     command changed until then is
@@ -18,7 +18,7 @@ package snapshot
 // upper layer, with its state in runs/<id>/run.json, until they are
 // committed or discarded:
 //
-//	(none) ──StartPending──> running     the view's directories and the
+//	(none) ──StartViewRun──> running     the view's directories and the
 //	                                     targets' states are made first
 //	running ──EndCommand──> pending      the command ended: the lock is
 //	                                     released, ignored paths written
@@ -31,10 +31,10 @@ package snapshot
 //	pending ──Resume──────> running      another command in the same view
 //	                                     (each command is a Step: BeginStep,
 //	                                     then EndCommand completes it)
-//	pending ──CommitPending─> a run record, state done, and the run's
+//	pending ──CommitViewRun─> a run record, state done, and the run's
 //	                          directory goes (a selective commit leaves
 //	                          the rest pending)
-//	pending ──DiscardPending─> the directory goes; targets are restored
+//	pending ──DiscardViewRun─> the directory goes; targets are restored
 //
 // Package runner drives these steps; nothing else changes a run's state.
 //

@@ -105,14 +105,14 @@ func stepPaths(before, after map[string]layerStamp) []string {
 }
 
 // BeginStep records that command starts in the run's view now (the run
-// holds its lock: [Repo.StartPending] or [Repo.Resume]).
+// holds its lock: [Repo.StartViewRun] or [Repo.Resume]).
 func (r *Repo) BeginStep(p *ViewRun, command []string) error {
 	var err error
 	if p.stamp, err = r.stampLayer(p.ID); err != nil {
 		return err
 	}
 	p.Steps = append(p.Steps, Step{Command: command, StartedAt: time.Now()})
-	return r.SavePending(p)
+	return r.SaveViewRun(p)
 }
 
 // endStep completes the run's last step, begun by BeginStep.

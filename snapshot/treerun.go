@@ -18,16 +18,16 @@ var ErrRunning = errors.New("its command is still running")
 // command is still alive. (A run in a view is a [ViewRun].)
 type TreeRun struct {
 	Meta *Meta
-	// Dropped is set by FinishRun when the command changed nothing: the
+	// Dropped is set by FinishTreeRun when the command changed nothing: the
 	// run left no record, so that `undo` reverts the last change that did
 	// something.
 	Dropped bool
-	// Skipped, set by FinishRun, are the sockets and devices the command
+	// Skipped, set by FinishTreeRun, are the sockets and devices the command
 	// left in the tree: no record carries them (Meta.Skipped).
 	Skipped []Skipped
 	lock    *os.File
 	// skipped: what the tree held before the command that snapshots do
-	// not carry; FinishRun reports only what the command left.
+	// not carry; FinishTreeRun reports only what the command left.
 	skipped map[string]bool
 }
 
@@ -52,13 +52,13 @@ func (r *Repo) lockRun(id string) (*os.File, error) {
 	return f, nil
 }
 
-// BeginRun records the state of the tree before a command runs on it in
+// BeginTreeRun records the state of the tree before a command runs on it in
 // a tree mode (isolation.Tree: the copy mode reads the tree into the
 // store, a mode with a snapshot takes one, see treerun_cow.go): a tree
 // snapshot of kind run, state running. While the command runs, this
 // process holds the run's lock; if it dies, the next snapback finds the
 // lock free and finishes the run (see [Repo.Recover]).
-func (r *Repo) BeginRun(command []string, mode string) (*TreeRun, error) {
+func (r *Repo) BeginTreeRun(command []string, mode string) (*TreeRun, error) {
 	tree := treeMode(mode)
 	if tree == nil {
 		return nil, fmt.Errorf("run: mode %q does not run on the tree", mode)
@@ -170,12 +170,12 @@ func (r *Reader) alive(id string) bool {
 	return unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil
 }
 
-// FinishRun narrows a finished run's snapshot to the paths the command
+// FinishTreeRun narrows a finished run's snapshot to the paths the command
 // changed: the before state of those paths, and (as After) the state the
 // command left them in. `undo` then reverts exactly those paths, keeps
 // later edits to other files, and sees later edits to the same paths as
 // conflicts. exitStatus is nil when the command's end was not seen.
-func (r *Repo) FinishRun(run *TreeRun, exitStatus *int) error {
+func (r *Repo) FinishTreeRun(run *TreeRun, exitStatus *int) error {
 	m := run.Meta
 	tree := treeMode(m.Mode)
 	if tree == nil {
@@ -291,7 +291,7 @@ func (r *Repo) finishDeadRuns() (int, error) {
 		if m.State != StateRunning || r.alive(m.ID) {
 			continue
 		}
-		if err := r.FinishRun(&TreeRun{Meta: m}, nil); err != nil {
+		if err := r.FinishTreeRun(&TreeRun{Meta: m}, nil); err != nil {
 			return n, err
 		}
 		fsutil.RemoveAll(r.runDir(m.ID)) // the dead process's lock

@@ -69,9 +69,9 @@ func (r *Repo) saveGitIndex(id string) error {
 	return fsutil.WriteFileAtomic(r.gitIndexCopy(id), b, 0o600)
 }
 
-// StartPending makes a new overlay run and takes its lock (held until
+// StartViewRun makes a new overlay run and takes its lock (held until
 // [Repo.Release] or the process ends).
-func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
+func (r *Repo) StartViewRun(command []string, mode string) (*ViewRun, error) {
 	m, err := r.newMeta(KindRun, ScopePaths)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 		r.Release(p)
 		return nil, fmt.Errorf("run %s: %w", p.ID, err)
 	}
-	if err := r.SavePending(p); err != nil {
+	if err := r.SaveViewRun(p); err != nil {
 		r.Release(p)
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (r *Repo) StartPending(command []string, mode string) (*ViewRun, error) {
 	// discard puts it back, a commit keeps it for undo (gitstate.go).
 	if ts := r.withGitTarget(r.Targets); len(ts) > 0 {
 		if p.Targets, err = r.snapTargets(p.ID, ts); err == nil {
-			err = r.SavePending(p)
+			err = r.SaveViewRun(p)
 		}
 		if err != nil {
 			r.releasePayloads(p.ID)
@@ -127,7 +127,7 @@ func (r *Repo) Resume(p *ViewRun) error {
 	}
 	p.lock = f
 	p.State = StateRunning
-	return r.SavePending(p)
+	return r.SaveViewRun(p)
 }
 
 // LockFile is the open file of the run's lock while this process holds
@@ -156,14 +156,14 @@ func (r *Repo) EndCommand(p *ViewRun, status int) error {
 	}
 	p.ExitStatus, p.State = &status, StatePending
 	r.Release(p)
-	if err := r.SavePending(p); err != nil {
+	if err := r.SaveViewRun(p); err != nil {
 		return err
 	}
 	return r.WriteThrough(p)
 }
 
-// SavePending writes the run's record.
-func (r *Repo) SavePending(p *ViewRun) error {
+// SaveViewRun writes the run's record.
+func (r *Repo) SaveViewRun(p *ViewRun) error {
 	b, err := json.MarshalIndent(p, "", "  ")
 	if err != nil {
 		return err
@@ -237,13 +237,13 @@ func (r *Reader) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 	return target, out, nil
 }
 
-// CommitPending moves a pending run's changes into the tree (a run that
+// CommitViewRun moves a pending run's changes into the tree (a run that
 // changed nothing is dropped and yields no snapshot: nil) (only those
 // at or below the given paths, when any are given) as one crash-safe
 // step, first saving what they replace as a run snapshot that `undo`
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
-func (r *Repo) CommitPending(p *ViewRun, only []string, force bool) (*Meta, error) {
+func (r *Repo) CommitViewRun(p *ViewRun, only []string, force bool) (*Meta, error) {
 	target, err := r.commitable(p)
 	if err != nil {
 		return nil, err
@@ -596,12 +596,12 @@ func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest, parts map[string]Ob
 	if len(left) == 0 && len(excl) == 0 {
 		return r.dropRun(p.ID)
 	}
-	return r.SavePending(p)
+	return r.SaveViewRun(p)
 }
 
-// DiscardPending throws a pending run's changes away and brings its
+// DiscardViewRun throws a pending run's changes away and brings its
 // targets back to their state before the command, as one crash-safe step.
-func (r *Repo) DiscardPending(p *ViewRun) error {
+func (r *Repo) DiscardViewRun(p *ViewRun) error {
 	if p.State == StateRunning {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}

@@ -31,7 +31,7 @@ func (r *Repo) WriteThrough(p *ViewRun) error {
 	if err := r.writeThrough(p, upper, "", false, w); err != nil {
 		return err
 	}
-	return r.SavePending(p)
+	return r.SaveViewRun(p)
 }
 
 // maxNamedPaths bounds the ignored and excluded paths a run's record

@@ -16,13 +16,13 @@ import (
 // could also be the end of a run's id: ./a says it is a path).
 func pendingAndPaths(repo *snapshot.Reader, args []string) (*snapshot.ViewRun, []string, error) {
 	if len(args) > 0 {
-		if p, err := repo.FindPending(args[0]); err == nil {
+		if p, err := repo.FindViewRun(args[0]); err == nil {
 			if _, err := os.Lstat(args[0]); err != nil {
 				return p, args[1:], nil
 			}
 		}
 	}
-	p, err := repo.FindPending("")
+	p, err := repo.FindViewRun("")
 	return p, args, err
 }
 

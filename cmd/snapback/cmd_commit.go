@@ -75,7 +75,7 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 			skipped = append(skipped, sk)
 		}
 	}
-	rec, err := repo.CommitPending(p, rel, o.force)
+	rec, err := repo.CommitViewRun(p, rel, o.force)
 	if err != nil {
 		return err
 	}

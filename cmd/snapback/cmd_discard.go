@@ -52,7 +52,7 @@ discarded. -p takes no --json.`,
 				}
 				n = len(snapshot.DiffManifests(cur, target))
 			}
-			if err := repo.DiscardPending(p); err != nil {
+			if err := repo.DiscardViewRun(p); err != nil {
 				return err
 			}
 			if g.json {

@@ -342,7 +342,7 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 		if err := repo.DiscardPick(p, pick); err != nil {
 			return err
 		}
-		if _, err := repo.FindPending(p.ID); err != nil {
+		if _, err := repo.FindViewRun(p.ID); err != nil {
 			rest = "; nothing is left of it"
 		}
 		g.say("discarded %s of run %s%s\n", nPicked(n), p.ID, rest)
@@ -352,7 +352,7 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := repo.FindPending(p.ID); err != nil {
+	if _, err := repo.FindViewRun(p.ID); err != nil {
 		rest = ""
 	}
 	g.say("committed %s of run %s as %s (undo reverts it%s)\n", nPicked(n), p.ID, rec.ID, rest)

@@ -162,7 +162,7 @@ func (g *globals) openPending(o snapshot.Options, args []string) (*snapshot.Repo
 	if len(args) > 0 {
 		ref = args[0]
 	}
-	p, err := repo.FindPending(ref)
+	p, err := repo.FindViewRun(ref)
 	if err != nil {
 		repo.Close()
 		return nil, nil, err
