@@ -1184,9 +1184,9 @@ func fileContent(e string) (string, bool) {
 }
 
 // damage flips a byte of a stored content some step holds: while it
-// is damaged, an undo, redo or restore that has to write it refuses
-// (exit 2), changing nothing (README: a damaged object is never
-// written back).
+// is damaged, an undo, redo or restore that has to write it from the
+// store refuses (exit 2), changing nothing (README: a damaged object is
+// never written back; see [model.needsDamaged]).
 func (m *model) damage(t *rapid.T) {
 	seen := map[string]bool{}
 	var cands []string
@@ -1267,9 +1267,19 @@ func (m *model) needsDamaged(o outcome) outcome {
 	if o.refuse || o.either || o.want == nil || len(m.damaged) == 0 {
 		return o
 	}
+	// A file the verb replaces or removes lends its own inode (staged
+	// before the apply, one name only) to a write of its content: the
+	// store's copy is not read then.
+	held := map[string]bool{}
+	for _, p := range changed(m.tree, o.want) {
+		c, ok := fileContent(m.tree[p])
+		if w, _ := fileContent(o.want[p]); ok && w != c && !m.multi[p] {
+			held[c] = true
+		}
+	}
 	for _, p := range changed(m.tree, o.want) {
 		c, ok := fileContent(o.want[p])
-		if !ok || m.damaged[c] == nil {
+		if !ok || m.damaged[c] == nil || held[c] {
 			continue
 		}
 		if have, ok := fileContent(m.tree[p]); ok && have == c {
