@@ -242,6 +242,8 @@ type step struct {
 	// what the store records of them names their other names too,
 	// which the model does not see (its undo may refuse over them).
 	linked map[string]bool
+	// savedLinked: the same of saved (a tree step's undo).
+	savedLinked map[string]bool
 	// merged: the checkpoints an undo --session reverted as this one
 	// step, which redo reapplies together.
 	merged []*step
@@ -571,7 +573,7 @@ func (m *model) snap(t *rapid.T) {
 		return
 	}
 	if m.verb(outcome{want: m.tree}, false, "snap") {
-		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone()})
+		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone(), linked: m.multi})
 		m.retained()
 	}
 }
@@ -635,11 +637,13 @@ func (m *model) undo(t *rapid.T) {
 			o.either = true
 		}
 	}
-	old := m.tree
-	o = m.needsDamaged(o)
+	old, oldLinked := m.tree, m.multi
+	if s != nil {
+		o = m.needsDamaged(o, s.linked)
+	}
 	if m.verb(o, kill, "undo") {
 		m.tree = o.want
-		s.undone, s.saved = true, old
+		s.undone, s.saved, s.savedLinked = true, old, oldLinked
 		m.redoStack = append(m.redoStack, s)
 	}
 }
@@ -664,7 +668,13 @@ func (m *model) redo(t *rapid.T) {
 			o.either = true
 		}
 	}
-	o = m.needsDamaged(o)
+	if s != nil {
+		links := s.savedLinked
+		if !s.whole {
+			links = s.linked // (those of after: taken as before's)
+		}
+		o = m.needsDamaged(o, links)
+	}
 	if m.verb(o, kill, "redo") {
 		m.tree = o.want
 		s.undone = false
@@ -691,10 +701,10 @@ func (m *model) restore(t *rapid.T) {
 		m.verb(refuse(2), false, "restore", s.id)
 		return
 	}
-	old := m.tree
-	if m.verb(m.needsDamaged(outcome{want: s.state}), kill, "restore", s.id) {
+	old, oldLinked := m.tree, m.multi
+	if m.verb(m.needsDamaged(outcome{want: s.state}, s.linked), kill, "restore", s.id) {
 		m.tree = s.state.clone()
-		m.newStep(&step{kind: "pre-restore", whole: true, state: old})
+		m.newStep(&step{kind: "pre-restore", whole: true, state: old, linked: oldLinked})
 	}
 }
 
@@ -1009,6 +1019,17 @@ func deletedSince(cur tree, p *pendingRun, sub, dirs []string) bool {
 	return false
 }
 
+// partnerInPlace says whether a file of want with other names (links)
+// other than p, of p's content, is in tr already.
+func partnerInPlace(tr, want tree, links map[string]bool, p string) bool {
+	for q := range links {
+		if q != p && want[q] == want[p] && tr[q] == want[q] {
+			return true
+		}
+	}
+	return false
+}
+
 func without(all, drop []string) []string {
 	d := map[string]bool{}
 	for _, p := range drop {
@@ -1157,7 +1178,13 @@ func (m *model) undoSession(t *rapid.T) {
 			o.either = true
 		}
 	}
-	o = m.needsDamaged(o)
+	links := map[string]bool{}
+	for _, s := range steps {
+		for p := range s.linked {
+			links[p] = true
+		}
+	}
+	o = m.needsDamaged(o, links)
 	if m.verb(o, kill, "undo", "--session", session) {
 		m.tree = o.want
 		for _, s := range steps {
@@ -1262,8 +1289,10 @@ func (m *model) writeObject(p string, b []byte) {
 
 // needsDamaged turns o, a verb writing o.want over the tree, into a
 // refusal with exit 2 when a content it has to write is damaged (and
-// nothing else refuses it first).
-func (m *model) needsDamaged(o outcome) outcome {
+// nothing else refuses it first). links are the files of o.want that
+// had other names then: one whose partner of the same content is in
+// place already may be made a link of it, reading nothing (either).
+func (m *model) needsDamaged(o outcome, links map[string]bool) outcome {
 	if o.refuse || o.either || o.want == nil || len(m.damaged) == 0 {
 		return o
 	}
@@ -1284,6 +1313,10 @@ func (m *model) needsDamaged(o outcome) outcome {
 		}
 		if have, ok := fileContent(m.tree[p]); ok && have == c {
 			continue // the content is there already (a chmod, at most)
+		}
+		if links[p] && partnerInPlace(m.tree, o.want, links, p) {
+			o.either = true
+			continue
 		}
 		return refuse(2)
 	}
