@@ -498,9 +498,12 @@ func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp strin
 // content comes from the store or, when the operation staged it, from
 // the staging area's link (the inode of a file it replaces or removes):
 // a rollback reads that first, anything else when the object is missing
-// or damaged. (A commit of a renamed directory reads its files from the
-// store: a damaged object of the same content stopped it half-way, and
-// recover could not finish it, with the files' own inodes staged.)
+// or damaged. Last come the tree's own files that may hold it: the one
+// at t's path (rewritten only to end a hard link) and the names the
+// target links to t. (A commit of a renamed directory reads its files
+// from the store: a damaged object of the same content stopped it
+// half-way, and recover could not finish it, with the files' own inodes
+// staged; an undo ending a hard link failed so, and its rollback too.)
 func (a *applier) fill(f *os.File, t *Entry) error {
 	if a.open != nil {
 		src, err := a.open(t.Object)
@@ -522,6 +525,15 @@ func (a *applier) fill(f *os.File, t *Entry) error {
 		sources = []source{staged, object}
 	case a.staged:
 		sources = append(sources, staged)
+	}
+	inTree := func(p string) source {
+		return source{func(ObjectID) (*os.File, error) { return a.openTree(p) }, false}
+	}
+	sources = append(sources, inTree(t.Path))
+	for i := range a.target {
+		if a.target[i].Link == t.Path {
+			sources = append(sources, inTree(a.target[i].Path))
+		}
 	}
 	var objErr, err error
 	written := false
@@ -554,6 +566,26 @@ func (a *applier) fill(f *os.File, t *Entry) error {
 		}
 	}
 	return objErr
+}
+
+// openTree opens the tree's regular file at p to read, following no
+// symlink and never blocking (the directory not cached: reading moves no
+// time the apply keeps).
+func (a *applier) openTree(p string) (*os.File, error) {
+	d, err := a.root.OpenDir(Parent(p))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close() // read-only
+	f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close() // read-only
+		return nil, fs.ErrNotExist
+	}
+	return f, nil
 }
 
 // copyChecked copies src into f, failing with a DamagedError when what
