@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 )
@@ -28,16 +29,23 @@ import (
 //     atomic; properties, mount and open files stay. This is the common
 //     case (undoing the last command).
 //   - Newer snapshots exist: the snapshot is cloned to
-//     <dataset>.snapback-restore (unmounted, with the dataset's local
+//     <dataset>.snapback-restore (never mounted, with the dataset's local
 //     properties), the clone is promoted (it takes over the snapshot and
 //     the older ones), the dataset is unmounted and renamed to
 //     <dataset>.snapback-old-<guid> (keeping the newer snapshots, which stay
 //     restorable), the clone is renamed to the dataset and mounted. This
 //     swap is NOT atomic: between the unmount and the mount the mount
-//     point is empty, and it fails, changing nothing, while files in the
-//     dataset are open. Each step is recognised by the names that exist, so
-//     rerunning a killed restore finishes it. An old dataset is destroyed
-//     once its last snapshot is released.
+//     point is empty. While files in the dataset are open the unmount
+//     fails, and the swap is undone: nothing changes. Each step is
+//     recognised by the names and markers that exist, so the next restore
+//     after a kill finishes the swap (or, if it is of another snapshot
+//     and the dataset was not moved yet, undoes it first). An old dataset
+//     is destroyed once its last snapshot is released.
+//
+// It asks nothing of ZFS that zfs-fuse (pool version 23) lacks: no
+// `zfs list -p`, no clones property, and it tolerates zfs-fuse's quirks
+// (a new clone mounted despite canmount=noauto, "dataset is busy" for a
+// moment after an unmount).
 //
 // Limits: child datasets are not part of the snapshot (no -r); a dataset
 // with children is only restored by rollback, since a swap would move them
@@ -65,13 +73,22 @@ type zfsMeta struct {
 // Name implements Backend.
 func (*ZFS) Name() string { return "zfs" }
 
-// Available implements Backend: the zfs command and the kernel module.
+// Available implements Backend: the zfs command answers and shows a
+// dataset. It asks zfs itself, not a device: OpenZFS's kernel module
+// (/dev/zfs) and zfs-fuse's daemon (a socket) both serve the same
+// command.
 func (*ZFS) Available() (bool, string) {
 	if _, err := exec.LookPath("zfs"); err != nil {
 		return false, "zfs is not installed"
 	}
-	if _, err := os.Stat("/dev/zfs"); err != nil {
-		return false, "/dev/zfs is missing (the zfs kernel module is not loaded)"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hung daemon is not "available"
+	defer cancel()
+	out, err := zfs(ctx, "list", "-H", "-o", "name", "-d", "0")
+	switch {
+	case err != nil:
+		return false, err.Error() + ": is the zfs module loaded, or the zfs-fuse daemon running?"
+	case out == "":
+		return false, "zfs list shows no dataset (no pool is imported)"
 	}
 	return true, ""
 }
@@ -97,6 +114,27 @@ func zfsSnapName(ds, dir string) string { return ds + "@snapback-" + snapHash(di
 
 // zfsOldName is where a swap moves the dataset whose guid is guid.
 func zfsOldName(ds, guid string) string { return ds + zfsOld + guid }
+
+// zfsDo runs a zfs command that changes the pool: the kill test's seam
+// comes first (see [fsutil.Mutating]).
+//
+// zfs-fuse lets go of a dataset only a moment (~50 ms) after unmounting
+// it, answering "dataset is busy" meanwhile (to a destroy, which unmounts
+// first, too): such a command is retried for up to 5 s.
+func zfsDo(ctx context.Context, args ...string) (string, error) {
+	fsutil.Mutating()
+	for wait := time.Now().Add(5 * time.Second); ; {
+		out, err := zfs(ctx, args...)
+		if err == nil || !strings.Contains(err.Error(), "dataset is busy") || time.Now().After(wait) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
 
 // zfs runs the zfs command; its error is the command and the first line
 // zfs printed.
@@ -176,16 +214,16 @@ func (z *ZFS) Snapshot(ctx context.Context, t Target, root, dir string) (err err
 	if g, err := zfsGet(ctx, "guid", name); err != nil {
 		return wrap(err)
 	} else if g != "" {
-		if _, err := zfs(ctx, "destroy", name); err != nil {
+		if _, err := zfsDo(ctx, "destroy", name); err != nil {
 			return wrap(err)
 		}
 	}
-	if _, err := zfs(ctx, "snapshot", name); err != nil {
+	if _, err := zfsDo(ctx, "snapshot", name); err != nil {
 		return wrap(err)
 	}
 	defer func() {
 		if err != nil {
-			_, _ = zfs(context.Background(), "destroy", name) // already failing; Release retries by name
+			_, _ = zfsDo(context.Background(), "destroy", name) // already failing; Release retries by name
 		}
 	}()
 	guid, err := zfsGet(ctx, "guid", name)
@@ -225,12 +263,14 @@ func zfsFind(ctx context.Context, m zfsMeta) (string, error) {
 	}
 	pool, _, _ := strings.Cut(m.Snapshot, "/")
 	pool, _, _ = strings.Cut(pool, "@")
-	out, err := zfs(ctx, "list", "-H", "-p", "-t", "snapshot", "-o", "name,guid", "-r", pool)
+	// zfs get, not zfs list: zfs-fuse's list has no -p, and prints a guid
+	// rounded (5.20E).
+	out, err := zfs(ctx, "get", "-H", "-p", "-r", "-o", "name,value", "guid", pool)
 	if err != nil {
 		return "", err
 	}
 	for _, l := range zfsLines(out) {
-		if name, guid, _ := strings.Cut(l, "\t"); guid == m.GUID {
+		if name, guid, _ := strings.Cut(l, "\t"); guid == m.GUID && strings.Contains(name, "@") {
 			return name, nil
 		}
 	}
@@ -255,30 +295,25 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 	if snap == "" {
 		return wrap(fmt.Errorf("the snapshot %s (guid %s) is gone", m.Snapshot, m.GUID))
 	}
+	if err := zfsResume(ctx, ds, m.GUID); err != nil {
+		return wrap(err)
+	}
 	tmp := ds + zfsRestore
 	typ, err := zfsGet(ctx, "type", ds)
 	if err != nil {
 		return wrap(err)
 	}
-	tmpTyp, err := zfsGet(ctx, "type", tmp)
+	tmpTyp, err := zfsGet(ctx, "type", tmp) // after zfsResume: this restore's own clone
 	if err != nil {
 		return wrap(err)
 	}
 	if typ != "" && tmpTyp == "" {
-		// A swap killed after its last rename is settled first.
-		if marker, err := zfsGet(ctx, zfsMarker, ds); err != nil {
-			return wrap(err)
-		} else if marker != "" && marker != "-" {
-			if err := zfsSettle(ctx, ds, typ == "filesystem"); err != nil {
-				return wrap(err)
-			}
-		}
-		out, err := zfs(ctx, "list", "-H", "-p", "-t", "snapshot", "-o", "guid", "-s", "createtxg", "-d", "1", ds)
+		out, err := zfs(ctx, "list", "-H", "-t", "snapshot", "-o", "name", "-s", "createtxg", "-d", "1", ds)
 		if err != nil {
 			return wrap(err)
 		}
-		if l := zfsLines(out); len(l) > 0 && l[len(l)-1] == m.GUID {
-			if _, err := zfs(ctx, "rollback", snap); err != nil {
+		if l := zfsLines(out); len(l) > 0 && l[len(l)-1] == snap {
+			if _, err := zfsDo(ctx, "rollback", snap); err != nil {
 				return wrap(err)
 			}
 			return nil
@@ -287,25 +322,6 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 			return wrap(err)
 		} else if len(zfsLines(children)) > 1 {
 			return wrap(fmt.Errorf("newer snapshots exist and the dataset has children: a swap would move them away (restore the newest snapshot first, or destroy the newer ones)"))
-		}
-	}
-	if tmpTyp != "" {
-		marker, err := zfsGet(ctx, zfsMarker, tmp)
-		if err != nil {
-			return wrap(err)
-		}
-		if marker != m.GUID {
-			origin, err := zfsGet(ctx, "origin", tmp)
-			if err != nil {
-				return wrap(err)
-			}
-			if origin == "-" {
-				return wrap(fmt.Errorf("%s, left by an interrupted restore of another snapshot, is past its promotion: rerun that restore", tmp))
-			}
-			if _, err := zfs(ctx, "destroy", tmp); err != nil {
-				return wrap(err)
-			}
-			tmpTyp = ""
 		}
 	}
 	if tmpTyp == "" {
@@ -317,20 +333,20 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 			return wrap(err)
 		}
 	}
-	if origin, err := zfsGet(ctx, "origin", tmp); err != nil {
+	if err := zfsPromote(ctx, tmp); err != nil {
 		return wrap(err)
-	} else if origin != "-" {
-		if _, err := zfs(ctx, "promote", tmp); err != nil {
-			return wrap(err)
-		}
 	}
 	isFS := tmpTyp == "filesystem"
 	if typ != "" {
 		if err := zfsRetire(ctx, ds, isFS); err != nil {
+			// The dataset is still in place (busy): the swap is undone.
+			if uerr := zfsUndoSwap(ctx, ds); uerr != nil {
+				err = fmt.Errorf("%w; undoing the swap: %v", err, uerr)
+			}
 			return wrap(err)
 		}
 	}
-	if _, err := zfs(ctx, "rename", tmp, ds); err != nil {
+	if _, err := zfsDo(ctx, "rename", tmp, ds); err != nil {
 		return wrap(err)
 	}
 	if err := zfsSettle(ctx, ds, isFS); err != nil {
@@ -340,6 +356,88 @@ func (z *ZFS) Restore(ctx context.Context, t Target, _, dir string) error {
 	// or by the next Release.
 	_ = zfsCleanOld(ctx, ds)
 	return nil
+}
+
+// zfsResume deals with what an interrupted restore of ds left, so that
+// the restore of the snapshot whose guid is guid can go on: a swap killed
+// after its last rename is settled; one killed before it took the
+// dataset's name is undone (the dataset still holds its state), or, when
+// the dataset is gone (renamed away), finished. The clone of a restore
+// of guid itself is left for the caller to go on with.
+func zfsResume(ctx context.Context, ds, guid string) error {
+	tmp := ds + zfsRestore
+	typ, err := zfsGet(ctx, "type", ds)
+	if err != nil {
+		return err
+	}
+	tmpTyp, err := zfsGet(ctx, "type", tmp)
+	if err != nil {
+		return err
+	}
+	if tmpTyp == "" {
+		if typ == "" {
+			return nil
+		}
+		if marker, err := zfsGet(ctx, zfsMarker, ds); err != nil || marker == "" || marker == "-" {
+			return err
+		}
+		return zfsSettle(ctx, ds, typ == "filesystem")
+	}
+	if marker, err := zfsGet(ctx, zfsMarker, tmp); err != nil || marker == guid {
+		return err
+	}
+	if typ != "" {
+		return zfsUndoSwap(ctx, ds)
+	}
+	if err := zfsPromote(ctx, tmp); err != nil {
+		return err
+	}
+	if _, err := zfsDo(ctx, "rename", tmp, ds); err != nil {
+		return err
+	}
+	return zfsSettle(ctx, ds, tmpTyp == "filesystem")
+}
+
+// zfsPromote promotes the clone ds unless it is promoted already.
+func zfsPromote(ctx context.Context, ds string) error {
+	origin, err := zfsGet(ctx, "origin", ds)
+	if err != nil || origin == "-" || origin == "" {
+		return err
+	}
+	_, err = zfsDo(ctx, "promote", ds)
+	return err
+}
+
+// zfsUndoSwap undoes a swap that has not moved ds: the promotion of the
+// clone is reversed (ds takes its snapshots back), ds gets back the
+// canmount recorded on the clone and its mount, and the clone, holding
+// that record, is destroyed last.
+func zfsUndoSwap(ctx context.Context, ds string) error {
+	tmp := ds + zfsRestore
+	canmount, err := zfsGet(ctx, zfsCanmount, tmp)
+	if err != nil {
+		return err
+	}
+	out, err := zfs(ctx, "get", "-H", "-o", "value", "origin,type,mounted", ds)
+	if err != nil {
+		return err
+	}
+	v := zfsLines(out)
+	if len(v) != 3 {
+		return fmt.Errorf("zfs get origin,type,mounted %s: %q", ds, out)
+	}
+	if strings.HasPrefix(v[0], tmp+"@") {
+		if _, err := zfsDo(ctx, "promote", ds); err != nil {
+			return err
+		}
+	}
+	if v[1] == "filesystem" && v[2] != "yes" {
+		if err := zfsMountBack(ctx, ds, canmount); err != nil {
+			return err
+		}
+	}
+	_, err = zfsDo(ctx, "destroy", tmp)
+	return err
 }
 
 // zfsClone clones snap to tmp, unmounted, with ds's local properties and
@@ -362,77 +460,82 @@ func zfsClone(ctx context.Context, snap, ds, tmp, guid, typ string) error {
 				args = append(args, "-o", p+"="+v)
 			}
 		}
-		args = append(args, "-o", "canmount=noauto", "-o", zfsCanmount+"="+canmount)
+		// off, not noauto: zfs-fuse mounts a new clone whose canmount is
+		// noauto.
+		args = append(args, "-o", "canmount=off", "-o", zfsCanmount+"="+canmount)
 	}
-	_, err := zfs(ctx, append(args, snap, tmp)...)
+	_, err := zfsDo(ctx, append(args, snap, tmp)...)
 	return err
 }
 
 // zfsRetire unmounts ds (a filesystem) for good and renames it out of the
-// way; on error it is as it was.
+// way; on error it is as it was. The unmount comes first: it is what
+// fails while files are open, and canmount may not change meanwhile (a
+// change of canmount remounts a mounted dataset, which fails then too).
 func zfsRetire(ctx context.Context, ds string, isFS bool) error {
 	if isFS {
-		canmount, err := zfs(ctx, "get", "-H", "-o", "value,source", "canmount", ds)
-		if err != nil {
+		if mounted, err := zfsGet(ctx, "mounted", ds); err != nil {
 			return err
-		}
-		if _, err := zfs(ctx, "set", "canmount=noauto", ds); err != nil {
-			return err
-		}
-		if mounted, err := zfsGet(ctx, "mounted", ds); err != nil || mounted == "yes" {
-			if err == nil {
-				_, err = zfs(ctx, "unmount", ds)
-			}
-			if err != nil {
-				v, src, _ := strings.Cut(canmount, "\t")
-				if src == "local" {
-					_, _ = zfs(ctx, "set", "canmount="+v, ds) // already failing: best effort back
-				} else {
-					_, _ = zfs(ctx, "inherit", "canmount", ds) // already failing: best effort back
-				}
+		} else if mounted == "yes" {
+			if _, err := zfsDo(ctx, "unmount", ds); err != nil {
 				return fmt.Errorf("%w (are files open in it?)", err)
 			}
+		}
+		if _, err := zfsDo(ctx, "set", "canmount=noauto", ds); err != nil {
+			_, _ = zfsDo(ctx, "mount", ds) // already failing: best effort back
+			return err
 		}
 	}
 	guid, err := zfsGet(ctx, "guid", ds)
 	if err != nil {
 		return err
 	}
-	_, err = zfs(ctx, "rename", ds, zfsOldName(ds, guid))
+	_, err = zfsDo(ctx, "rename", ds, zfsOldName(ds, guid))
 	return err
 }
 
-// zfsSettle gives the swapped-in dataset its canmount back, drops the
-// markers and mounts it.
+// zfsSettle gives the swapped-in dataset its canmount back, mounts it,
+// and drops the markers, the one that makes a rerun settle it last.
 func zfsSettle(ctx context.Context, ds string, isFS bool) error {
 	if isFS {
 		canmount, err := zfsGet(ctx, zfsCanmount, ds)
 		if err != nil {
 			return err
 		}
-		if canmount == "inherit" || canmount == "-" || canmount == "" {
-			_, err = zfs(ctx, "inherit", "canmount", ds)
-		} else {
-			_, err = zfs(ctx, "set", "canmount="+canmount, ds)
-		}
-		if err != nil {
+		if err := zfsMountBack(ctx, ds, canmount); err != nil {
 			return err
 		}
 	}
-	for _, p := range []string{zfsMarker, zfsCanmount} {
-		if _, err := zfs(ctx, "inherit", p, ds); err != nil {
+	for _, p := range []string{zfsCanmount, zfsMarker} {
+		if _, err := zfsDo(ctx, "inherit", p, ds); err != nil {
 			return err
 		}
 	}
-	if !isFS {
-		return nil
+	return nil
+}
+
+// zfsMountBack gives the filesystem ds the canmount a swap recorded
+// ("inherit": the default; none: given back already) and mounts it where
+// that says so.
+func zfsMountBack(ctx context.Context, ds, canmount string) error {
+	var err error
+	switch canmount {
+	case "inherit":
+		// -S: canmount is not inherited; -S sets its default.
+		_, err = zfsDo(ctx, "inherit", "-S", "canmount", ds)
+	case "-", "":
+	default:
+		_, err = zfsDo(ctx, "set", "canmount="+canmount, ds)
+	}
+	if err != nil {
+		return err
 	}
 	out, err := zfs(ctx, "get", "-H", "-o", "value", "canmount,mountpoint,mounted", ds)
 	if err != nil {
 		return err
 	}
 	if v := zfsLines(out); len(v) == 3 && v[0] == "on" && v[1] != "none" && v[1] != "legacy" && v[2] != "yes" {
-		_, err = zfs(ctx, "mount", ds)
+		_, err = zfsDo(ctx, "mount", ds)
 	}
 	return err
 }
@@ -444,34 +547,52 @@ func zfsSettle(ctx context.Context, ds string, isFS bool) error {
 // error.
 func zfsDestroySnap(ctx context.Context, m zfsMeta, ds, snap string) error {
 	for promoted := false; ; promoted = true {
-		_, err := zfs(ctx, "destroy", snap)
+		_, err := zfsDo(ctx, "destroy", snap)
 		if err == nil {
 			return nil
 		}
-		clones, cerr := zfsGet(ctx, "clones", snap)
-		if cerr != nil || clones == "" || clones == "-" {
+		clones, cerr := zfsClones(ctx, snap)
+		if cerr != nil || len(clones) == 0 {
 			return err
 		}
 		live := ""
-		for _, c := range strings.Split(clones, ",") {
+		for _, c := range clones {
 			switch {
 			case c == ds || c == m.Dataset:
 				live = c
 			case !strings.Contains(c, zfsOld):
-				return fmt.Errorf("it has dependent clones (%s): destroy them first", clones)
+				return fmt.Errorf("it has dependent clones (%s): destroy them first", strings.Join(clones, ", "))
 			}
 		}
 		if live == "" || promoted {
-			_, err := zfs(ctx, "destroy", "-d", snap)
+			_, err := zfsDo(ctx, "destroy", "-d", snap)
 			return err
 		}
-		if _, err := zfs(ctx, "promote", live); err != nil {
+		if _, err := zfsDo(ctx, "promote", live); err != nil {
 			return err
 		}
 		if snap, err = zfsFind(ctx, m); err != nil || snap == "" {
 			return err
 		}
 	}
+}
+
+// zfsClones lists the clones of snap: the datasets of its pool whose
+// origin it is (zfs-fuse has no clones property).
+func zfsClones(ctx context.Context, snap string) ([]string, error) {
+	pool, _, _ := strings.Cut(snap, "/")
+	pool, _, _ = strings.Cut(pool, "@")
+	out, err := zfs(ctx, "get", "-H", "-r", "-o", "name,value", "origin", pool)
+	if err != nil {
+		return nil, err
+	}
+	var clones []string
+	for _, l := range zfsLines(out) {
+		if name, origin, _ := strings.Cut(l, "\t"); origin == snap {
+			clones = append(clones, name)
+		}
+	}
+	return clones, nil
 }
 
 // zfsCleanOld destroys ds's old datasets that hold no snapshot any more.
@@ -491,7 +612,7 @@ func zfsCleanOld(ctx context.Context, ds string) error {
 		}
 		snaps, err := zfs(ctx, "list", "-H", "-o", "name", "-t", "snapshot", "-d", "1", old)
 		if err == nil && snaps == "" {
-			_, err = zfs(ctx, "destroy", old)
+			_, err = zfsDo(ctx, "destroy", old)
 		}
 		errs = append(errs, err)
 	}

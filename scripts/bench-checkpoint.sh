@@ -11,6 +11,12 @@
 # turn that is not timed (the first begin reads every file, as a first
 # snap does). Prints a Markdown table.
 #
+# Then the same turn, and `snapback run -- true` (the default mode), in a
+# linked worktree of the same repository (`git worktree add`: HEAD, the
+# index and the refs outside the root, which each step saves and checks)
+# next to the repository's own work tree: the goal is at most 1.10× (a
+# second table).
+#
 # Environment: BENCH_CHECKPOINT_SIZES (default "10000 100000"), BENCH_REPS
 # (default 5), SNAPBACK (a binary; default: built from this repository),
 # BENCH_DIR (where the work directory goes; default: the repository's
@@ -31,6 +37,9 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.4f", b - a}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ms() { awk -v t="$1" 'BEGIN {printf "%.0f ms", t*1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
+# checkpoint begin makes a project's store in the state directory: the
+# work directory's, removed with it.
+export XDG_STATE_HOME=$WORK/state
 export GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.com GIT_COMMITTER_NAME=bench GIT_COMMITTER_EMAIL=bench@example.com
 
 # make_repo DIR N: N files of 1-4 KiB, 40 to a directory, committed.
@@ -72,15 +81,13 @@ edit() { # edit DIR TAG <list
 	while read -r f; do echo "// edited: $tag" >>"$dir/$f"; done
 }
 
-rows=()
-for n in $SIZES; do
-	dir=$WORK/repo$n
-	echo "bench-checkpoint: making a git repository of $n files" >&2
-	make_repo "$dir" "$n"
+# turns DIR N: one untimed turn, then REPS timed ones; sets mb, me, mt
+# (medians of begin, end, begin + end).
+turns() {
+	local dir=$1 n=$2 r t0 b e out tb=() te=() tt=()
 	"$SB" -C "$dir" checkpoint begin -m warm >/dev/null # reads every file once
 	files "$dir" "$n" 0 | edit "$dir" warm
 	"$SB" -C "$dir" checkpoint end >/dev/null
-	tb=() te=() tt=() tg=()
 	for r in $(seq 1 "$REPS"); do
 		sync
 		t0=$(now)
@@ -91,11 +98,34 @@ for n in $SIZES; do
 		out=$("$SB" -C "$dir" checkpoint end --json)
 		e=$(since "$t0")
 		grep -q '"changes": 10,' <<<"$out" || {
-			echo "bench-checkpoint: end of turn $r did not record 10 changes: $out" >&2
+			echo "bench-checkpoint: end of turn $r in $dir did not record 10 changes: $out" >&2
 			exit 1
 		}
 		tb+=("$b") te+=("$e") tt+=("$(awk -v a="$b" -v b="$e" 'BEGIN {print a + b}')")
 	done
+	mb=$(median "${tb[@]}") me=$(median "${te[@]}") mt=$(median "${tt[@]}")
+}
+
+# run_true DIR: sets mr, the median of REPS `snapback run -- true` there,
+# and mode, the mode it ran in.
+run_true() {
+	local dir=$1 r t0 tr=()
+	mode=$(cd "$dir" && "$SB" run --json -- true 2>&1 >/dev/null | sed -n 's/.*"mode": *"\([a-z]*\)".*/\1/p' | head -1)
+	for r in $(seq 1 "$REPS"); do
+		sync
+		t0=$(now)
+		(cd "$dir" && "$SB" run -- true 2>/dev/null)
+		tr+=("$(since "$t0")")
+	done
+	mr=$(median "${tr[@]}")
+}
+
+rows=() wrows=()
+for n in $SIZES; do
+	dir=$WORK/repo$n
+	echo "bench-checkpoint: making a git repository of $n files" >&2
+	make_repo "$dir" "$n"
+	turns "$dir" "$n"
 	git -C "$dir" add -A && git -C "$dir" commit -qm turns # what the turns did, so the stash holds only its own change
 	git -C "$dir" status --porcelain >/dev/null
 	for r in $(seq 1 "$REPS"); do
@@ -116,13 +146,34 @@ for n in $SIZES; do
 		git -C "$dir" checkout -q -- .
 		tg+=("$(awk -v a="$c" -v b="$a" 'BEGIN {print a + b}')")
 	done
-	mb=$(median "${tb[@]}") me=$(median "${te[@]}") mt=$(median "${tt[@]}") mg=$(median "${tg[@]}")
+	mg=$(median "${tg[@]}")
 	goal="100 ms"
 	((n > 10000)) && goal="1 s"
 	rows+=("| checkpoint begin + end, 10 files changed, git repository of $n files | $(ms "$mt") (begin $(ms "$mb"), end $(ms "$me")) | $(ms "$mg") | $(ratio "$mt" "$mg") | $goal |")
+
+	# The same in a linked worktree, next to the repository's own tree
+	# (measured again here, in turn, so that both see the same load).
+	echo "bench-checkpoint: adding a linked worktree of $n files" >&2
+	git -C "$dir" worktree add -q -b wt "$WORK/wt$n"
+	git -C "$WORK/wt$n" status --porcelain >/dev/null
+	turns "$dir" "$n"
+	pt=$mt
+	turns "$WORK/wt$n" "$n"
+	wt=$mt
+	run_true "$dir"
+	pr=$mr
+	run_true "$WORK/wt$n"
+	wrows+=("| \`run -- true\` ($mode), $n files | $(ms "$pr") | $(ms "$mr") | $(ratio "$mr" "$pr") |")
+	wrows+=("| checkpoint begin + end, 10 files changed, $n files | $(ms "$pt") | $(ms "$wt") | $(ratio "$wt" "$pt") |")
 done
 echo "A turn's checkpoint (medians of $REPS; load average $(cut -d' ' -f1-3 /proc/loadavg)):"
 echo
 echo "| operation | snapback | git stash create + apply | ratio | goal |"
 echo "|---|---:|---:|---:|---:|"
 printf '%s\n' "${rows[@]}"
+echo
+echo "In a linked worktree of the same repository (medians of $REPS; goal: at most 1.10×):"
+echo
+echo "| operation | the repository's own tree | a linked worktree | ratio |"
+echo "|---|---:|---:|---:|"
+printf '%s\n' "${wrows[@]}"

@@ -538,7 +538,7 @@ fi
 # a script whose service is missing reports it and the run goes on.
 if [[ ${BENCH_TARGETS:-1} == 1 ]]; then
 	export SNAPBACK_TEST_POSTGRES=${SNAPBACK_TEST_POSTGRES:-postgres://snapback:snapback@127.0.0.1:5432/postgres?sslmode=disable}
-	for b in sqlite postgres mysql docker btrfs archive; do
+	for b in sqlite postgres mysql docker btrfs zfs archive; do
 		echo
 		log "bench-$b.sh"
 		if ! SNAPBACK=$SB BENCH_DIR=$WORK "$REPO/scripts/bench-$b.sh"; then

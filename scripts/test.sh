@@ -33,6 +33,7 @@ need_pkg postgresql mariadb-server docker.io # database and volume targets
 need_pkg restic # archive push/pull
 need_pkg python3 # TestAgentbox runs agentbox, a Python program
 need_pkg bash-completion # completion_bash.txtar: a real bash completes snapback after completion --install
+need_pkg zfs-fuse # the zfs target: ZFS in user space (no kernel module here), a pool on a file
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "== installing ${missing[*]}"
 	"${sudo[@]}" apt-get update -qq
@@ -81,8 +82,27 @@ start_service() {
 dockerd_pid=
 rest_server_pid=
 rest_server_dir=
+zfs_pid=
+zfs_dir=
+zfs_pool=
 stop_services() {
 	local i
+	if [ -n "$zfs_pool" ]; then
+		# zfs-fuse answers "pool is busy" for a moment after the tests'
+		# last unmount.
+		for i in $(seq 20); do
+			"${sudo[@]}" zpool destroy -f "$zfs_pool" 2>/dev/null && break
+			sleep 0.5
+		done
+		"${sudo[@]}" zpool list -H -o name "$zfs_pool" >/dev/null 2>&1 && echo "warning: could not destroy the zfs pool $zfs_pool" >&2
+	fi
+	if [ -n "$zfs_dir" ]; then
+		rm -rf "$zfs_dir"
+	fi
+	if [ -n "$zfs_pid" ]; then
+		"${sudo[@]}" kill "$zfs_pid" 2>/dev/null || true
+		wait "$zfs_pid" 2>/dev/null || true
+	fi
 	if [ -n "$rest_server_pid" ]; then
 		kill "$rest_server_pid" 2>/dev/null || true
 		wait "$rest_server_pid" 2>/dev/null || true
@@ -112,6 +132,31 @@ if ! "${sudo[@]}" docker info >/dev/null 2>&1; then
 		"${sudo[@]}" docker info >/dev/null 2>&1 && break
 		sleep 0.5
 	done
+fi
+
+# ZFS: zfs-fuse's daemon, started by hand when zfs does not answer (as
+# dockerd is) and stopped on exit; then a pool on a sparse file in a temp
+# directory (unless SNAPBACK_TEST_ZFS names one), kept out of the pool
+# cache and destroyed on exit. The tests make their datasets in it.
+if ! "${sudo[@]}" zfs list >/dev/null 2>&1 && command -v zfs-fuse >/dev/null; then
+	echo "== starting zfs-fuse"
+	"${sudo[@]}" zfs-fuse --no-daemon >"${TMPDIR:-/tmp}/snapback-zfs-fuse.log" 2>&1 &
+	zfs_pid=$!
+	for _ in $(seq 40); do
+		"${sudo[@]}" zfs list >/dev/null 2>&1 && break
+		sleep 0.25
+	done
+fi
+if [ -z "${SNAPBACK_TEST_ZFS:-}" ] && "${sudo[@]}" zfs list >/dev/null 2>&1; then
+	zfs_dir=$(mktemp -d)
+	truncate -s 2G "$zfs_dir/pool.img"
+	if "${sudo[@]}" zpool create -o cachefile=none -m "$zfs_dir/mnt" "snapback-test-$$" "$zfs_dir/pool.img" >/dev/null 2>&1; then
+		zfs_pool=snapback-test-$$
+		echo "== zfs pool $zfs_pool"
+		export SNAPBACK_TEST_ZFS=$zfs_pool
+	else
+		echo "warning: zpool create failed (the zfs tests will fail)" >&2
+	fi
 fi
 
 # A rest-server on loopback for the restic tests (unless one is named),
@@ -154,7 +199,7 @@ export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0
 
 # Tests that need a capability skip without it, unless it is listed here:
 # then its absence fails them.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3,bash-completion
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3,bash-completion,zfs
 
 # --- checks ------------------------------------------------------------
 failed=()
@@ -192,7 +237,7 @@ mapfile -t rest < <(go list ./... | grep -v -e '/fsutil$' -e '/config$' -e '/run
 # slowest tests (where the suite's time goes). pipefail: either failing
 # fails the step.
 go_test_logged() {
-	go test -count=1 -timeout 15m -json "$@" | python3 scripts/testlog.py
+	go test -count=1 -timeout 30m -json "$@" | python3 scripts/testlog.py
 }
 step "go test (the other packages)" go_test_logged "${rest[@]}"
 

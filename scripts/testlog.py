@@ -8,7 +8,8 @@ import json
 import sys
 
 out = {}        # (package, test) -> output lines
-elapsed = []    # (seconds, package, test) of top-level tests
+own = {}        # (package, test) -> seconds, of top-level tests
+subs = {}       # (package, test) -> seconds of its direct subtests, summed
 failed = False
 for line in sys.stdin:
     try:
@@ -40,12 +41,19 @@ for line in sys.stdin:
     lines = out.pop(key, [])
     if action == "fail":
         print("".join(lines), end="")
-    if "/" not in test and "Elapsed" in ev:
-        elapsed.append((ev["Elapsed"], pkg.rsplit("/", 1)[-1], test))
+    if "Elapsed" in ev:
+        top = test.split("/", 1)[0]
+        k = (pkg.rsplit("/", 1)[-1], top)
+        if "/" not in test:
+            own[k] = ev["Elapsed"]
+        elif test.count("/") == 1:
+            # A parent whose subtests run in parallel ends before them:
+            # its own time says nothing of theirs, so they are summed.
+            subs[k] = subs.get(k, 0) + ev["Elapsed"]
 
-elapsed.sort(reverse=True)
+elapsed = sorted(((max(own.get(k, 0), subs.get(k, 0)), k) for k in set(own) | set(subs)), reverse=True)
 if elapsed:
-    print("slowest tests:")
-    for secs, pkg, test in elapsed[:12]:
+    print("slowest tests (a test's subtests summed):")
+    for secs, (pkg, test) in elapsed[:20]:
         print(f"  {secs:7.1f}s  {pkg}.{test}")
 sys.exit(1 if failed else 0)

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/snapback/snapback/backends"
@@ -23,27 +25,31 @@ import (
 // The git state outside the root.
 //
 // Where a linked worktree's or a submodule's HEAD lives outside the root
-// (package gitdirs) and the root is its work tree's top, a copy-mode
-// run, a checkpoint and a snap save this
-// worktree's git state as an implicit target, so that undo, redo and
-// restore put it back with the files: HEAD, the index, and the one ref
-// HEAD names (the branch). Nothing else is saved or touched: other
-// branches and tags, another worktree's HEAD and index, packed-refs as a
-// whole, the config, reflogs and objects stay as they are (a commit the
-// step made stays in the object store, reachable from the reflog: undo
-// only adds, never removes). The ref is set through `git update-ref`,
-// which locks that one ref and rewrites packed-refs itself when it has
-// to, so what another worktree does to other refs meanwhile is never
-// overwritten; the index is written through git's own lock
-// (index.lock). It is not a backend of snapback.toml: it has no settings
-// a user could give, and what a record says of it is checked against
-// the git dir found from the root, never taken as a place to write.
+// (package gitdirs) and the root is its work tree's top, every step (a
+// run in any mode, a checkpoint, a snap) saves this worktree's git state
+// as an implicit target when it begins: HEAD, the index, every ref the
+// worktree sees and the keys of the common config. When the step closes
+// (sealGit) it notes what it changed: the refs and config keys that
+// differ, and the values it left them at (moves.json). Undo, redo and
+// restore put HEAD and the index back and move back exactly those refs
+// and keys, each by compare-and-swap through git itself: `git update-ref
+// REF SAVED LEFT` under git's lock of that one ref (git rewrites
+// packed-refs itself when it must), `git config` per key under git's
+// lock of the file. Nothing is written whole, so what another worktree
+// does meanwhile is never overwritten; one it did to the same ref or key
+// is a conflict (planGit). Reflogs are left to git (update-ref appends
+// one entry) and objects are only ever added. It is not a backend of
+// snapback.toml: it has no settings a user could give, and what a record
+// says of it is checked against the git dir found from the root, never
+// taken as a place to write.
 
 // gitBackendName is the implicit target's backend name in records.
 const gitBackendName = "git"
 
-// maxGitState bounds the payload's state.json.
-const maxGitState = 64 << 10
+// maxGitState bounds the payload's state.json and moves.json, which list
+// every ref (a repository with many tags has tens of thousands: about
+// 100 bytes each).
+const maxGitState = 64 << 20
 
 // gitState is what the payload says of the saved state (state.json).
 type gitState struct {
@@ -57,10 +63,25 @@ type gitState struct {
 	Refs map[string]string `json:"refs,omitempty"`
 }
 
+// The common config file is saved as it is, as data/config (read as keys
+// by configKeys only where it changed: a step need not run git for it).
+const maxGitConfig = 1 << 20
+
 // gitMoves is what the step moved (moves.json), written when it closes:
-// each ref whose value it changed, to the value it left ("" for deleted).
+// each ref whose value it changed, to the value it left ("" for deleted),
+// and each key of the common config whose values it changed, to the
+// values it left (none: removed).
 type gitMoves struct {
-	Moves map[string]string `json:"moves"`
+	Moves  map[string]string   `json:"moves"`
+	Config map[string][]string `json:"config,omitempty"`
+}
+
+// gitAfter is a git dir's refs and common config keys as a step left
+// them, or as an undo, redo or restore will (planGit); Config nil: the
+// config as the payload saved it.
+type gitAfter struct {
+	Refs   map[string]string
+	Config map[string][]string
 }
 
 // gitTarget is the implicit target for the git dir HEAD lives in, when it
@@ -155,6 +176,13 @@ func (b gitBackend) Snapshot(_ context.Context, t config.Target, root, dir strin
 	if st.Refs, err = gitRefs(g, root); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
+	if cfg, err := fsutil.ReadFileLimit(filepath.Join(g.CommonDir, "config"), maxGitConfig); err == nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, "config"), cfg, 0o600); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: config: %w", t.Name, err)
+	}
 	if st.Index, err = saveIndex(filepath.Join(g.GitDir, "index"), filepath.Join(dir, "index")); err != nil {
 		return fmt.Errorf("%s: %w", t.Name, err)
 	}
@@ -229,23 +257,39 @@ func validRefs(m map[string]string, deleted bool) bool {
 	return true
 }
 
+// validConfig checks config keys and values read from a payload: a key
+// is section.name or section.subsection.name, on one line, and nothing
+// holds a NUL (git config could not take it back as an argument).
+func validConfig(m map[string][]string) bool {
+	for k, vs := range m {
+		if len(k) > 1024 || !strings.Contains(k, ".") || strings.HasPrefix(k, "-") || strings.ContainsAny(k, "\x00\n") {
+			return false
+		}
+		for _, v := range vs {
+			if strings.ContainsRune(v, 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // readGitMoves reads a payload's moves.json; sealed is false when it has
 // none (the step is not closed).
-func readGitMoves(t config.Target, dir string) (moves map[string]string, sealed bool, err error) {
+func readGitMoves(t config.Target, dir string) (m gitMoves, sealed bool, err error) {
 	b, err := fsutil.ReadFileLimit(filepath.Join(dir, "moves.json"), maxGitState)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return m, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("%s: payload: %w", t.Name, err)
+		return m, false, fmt.Errorf("%s: payload: %w", t.Name, err)
 	}
-	var m gitMoves
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil || !validRefs(m.Moves, true) {
-		return nil, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref or object id", t.Name, ErrCorrupt)
+	if err := dec.Decode(&m); err != nil || !validRefs(m.Moves, true) || !validConfig(m.Config) {
+		return m, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref, object id or config key", t.Name, ErrCorrupt)
 	}
-	return m.Moves, true, nil
+	return m, true, nil
 }
 
 // gitRefs lists every ref g's worktree sees (the shared ones and its own
@@ -264,6 +308,54 @@ func gitRefs(g *gitdirs.Repo, root string) (map[string]string, error) {
 		}
 	}
 	return refs, nil
+}
+
+// configKeys reads a config file's keys (not the files it includes,
+// nor the user's or the system's: those are not the repository's), each
+// with its values in the file's order; a key named with no value reads
+// as "true", as git takes it. No file has no keys.
+func configKeys(g *gitdirs.Repo, root, file string) (map[string][]string, error) {
+	if _, err := os.Lstat(file); errors.Is(err, fs.ErrNotExist) {
+		return map[string][]string{}, nil
+	}
+	out, err := runGit(g, root, "config", "--file", file, "--no-includes", "--list", "-z")
+	if err != nil {
+		return nil, err
+	}
+	cfg := map[string][]string{}
+	for _, e := range strings.Split(out, "\x00") {
+		if e == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(e, "\n")
+		if !ok {
+			v = "true" // a name alone: git reads it as true, and cannot write it
+		}
+		cfg[k] = append(cfg[k], v)
+	}
+	if !validConfig(cfg) {
+		return nil, fmt.Errorf("%s: %w: a key git config cannot take back", file, ErrCorrupt)
+	}
+	return cfg, nil
+}
+
+// commonConfig is the keys of g's common config file.
+func commonConfig(g *gitdirs.Repo, root string) (map[string][]string, error) {
+	return configKeys(g, root, filepath.Join(g.CommonDir, "config"))
+}
+
+// configChanged reports whether g's common config file differs from the
+// one the payload in dir saved (byte for byte).
+func configChanged(g *gitdirs.Repo, dir string) (bool, error) {
+	now, err := fsutil.ReadFileLimit(filepath.Join(g.CommonDir, "config"), maxGitConfig)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("config: %w", err)
+	}
+	saved, serr := fsutil.ReadFileLimit(filepath.Join(dir, "config"), maxGitConfig)
+	if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+		return false, fmt.Errorf("saved config: %w", serr)
+	}
+	return (err == nil) != (serr == nil) || !bytes.Equal(now, saved), nil
 }
 
 // sealGit writes, into each git payload of a closing step that has none
@@ -301,32 +393,57 @@ func (r *Repo) sealGit(states []TargetState) error {
 				}
 			}
 		}
-		if err := writeGitMoves(t, dir, now); err != nil {
+		after := gitAfter{Refs: now}
+		if changed, err := configChanged(g, dir); err != nil {
+			return fmt.Errorf("%s: %w", t.Name, err)
+		} else if changed {
+			if after.Config, err = commonConfig(g, r.Root); err != nil {
+				return fmt.Errorf("%s: %w", t.Name, err)
+			}
+		}
+		if err := writeGitMoves(g, r.Root, t, dir, after); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// writeGitMoves writes a payload's moves.json: the refs of after that
-// differ from those the payload saved.
-func writeGitMoves(t config.Target, dir string, after map[string]string) error {
+// writeGitMoves writes a payload's moves.json: the refs and config keys
+// of after that differ from those the payload saved.
+func writeGitMoves(g *gitdirs.Repo, root string, t config.Target, dir string, after gitAfter) error {
 	st, err := readGitState(t, dir)
 	if err != nil {
 		return err
 	}
 	moves := map[string]string{}
-	for ref, oid := range after {
+	for ref, oid := range after.Refs {
 		if st.Refs[ref] != oid {
 			moves[ref] = oid
 		}
 	}
 	for ref := range st.Refs {
-		if _, ok := after[ref]; !ok {
+		if _, ok := after.Refs[ref]; !ok {
 			moves[ref] = ""
 		}
 	}
-	js, err := json.Marshal(gitMoves{Moves: moves})
+	cfg := map[string][]string{}
+	if after.Config != nil {
+		saved, err := configKeys(g, root, filepath.Join(dir, "config"))
+		if err != nil {
+			return fmt.Errorf("%s: payload: %w", t.Name, err)
+		}
+		for k, vs := range after.Config {
+			if !slices.Equal(saved[k], vs) {
+				cfg[k] = vs
+			}
+		}
+		for k := range saved {
+			if _, ok := after.Config[k]; !ok {
+				cfg[k] = []string{}
+			}
+		}
+	}
+	js, err := json.Marshal(gitMoves{Moves: moves, Config: cfg})
 	if err != nil {
 		return err
 	}
@@ -336,7 +453,7 @@ func writeGitMoves(t config.Target, dir string, after map[string]string) error {
 // sealGitAs writes the moves of the git payloads among states (the
 // pre-undo, pre-redo or pre-restore record's, taken just now) as the
 // operation will leave the refs (planGit's result).
-func (r *Repo) sealGitAs(states []TargetState, after map[string]map[string]string) error {
+func (r *Repo) sealGitAs(states []TargetState, after map[string]*gitAfter) error {
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
@@ -353,7 +470,7 @@ func (r *Repo) sealGitAs(states []TargetState, after map[string]map[string]strin
 		if !ok {
 			continue // nothing of it moves: no moves.json, HEAD's ref alone
 		}
-		if err := writeGitMoves(t, r.path(s.Payload, "data"), a); err != nil {
+		if err := writeGitMoves(g, r.Root, t, r.path(s.Payload, "data"), *a); err != nil {
 			return err
 		}
 	}
@@ -374,10 +491,11 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 	if err != nil {
 		return err
 	}
-	moves, sealed, err := readGitMoves(t, dir)
+	mv, sealed, err := readGitMoves(t, dir)
 	if err != nil {
 		return err
 	}
+	moves := mv.Moves
 	h := st.Head
 	if !sealed && h.Ref != "" {
 		moves = map[string]string{h.Ref: ""} // set whatever it is: the old rule
@@ -410,6 +528,9 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 			return fmt.Errorf("%s: %w", t.Name, err)
 		}
 	}
+	if err := restoreConfig(g, root, dir, mv.Config); err != nil {
+		return fmt.Errorf("%s: %w", t.Name, err)
+	}
 	if h.Ref != "" {
 		fsutil.Mutating()
 		if _, err := runGit(g, root, "symbolic-ref", "HEAD", h.Ref); err != nil {
@@ -427,6 +548,64 @@ func (b gitBackend) Restore(_ context.Context, t config.Target, root, dir string
 	return nil
 }
 
+// restoreConfig sets back each key of the common config the step changed
+// (moves) that is still as the step left it, one key at a time through
+// git config, under git's own lock of the file (config.lock): whatever
+// else the file holds, another worktree's change to another key
+// meanwhile, stays. A key changed by someone else since is left as it is
+// (checked before anything moved, and refused unless forced: planGit).
+// A key of several values is set in steps, the first value then each
+// next one added: a key found part-way (its values a beginning of the
+// saved ones, after a crash) is finished.
+func restoreConfig(g *gitdirs.Repo, root, dir string, moves map[string][]string) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	saved, err := configKeys(g, root, filepath.Join(dir, "config"))
+	if err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	now, err := commonConfig(g, root)
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(g.CommonDir, "config")
+	for _, k := range sortedKeys(moves) {
+		want, left, cur := saved[k], moves[k], now[k]
+		from := 0
+		switch {
+		case slices.Equal(cur, want):
+			continue
+		case slices.Equal(cur, left):
+		case len(cur) > 0 && len(cur) < len(want) && slices.Equal(cur, want[:len(cur)]):
+			from = len(cur)
+		default:
+			continue // changed by someone else since: left as it is
+		}
+		if len(want) == 0 {
+			fsutil.Mutating()
+			if _, err := runGit(g, root, "config", "--file", file, "--unset-all", "--", k); err != nil {
+				return err
+			}
+			continue
+		}
+		if from == 0 {
+			fsutil.Mutating()
+			if _, err := runGit(g, root, "config", "--file", file, "--replace-all", "--", k, want[0]); err != nil {
+				return err
+			}
+			from = 1
+		}
+		for _, v := range want[from:] {
+			fsutil.Mutating()
+			if _, err := runGit(g, root, "config", "--file", file, "--add", "--", k, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // orZero is oid, or for none (a ref that must not exist) git's null id
 // as long as like.
 func orZero(oid, like string) string {
@@ -436,7 +615,7 @@ func orZero(oid, like string) string {
 	return strings.Repeat("0", len(like))
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -472,24 +651,26 @@ func (b gitBackend) restorable(t config.Target, root, dir string) (*gitdirs.Repo
 			return nil, st, fmt.Errorf("%w: %s: %s is checked out in the worktree of %s: its ref is left as it is", backends.ErrTarget, t.Name, h.Ref, other)
 		}
 	}
-	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil {
+	if _, err := os.Lstat(filepath.Join(g.GitDir, "index.lock")); err == nil && !ownIndexLock(g.GitDir) {
 		return nil, st, fmt.Errorf("%w: %s: %s exists: git is working on the index (or crashed: remove it)", backends.ErrTarget, t.Name, filepath.Join(g.GitDir, "index.lock"))
 	}
 	return g, st, nil
 }
 
 // GitRefsError refuses an undo, redo or restore that would move back a
-// ref someone else moved since the step (another worktree's commit on a
-// branch the step also moved, say): nothing changed.
+// ref or a common config key someone else changed since the step
+// (another worktree's commit on a branch the step also moved, say):
+// nothing changed.
 type GitRefsError struct {
 	Op     string
 	GitDir string
-	// Refs are "REF is X, left at Y" for each.
+	// Refs are "REF is X, left at Y" or "config KEY is X, left at Y" for
+	// each.
 	Refs []string
 }
 
 func (e *GitRefsError) Error() string {
-	return fmt.Sprintf("%s refused: in %s, %s since the step moved it: someone else moved it; %s --force leaves such refs as they are", e.Op, e.GitDir, strings.Join(e.Refs, "; "), e.Op)
+	return fmt.Sprintf("%s refused: in %s, %s since the step moved it: someone else moved it; %s --force leaves them as they are", e.Op, e.GitDir, strings.Join(e.Refs, "; "), e.Op)
 }
 
 // planGit checks, changing nothing, the git payloads among states as
@@ -499,8 +680,8 @@ func (e *GitRefsError) Error() string {
 // never names a missing object). A ref moved by someone else is a
 // conflict (refs). It returns, per git dir, the refs as they will be
 // after (the opposite operation's moves: see sealGitAs).
-func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[string]string, refs []*GitRefsError, err error) {
-	sims = map[string]map[string]string{}
+func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAfter, refs []*GitRefsError, err error) {
+	sims = map[string]*gitAfter{}
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
@@ -514,23 +695,25 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[str
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s refused: %w", op, err)
 		}
-		moves, sealed, err := readGitMoves(t, dir)
+		mv, sealed, err := readGitMoves(t, dir)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s refused: %w", op, err)
 		}
 		if !sealed {
 			continue
 		}
-		sim := sims[g.GitDir]
-		if sim == nil {
-			if sim, err = gitRefs(g, r.Root); err != nil {
+		a := sims[g.GitDir]
+		if a == nil {
+			a = &gitAfter{}
+			if a.Refs, err = gitRefs(g, r.Root); err != nil {
 				return nil, nil, fmt.Errorf("%s: %s: %w", op, t.Name, err)
 			}
-			sims[g.GitDir] = sim
+			sims[g.GitDir] = a
 		}
+		sim := a.Refs
 		var moved, need []string
-		for _, ref := range sortedKeys(moves) {
-			want, left, cur := st.Refs[ref], moves[ref], sim[ref]
+		for _, ref := range sortedKeys(mv.Moves) {
+			want, left, cur := st.Refs[ref], mv.Moves[ref], sim[ref]
 			switch {
 			case cur == want:
 			case cur != left:
@@ -545,6 +728,27 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[str
 				need = append(need, want)
 			}
 		}
+		var saved map[string][]string
+		if len(mv.Config) > 0 {
+			if saved, err = configKeys(g, r.Root, filepath.Join(dir, "config")); err == nil && a.Config == nil {
+				a.Config, err = commonConfig(g, r.Root)
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %s: %w", op, t.Name, err)
+			}
+		}
+		for _, k := range sortedKeys(mv.Config) {
+			want, left, cur := saved[k], mv.Config[k], a.Config[k]
+			switch {
+			case slices.Equal(cur, want):
+			case !slices.Equal(cur, left):
+				moved = append(moved, fmt.Sprintf("config %s is %s, left at %s", k, configValues(cur), configValues(left)))
+			case len(want) == 0:
+				delete(a.Config, k)
+			default:
+				a.Config[k] = want
+			}
+		}
 		if len(moved) > 0 {
 			refs = append(refs, &GitRefsError{Op: op, GitDir: g.CommonDir, Refs: moved})
 		}
@@ -553,6 +757,18 @@ func (r *Repo) planGit(op string, states []TargetState) (sims map[string]map[str
 		}
 	}
 	return sims, refs, nil
+}
+
+// configValues is a config key's values as a conflict names them.
+func configValues(vs []string) string {
+	if len(vs) == 0 {
+		return "(unset)"
+	}
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ",")
 }
 
 func short(oid string) string {
@@ -605,10 +821,36 @@ func (r *Repo) checkGitTargets(op string, states []TargetState, force bool) erro
 	return nil
 }
 
+// indexTmp is where, in the git dir, restoreIndex writes the index it
+// puts back before it takes git's lock with it.
+const indexTmp = "snapback-index.tmp"
+
+// ownIndexLock reports whether the git dir's index.lock is one a restore
+// took and did not finish (killed): the very file of indexTmp.
+func ownIndexLock(gitDir string) bool {
+	lock, err1 := os.Lstat(filepath.Join(gitDir, "index.lock"))
+	tmp, err2 := os.Lstat(filepath.Join(gitDir, indexTmp))
+	return err1 == nil && err2 == nil && os.SameFile(lock, tmp)
+}
+
 // restoreIndex writes the saved index back through git's lock protocol:
-// index.lock created exclusively, filled, synced, renamed over index.
+// the whole index is written and synced to indexTmp first, then taken as
+// index.lock by a link (which fails while git holds the lock), renamed
+// over index, and indexTmp removed. A restore killed part-way is known
+// by what it left: indexTmp alone is dropped and written again, an
+// index.lock that is indexTmp's very file is ours, whole, and is renamed
+// into place (see ownIndexLock).
 func restoreIndex(gitDir, dir string, had bool) error {
-	idx := filepath.Join(gitDir, "index")
+	idx, lock, tmp := filepath.Join(gitDir, "index"), filepath.Join(gitDir, "index.lock"), filepath.Join(gitDir, indexTmp)
+	if ownIndexLock(gitDir) {
+		return finishIndex(gitDir)
+	}
+	if _, err := os.Lstat(tmp); err == nil {
+		fsutil.Mutating()
+		if err := os.Remove(tmp); err != nil {
+			return fmt.Errorf("index: %w", err)
+		}
+	}
 	if !had {
 		fsutil.Mutating()
 		if err := os.Remove(idx); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -628,15 +870,14 @@ func restoreIndex(gitDir, dir string, had bool) error {
 	if _, err := src.ReadAt(sig[:], 0); err != nil || string(sig[:]) != "DIRC" {
 		return fmt.Errorf("saved index: %w: not a git index", ErrCorrupt)
 	}
-	lock := idx + ".lock"
 	fsutil.Mutating()
-	out, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("index: %w", err)
 	}
 	fail := func(err error) error {
 		out.Close()
-		os.Remove(lock) // ours, made above: nothing else can be lost
+		os.Remove(tmp) // ours, made above: nothing else can be lost
 		return fmt.Errorf("index: %w", err)
 	}
 	if err := fsutil.CopyFile(out, src); err != nil {
@@ -647,12 +888,26 @@ func restoreIndex(gitDir, dir string, had bool) error {
 		return fail(err)
 	}
 	if err := out.Close(); err != nil {
-		os.Remove(lock) // as above
+		os.Remove(tmp) // as above
 		return fmt.Errorf("index: %w", err)
 	}
 	fsutil.Mutating()
-	if err := os.Rename(lock, idx); err != nil {
-		os.Remove(lock) // as above
+	if err := os.Link(tmp, lock); err != nil {
+		os.Remove(tmp) // as above
+		return fmt.Errorf("index: git holds %s: %w", lock, err)
+	}
+	return finishIndex(gitDir)
+}
+
+// finishIndex renames the index.lock a restore took over index and
+// removes indexTmp.
+func finishIndex(gitDir string) error {
+	fsutil.Mutating()
+	if err := os.Rename(filepath.Join(gitDir, "index.lock"), filepath.Join(gitDir, "index")); err != nil {
+		return fmt.Errorf("index: %w", err)
+	}
+	fsutil.Mutating()
+	if err := os.Remove(filepath.Join(gitDir, indexTmp)); err != nil {
 		return fmt.Errorf("index: %w", err)
 	}
 	return fsutil.SyncDir(gitDir)
@@ -772,7 +1027,15 @@ func gitUnchanged(t config.Target, root, dir string) bool {
 	if h, err := g.ReadHead(); err != nil || h != st.Head {
 		return false
 	}
-	if now, err := gitRefs(g, root); err != nil || !sameRefs(now, st.Refs) {
+	if mv, sealed, err := readGitMoves(t, dir); err != nil {
+		return false
+	} else if sealed { // what the step moved, known already
+		if len(mv.Moves) > 0 || len(mv.Config) > 0 {
+			return false
+		}
+	} else if now, err := gitRefs(g, root); err != nil || !sameRefs(now, st.Refs) {
+		return false
+	} else if changed, err := configChanged(g, dir); err != nil || changed {
 		return false
 	}
 	idx := filepath.Join(g.GitDir, "index")

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// What a commit judges a conflict by is what the README says one is: a
+// What a commit judges a conflict by is what docs/modes.md says one is: a
 // path whose type, mode, content or link target changed in the tree
 // since the run started. A ctime older than the start proves a path
 // unchanged, but a newer one proves nothing (touch, chmod to the same

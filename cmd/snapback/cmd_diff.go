@@ -402,13 +402,13 @@ func (d *differ) writeChanges(g *globals, changes []snapshot.Change, gits []gitS
 			}
 		}
 	case o.stat:
-		var lines []statLine
+		var lines []gitdiff.StatLine
 		for _, c := range changes {
 			if l, ok := d.gitStat(c); ok {
 				lines = append(lines, l)
 			}
 		}
-		writeGitStat(g.stdout, lines, g.columns())
+		gitdiff.WriteStat(g.stdout, lines, g.columns())
 	default:
 		for _, c := range changes {
 			fmt.Fprintf(g.stdout, "%s\t%s\n", c.Op, displayPath(c))

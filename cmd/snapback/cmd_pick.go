@@ -241,7 +241,7 @@ func (a *asker) askWhole(d *differ, u *pickUnit) (yes, quit bool, err error) {
 // askHunks asks about each hunk of a text file: the changes taken.
 func (a *asker) askHunks(u *pickUnit) (take map[int]bool, quit bool, err error) {
 	c := u.changes[0]
-	from, to := gitQuote("a/"+c.Path), gitQuote("b/"+c.Path)
+	from, to := gitdiff.Quote("a/"+c.Path), gitdiff.Quote("b/"+c.Path)
 	fmt.Fprintf(a.out, "diff --git %s %s\n--- %s\n+++ %s\n", from, to, from, to)
 	take = map[int]bool{}
 	queue := append([]hunk(nil), u.hunks...)

@@ -76,7 +76,7 @@ type posixDev struct {
 // that existed before the run: in the view (kernel overlayfs without
 // index=on; the FUSE overlay by design) writing one name copies that name
 // up alone, so the other names keep the old inode, and what the command
-// saw is what the commit gives (README: known limits). The tree then has
+// saw is what the commit gives (docs/modes.md, Known limits). The tree then has
 // the names as separate files; undo still restores the original links.
 func hardLinksSplit(out []string, tree map[string][2]string) map[string]posixDev {
 	return map[string]posixDev{"overlayfs": {out: out, tree: tree}, "fuse": {out: out, tree: tree}}

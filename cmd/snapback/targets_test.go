@@ -153,6 +153,20 @@ var targetCases = map[string]targetCase{
 				return fmt.Sprintf("data=%q later=%v", b, err == nil)
 			}
 	}},
+	"zfs": {capability: "zfs", setup: func(t *testing.T, root string) (string, string, func() string) {
+		ds := treetest.ZFS(t)
+		out, err := exec.Command("zfs", "get", "-H", "-o", "value", "mountpoint", ds).Output()
+		treetest.Must(t, err)
+		mnt := strings.TrimSpace(string(out))
+		treetest.Write(t, mnt, "data.txt", "before\n", 0o644)
+		return fmt.Sprintf("backend = \"zfs\"\ndataset = %q\n", ds),
+			fmt.Sprintf("echo after > %s/data.txt && echo new > %s/later.txt", mnt, mnt),
+			func() string {
+				b, _ := os.ReadFile(filepath.Join(mnt, "data.txt"))
+				_, err := os.Stat(filepath.Join(mnt, "later.txt"))
+				return fmt.Sprintf("data=%q later=%v", b, err == nil)
+			}
+	}},
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

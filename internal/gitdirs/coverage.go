@@ -83,9 +83,9 @@ func (r *Repo) Uncovered(root string, saved Saved) []Uncovered {
 		case saved == SavedHead && d.Path == r.GitDir:
 			why += "; this step saves HEAD and the index, which undo puts back, nothing else"
 		case saved == SavedHead:
-			why += "; this step saves the refs (branches, tags), whose moves undo takes back, not config, reflogs or objects"
+			why += "; this step saves the refs (branches, tags) and the config keys, whose changes undo takes back, not reflogs or objects"
 		default:
-			why += "; runs, checkpoints and snaps save HEAD, the index and the refs, whose changes undo takes back (not config, reflogs or objects), where the root is the top of git's work tree"
+			why += "; runs, checkpoints and snaps save HEAD, the index, the refs and the config keys, whose changes undo takes back (not reflogs or objects), where the root is the top of git's work tree"
 		}
 		out = append(out, Uncovered{Path: d.Path, Reason: why})
 	}

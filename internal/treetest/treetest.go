@@ -12,7 +12,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/fsutil"
 	"golang.org/x/sys/unix"
@@ -310,6 +312,47 @@ func Btrfs(t testing.TB, sizeMB int) string {
 		}
 	})
 	return mnt
+}
+
+// zfsSeq numbers the datasets ZFS makes in this process.
+var zfsSeq atomic.Int64
+
+// ZFS makes a fresh, mounted filesystem dataset, <pool>/sbtest-<pid>-<n>/data,
+// in the pool SNAPBACK_TEST_ZFS names (scripts/test.sh makes one on a
+// file, with OpenZFS or zfs-fuse alike), and returns its name. Its parent
+// holds whatever a restore makes beside it and is destroyed, with all of
+// it, when the test ends. It fails or skips (per SNAPBACK_REQUIRE) where
+// no pool is named or zfs does not answer.
+func ZFS(t testing.TB) string {
+	t.Helper()
+	pool := os.Getenv("SNAPBACK_TEST_ZFS")
+	why := ""
+	if pool == "" {
+		why = "SNAPBACK_TEST_ZFS names no pool"
+	} else if out, err := exec.Command("zfs", "list", "-H", "-o", "name", pool).CombinedOutput(); err != nil {
+		why = fmt.Sprintf("zfs list %s: %v: %s", pool, err, strings.TrimSpace(string(out)))
+	}
+	if !Require(t, "zfs", why == "", why) {
+		t.Skipf("SNAPBACK_REQUIRE does not name zfs: %s", why)
+	}
+	parent := fmt.Sprintf("%s/sbtest-%d-%d", pool, os.Getpid(), zfsSeq.Add(1))
+	if out, err := exec.Command("zfs", "create", "-p", parent+"/data").CombinedOutput(); err != nil {
+		t.Fatalf("zfs create: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		// zfs-fuse can answer "dataset is busy" for a moment after an
+		// unmount: retried.
+		var out []byte
+		var err error
+		for i := 0; i < 20; i++ {
+			if out, err = exec.Command("zfs", "destroy", "-r", "-R", parent).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		t.Errorf("zfs destroy -r -R %s: %v\n%s", parent, err, out)
+	})
+	return parent + "/data"
 }
 
 // SmallFS mounts a tmpfs of sizeKB at a new directory, for tests of a full

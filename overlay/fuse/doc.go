@@ -147,7 +147,7 @@
 // # Performance
 //
 // scripts/overlay-bench.sh measures the view against native, kernel
-// overlayfs and fuse-overlayfs; the README has the figures and the
+// overlayfs and fuse-overlayfs; docs/performance.md has the figures and the
 // levers tried. With the kernel sending few requests, what a request
 // costs is mostly the hand-off between processes, so the server answers
 // them one at a time from one goroutine on one P (MaxInflightRequestBytes

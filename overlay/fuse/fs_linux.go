@@ -152,7 +152,7 @@ func options() *fs.Options {
 			// reader blocked on the device and hands requests between
 			// threads, which on 2 CPUs cost more than the requests did
 			// (a fresh `tar` of Go's src/ 0.87 s -> 0.65 s, one run on a
-			// loaded machine; see the README). Nothing the server does
+			// loaded machine; see docs/performance.md). Nothing the server does
 			// waits for another request (no lock requests: EnableLocks is
 			// off; NotifyContent(-1) drops attributes only), so serving
 			// in turn cannot deadlock. A budget smaller than one request

@@ -460,7 +460,7 @@ func TestSession(t *testing.T) {
 // caller's namespace, the tree usable, the command failing with ENOTCONN,
 // and Finish reports it.
 func TestKilledServer(t *testing.T) {
-	root, upper, werr, ferr := session(t, `echo b > b; sleep 2; cat a`, func(root string) {
+	root, upper, werr, ferr := session(t, `echo b > b; sleep 3; cat a`, func(root string) {
 		for i := 0; i < 100 && server(root) == 0; i++ {
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -468,7 +468,15 @@ func TestKilledServer(t *testing.T) {
 		if pid == 0 {
 			t.Fatal("no server found")
 		}
-		time.Sleep(200 * time.Millisecond)
+		// Once the command's b is in the upper layer (upper is root's
+		// sibling), the command sleeps: kill the server under it.
+		upperB := filepath.Join(filepath.Dir(root), "upper", "b")
+		for i := 0; i < 500; i++ {
+			if b, err := os.ReadFile(upperB); err == nil && string(b) == "b\n" {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
 	})
 	if werr == nil {
