@@ -988,6 +988,16 @@ func (m *model) commit(t *rapid.T) {
 	// see coming.)
 	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged), linked: p.multi})
 	p.left, p.timeOnly, p.dirTimes = without(p.left, sub), without(p.timeOnly, subTimes), without(p.dirTimes, dirs)
+	// A deletion left pending whose path is gone from the tree since is
+	// no change any more (the layer's whiteout matches the tree): a
+	// commit that takes the rest ends the run.
+	var left []string
+	for _, q := range p.left {
+		if p.view[q] != absent || m.tree[q] != absent {
+			left = append(left, q)
+		}
+	}
+	p.left = left
 	if len(p.left) == 0 && (len(args) == 2 || m.pendingRuns() == 0) {
 		// (A commit of PATHs leaves what else the run changed, which may
 		// be only times, which the model does not see: status tells.)
