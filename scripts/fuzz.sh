@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 
 if [ "${1:-}" = model ]; then
 	export SNAPBACK_MODEL_TIME=${2:-10m}
-	export SNAPBACK_MODEL_RANDOM=1 # a new search each time (go test replays seed 1)
+	export SNAPBACK_MODEL_RANDOM=1 # a new search each time (go test replays seed 1's first 36 sequences)
 	export RAPID_SHRINKTIME=${RAPID_SHRINKTIME:-5m}
 	echo "== model test ($SNAPBACK_MODEL_TIME)"
 	exec go test -count=1 -v -timeout 0 -run '^TestModel$' ./cmd/snapback/

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strconv"
@@ -336,48 +337,7 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 			}
 			return nil // the inode's metadata came with its first name
 		}
-		var src io.ReadCloser
-		var err error
-		if a.open != nil {
-			src, err = a.open(t.Object)
-		} else {
-			if a.rollback && a.staged {
-				if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
-					src = f
-				}
-			}
-			if src == nil {
-				src, err = a.s.OpenObject(t.Object)
-			}
-			if errors.Is(err, ErrMissingObject) && a.staged {
-				if f, serr := a.s.openStaged(a.opID, t.Object); serr == nil {
-					src, err = f, nil
-				}
-			}
-		}
-		if err != nil {
-			return err
-		}
-		defer src.Close() // read-only
-		// The hash of what was written, computed on the copy itself: a
-		// damaged object must never reach the tree unnoticed.
-		err = a.writeTemp(d, tmp, t, func(f *os.File) error {
-			var sum [32]byte
-			var size int64
-			var err error
-			if of, ok := src.(*os.File); ok {
-				sum, size, err = fsutil.CopyHash(f, of) // sparse files stay sparse
-			} else {
-				h := sha256.New()
-				size, err = io.Copy(io.MultiWriter(f, h), src)
-				copy(sum[:], h.Sum(nil))
-			}
-			if err == nil && (ObjectID(sum) != t.Object || size != t.Size) {
-				err = &DamagedError{Path: t.Path, Object: t.Object}
-			}
-			return err
-		})
-		if err != nil {
+		if err := a.writeTemp(d, tmp, t, func(f *os.File) error { return a.fill(f, t) }); err != nil {
 			return err
 		}
 	case Symlink:
@@ -531,6 +491,120 @@ func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp strin
 		return err
 	}
 	return d.SetTimes(tmp, time.Unix(0, meta.Mtime))
+}
+
+// fill writes t's content into f, checked against its hash as it is
+// written: a damaged object never reaches the tree unnoticed. The
+// content comes from the store or, when the operation staged it, from
+// the staging area's link (the inode of a file it replaces or removes):
+// a rollback reads that first, anything else when the object is missing
+// or damaged. Last come the tree's own files that may hold it: the one
+// at t's path (rewritten only to end a hard link) and the names the
+// target links to t. (A commit of a renamed directory reads its files
+// from the store: a damaged object of the same content stopped it
+// half-way, and recover could not finish it, with the files' own inodes
+// staged; an undo ending a hard link failed so, and its rollback too.)
+func (a *applier) fill(f *os.File, t *Entry) error {
+	if a.open != nil {
+		src, err := a.open(t.Object)
+		if err != nil {
+			return err
+		}
+		defer src.Close() // read-only
+		return copyChecked(f, src, t)
+	}
+	type source struct {
+		open   func(ObjectID) (io.ReadCloser, error)
+		object bool
+	}
+	object := source{a.s.OpenObject, true}
+	staged := source{func(id ObjectID) (io.ReadCloser, error) { return a.s.openStaged(a.opID, id) }, false}
+	sources := []source{object}
+	switch {
+	case a.staged && a.rollback:
+		sources = []source{staged, object}
+	case a.staged:
+		sources = append(sources, staged)
+	}
+	inTree := func(p string) source {
+		return source{func(ObjectID) (io.ReadCloser, error) { return a.openTree(p) }, false}
+	}
+	sources = append(sources, inTree(t.Path))
+	for i := range a.target {
+		if a.target[i].Link == t.Path {
+			sources = append(sources, inTree(a.target[i].Path))
+		}
+	}
+	var objErr, err error
+	written := false
+	for _, from := range sources {
+		var src io.ReadCloser
+		if src, err = from.open(t.Object); err == nil {
+			if written { // a damaged source's bytes go first
+				fsutil.Mutating()
+				if err = f.Truncate(0); err == nil {
+					_, err = f.Seek(0, io.SeekStart)
+				}
+				if err != nil {
+					src.Close() // read-only
+					return err
+				}
+			}
+			written = true
+			err = copyChecked(f, src, t)
+			src.Close() // read-only
+			if err == nil {
+				return nil
+			}
+		}
+		var de *DamagedError
+		if !errors.As(err, &de) && !errors.Is(err, ErrMissingObject) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, fs.ErrNotExist) {
+			return err // not the source's fault: another would fail too
+		}
+		if from.object {
+			objErr = err // what the store says is what is reported
+		}
+	}
+	return objErr
+}
+
+// openTree opens the tree's regular file at p to read, following no
+// symlink and never blocking (the directory not cached: reading moves no
+// time the apply keeps).
+func (a *applier) openTree(p string) (*os.File, error) {
+	d, err := a.root.OpenDir(Parent(p))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close() // read-only
+	f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close() // read-only
+		return nil, fs.ErrNotExist
+	}
+	return f, nil
+}
+
+// copyChecked copies src into f, failing with a DamagedError when what
+// was written is not t's content.
+func copyChecked(f *os.File, src io.Reader, t *Entry) error {
+	var sum [32]byte
+	var size int64
+	var err error
+	if of, ok := src.(*os.File); ok {
+		sum, size, err = fsutil.CopyHash(f, of) // sparse files stay sparse
+	} else {
+		h := sha256.New()
+		size, err = io.Copy(io.MultiWriter(f, h), src)
+		copy(sum[:], h.Sum(nil))
+	}
+	if err == nil && (ObjectID(sum) != t.Object || size != t.Size) {
+		err = &DamagedError{Path: t.Path, Object: t.Object}
+	}
+	return err
 }
 
 // writeTemp creates the file tmp in d, fills it, and gives it t's owner,

@@ -1,9 +1,11 @@
 package snapshot
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -175,16 +177,32 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	// Every content the apply will write must be in the store, whole (a
 	// stat: the bytes are checked against the hash as they are written).
 	// Only those are checked: an undo of 10 files must not stat 100,000
-	// objects.
+	// objects. A commit's contents come from its upper layer; those that
+	// do not (a renamed directory's files, parts of files) are read in
+	// full now, as a commit cannot be rolled back once begun (the layer's
+	// entries already moved would be lost): a damaged one met half-way
+	// left a commit that recover could never finish.
 	var missing []string
 	kept := j.kept()
+	var layer *fsutil.Dir
+	if j.Source != "" {
+		if layer, err = fsutil.OpenRoot(r.path(j.Source)); err != nil {
+			return fmt.Errorf("%s: upper layer: %w", op, err)
+		}
+		defer layer.Close()
+	}
 	for i := range target {
 		t := &target[i]
-		if t.Type != File || t.Link != "" || j.Source != "" && !kept[t.Path] {
-			continue // (a commit's contents come from its upper layer)
+		if t.Type != File || t.Link != "" || layer != nil && !kept[t.Path] && layerHolds(layer, t.Path) {
+			continue
 		}
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
 			continue
+		}
+		if layer != nil && !staged[t.Object] {
+			if err := r.verifyObject(t); err != nil && !errors.Is(err, ErrMissingObject) {
+				return fmt.Errorf("%s: %w (nothing was changed)", op, err)
+			}
 		}
 		switch size, err := r.objectSize(t.Object); {
 		case errors.Is(err, fs.ErrNotExist) && staged[t.Object]:
@@ -225,6 +243,37 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		return err
 	}
 	return r.finish(j, target, cur)
+}
+
+// layerHolds reports whether an upper layer holds a regular file at
+// path, which a commit moves into place rather than reading the store.
+func layerHolds(layer *fsutil.Dir, path string) bool {
+	d, err := layer.OpenDir(Parent(path))
+	if err != nil {
+		return false
+	}
+	defer d.Close() // read-only
+	st, err := d.Lstat(Base(path))
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+}
+
+// verifyObject reads t's content from the store in full and checks it
+// against its hash: a DamagedError when it does not match.
+func (r *Repo) verifyObject(t *Entry) error {
+	f, err := r.OpenObject(t.Object)
+	if err != nil {
+		return err
+	}
+	defer f.Close() // read-only
+	h := sha256.New()
+	size, err := io.Copy(h, f) // (a packed content is no file of its own)
+	if err != nil {
+		return err
+	}
+	if ObjectID(h.Sum(nil)) != t.Object || size != t.Size {
+		return &DamagedError{Path: t.Path, Object: t.Object}
+	}
+	return nil
 }
 
 // dirTimes reads the mtimes of the directories holding paths of target

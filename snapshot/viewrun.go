@@ -304,7 +304,7 @@ func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts 
 		}
 	}
 	if !force {
-		conflicts, err := r.changedSince(p, cur)
+		conflicts, err := r.changedSince(p, target, cur)
 		if err != nil {
 			return nil, err
 		}
@@ -495,10 +495,12 @@ func (r *Reader) excludedWrites(p *ViewRun, only []string, walk func(*fsutil.Dir
 // writes) changed in the tree since the run started, but by the run's
 // own earlier commits: the commit's conflicts. A path whose ctime moved
 // is judged by what the run noted of it at the start (seen.go): its
-// type, mode, content and link target. The project's git index is
-// judged by its entries against its copy from the run's start: a `git
-// status` meanwhile only refreshed what it caches.
-func (r *Repo) changedSince(p *ViewRun, cur Manifest) ([]string, error) {
+// type, mode, content and link target; an absent one the run noted
+// present was deleted since, unless target (what the commit writes)
+// deletes it too. The project's git index is judged by its entries
+// against its copy from the run's start: a `git status` meanwhile only
+// refreshed what it caches.
+func (r *Repo) changedSince(p *ViewRun, target, cur Manifest) ([]string, error) {
 	seen, err := r.loadSeen(p.ID)
 	if err != nil {
 		return nil, err
@@ -507,7 +509,17 @@ func (r *Repo) changedSince(p *ViewRun, cur Manifest) ([]string, error) {
 	start := p.StartedAt.UnixNano()
 	for i := range cur {
 		c := &cur[i]
-		if c.Type == Absent || c.Ctime < start {
+		if c.Type == Absent {
+			// Deleted since the run started, if the run noted it there:
+			// the commit would bring it back. (One deleted before the
+			// command's end has no note: the documented limit.)
+			s, t := seen.Find(c.Path), target.Find(c.Path)
+			if s != nil && s.Type != Absent && t != nil && t.Type != Absent {
+				conflicts = append(conflicts, c.Path)
+			}
+			continue
+		}
+		if c.Ctime < start {
 			continue
 		}
 		at, committed := p.Committed[c.Path]

@@ -382,6 +382,17 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 			// run's diff is the one before or the one after.
 			killScenario{name: "discard-p-" + mode, prepare: longPending(mode),
 				op: []string{"discard", "-p", "long.txt"}, stdin: "n\ny\nn\n", unchanged: true, pendingDiff: true},
+			// A renamed directory committed while the stored object of
+			// one of its files is damaged: the file's own inode, staged,
+			// supplies the content (and the undo's).
+			killScenario{name: "commit-damaged-" + mode, prepare: func(t *testing.T, bin, root string) {
+				for f := 0; f < 4; f++ {
+					treetest.Write(t, root, fmt.Sprintf("dir/f%d.txt", f), fmt.Sprintf("content %d\n", f), 0o644)
+				}
+				sbT(t, bin, root, "snap", "-m", "base")
+				damageObject(t, root, []byte("content 1\n"))
+				sbT(t, bin, root, "run", "--mode", mode, "--then", "review", "--", "mv", "dir", "moved")
+			}, op: []string{"commit"}, inverse: []string{"undo"}},
 			killScenario{name: "discard-" + mode, prepare: func(t *testing.T, bin, root string) {
 				killTree(t, root)
 				sqliteTarget(t, root)

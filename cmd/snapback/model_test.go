@@ -43,59 +43,70 @@ import (
 // rapid (pgregory.net/rapid) draws the sequences, shrinks a failing one
 // and writes it to testdata/rapid/TestModel/, which every later run
 // replays first; the log of the failing sequence is a shell script that
-// replays it. SNAPBACK_MODEL_TIME bounds the search (default 60s, seed 1; 15s
-// with -short; 0: the seeds only); scripts/fuzz.sh model DURATION runs
-// it longer.
+// replays it.
+//
+// go test (and so scripts/test.sh) replays one fixed search: seed 1,
+// SNAPBACK_MODEL_SEQUENCES sequences (default 36; a fifth with -short)
+// of about SNAPBACK_MODEL_STEPS actions each (default 30; half with
+// -short), a count rather than a time, so that a fast and a slow machine
+// with the same modes (root: copy, overlayfs, fuse) run the same
+// sequences (the person's git writes the same bytes everywhere, see
+// [modelGitEnv]), step for step; they passed when the count was set, so the
+// suite fails only on a regression. A search is
+// scripts/fuzz.sh model DURATION: SNAPBACK_MODEL_TIME bounds it by time
+// instead, SNAPBACK_MODEL_RANDOM=1 draws a new seed, SNAPBACK_MODEL_SEED
+// picks one.
 func TestModel(t *testing.T) {
 	bin := snapbackBinary(t)
-	budget := 60 * time.Second
-	if testing.Short() {
-		budget = 15 * time.Second
+	setFlag := func(name, env, value string) {
+		t.Helper()
+		if v := os.Getenv(env); v != "" {
+			value = v
+		}
+		if value == "" || flagSet(name) {
+			return
+		}
+		if err := flag.Set(name, value); err != nil {
+			t.Fatalf("%s=%q: %v", env, value, err)
+		}
 	}
+	var deadline time.Time // (zero: a count of sequences)
 	if v := os.Getenv("SNAPBACK_MODEL_TIME"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			t.Fatalf("SNAPBACK_MODEL_TIME=%q: %v", v, err)
 		}
-		budget = d
+		deadline = time.Now().Add(d)
+		// The time bounds the search: once it is spent, each further
+		// check passes at once (see [modelRun.sequence]).
+		setFlag("rapid.checks", "RAPID_CHECKS", "100000")
+	} else {
+		setFlag("rapid.checks", "SNAPBACK_MODEL_SEQUENCES", "36")
 	}
-	if v := os.Getenv("SNAPBACK_MODEL_STEPS"); v != "" {
-		if err := flag.Set("rapid.steps", v); err != nil {
-			t.Fatalf("SNAPBACK_MODEL_STEPS=%q: %v", v, err)
-		}
-	}
-	// go test (and so scripts/test.sh) replays one fixed search, seed 1,
-	// within the budget: sequences that passed when it was set, so the
-	// suite fails only on a regression. scripts/fuzz.sh model searches
-	// anew (SNAPBACK_MODEL_RANDOM=1), and SNAPBACK_MODEL_SEED picks one.
-	seed := os.Getenv("SNAPBACK_MODEL_SEED")
-	if seed == "" && os.Getenv("SNAPBACK_MODEL_RANDOM") == "" {
+	setFlag("rapid.steps", "SNAPBACK_MODEL_STEPS", "")
+	seed := ""
+	if os.Getenv("SNAPBACK_MODEL_RANDOM") == "" {
 		seed = "1"
 	}
-	if seed != "" && !flagSet("rapid.seed") {
-		if err := flag.Set("rapid.seed", seed); err != nil {
-			t.Fatalf("SNAPBACK_MODEL_SEED=%q: %v", seed, err)
-		}
-	}
+	setFlag("rapid.seed", "SNAPBACK_MODEL_SEED", seed)
 	// Shrinking replays whole sequences: bound it too, in go test.
-	if os.Getenv("RAPID_SHRINKTIME") == "" && !flagSet("rapid.shrinktime") {
-		if err := flag.Set("rapid.shrinktime", "20s"); err != nil {
-			t.Fatal(err)
-		}
+	setFlag("rapid.shrinktime", "RAPID_SHRINKTIME", "20s")
+	want := flag.Lookup("rapid.checks").Value.(flag.Getter).Get().(int)
+	if testing.Short() {
+		want /= 5 // (as rapid does)
 	}
-	// The time bounds the search, not a count: once it is spent, each
-	// further check passes at once (see [modelRun.sequence]).
-	if os.Getenv("RAPID_CHECKS") == "" && !flagSet("rapid.checks") {
-		if err := flag.Set("rapid.checks", "100000"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: time.Now().Add(budget), known: map[string]int{}, verbs: map[string]int{}}
+	run := &modelRun{bin: bin, modes: viewModes(t, bin), deadline: deadline, known: map[string]int{}, verbs: map[string]int{}}
 	seeds, _ := filepath.Glob("testdata/rapid/TestModel/TestModel-*.fail")
 	run.seeds = len(seeds)
 	start := time.Now()
 	rapid.Check(t, run.sequence)
 	t.Logf("model: %d sequences, %d steps in %v (modes %v)", run.sequences, run.steps, time.Since(start).Round(time.Second), run.modes)
+	if deadline.IsZero() && !t.Failed() && run.calls < want {
+		// rapid stops early when go test's -timeout draws near: then
+		// this machine did not run what the count promises.
+		t.Errorf("model: %d of %d sequences ran (rapid stopped early: go test's -timeout is too close)", run.calls, want)
+	}
+	t.Logf("model: steps of each sequence: %v", run.lengths)
 	t.Logf("model: verbs run: %v", run.verbs)
 	for k, n := range run.known {
 		t.Logf("model: known defect %s tolerated %d times: %s", k, n, knownDefects[k])
@@ -146,6 +157,7 @@ type modelRun struct {
 	// the deadline no longer cuts sequences short.
 	failed    bool
 	sequences int
+	lengths   []int // the steps of each sequence: the same on every machine
 	steps     int
 	known     map[string]int // how often each known defect showed
 	seeds     int            // the checked-in sequences
@@ -156,7 +168,7 @@ type modelRun struct {
 func (r *modelRun) sequence(t *rapid.T) {
 	// rapid replays the seeds first, one call each: whatever the time.
 	r.calls++
-	if r.calls > r.seeds && !r.failed && time.Now().After(r.deadline) {
+	if r.calls > r.seeds && !r.failed && !r.deadline.IsZero() && time.Now().After(r.deadline) {
 		return
 	}
 	dir, err := os.MkdirTemp("", "snapback-model-")
@@ -178,6 +190,8 @@ func (r *modelRun) sequence(t *rapid.T) {
 		t.Fatal(err)
 	}
 	r.sequences++
+	defer func(from int) { r.lengths = append(r.lengths, r.steps-from) }(r.steps)
+	m.script = append(m.script, "export "+strings.Join(modelGitEnv, " "))
 	setup := "printf 1 > a; mkdir d; printf 22 > d/a; ln -s a l"
 	// Retention ([snapshot] keep), applied after each snap and run, in
 	// some sequences: snapback.toml is then in the tree, which the edits
@@ -228,6 +242,8 @@ type step struct {
 	// what the store records of them names their other names too,
 	// which the model does not see (its undo may refuse over them).
 	linked map[string]bool
+	// savedLinked: the same of saved (a tree step's undo).
+	savedLinked map[string]bool
 	// merged: the checkpoints an undo --session reverted as this one
 	// step, which redo reapplies together.
 	merged []*step
@@ -302,6 +318,7 @@ func (m *model) person(script string) {
 	m.log(script)
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Dir = m.root
+	cmd.Env = append(os.Environ(), modelGitEnv...)
 	_ = cmd.Run() // a failed edit (rmdir of a full directory) is an edit that did nothing
 	m.tree, m.multi = m.walk()
 }
@@ -556,7 +573,7 @@ func (m *model) snap(t *rapid.T) {
 		return
 	}
 	if m.verb(outcome{want: m.tree}, false, "snap") {
-		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone()})
+		m.newStep(&step{kind: "snap", whole: true, state: m.tree.clone(), linked: m.multi})
 		m.retained()
 	}
 }
@@ -574,9 +591,13 @@ func (m *model) target() *step {
 // pathsOutcome is the outcome of writing vals over the tree, where each
 // path must still be as from says: refused when one is not (conflict),
 // or when a path the write would remove holds what vals does not name.
-func (m *model) pathsOutcome(from, vals tree) outcome {
+// A path already as vals has it is none: for undo and redo (put back
+// by hand, README), any value; for a commit (commit set), only a path
+// the run deleted too.
+func (m *model) pathsOutcome(from, vals tree, commit bool) outcome {
 	for p, e := range from {
-		if m.tree[p] != e {
+		v, named := vals[p]
+		if m.tree[p] != e && !(named && m.tree[p] == v && (!commit || v == absent)) {
 			return refuse(1)
 		}
 	}
@@ -587,9 +608,7 @@ func (m *model) pathsOutcome(from, vals tree) outcome {
 }
 
 // withParents adds to want the directories above its paths that it
-// lacks, as view has them: a commit writing below a directory a person
-// deleted during the run makes it again (the documented limit: the
-// deletion is no conflict).
+// lacks, as view has them: those the run made.
 func withParents(want, view tree) tree {
 	for p := range want {
 		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
@@ -613,16 +632,18 @@ func (m *model) undo(t *rapid.T) {
 	case s.whole:
 		o = outcome{want: s.state}
 	default:
-		o = m.pathsOutcome(s.after, s.before)
+		o = m.pathsOutcome(s.after, s.before, false)
 		if s.unknown && !o.refuse {
 			o.either = true
 		}
 	}
-	old := m.tree
-	o = m.needsDamaged(o)
+	old, oldLinked := m.tree, m.multi
+	if s != nil {
+		o = m.needsDamaged(o, s.linked)
+	}
 	if m.verb(o, kill, "undo") {
 		m.tree = o.want
-		s.undone, s.saved = true, old
+		s.undone, s.saved, s.savedLinked = true, old, oldLinked
 		m.redoStack = append(m.redoStack, s)
 	}
 }
@@ -642,12 +663,18 @@ func (m *model) redo(t *rapid.T) {
 	case s.whole:
 		o = outcome{want: s.saved}
 	default:
-		o = m.pathsOutcome(s.before, s.after)
+		o = m.pathsOutcome(s.before, s.after, false)
 		if s.unknown && !o.refuse {
 			o.either = true
 		}
 	}
-	o = m.needsDamaged(o)
+	if s != nil {
+		links := s.savedLinked
+		if !s.whole {
+			links = s.linked // (those of after: taken as before's)
+		}
+		o = m.needsDamaged(o, links)
+	}
 	if m.verb(o, kill, "redo") {
 		m.tree = o.want
 		s.undone = false
@@ -668,16 +695,16 @@ func (m *model) restore(t *rapid.T) {
 	if len(snaps) == 0 || m.pend != nil {
 		t.Skip("no snapshot to restore, or a run pending") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
 	}
-	s := rapid.SampledFrom(snaps).Draw(t, "restore")
+	s := snaps[rapid.IntRange(0, len(snaps)-1).Draw(t, "restore")] // (an index: a step's trees make a long log line)
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
 	if m.cp != nil {
 		m.verb(refuse(2), false, "restore", s.id)
 		return
 	}
-	old := m.tree
-	if m.verb(m.needsDamaged(outcome{want: s.state}), kill, "restore", s.id) {
+	old, oldLinked := m.tree, m.multi
+	if m.verb(m.needsDamaged(outcome{want: s.state}, s.linked), kill, "restore", s.id) {
 		m.tree = s.state.clone()
-		m.newStep(&step{kind: "pre-restore", whole: true, state: old})
+		m.newStep(&step{kind: "pre-restore", whole: true, state: old, linked: oldLinked})
 	}
 }
 
@@ -707,6 +734,14 @@ func (m *model) editable() tree {
 	}
 	return out
 }
+
+// modelGitEnv makes what a person's git writes the same on every machine and
+// in every replay (no configuration of the machine's, fixed times): the
+// contents the sequence stores, and so what it draws from them, with it.
+var modelGitEnv = []string{"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+	"GIT_AUTHOR_NAME=m", "GIT_AUTHOR_EMAIL=m@example.com", "GIT_AUTHOR_DATE=2026-01-01T00:00:00Z",
+	"GIT_COMMITTER_NAME=m", "GIT_COMMITTER_EMAIL=m@example.com", "GIT_COMMITTER_DATE=2026-01-01T00:00:00Z",
+	"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=init.defaultBranch", "GIT_CONFIG_VALUE_0=main"}
 
 // gitCommit commits as a person with no git configuration can.
 const gitCommit = "git -c user.name=m -c user.email=m@example.com commit --allow-empty"
@@ -936,22 +971,12 @@ func (m *model) commit(t *rapid.T) {
 	if m.cp != nil {
 		o = refuse(2)
 	} else {
-		o = m.pathsOutcome(pick(p.base, judged), pick(p.view, sub))
+		o = m.pathsOutcome(pick(p.base, judged), pick(p.view, sub), true)
+		if !o.refuse && deletedSince(m.tree, p, sub, dirs) {
+			o = refuse(1)
+		}
 		if o.want != nil {
 			o.want = withParents(o.want, p.view)
-			// A directory whose times alone the run changed, deleted in
-			// the tree since: the documented limit (no conflict) makes
-			// the commit put it back, or it is not in the changeset.
-			for _, d := range dirs {
-				if m.tree[d] == absent && !o.refuse {
-					o.want[d], o.either = p.view[d], true
-				}
-			}
-		}
-		if o.refuse && o.code == 1 && deletedOnly(m.tree, p.base, judged) {
-			// Documented: a path deleted in the tree during the run
-			// is not seen as a conflict.
-			o = outcome{either: true, want: withParents(apply(m.tree, pick(p.view, sub)), p.view)}
 		}
 	}
 	before := m.tree
@@ -962,7 +987,17 @@ func (m *model) commit(t *rapid.T) {
 	// (A run that changed only times commits a step the model cannot
 	// see coming.)
 	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged), linked: p.multi})
-	p.left, p.timeOnly = without(p.left, sub), without(p.timeOnly, subTimes)
+	p.left, p.timeOnly, p.dirTimes = without(p.left, sub), without(p.timeOnly, subTimes), without(p.dirTimes, dirs)
+	// A deletion left pending whose path is gone from the tree since is
+	// no change any more (the layer's whiteout matches the tree): a
+	// commit that takes the rest ends the run.
+	var left []string
+	for _, q := range p.left {
+		if p.view[q] != absent || m.tree[q] != absent {
+			left = append(left, q)
+		}
+	}
+	p.left = left
 	if len(p.left) == 0 && (len(args) == 2 || m.pendingRuns() == 0) {
 		// (A commit of PATHs leaves what else the run changed, which may
 		// be only times, which the model does not see: status tells.)
@@ -970,19 +1005,39 @@ func (m *model) commit(t *rapid.T) {
 	}
 }
 
-// deletedOnly says whether every path of sub the tree changed since
-// base was deleted (and nothing else stands in the way).
-func deletedOnly(cur, base tree, sub []string) bool {
-	any := false
-	for _, p := range sub {
-		if cur[p] != base[p] {
-			if cur[p] != absent {
-				return false
-			}
-			any = true
+// deletedSince says whether the tree lost, since the run started, a
+// directory the run wrote below or changed the times of: the run's
+// entry of it (its times moved with the write) or of the path below,
+// noted when the command ended, makes that a conflict, as any deletion
+// of a path the run changed.
+func deletedSince(cur tree, p *pendingRun, sub, dirs []string) bool {
+	for _, d := range dirs {
+		if cur[d] == absent {
+			return true
 		}
 	}
-	return any
+	for _, q := range sub {
+		if p.view[q] == absent {
+			continue
+		}
+		for d := filepath.Dir(q); d != "."; d = filepath.Dir(d) {
+			if p.base.isDir(d) && cur[d] == absent {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// partnerInPlace says whether a file of want with other names (links)
+// other than p, of p's content, is in tr already.
+func partnerInPlace(tr, want tree, links map[string]bool, p string) bool {
+	for q := range links {
+		if q != p && want[q] == want[p] && tr[q] == want[q] {
+			return true
+		}
+	}
+	return false
 }
 
 func without(all, drop []string) []string {
@@ -1128,12 +1183,18 @@ func (m *model) undoSession(t *rapid.T) {
 	case len(steps) == 0:
 		o = refuse(1)
 	default:
-		o = m.pathsOutcome(merged.after, merged.before)
+		o = m.pathsOutcome(merged.after, merged.before, false)
 		if merged.unknown && !o.refuse {
 			o.either = true
 		}
 	}
-	o = m.needsDamaged(o)
+	links := map[string]bool{}
+	for _, s := range steps {
+		for p := range s.linked {
+			links[p] = true
+		}
+	}
+	o = m.needsDamaged(o, links)
 	if m.verb(o, kill, "undo", "--session", session) {
 		m.tree = o.want
 		for _, s := range steps {
@@ -1163,9 +1224,9 @@ func fileContent(e string) (string, bool) {
 }
 
 // damage flips a byte of a stored content some step holds: while it
-// is damaged, an undo, redo or restore that has to write it refuses
-// (exit 2), changing nothing (README: a damaged object is never
-// written back).
+// is damaged, an undo, redo or restore that has to write it from the
+// store refuses (exit 2), changing nothing (README: a damaged object is
+// never written back; see [model.needsDamaged]).
 func (m *model) damage(t *rapid.T) {
 	seen := map[string]bool{}
 	var cands []string
@@ -1225,18 +1286,34 @@ func (m *model) repair(t *rapid.T) {
 
 // needsDamaged turns o, a verb writing o.want over the tree, into a
 // refusal with exit 2 when a content it has to write is damaged (and
-// nothing else refuses it first).
-func (m *model) needsDamaged(o outcome) outcome {
+// nothing else refuses it first). links are the files of o.want that
+// had other names then: one whose partner of the same content is in
+// place already may be made a link of it, reading nothing (either).
+func (m *model) needsDamaged(o outcome, links map[string]bool) outcome {
 	if o.refuse || o.either || o.want == nil || len(m.damaged) == 0 {
 		return o
 	}
+	// A file the verb replaces or removes lends its own inode (staged
+	// before the apply, one name only) to a write of its content: the
+	// store's copy is not read then.
+	held := map[string]bool{}
+	for _, p := range changed(m.tree, o.want) {
+		c, ok := fileContent(m.tree[p])
+		if w, _ := fileContent(o.want[p]); ok && w != c && !m.multi[p] {
+			held[c] = true
+		}
+	}
 	for _, p := range changed(m.tree, o.want) {
 		c, ok := fileContent(o.want[p])
-		if !ok || m.damaged[c] == nil {
+		if !ok || m.damaged[c] == nil || held[c] {
 			continue
 		}
 		if have, ok := fileContent(m.tree[p]); ok && have == c {
 			continue // the content is there already (a chmod, at most)
+		}
+		if links[p] && partnerInPlace(m.tree, o.want, links, p) {
+			o.either = true
+			continue
 		}
 		return refuse(2)
 	}
