@@ -131,12 +131,9 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		})
 	}
 	if g.json {
-		out := map[string]any{"harness": h.Name, "file": c.File, "changed": c.Changed(), "dry_run": o.dryRun, "events": nonNil(c.Events)}
-		if store != "" {
-			out["store"] = store
-		}
+		out := agentInstallJSON{Harness: h.Name, File: c.File, Changed: c.Changed(), DryRun: o.dryRun, Events: nonNil(c.Events), Store: store}
 		if o.dryRun {
-			out["diff"] = diff
+			out.Diff = &diff
 		}
 		return g.printJSON(out)
 	}

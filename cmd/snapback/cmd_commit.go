@@ -81,14 +81,15 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	}
 	if rec == nil {
 		if g.json {
-			return g.printJSON(map[string]any{"run": p.ID, "snapshot": nil, "partial": false, "skipped": skippedJSON(skipped)})
+			return g.printJSON(commitJSON{Run: p.ID, Skipped: nonNil(skipped)})
 		}
 		fmt.Fprintf(g.stdout, "run %s changed nothing; dropped it\n", p.ID)
 		g.noteSkipped(skipped)
 		return nil
 	}
 	if g.json {
-		return g.printJSON(map[string]any{"run": p.ID, "snapshot": snapJSON(rec, false), "partial": len(rel) > 0, "skipped": skippedJSON(skipped)})
+		sj := snapJSON(rec, false)
+		return g.printJSON(commitJSON{Run: p.ID, Snapshot: &sj, Partial: len(rel) > 0, Skipped: nonNil(skipped)})
 	}
 	g.say("committed run %s as %s (undo reverts it)\n", p.ID, rec.ID)
 	g.noteSkipped(skipped) // before the summary, the last line

@@ -136,7 +136,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			Git []gitSummaryJSON `json:"git"`
 		}{Snapshot: base, Changes: []diffChangeJSON{}, Targets: []targetDiffJSON{},
 			WroteThrough: append([]string{}, through...), Excluded: append([]string{}, excluded...),
-			Skipped: skippedJSON(skipped)}
+			Skipped: nonNil(skipped)}
 		for _, w := range writes {
 			out.Targets = append(out.Targets, targetDiffJSON{TargetState: w.TargetState, State: "saved", Paths: append([]string{}, w.Paths...)})
 		}

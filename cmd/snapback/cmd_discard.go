@@ -56,9 +56,8 @@ discarded. -p takes no --json.`,
 				return err
 			}
 			if g.json {
-				return g.printJSON(map[string]any{"discarded": p.ID,
-					"kept_ignored": append([]string{}, through...), "dropped_excluded": append([]string{}, excluded...),
-					"restored_targets": restoredJSON(writes)})
+				return g.printJSON(discardJSON{Discarded: p.ID, KeptIgnored: nonNil(through), DroppedExcluded: nonNil(excluded),
+					RestoredTargets: restoredJSON(writes)})
 			}
 			g.say("discarded run %s\n", p.ID)
 			noteRestored(g, "discard", p.ID, writes)
@@ -110,10 +109,10 @@ func noteRestored(g *globals, verb, id string, writes []snapshot.TargetWrite) {
 
 // restoredJSON lists restored targets for --json: name, backend and
 // the paths of the tree the run wrote to them.
-func restoredJSON(writes []snapshot.TargetWrite) []map[string]any {
-	out := []map[string]any{}
+func restoredJSON(writes []snapshot.TargetWrite) []restoredTarget {
+	out := []restoredTarget{}
 	for _, w := range writes {
-		out = append(out, map[string]any{"name": w.Name, "backend": w.Backend, "paths": append([]string{}, w.Paths...)})
+		out = append(out, restoredTarget{Name: w.Name, Backend: w.Backend, Paths: nonNil(w.Paths)})
 	}
 	return out
 }

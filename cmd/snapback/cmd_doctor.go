@@ -48,7 +48,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.json {
-				return g.printJSON(map[string]any{"modes": ms, "root": root, "store": st.Path, "store_warning": st.Warning, "covered": pr.Covered, "uncovered": pr.Uncovered})
+				return g.printJSON(doctorJSON{Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")

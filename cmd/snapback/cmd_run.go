@@ -201,7 +201,7 @@ var changeKinds = map[string]string{"A": "added", "M": "modified", "D": "deleted
 func runResultJSON(res runner.Result, unc uncoveredJSON) runResult {
 	r := runResult{ID: res.ID, Mode: res.Mode, ExitStatus: res.Status, State: res.State,
 		Changes: map[string]int{"added": 0, "modified": 0, "deleted": 0, "type_changed": 0}, Targets: res.Targets,
-		Skipped: skippedJSON(res.Skipped), Uncovered: unc}
+		Skipped: nonNil(res.Skipped), Uncovered: unc}
 	if res.Snapshot != "" {
 		r.Snapshot = &res.Snapshot
 	}

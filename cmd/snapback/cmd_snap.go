@@ -35,7 +35,7 @@ func runSnap(g *globals, o snapOptions) error {
 	defer retain(g, repo)
 	unc := g.noteUncovered(repo.Root, savedBy(m))
 	if g.json {
-		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(m, false), "files_read": st.FilesRead, "bytes_read": st.BytesRead}, unc))
+		return g.printJSON(snapResultJSON{Snapshot: snapJSON(m, false), FilesRead: st.FilesRead, BytesRead: st.BytesRead, Uncovered: unc})
 	}
 	// The id is the line's last word: scripts (agentbox among them) take
 	// the last word of snap's output as the snapshot's id.

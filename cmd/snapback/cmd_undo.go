@@ -104,7 +104,7 @@ func runUndoPaths(g *globals, ref string, paths []string, o undoOptions) error {
 		return err
 	}
 	if g.json {
-		return g.printJSON(map[string]any{"snapshot": snapJSON(s, false), "saved": snapJSON(saved, false), "paths": rel})
+		return g.printJSON(revertJSON{Snapshot: snapJSON(s, false), Saved: snapJSON(saved, false), Paths: rel})
 	}
 	changes, err := repo.DiffRecorded(saved)
 	if err != nil {
@@ -118,7 +118,7 @@ func runUndoPaths(g *globals, ref string, paths []string, o undoOptions) error {
 func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapshot.Meta) error {
 	unc := g.noteUncovered(repo.Root, savedBy(s))
 	if g.json {
-		return g.printJSON(withUncovered(map[string]any{"snapshot": snapJSON(s, verb == "undid"), "saved": snapJSON(saved, false)}, unc))
+		return g.printJSON(revertJSON{Snapshot: snapJSON(s, verb == "undid"), Saved: snapJSON(saved, false), Uncovered: unc})
 	}
 	what := s.Message
 	if what == "" && len(s.Command) > 0 {

@@ -39,14 +39,6 @@ func savedBy(s *snapshot.Meta) gitdirs.Saved {
 	return gitdirs.SavedNone
 }
 
-// withUncovered adds unc to a verb's JSON object when it is not empty.
-func withUncovered(out map[string]any, unc uncoveredJSON) map[string]any {
-	if len(unc) > 0 {
-		out["uncovered"] = unc
-	}
-	return out
-}
-
 // noteUncovered says, one line each on stderr, what the verb's protection
 // does not hold, unless --json carries it in the result. It returns the
 // list for that result.

@@ -226,11 +226,6 @@ func (g *globals) noteSkipped(skipped []snapshot.Skipped) {
 	}
 }
 
-// skippedJSON is skipped as JSON: an array, never null.
-func skippedJSON(skipped []snapshot.Skipped) []snapshot.Skipped {
-	return append([]snapshot.Skipped{}, skipped...)
-}
-
 // columns is the width git's --stat fits: $COLUMNS, else the width of
 // stdout when it is a terminal, else 80 (as git's term_columns).
 func (g *globals) columns() int {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
+	"github.com/snapback/snapback/snapshot"
 )
 
 // What the verbs print under --json, one named type per verb's object
@@ -85,4 +86,65 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// agentInstallJSON: agent install and uninstall.
+type agentInstallJSON struct {
+	Changed bool     `json:"changed"`
+	Diff    *string  `json:"diff,omitempty"` // with --dry-run (empty: nothing would change)
+	DryRun  bool     `json:"dry_run"`
+	Events  []string `json:"events"`
+	File    string   `json:"file"`
+	Harness string   `json:"harness"`
+	Store   string   `json:"store,omitempty"` // where install made the project's first store
+}
+
+// commitJSON: commit, and run --then commit's commit.
+type commitJSON struct {
+	Partial  bool               `json:"partial"`
+	Run      string             `json:"run"`
+	Skipped  []snapshot.Skipped `json:"skipped"`
+	Snapshot *snapshotJSON      `json:"snapshot"` // null: the run changed nothing
+}
+
+// discardJSON: discard.
+type discardJSON struct {
+	Discarded       string           `json:"discarded"`
+	DroppedExcluded []string         `json:"dropped_excluded"`
+	KeptIgnored     []string         `json:"kept_ignored"`
+	RestoredTargets []restoredTarget `json:"restored_targets"`
+}
+
+// restoredTarget is a target a discard or a failed run's line restored:
+// its name, backend and the paths of the tree the run wrote to it.
+type restoredTarget struct {
+	Backend string   `json:"backend"`
+	Name    string   `json:"name"`
+	Paths   []string `json:"paths"`
+}
+
+// doctorJSON: doctor.
+type doctorJSON struct {
+	Covered      []coveredJSON `json:"covered"`
+	Modes        []modeJSON    `json:"modes"`
+	Root         string        `json:"root"`
+	Store        string        `json:"store"`
+	StoreWarning string        `json:"store_warning"`
+	Uncovered    uncoveredJSON `json:"uncovered"`
+}
+
+// snapResultJSON: snap.
+type snapResultJSON struct {
+	BytesRead int64         `json:"bytes_read"`
+	FilesRead int           `json:"files_read"`
+	Snapshot  snapshotJSON  `json:"snapshot"`
+	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
+}
+
+// revertJSON: undo, redo and restore (with paths: undo ID -- PATH...).
+type revertJSON struct {
+	Paths     []string      `json:"paths,omitempty"`
+	Saved     snapshotJSON  `json:"saved"`
+	Snapshot  snapshotJSON  `json:"snapshot"`
+	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
 }
