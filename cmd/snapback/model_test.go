@@ -36,7 +36,9 @@ import (
 // redo walk: undo reverts the newest step not undone — a tree snapshot
 // (`snap`, `restore`'s saved state) by putting its whole tree back, a
 // run's or a checkpoint's by putting back only its paths, refusing when
-// one of them changed since — and redo reapplies the last undo. What a
+// one of them changed since — and redo reverts the last undo: it puts
+// back what that undo replaced (its pre-undo record, docs/architecture.md),
+// so a path the undo found put back by hand stays as it was then. What a
 // command does is taken from running it natively on a copy of the tree;
 // what a person does, from the tree after it.
 //
@@ -229,8 +231,9 @@ func (r *modelRun) sequence(t *rapid.T) {
 type step struct {
 	id   string
 	kind string // snap, run, checkpoint, pre-restore
-	// scope tree: state is the whole tree it recorded; saved is what
-	// its undo saved, which its redo puts back.
+	// scope tree: state is the whole tree it recorded. saved is the
+	// tree its undo replaced, which its redo puts back (all of it, or
+	// the step's paths: [step.redoState]).
 	whole        bool
 	state, saved tree
 	// scope paths: the paths it changed, before and after.
@@ -663,7 +666,7 @@ func (m *model) redo(t *rapid.T) {
 	case s.whole:
 		o = outcome{want: s.saved}
 	default:
-		o = m.pathsOutcome(s.before, s.after, false)
+		o = m.pathsOutcome(s.before, s.redoState(), false)
 		if s.unknown && !o.refuse {
 			o.either = true
 		}
@@ -671,7 +674,14 @@ func (m *model) redo(t *rapid.T) {
 	if s != nil {
 		links := s.savedLinked
 		if !s.whole {
-			links = s.linked // (those of after: taken as before's)
+			// Those of the step and of what the undo replaced, which
+			// the redo writes back.
+			links = map[string]bool{}
+			for _, l := range []map[string]bool{s.linked, s.savedLinked} {
+				for p := range l {
+					links[p] = true
+				}
+			}
 		}
 		o = m.needsDamaged(o, links)
 	}
@@ -683,6 +693,19 @@ func (m *model) redo(t *rapid.T) {
 		}
 		m.redoStack = m.redoStack[:len(m.redoStack)-1]
 	}
+}
+
+// redoState is what redo writes over the paths of s, a step of paths
+// undone: each as it was when the undo ran, which the undo saved in its
+// pre-undo record (snapshot.Repo.Redo applies that record). That is
+// s.after but where the undo found a path put back by hand already (as
+// s.before has it, say a directory the step deleted, made again since):
+// the undo wrote nothing there, and the redo leaves it as it was.
+func (s *step) redoState() tree {
+	if s.saved == nil {
+		return s.after
+	}
+	return pick(s.saved, s.before.paths())
 }
 
 func (m *model) restore(t *rapid.T) {
@@ -1195,11 +1218,13 @@ func (m *model) undoSession(t *rapid.T) {
 		}
 	}
 	o = m.needsDamaged(o, links)
+	old, oldLinked := m.tree, m.multi
 	if m.verb(o, kill, "undo", "--session", session) {
 		m.tree = o.want
 		for _, s := range steps {
 			s.undone = true
 		}
+		merged.saved, merged.savedLinked = old, oldLinked
 		m.redoStack = append(m.redoStack, merged)
 	}
 }
