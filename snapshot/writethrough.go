@@ -76,45 +76,25 @@ type layerWalk struct {
 // findInLayer walks dir of the layer as [Repo.writeThrough] does, but
 // only tells w.found of the paths it would move.
 func (r *Reader) findInLayer(upper *fsutil.Dir, dir string, w *layerWalk) error {
-	ud, err := upper.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	defer ud.Close()
-	names, err := ud.ReadDirNames()
-	if err != nil {
-		return err
-	}
-	for _, name := range names {
-		p := name
-		if dir != "" {
-			p = dir + "/" + name
-		}
-		if excluded(p) {
-			continue
-		}
-		st, err := ud.Lstat(name)
-		if err != nil {
-			return err
-		}
-		isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
-		switch {
-		case w.match(p, isDir):
-			if w.found != nil {
-				w.found(p)
-			}
-		case isDir && (w.skip == nil || !w.skip(p, isDir)):
-			if err := r.findInLayer(upper, p, w); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return r.walkLayer(upper, dir, false, w, func(*fsutil.Dir, string, string, *unix.Stat_t) error { return nil })
 }
 
 // writeThrough walks dir of the layer; below a matched directory (all)
 // everything moves.
 func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool, w *layerWalk) error {
+	return r.walkLayer(upper, dir, all, w, func(ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error {
+		if err := r.moveThrough(pr, upper, ud, dir, name, st, w); err != nil {
+			return fmt.Errorf("write through %s: %w", joinPath(dir, name), err)
+		}
+		return nil
+	})
+}
+
+// walkLayer walks dir of the upper layer: each path w matches (every
+// path, when all) goes to visit, w.found told first; a directory it does
+// not match is walked into unless w skips it. The store's names are
+// passed over.
+func (r *Reader) walkLayer(upper *fsutil.Dir, dir string, all bool, w *layerWalk, visit func(ud *fsutil.Dir, dir, name string, st *unix.Stat_t) error) error {
 	ud, err := upper.OpenDir(dir)
 	if err != nil {
 		return err
@@ -125,10 +105,7 @@ func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool
 		return err
 	}
 	for _, name := range names {
-		p := name
-		if dir != "" {
-			p = dir + "/" + name
-		}
+		p := joinPath(dir, name)
 		if excluded(p) {
 			continue
 		}
@@ -139,7 +116,7 @@ func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool
 		isDir := uint32(st.Mode)&unix.S_IFMT == unix.S_IFDIR
 		if !all && !w.match(p, isDir) {
 			if isDir && (w.skip == nil || !w.skip(p, isDir)) {
-				if err := r.writeThrough(pr, upper, p, false, w); err != nil {
+				if err := r.walkLayer(upper, p, false, w, visit); err != nil {
 					return err
 				}
 			}
@@ -148,18 +125,15 @@ func (r *Repo) writeThrough(pr *ViewRun, upper *fsutil.Dir, dir string, all bool
 		if !all && w.found != nil {
 			w.found(p)
 		}
-		if err := r.moveThrough(pr, upper, ud, dir, name, &st, w); err != nil {
-			return fmt.Errorf("write through %s: %w", p, err)
+		if err := visit(ud, dir, name, &st); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string, st *unix.Stat_t, w *layerWalk) error {
-	p := name
-	if dir != "" {
-		p = dir + "/" + name
-	}
+	p := joinPath(dir, name)
 	if err := r.makeParents(pr, upper, dir); err != nil {
 		return err
 	}
