@@ -257,6 +257,22 @@ func TestZFSChildren(t *testing.T) {
 	treetest.Must(t, b.Release(ctx, tg, "", two))
 }
 
+// zfsTwoSnapshots writes the dataset mounted at mnt, snapshots it into
+// payload one, writes and snapshots it again into two, and returns both
+// payloads and the states each holds.
+func zfsTwoSnapshots(t *testing.T, b *backends.ZFS, tg backends.Target, mnt string) (one, two, state1, state2 string) {
+	t.Helper()
+	ctx := context.Background()
+	one, two = t.TempDir(), t.TempDir()
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
+	state1, _ = treeState(t, mnt)
+	treetest.Must(t, treeWrite(mnt))
+	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
+	state2, _ = treeState(t, mnt)
+	return one, two, state1, state2
+}
+
 // TestZFSBusy: a process with a file open in the dataset (and its working
 // directory there). The newest snapshot still restores (a rollback needs
 // no unmount); an older one, whose swap must unmount the dataset, fails
@@ -269,13 +285,7 @@ func TestZFSBusy(t *testing.T) {
 	ctx := context.Background()
 	tg := zfsTarget(t)
 	mnt := zfsMountpoint(t, tg.Dataset)
-	treetest.Must(t, treeWrite(mnt))
-	one, two := t.TempDir(), t.TempDir()
-	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
-	want1, _ := treeState(t, mnt)
-	treetest.Must(t, treeWrite(mnt))
-	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
-	want2, _ := treeState(t, mnt)
+	one, two, want1, want2 := zfsTwoSnapshots(t, b, tg, mnt)
 	treetest.Must(t, treeWrite(mnt))
 
 	busy := exec.Command("sh", "-c", "exec 3<txn-000001/a; read _")
@@ -338,13 +348,7 @@ func TestZFSKilledRestore(t *testing.T) {
 	ctx := context.Background()
 	tg := zfsTarget(t)
 	mnt := zfsMountpoint(t, tg.Dataset)
-	treetest.Must(t, treeWrite(mnt))
-	one, two := t.TempDir(), t.TempDir()
-	treetest.Must(t, b.Snapshot(ctx, tg, "", one))
-	want, _ := treeState(t, mnt)
-	treetest.Must(t, treeWrite(mnt))
-	treetest.Must(t, b.Snapshot(ctx, tg, "", two))
-	want2, _ := treeState(t, mnt)
+	one, two, want, want2 := zfsTwoSnapshots(t, b, tg, mnt)
 	outcomes := map[string]int{}
 	for k := 1; ; k++ {
 		treetest.Must(t, b.Restore(ctx, tg, "", two)) // one is older again: its restore swaps

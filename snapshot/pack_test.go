@@ -17,6 +17,18 @@ import (
 )
 
 // packTree writes n small files (100 B to 8 KiB, distinct) and one of
+// undoBringsBack edits every one of files, undoes, and checks that each
+// holds its content again (read from the packs).
+func undoBringsBack(t *testing.T, r *snapshot.Repo, root string, files map[string][]byte) {
+	t.Helper()
+	for p := range files {
+		treetest.Write(t, root, p, "edited\n", 0o644)
+	}
+	_, _, err := r.Undo("", false)
+	treetest.Must(t, err)
+	sameFiles(t, root, files)
+}
+
 // 40 KiB, and returns their contents by path.
 func packTree(t *testing.T, root string, n int) map[string][]byte {
 	t.Helper()
@@ -92,12 +104,7 @@ func TestPackSmallContents(t *testing.T) {
 		t.Fatalf("the store takes %d bytes, the tree %d: packing should make it smaller", size, tree)
 	}
 
-	for p := range files {
-		treetest.Write(t, root, p, "edited\n", 0o644)
-	}
-	_, _, err = r.Undo("", false)
-	treetest.Must(t, err)
-	sameFiles(t, root, files)
+	undoBringsBack(t, r, root, files)
 
 	// A new process reads the packs from disk.
 	r.Close()
@@ -158,12 +165,7 @@ func TestPackDamaged(t *testing.T) {
 		t.Fatalf("set aside: %v, want the pack", aside)
 	}
 	cleanCheck(t, r)
-	for p := range files {
-		treetest.Write(t, root, p, "edited\n", 0o644)
-	}
-	_, _, err = r.Undo("", false)
-	treetest.Must(t, err)
-	sameFiles(t, root, files)
+	undoBringsBack(t, r, root, files)
 }
 
 // A pack whose index cannot be read: its contents are missing (named by
@@ -194,12 +196,7 @@ func TestPackUnreadable(t *testing.T) {
 		t.Fatalf("check --repair: %+v", rep.Damaged)
 	}
 	cleanCheck(t, r)
-	for p := range files {
-		treetest.Write(t, root, p, "edited\n", 0o644)
-	}
-	_, _, err = r.Undo("", false)
-	treetest.Must(t, err)
-	sameFiles(t, root, files)
+	undoBringsBack(t, r, root, files)
 }
 
 // gc drops the packed contents no kept snapshot needs, by writing their
@@ -232,12 +229,7 @@ func TestPackGC(t *testing.T) {
 		t.Fatalf("packs after gc: %v, want one", packs)
 	}
 	cleanCheck(t, r)
-	for p := range files {
-		treetest.Write(t, root, p, "edited\n", 0o644)
-	}
-	_, _, err = r.Undo("", false)
-	treetest.Must(t, err)
-	sameFiles(t, root, files)
+	undoBringsBack(t, r, root, files)
 }
 
 // A store of loose small objects, as snapback wrote before packs, keeps
@@ -257,12 +249,7 @@ func TestPackLooseStore(t *testing.T) {
 		t.Fatalf("%d contents packed again", p)
 	}
 	cleanCheck(t, r)
-	for p := range files {
-		treetest.Write(t, root, p, "edited\n", 0o644)
-	}
-	_, _, err = r.Undo("", false)
-	treetest.Must(t, err)
-	sameFiles(t, root, files)
+	undoBringsBack(t, r, root, files)
 }
 
 func flipAt(t *testing.T, path string, off int64) {
