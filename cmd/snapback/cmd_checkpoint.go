@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -81,7 +82,7 @@ func newCheckpointStatusCmd(g *globals) *cobra.Command {
 
 // checkSession refuses a session name the store would refuse, as bad input.
 func checkSession(verb, s string) error {
-	if err := snapshot.ValidSession(s); err != nil {
+	if err := record.ValidSession(s); err != nil {
 		return usageErr("checkpoint %s: --session: %v", verb, err)
 	}
 	return nil
@@ -215,7 +216,7 @@ func runCheckpointStatus(g *globals) error {
 		CreatedAt *time.Time `json:"created_at,omitempty"`
 	}
 	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
-	var m *snapshot.Meta
+	var m *record.Meta
 	switch {
 	case errors.Is(err, snapshot.ErrNoStore):
 	case err != nil:
