@@ -2,8 +2,10 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -353,5 +355,36 @@ func TestInstallInPlace(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("install blocked on a FIFO")
+	}
+}
+
+// TestPatchPaths: the files a Codex CLI apply_patch call names, from the
+// headers of its patch (tool_input.command), and which lie outside the
+// project.
+func TestPatchPaths(t *testing.T) {
+	patch := "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Delete File: /abs/gone.txt\n" +
+		"*** Update File: old/name.txt\n*** Move to: ../elsewhere/name.txt\n@@\n-a\n+b\n" +
+		"  *** Update File: new.txt\n*** End Patch\n"
+	in, _ := json.Marshal(map[string]string{"command": patch})
+	p := &Payload{Tool: "apply_patch", Input: in}
+	got := PatchPaths(p)
+	want := []string{"new.txt", "/abs/gone.txt", "old/name.txt", "../elsewhere/name.txt"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("PatchPaths = %q, want %q", got, want)
+	}
+	if out := Outside("/p", "/p", got); !slices.Equal(out, []string{"/abs/gone.txt", "/elsewhere/name.txt"}) {
+		t.Fatalf("Outside = %q", out)
+	}
+	if out := Outside("/p", "/p/src", got); !slices.Equal(out, []string{"/abs/gone.txt"}) {
+		t.Fatalf("Outside from a subdirectory = %q", out)
+	}
+	for _, q := range []*Payload{
+		{Tool: "Bash", Input: in},
+		{Tool: "apply_patch", Input: json.RawMessage(`"not an object"`)},
+		{Tool: "apply_patch"},
+	} {
+		if got := PatchPaths(q); got != nil {
+			t.Errorf("PatchPaths(%s %s) = %q, want none", q.Tool, q.Input, got)
+		}
 	}
 }

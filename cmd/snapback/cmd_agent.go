@@ -331,5 +331,23 @@ func agentHook(g *globals, h *agent.Harness, in io.Reader) (msg string) {
 	if err != nil {
 		return failed(err)
 	}
+	if w := patchOutside(repo.Store.Root, p); w != "" && note == "" {
+		note = w
+	}
 	return note
+}
+
+// patchOutside warns of the files an apply_patch call (Codex CLI) names
+// outside the project: its undo steps do not hold them. "" when there
+// are none.
+func patchOutside(root string, p *agent.Payload) string {
+	dir := p.Cwd
+	if dir == "" {
+		dir, _ = os.Getwd() // the hook moved to the project: the payload's cwd is the same
+	}
+	out := agent.Outside(root, dir, agent.PatchPaths(p))
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("warning: this patch writes %s, outside the project %s: no undo step holds it", strings.Join(out, ", "), root)
 }
