@@ -3,6 +3,8 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -217,4 +219,29 @@ func (h *Harness) Answer(message string) []byte {
 	}
 	b, _ := json.Marshal(map[string]string{"systemMessage": "snapback: " + message}) // a string map always marshals
 	return append(b, '\n')
+}
+
+// UserDir is the harness's directory in the user's home, where install
+// --user writes UserSettings: UserHomeEnv's value when set (absolute),
+// else UserHome under the home directory. It must exist: the harness
+// makes it when it first runs.
+func (h *Harness) UserDir() (string, error) {
+	if h.UserSettings == "" {
+		return "", fmt.Errorf("%s has no settings in your home that snapback writes: install in the project", h.Title)
+	}
+	dir := os.Getenv(h.UserHomeEnv)
+	if dir != "" && !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("%s=%q is not an absolute path", h.UserHomeEnv, dir)
+	}
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(home, h.UserHome)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("%s is not a directory: run %s once first (it makes it)", dir, h.Title)
+	}
+	return dir, nil
 }
