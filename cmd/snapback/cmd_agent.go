@@ -40,7 +40,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 }
 
 type agentInstallOptions struct {
-	shared, local, user, dryRun bool
+	shared, local, user, dryRun, command bool
 }
 
 func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command {
@@ -66,15 +66,34 @@ func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command
 			"they are, and nothing else (a group or event left empty goes too); the same file as\n" +
 			"install (--shared: the committed one; --user: the one in your home)."
 	}
+	if install {
+		long += "\n\n" +
+			"--command, with no HARNESS: for a harness snapback has no table for (aider, opencode, a\n" +
+			"loop of your own) that can run a command before each tool that may change files and one\n" +
+			"at the end of each turn: print the two commands, `snapback checkpoint begin` and\n" +
+			"`snapback checkpoint end`, with the agent's session and the turn's prompt as shell\n" +
+			"variables; nothing is written."
+	}
 	c := &cobra.Command{
 		Use:       verb + " HARNESS [--shared | --user] [--dry-run]",
 		Short:     short,
 		Long:      long,
-		Args:      cobra.ExactArgs(1),
+		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: names,
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
+			switch {
+			case o.command && len(args) > 0:
+				return usageErr("agent: --command is the recipe for any harness: give no HARNESS")
+			case o.command:
+				return runAgentCommand(g, o)
+			case len(args) == 0:
+				return usageErr("agent %s: HARNESS is missing (usage: snapback agent %s; known: %s)", verb, c.Use, strings.Join(names, ", "))
+			}
 			return runAgentInstall(g, args[0], install, o)
 		},
+	}
+	if install {
+		c.Flags().BoolVar(&o.command, "command", false, "print the commands any harness with pre-tool and end-of-turn hooks runs; write nothing")
 	}
 	c.Flags().BoolVar(&o.shared, "shared", false, "the committed settings file (Claude Code: .claude/settings.json), shared with everyone who clones the project")
 	c.Flags().BoolVar(&o.user, "user", false, "the settings in your home (Codex CLI: ~/.codex/hooks.json, or in $CODEX_HOME), for every project the harness works in")
@@ -179,6 +198,27 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	default:
 		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
 	}
+	return nil
+}
+
+// The generic recipe: what a harness's hooks run, in the project's
+// directory, with SESSION and PROMPT set by the harness.
+const (
+	agentBeginCommand = `snapback checkpoint begin --session "$SESSION" -m "$PROMPT"`
+	agentEndCommand   = `snapback checkpoint end --session "$SESSION"`
+)
+
+// runAgentCommand prints the generic recipe (install --command).
+func runAgentCommand(g *globals, o agentInstallOptions) error {
+	if o.shared || o.local || o.user || o.dryRun {
+		return usageErr("agent: --command writes no file: it takes no --shared, --local, --user or --dry-run")
+	}
+	if g.json {
+		return g.printJSON(agentCommandJSON{Begin: agentBeginCommand, End: agentEndCommand})
+	}
+	fmt.Fprintf(g.stdout, "before each tool that may change files: %s\n", agentBeginCommand)
+	fmt.Fprintf(g.stdout, "at the end of each turn:                %s\n", agentEndCommand)
+	fmt.Fprintln(g.stdout, "run them in the project's directory (or give snapback -C DIR), SESSION the agent's session, PROMPT the turn's prompt: each turn becomes one undo step (`snapback undo`), a whole session's `snapback undo --session SESSION`; begin does nothing when the checkpoint is open already, end when none is")
 	return nil
 }
 

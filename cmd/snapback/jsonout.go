@@ -98,6 +98,12 @@ type agentHooksJSON struct {
 	NextStep   string     `json:"next_step,omitempty"` // with never_fired: what the user has to do
 }
 
+// agentCommandJSON: agent install --command.
+type agentCommandJSON struct {
+	Begin string `json:"begin"` // before each tool that may change files
+	End   string `json:"end"`   // at the end of each turn
+}
+
 // agentInstallJSON: agent install and uninstall.
 type agentInstallJSON struct {
 	Changed bool     `json:"changed"`
