@@ -56,14 +56,17 @@ func agentHookTitle(name string) string {
 	return name
 }
 
-// printAgentHooks writes a line for each entry of hooks (with all
-// unset, only those that never fired).
-func printAgentHooks(w io.Writer, hooks []agentHooksJSON, all bool) {
+// neverFired is the warning for hooks installed but never fired.
+func neverFired(e agentHooksJSON) string {
+	return fmt.Sprintf("%s hooks installed in %s but never fired in this project: %s", agentHookTitle(e.Harness), e.File, e.NextStep)
+}
+
+// printAgentHooks writes doctor's line for each entry of hooks.
+func printAgentHooks(w io.Writer, hooks []agentHooksJSON) {
 	for _, e := range hooks {
-		switch {
-		case e.NeverFired:
-			fmt.Fprintf(w, "warning: %s hooks installed in %s but never fired in this project: %s\n", agentHookTitle(e.Harness), e.File, e.NextStep)
-		case all:
+		if e.NeverFired {
+			fmt.Fprintf(w, "warning: %s\n", neverFired(e))
+		} else {
 			fmt.Fprintf(w, "%s hooks installed in %s, last fired %s\n", agentHookTitle(e.Harness), e.File, e.LastFired.Local().Format("2006-01-02 15:04:05"))
 		}
 	}

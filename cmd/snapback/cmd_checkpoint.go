@@ -244,6 +244,10 @@ func runCheckpointStatus(g *globals) error {
 	} else {
 		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
 	}
-	printAgentHooks(g.stdout, hooks, false)
+	for _, e := range hooks {
+		if e.NeverFired {
+			g.warn(neverFired(e))
+		}
+	}
 	return nil
 }

@@ -83,7 +83,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			}
 			if len(hooks) > 0 {
 				fmt.Fprintln(g.stdout)
-				printAgentHooks(g.stdout, hooks, true)
+				printAgentHooks(g.stdout, hooks)
 			}
 			return printProtection(g, pr)
 		},
