@@ -17,7 +17,7 @@ import (
 // their numbers. Strings are left as they are.
 func blankJSONC(data []byte) []byte {
 	out := bytes.Clone(data)
-	comma := -1 // a comma after a value, not yet followed by anything but blanks and comments
+	comma := -1   // a comma after a value, not yet followed by anything but blanks and comments
 	var prev byte // the last byte that is neither blank nor in a comment
 	for i := 0; i < len(out); i++ {
 		c := out[i]
