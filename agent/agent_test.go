@@ -508,3 +508,50 @@ func TestFired(t *testing.T) {
 		t.Fatal("a stamp that is a symbolic link was followed")
 	}
 }
+
+// TestConfigHooks: a Codex CLI config.toml whose [hooks] tables run
+// snapback's hook is told from one whose hooks are others', or that has
+// none; a config that is not TOML is an error naming it.
+func TestConfigHooks(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		toml string
+		want bool
+	}{
+		"snapback's": {`model = "gpt-5-codex"
+
+[[hooks.PreToolUse]]
+matcher = "Bash|apply_patch"
+
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "snapback agent hook codex"
+timeout = 180
+
+[hooks.state."/p/.codex/config.toml:pre_tool_use:0:0"]
+trusted_hash = "abc"
+`, true},
+		"others'": {`[[hooks.Stop]]
+[[hooks.Stop.hooks]]
+type = "command"
+command = "notify-send done"
+`, false},
+		"none":   {"model = \"o3\"\n[features]\nhooks = true\n", false},
+		"absent": {"", false},
+	} {
+		rel := ".codex/config-" + strings.ReplaceAll(name, "'", "") + ".toml"
+		if c.toml != "" {
+			treetest.Write(t, dir, rel, c.toml, 0o644)
+		}
+		if got, err := Codex.ConfigHooks(dir, rel); err != nil || got != c.want {
+			t.Errorf("%s: %v %v, want %v", name, got, err, c.want)
+		}
+	}
+	treetest.Write(t, dir, ".codex/bad.toml", "[hooks\n", 0o644)
+	if _, err := Codex.ConfigHooks(dir, ".codex/bad.toml"); err == nil || !strings.HasPrefix(err.Error(), ".codex/bad.toml: ") {
+		t.Errorf("a config that is not TOML: %v", err)
+	}
+	if got, err := ClaudeCode.ConfigHooks(dir, ClaudeCode.Config); err != nil || got {
+		t.Errorf("a harness without a TOML config: %v %v", got, err)
+	}
+}

@@ -66,6 +66,11 @@ type Harness struct {
 	// `install --user` writes UserSettings. "" when install writes only
 	// the project's file.
 	UserHome, UserHomeEnv, UserSettings string
+	// Config and UserConfig are the harness's TOML config files, in the
+	// project and in UserHome, whose [hooks] tables it runs too (Codex
+	// CLI's config.toml): install does not write them, but names one
+	// that runs snapback's hook already (ConfigHooks).
+	Config, UserConfig string
 	// NextStep is what the user still has to do after install for the
 	// hooks to run.
 	NextStep string
@@ -178,6 +183,8 @@ var Codex = &Harness{
 	UserHome:     ".codex",
 	UserHomeEnv:  "CODEX_HOME",
 	UserSettings: "hooks.json",
+	Config:       ".codex/config.toml",
+	UserConfig:   "config.toml",
 	NextStep:     "approve them in Codex's /hooks screen (Codex skips a hook not yet trusted, without a word)",
 }
 

@@ -18,22 +18,35 @@ import (
 func agentHooks(root, storeDir string) []agentHooksJSON {
 	var out []agentHooksJSON
 	for _, h := range agent.Harnesses {
-		type place struct{ dir, rel, file string }
+		type place struct {
+			dir, rel, file string
+			toml           bool // a TOML config's [hooks] (agent.Harness.ConfigHooks)
+		}
 		var places []place
 		for _, rel := range []string{h.Settings, h.LocalSettings} {
 			if rel != "" {
-				places = append(places, place{root, rel, rel})
+				places = append(places, place{root, rel, rel, false})
 			}
 		}
+		if h.Config != "" {
+			places = append(places, place{root, h.Config, h.Config, true})
+		}
 		if dir, err := h.UserDir(); err == nil {
-			places = append(places, place{dir, h.UserSettings, filepath.Join(dir, h.UserSettings)})
+			places = append(places, place{dir, h.UserSettings, filepath.Join(dir, h.UserSettings), false})
+			if h.UserConfig != "" {
+				places = append(places, place{dir, h.UserConfig, filepath.Join(dir, h.UserConfig), true})
+			}
 		}
 		var last time.Time
 		if storeDir != "" {
 			last, _ = agent.LastFired(storeDir, h.Name)
 		}
 		for _, p := range places {
-			if c, err := h.UninstallHooks(p.dir, p.rel, false); err != nil || !c.Changed() {
+			if p.toml {
+				if ok, err := h.ConfigHooks(p.dir, p.rel); err != nil || !ok {
+					continue
+				}
+			} else if c, err := h.UninstallHooks(p.dir, p.rel, false); err != nil || !c.Changed() {
 				continue
 			}
 			e := agentHooksJSON{Harness: h.Name, File: p.file, NeverFired: last.IsZero()}

@@ -189,6 +189,7 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 				fmt.Fprintf(g.stdout, "%s runs snapback's hooks too: `snapback agent uninstall %s%s` removes them there\n", other, h.Name, map[bool]string{true: "", false: " --shared"}[o.shared])
 			}
 		}
+		configHooksToo(g, h, root, h.Config)
 		if store != "" {
 			fmt.Fprintf(g.stdout, "the store (undo history): %s\n", store)
 		}
@@ -197,8 +198,19 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		}
 	default:
 		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+		configHooksToo(g, h, root, h.Config)
 	}
 	return nil
+}
+
+// configHooksToo says when the harness's TOML config (rel under dir)
+// runs snapback's hooks too, in tables install does not write: the
+// harness would run both. A config that cannot be read is passed over:
+// the harness says what is wrong with it.
+func configHooksToo(g *globals, h *agent.Harness, dir, rel string) {
+	if ok, err := h.ConfigHooks(dir, rel); err == nil && ok {
+		fmt.Fprintf(g.stdout, "%s runs snapback's hooks too, in its [hooks] tables, which agent uninstall does not change: %s runs both; keep one\n", filepath.Join(dir, rel), h.Title)
+	}
 }
 
 // The generic recipe: what a harness's hooks run, in the project's
@@ -267,11 +279,13 @@ func runAgentInstallUser(g *globals, h *agent.Harness, install bool, o agentInst
 	case install:
 		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", file, h.Title, strings.Join(c.Events, ", "))
 		fmt.Fprintf(g.stdout, "next: %s\n", h.NextStep)
+		configHooksToo(g, h, dir, h.UserConfig)
 		if _, err := exec.LookPath("snapback"); err != nil {
 			g.warn(h.Title + " runs `" + h.Command() + "`, but snapback is not on this PATH: install it where the agent finds it")
 		}
 	default:
 		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", file, h.Title, strings.Join(c.Events, ", "))
+		configHooksToo(g, h, dir, h.UserConfig)
 	}
 	return nil
 }
