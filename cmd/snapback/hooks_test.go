@@ -258,8 +258,8 @@ func TestHookFailsOpen(t *testing.T) {
 	bin := snapbackBinary(t)
 	root := t.TempDir()
 	treetest.Write(t, root, "snapback.toml", "[snapshot]\nkeep = \"many\"\n", 0o644)
-	for _, harness := range []string{"claude-code", "gemini-cli"} {
-		write := map[string]string{"claude-code": "PreToolUse-Write", "gemini-cli": "BeforeTool-write_file"}[harness]
+	for _, harness := range []string{"claude-code", "gemini-cli", "codex"} {
+		write := map[string]string{"claude-code": "PreToolUse-Write", "gemini-cli": "BeforeTool-write_file", "codex": "PreToolUse-apply_patch"}[harness]
 		for what, c := range map[string]struct {
 			payload []byte
 			want    string
