@@ -164,11 +164,12 @@ var GeminiCLI = &Harness{
 // its /hooks screen, and skips an untrusted one without a word: install
 // says so, and doctor tells hooks installed but never fired.
 //
-// Codex documents no event for the end of a session, nor (in the
-// releases hooks.json's shape above lists) for a turn an error ends: a
-// turn that ends without Stop is closed by the next prompt, as an
-// interrupted one. The payload's turn_id is not needed: a turn runs
-// from its prompt to its Stop.
+// The events hook_config.rs reads (PreToolUse, PermissionRequest,
+// PostToolUse, PreCompact, PostCompact, SessionStart, UserPromptSubmit,
+// Stop) hold none for a session's end or a turn an error ends: a turn
+// that ends without Stop is closed by the next prompt, as an interrupted
+// one. The payload's turn_id is not needed: a turn runs from its prompt
+// to its Stop.
 var Codex = &Harness{
 	Name:  "codex",
 	Title: "Codex CLI",

@@ -31,8 +31,7 @@ import (
 //     "Common input fields", "Event-specific fields") and
 //     https://geminicli.com/docs/hooks/reference ("Base input schema",
 //     AfterAgent's fields; "Common output fields": only JSON on stdout).
-//   - Codex CLI: openai/codex at commit bde5e187f2f4 (the 0.1xx releases
-//     whose hooks.json codex-rs/config/src/hook_config.rs reads),
+//   - Codex CLI: openai/codex at commit bde5e187f2f45b3e473c213c12cd4f4c5f3bcc47,
 //     codex-rs/hooks/src/schema.rs and the schemas generated from it,
 //     codex-rs/hooks/schema/generated/*.command.input.schema.json
 //     (UserPromptSubmit, PreToolUse for Bash, apply_patch and an MCP
