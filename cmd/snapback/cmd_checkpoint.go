@@ -216,9 +216,9 @@ func runCheckpointStatus(g *globals) error {
 		// Agents: the harnesses' hooks installed for the project.
 		Agents []agentHooksJSON `json:"agents,omitempty"`
 	}
+	var hooks []agentHooksJSON
 	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
 	var m *snapshot.Meta
-	var hooks []agentHooksJSON
 	switch {
 	case errors.Is(err, snapshot.ErrNoStore):
 		if root, err := g.rootDir(); err == nil {
