@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -245,7 +246,9 @@ func runCheckpointStatus(g *globals) error {
 		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
 	}
 	for _, e := range hooks {
-		if e.NeverFired {
+		// Hooks in the user's home (absolute) run in every project:
+		// never fired in this one is no news, doctor says it.
+		if e.NeverFired && !filepath.IsAbs(e.File) {
 			g.warn(neverFired(e))
 		}
 	}
