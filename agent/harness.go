@@ -164,13 +164,12 @@ var GeminiCLI = &Harness{
 // its /hooks screen, and skips an untrusted one without a word: install
 // says so, and doctor tells hooks installed but never fired.
 //
-// The events hook_config.rs reads (at commit 012d0aa0: PreToolUse,
-// PermissionRequest, PostToolUse, PreCompact, PostCompact, SessionStart,
-// UserPromptSubmit, Stop; later ones add SubagentStart and SubagentStop)
-// hold none for a session's end or a turn an error ends: a turn
-// that ends without Stop is closed by the next prompt, as an interrupted
-// one. The payload's turn_id is not needed: a turn runs from its prompt
-// to its Stop.
+// The events hook_config.rs reads (at commit 7cd4bc1a: PreToolUse,
+// PostToolUse, SessionStart, UserPromptSubmit, Stop; at 012d0aa0 also
+// PermissionRequest, PreCompact, PostCompact) hold none for a session's
+// end or a turn an error ends: a turn that ends without Stop is closed
+// by the next prompt, as an interrupted one. The payload's turn_id is
+// not needed: a turn runs from its prompt to its Stop.
 var Codex = &Harness{
 	Name:  "codex",
 	Title: "Codex CLI",
