@@ -85,6 +85,9 @@ func ValidSession(s string) error {
 // checkpoint has a session, and an open one is a tree snapshot while a
 // closed one holds its paths before and after.
 func (m *Meta) validateCheckpoint() error {
+	if err := m.validateSessions(); err != nil {
+		return err
+	}
 	if m.Session != "" && m.Kind != KindCheckpoint {
 		return fmt.Errorf("kind %s with a session", m.Kind)
 	}
@@ -115,7 +118,7 @@ func (m *Meta) validateCheckpoint() error {
 	return nil
 }
 
-// OpenCheckpoint returns the open checkpoint, or nil when none is. A
+// OpenCheckpoint returns the newest open checkpoint, or nil when none is. A
 // damaged record is an error as for [Store.List], but skipped without a
 // warning with SkipDamaged: the verb that reads the history warns.
 func (r *Reader) OpenCheckpoint() (*Meta, error) {
@@ -146,18 +149,41 @@ func (r *Repo) refuseOpen(op string) error {
 	return nil
 }
 
-// BeginCheckpoint opens a checkpoint: a snapshot of the tree (incremental:
-// files whose stat the cache vouches for are not read) and of the
-// targets, recorded open. When one is open already, it returns that one
-// and opened is false: beginning is re-entrant, and parallel callers (each
-// holding the store lock in turn) open exactly one. It refuses while a run
-// works on the tree itself (its changes would be recorded twice).
+// BeginCheckpoint opens a checkpoint of session, whose writer is not
+// known (it may write any path): [Repo.BeginTurn] with Writes{Any: true}.
 func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, err error) {
+	return r.BeginTurn(session, message, Writes{Any: true})
+}
+
+// BeginTurn opens session's checkpoint: a snapshot of the tree
+// (incremental: files whose stat the cache vouches for are not read) and
+// of the targets, recorded open, with what the session says it is about
+// to write (sessions.go). When the session's is open already, it adds w
+// to it and returns it, opened false: beginning is re-entrant, and
+// parallel callers (each holding the store lock in turn) open exactly
+// one. Other sessions' open checkpoints are left as they are: each
+// session has its own. It refuses while a run works on the tree itself
+// (its changes would be recorded twice).
+func (r *Repo) BeginTurn(session, message string, w Writes) (m *Meta, opened bool, err error) {
 	if err := ValidSession(session); err != nil {
 		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
 	}
-	if m, err := r.OpenCheckpoint(); err != nil || m != nil {
-		return m, false, err
+	open, err := r.OpenCheckpoints()
+	if err != nil {
+		return nil, false, err
+	}
+	for _, m := range open {
+		if m.Session != session {
+			continue
+		}
+		grew, err := m.claim(w)
+		if err == nil && grew {
+			err = r.WriteMeta(m)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("checkpoint begin: %w", err)
+		}
+		return m, false, nil
 	}
 	tl, err := r.TryLockTree()
 	if errors.Is(err, ErrTreeBusy) {
@@ -175,6 +201,9 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 		return nil, false, err
 	}
 	m.Message, m.Session, m.State = message, session, StateOpen
+	if _, err := m.claim(w); err != nil {
+		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
+	}
 	m.Git = r.seeGit()
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
@@ -186,22 +215,30 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 	return m, true, nil
 }
 
-// EndCheckpoint closes the open checkpoint into one undo step holding the
-// paths changed since it began, before and after, and the targets' states
-// from its beginning; dropped is set when nothing changed (and no target
-// was saved): then no record is left. With session set, only a checkpoint
-// of that session is closed. When none is to close, m is nil.
+// EndCheckpoint closes session's open checkpoint into one undo step
+// holding the paths its session changed since it began (all changed
+// paths when no other session's turn overlapped it; see sessions.go),
+// before and after, and the targets' states from its beginning; dropped
+// is set when nothing changed (and no target was saved): then no record
+// is left. Session "" closes the checkpoint begun without a session, or
+// else the only one open ([ErrWhichCheckpoint] when several are). When
+// none is to close, m is nil.
 func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) {
-	if m, err = r.OpenCheckpoint(); err != nil || m == nil {
+	open, err := r.OpenCheckpoints()
+	if err != nil {
 		return nil, false, err
 	}
-	if session != "" && m.Session != session {
-		return nil, false, nil
+	if m, err = openOf(open, session); err != nil || m == nil {
+		return nil, false, err
 	}
+	end := time.Now().UTC()
 	if err := r.narrowRun(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
-	m.State = StateDone
+	if err := r.attribute(m, end); err != nil {
+		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	m.State, m.EndedAt = StateDone, &end
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
@@ -226,33 +263,46 @@ func (h *History) sessionSteps(session string) []*Meta {
 // changed it, each target to its state before the session's first step.
 // A path changed since by someone else (after its last step of the
 // session) is a conflict, as for [Repo.Undo]; edits to other paths stay.
-func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Meta, err error) {
+// What a step shares with another session's turn is left, and returned,
+// unless o.IncludeShared.
+func (r *Repo) UndoSession(session string, o UndoOptions) (steps []*Meta, saved *Meta, left SharedLeft, err error) {
+	force := o.Force
 	if err := r.refuseOpen("undo"); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	h, err := r.History()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	if steps = h.sessionSteps(session); len(steps) == 0 {
-		return nil, nil, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
+		return nil, nil, left, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
 	}
-	target, after, err := r.mergeSteps(steps)
+	parts := make([]*Meta, len(steps))
+	for i, st := range steps {
+		part, l, err := r.ownPart(st, o.IncludeShared)
+		if err != nil {
+			return nil, nil, left, fmt.Errorf("undo: %w", err)
+		}
+		parts[i] = part
+		left.add(l)
+	}
+	left.Paths, left.Targets = sortedSet(left.Paths), sortedSet(left.Targets)
+	target, after, err := r.mergeSteps(parts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("undo: %w", err)
+		return nil, nil, left, fmt.Errorf("undo: %w", err)
 	}
 	newest := steps[len(steps)-1]
 	s := &Meta{ID: newest.ID, Kind: KindCheckpoint, Scope: ScopePaths, Session: session}
 	if s.Manifest, err = r.record(target); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	if s.After, err = r.record(after); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	// Each target goes back to its state before the session's first step
 	// that saved it.
 	seen := map[string]bool{}
-	for _, st := range steps {
+	for _, st := range parts {
 		for _, t := range st.Targets {
 			if !seen[t.Name] && t.Backend != gitBackendName {
 				seen[t.Name] = true
@@ -263,8 +313,8 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 	// The git state goes back step by step, newest first: each step's
 	// moves are undone from where it left the refs (the next one's start),
 	// and HEAD and the index end as the first step found them.
-	for i := len(steps) - 1; i >= 0; i-- {
-		for _, t := range steps[i].Targets {
+	for i := len(parts) - 1; i >= 0; i-- {
+		for _, t := range parts[i].Targets {
 			if t.Backend == gitBackendName {
 				s.Targets = append(s.Targets, t)
 			}
@@ -272,20 +322,20 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 	}
 	s.Git = mergeGit(steps)
 	if err := r.checkGit("undo", s, true, force); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	rec, err := r.newMeta(KindPreUndo, ScopePaths)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	rec.Undoes = newest.ID
 	for _, st := range steps[:len(steps)-1] {
 		rec.UndoesMore = append(rec.UndoesMore, st.ID)
 	}
 	if err := r.revert("undo", s, s.After, rec, force); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
-	return steps, rec, nil
+	return steps, rec, left, nil
 }
 
 // mergeSteps makes one change of several paths records (oldest first):

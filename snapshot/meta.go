@@ -62,7 +62,22 @@ type Meta struct {
 	State      string   `json:"state,omitempty"` // run: running, done or interrupted; checkpoint: open or done (runstate.go)
 	// Session, for a checkpoint, is the session (an agent's, say) whose
 	// stretch it records: `undo --session` reverts all of a session's.
-	Session   string    `json:"session,omitempty"`
+	Session string `json:"session,omitempty"`
+
+	// Turns of several sessions side by side (a checkpoint's, sessions.go):
+	// the paths its session's edit tools named (Claimed); AnyPath when it
+	// may have written others (a shell command, or a begin from the
+	// command line, whose writer is unknown); when it closed (EndedAt);
+	// the other sessions' checkpoints open during it (Overlaps); the paths
+	// and targets of its step no exact source gives to its session alone
+	// (Shared, SharedTargets), which undo leaves unless told.
+	Claimed       []string   `json:"claimed,omitempty"`
+	AnyPath       bool       `json:"any_path,omitempty"`
+	EndedAt       *time.Time `json:"ended_at,omitempty"`
+	Overlaps      []string   `json:"overlaps,omitempty"`
+	Shared        []string   `json:"shared,omitempty"`
+	SharedTargets []string   `json:"shared_targets,omitempty"`
+
 	CreatedAt time.Time `json:"created_at"`
 	Scope     Scope     `json:"scope"`
 	// Manifest is the state this snapshot returns to.
