@@ -208,11 +208,38 @@ func (r *Repo) BeginTurn(session, message string, w Writes) (m *Meta, opened boo
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
-	if err := r.snapInto(m); err != nil {
+	if err := r.snapOpen(m, open); err != nil {
 		r.releasePayloads(m.ID)
 		return nil, false, err
 	}
 	return m, true, nil
+}
+
+// snapOpen scans the tree into the open checkpoint m's manifest, marks
+// the other sessions' open checkpoints (sessions.go), then writes m.
+func (r *Repo) snapOpen(m *Meta, open []*Meta) error {
+	tree, err := r.ScanTree(true)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	m.Files, m.Bytes = counts(tree)
+	if m.Manifest, err = r.record(tree); err != nil {
+		return err
+	}
+	if err := r.Flush(); err != nil {
+		return err
+	}
+	if len(open) > 0 {
+		k := Mark{At: m.CreatedAt, Tree: m.Manifest}
+		for _, o := range open {
+			k.Open = append(k.Open, o.ID)
+		}
+		m.Marks = []Mark{k}
+		if err := r.markOthers(open, m.Session, m.ID, true, m.CreatedAt, m.Manifest); err != nil {
+			return err
+		}
+	}
+	return r.WriteMeta(m)
 }
 
 // EndCheckpoint closes session's open checkpoint into one undo step
@@ -231,16 +258,32 @@ func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) 
 	if m, err = openOf(open, session); err != nil || m == nil {
 		return nil, false, err
 	}
-	end := time.Now().UTC()
+	begin := m.Manifest
 	if err := r.narrowRun(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
-	if err := r.attribute(m, end); err != nil {
+	// The tree as this one leaves it, for the others' marks.
+	var tree string
+	if len(open) > 1 {
+		changed, err := r.LoadManifest(m.After)
+		if err == nil {
+			tree, err = r.treeAfter(begin, changed)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("checkpoint end: %w", err)
+		}
+	}
+	if err := r.attribute(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
-	m.State, m.EndedAt = StateDone, &end
+	m.State = StateDone
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	if tree != "" {
+		if err := r.markOthers(open, m.Session, m.ID, false, time.Now().UTC(), tree); err != nil {
+			return nil, false, fmt.Errorf("checkpoint end: %s closed; marking the other sessions' checkpoints: %w", m.ID, err)
+		}
 	}
 	return m, dropped, nil
 }

@@ -67,16 +67,17 @@ type Meta struct {
 	// Turns of several sessions side by side (a checkpoint's, sessions.go):
 	// the paths its session's edit tools named (Claimed); AnyPath when it
 	// may have written others (a shell command, or a begin from the
-	// command line, whose writer is unknown); when it closed (EndedAt);
-	// the other sessions' checkpoints open during it (Overlaps); the paths
-	// and targets of its step no exact source gives to its session alone
-	// (Shared, SharedTargets), which undo leaves unless told.
-	Claimed       []string   `json:"claimed,omitempty"`
-	AnyPath       bool       `json:"any_path,omitempty"`
-	EndedAt       *time.Time `json:"ended_at,omitempty"`
-	Overlaps      []string   `json:"overlaps,omitempty"`
-	Shared        []string   `json:"shared,omitempty"`
-	SharedTargets []string   `json:"shared_targets,omitempty"`
+	// command line, whose writer is unknown); while open, the tree's state
+	// each time another session's checkpoint began or ended (Marks); once
+	// closed, the other sessions' checkpoints open during it (Overlaps)
+	// and the paths and targets of its step no exact source gives to its
+	// session alone (Shared, SharedTargets), which undo leaves unless told.
+	Claimed       []string `json:"claimed,omitempty"`
+	AnyPath       bool     `json:"any_path,omitempty"`
+	Marks         []Mark   `json:"marks,omitempty"`
+	Overlaps      []string `json:"overlaps,omitempty"`
+	Shared        []string `json:"shared,omitempty"`
+	SharedTargets []string `json:"shared_targets,omitempty"`
 
 	CreatedAt time.Time `json:"created_at"`
 	Scope     Scope     `json:"scope"`

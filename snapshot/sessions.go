@@ -18,24 +18,48 @@ import (
 //   - Claimed: the paths the session's edit tools named before writing
 //     (a hook's PreToolUse payload), each with the directories above it;
 //   - AnyPath: the session may have written any path (a shell command, or
-//     a checkpoint begun from the command line, whose writer is unknown).
+//     a checkpoint begun from the command line, whose writer is unknown);
+//   - Marks: while a checkpoint is open, each time another session's
+//     begins or ends, the tree's state then and which other sessions'
+//     checkpoints are open from then on. They cut its stretch into
+//     spans, each with a fixed set of sessions open.
 //
-// A changed path's candidates are the sessions, among the checkpoint's
-// and those whose checkpoints overlapped it, that claimed it or may have
-// written any path. With no overlap the path is the session's, as it
-// always was. With overlap: one candidate, the session itself, and it is
-// the session's; one candidate, another session, and it is left out of
-// this step (that session's step holds it); none or several, and it is
-// shared: kept in the step, listed in Shared, and left alone by undo and
-// redo unless --include-shared. A directory whose only change is its
-// times (a child came or went) follows the paths below it and is never
-// shared. A target (a database) cannot be told apart by path: it is the
-// session's when the session is the only candidate for any path, else
-// shared (SharedTargets).
+// A changed path is looked at in each span where it changed. In a span
+// where no other session's checkpoint was open, the change is the
+// session's, whoever made it (as with one session). In a span shared
+// with others, its writers are the sessions open in it that claimed the
+// path or may have written any path; with none (a person's edit, a tool
+// the hooks do not see) it is nobody's known. Over the spans: a path
+// whose writers are the session alone is its own; one whose writers are
+// one other session alone is left out of this step (that session's step
+// holds it); any other is shared: kept in the step, listed in Shared, and
+// left alone by undo unless --include-shared. A directory whose only
+// change is its times (a child came or went) follows the paths below it
+// and is never shared. A target (a database) cannot be told apart by
+// path or time: with another session's checkpoint open at any time
+// during this one, it is the session's only when the session may write
+// any path and no other overlapping session may; otherwise it is shared
+// (SharedTargets).
 //
-// Claims are made before the tool writes, and every checkpoint open
-// during this one is looked at when it closes: what another session's
-// tools can have written by then is claimed by then.
+// Claims are made before the tool writes: what another session's tools
+// can have written in a span is claimed by the span's end. A checkpoint
+// of another session that closed leaving no step holds no claim any
+// more: it changed nothing, so it wrote nothing that lasted.
+//
+// The marks are written in an order that errs on the side of sharing: a
+// begin marks the other checkpoints before its own record is written (a
+// crash between leaves marks naming a checkpoint that never opened,
+// which wrote nothing), and an end writes its closed record before it
+// marks the others (a crash between leaves them believing it open longer).
+
+// Mark is the tree's state (a manifest of the whole tree) when another
+// session's checkpoint began or ended during an open checkpoint, and the
+// other sessions' checkpoints open from then on.
+type Mark struct {
+	At   time.Time `json:"at"`
+	Tree string    `json:"tree"`
+	Open []string  `json:"open,omitempty"`
+}
 
 // Writes is what a session says it is about to write, as its turn's
 // checkpoint is begun or found open.
@@ -58,7 +82,7 @@ var ErrWhichCheckpoint = errors.New("several checkpoints are open")
 // validateSessions checks what a record says of its session's writes.
 func (m *Meta) validateSessions() error {
 	if m.Kind != KindCheckpoint {
-		if len(m.Claimed)+len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 || m.AnyPath || m.EndedAt != nil {
+		if len(m.Claimed)+len(m.Marks)+len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 || m.AnyPath {
 			return fmt.Errorf("kind %s with a session's writes", m.Kind)
 		}
 		return nil
@@ -76,8 +100,21 @@ func (m *Meta) validateSessions() error {
 			return fmt.Errorf("bad overlaps reference %q", id)
 		}
 	}
-	if m.State == StateOpen && (m.EndedAt != nil || len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0) {
-		return fmt.Errorf("open checkpoint with an end")
+	if m.State == StateOpen && len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 {
+		return fmt.Errorf("open checkpoint with overlaps")
+	}
+	if m.State != StateOpen && len(m.Marks) > 0 {
+		return fmt.Errorf("closed checkpoint with marks")
+	}
+	for i, k := range m.Marks {
+		if _, ok := ParseObjectID(k.Tree); !ok || k.At.IsZero() {
+			return fmt.Errorf("bad mark %d", i)
+		}
+		for _, id := range k.Open {
+			if !ValidID(id) || id == m.ID {
+				return fmt.Errorf("bad mark %d: open %q", i, id)
+			}
+		}
 	}
 	return nil
 }
@@ -145,23 +182,59 @@ func openOf(open []*Meta, session string) (*Meta, error) {
 	return nil, fmt.Errorf("%w (sessions %s): name the session", ErrWhichCheckpoint, strings.Join(names, ", "))
 }
 
-// overlapping lists the checkpoints of other sessions open at some time
-// between m's beginning and end: open now, or closed after m began.
-func (r *Repo) overlapping(m *Meta, end time.Time) ([]*Meta, error) {
-	all, _, err := r.records() // a damaged record holds no claim anyone can read
-	if err != nil {
-		return nil, err
-	}
-	var out []*Meta
-	for _, o := range all {
-		if o.Kind != KindCheckpoint || o.ID == m.ID || o.Session == m.Session || !o.CreatedAt.Before(end) {
+// markOthers appends a mark to each checkpoint of open not of session:
+// the tree is tree at t, and open (less those of session when leaving)
+// are open from then on, with id when it joins.
+func (r *Repo) markOthers(open []*Meta, session, id string, joins bool, t time.Time, tree string) error {
+	for _, m := range open {
+		if m.Session == session {
 			continue
 		}
-		if o.State == StateOpen || o.EndedAt != nil && o.EndedAt.After(m.CreatedAt) {
-			out = append(out, o)
+		if len(m.Marks) == 0 { // the first: its beginning, with none open
+			m.Marks = []Mark{{At: m.CreatedAt, Tree: m.Manifest}}
+		}
+		k := Mark{At: t, Tree: tree}
+		for _, o := range open {
+			if o != m && o.Session != session {
+				k.Open = append(k.Open, o.ID)
+			}
+		}
+		if joins {
+			k.Open = append(k.Open, id)
+		}
+		m.Marks = append(m.Marks, k)
+		if err := r.WriteMeta(m); err != nil {
+			return err
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// treeAfter is the whole tree at a checkpoint's end, from the whole tree
+// at its beginning and its narrowed change: the state the marks of the
+// others open need, without a second scan.
+func (r *Repo) treeAfter(begin string, changed Manifest) (string, error) {
+	full, err := r.LoadManifest(begin)
+	if err != nil {
+		return "", err
+	}
+	out := make(Manifest, 0, len(full)+len(changed))
+	for i := range full {
+		if changed.Find(full[i].Path) == nil {
+			out = append(out, full[i])
+		}
+	}
+	for i := range changed {
+		if changed[i].Type != Absent {
+			out = append(out, changed[i])
+		}
+	}
+	out.Sort()
+	id, err := r.record(out)
+	if err != nil {
+		return "", err
+	}
+	return id, r.Flush() // on disk before a record names it
 }
 
 // claimSet is a session's claims with the directories above them: a
@@ -179,37 +252,67 @@ func claimSet(claimed []string) map[string]bool {
 	return set
 }
 
+// writer is what one session says it may have written.
+type writer struct {
+	session string
+	any     bool
+	claims  map[string]bool
+}
+
+// writers reads what the checkpoints named in m's marks may have
+// written, by id; one gone (it closed leaving no step) wrote nothing.
+func (r *Repo) writers(m *Meta) (map[string]*writer, error) {
+	out := map[string]*writer{m.ID: {m.Session, m.AnyPath, claimSet(m.Claimed)}}
+	for _, k := range m.Marks {
+		for _, id := range k.Open {
+			if out[id] != nil {
+				continue
+			}
+			o, err := r.ReadMeta(id)
+			if errors.Is(err, ErrNotFound) {
+				out[id] = &writer{session: "\x00gone"}
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[id] = &writer{o.Session, o.AnyPath, claimSet(o.Claimed)}
+		}
+	}
+	return out, nil
+}
+
+// sameAt reports whether a path is in the same state in two manifests
+// (nil: absent), as narrowing compares it.
+func sameAt(a, b *Entry) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return a.SameContent(b) && a.SameMeta(b)
+}
+
 // attribute cuts m, narrowed to the paths changed while it was open, to
 // what its session changed, and lists what it shares with the sessions
 // whose checkpoints overlapped it (see the top of this file).
-func (r *Repo) attribute(m *Meta, end time.Time) error {
-	others, err := r.overlapping(m, end)
-	if err != nil || len(others) == 0 {
-		return err
-	}
-	for _, o := range others {
-		m.Overlaps = append(m.Overlaps, o.ID)
-	}
-	type writer struct {
-		session string
-		any     bool
-		claims  map[string]bool
-	}
-	writers := []writer{{m.Session, m.AnyPath, claimSet(m.Claimed)}}
-	for _, o := range others {
-		writers = append(writers, writer{o.Session, o.AnyPath, claimSet(o.Claimed)})
-	}
-	// candidates names the sessions that may have written p; own is
-	// whether m's is one of them.
-	candidates := func(p string) (n int, own bool) {
-		seen := map[string]bool{}
-		for _, w := range writers {
-			if (w.any || w.claims[p]) && !seen[w.session] {
-				seen[w.session] = true
-				own = own || w.session == m.Session
-			}
+func (r *Repo) attribute(m *Meta) error {
+	marks := m.Marks
+	m.Marks = nil
+	overlaps := map[string]bool{}
+	for _, k := range marks {
+		for _, id := range k.Open {
+			overlaps[id] = true
 		}
-		return len(seen), own
+	}
+	if len(overlaps) == 0 {
+		return nil
+	}
+	for id := range overlaps {
+		m.Overlaps = append(m.Overlaps, id)
+	}
+	sort.Strings(m.Overlaps)
+	ws, err := r.writers(&Meta{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Claimed: m.Claimed, Marks: marks})
+	if err != nil {
+		return err
 	}
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
@@ -219,6 +322,54 @@ func (r *Repo) attribute(m *Meta, end time.Time) error {
 	if err != nil {
 		return err
 	}
+	// The states between: the tree at each mark but the first (which is
+	// the beginning, as before has it).
+	trees := make([]Manifest, len(marks))
+	for i := 1; i < len(marks); i++ {
+		if trees[i], err = r.LoadManifest(marks[i].Tree); err != nil {
+			return fmt.Errorf("mark %d: %w", i, err)
+		}
+	}
+	const nobody = "\x00nobody"
+	// whose lists the sessions that may have written p over the spans
+	// where it changed.
+	whose := func(p string) map[string]bool {
+		out := map[string]bool{}
+		at := func(i int) *Entry {
+			var e *Entry
+			switch {
+			case i == 0:
+				e = before.Find(p)
+			case i == len(marks):
+				e = after.Find(p)
+			default:
+				e = trees[i].Find(p)
+			}
+			if e != nil && e.Type == Absent {
+				return nil
+			}
+			return e
+		}
+		for i := range marks {
+			if sameAt(at(i), at(i+1)) {
+				continue
+			}
+			if len(marks[i].Open) == 0 {
+				out[m.Session] = true
+				continue
+			}
+			found := false
+			for _, id := range append([]string{m.ID}, marks[i].Open...) {
+				if w := ws[id]; w.any || w.claims[p] {
+					out[w.session], found = true, true
+				}
+			}
+			if !found {
+				out[nobody] = true
+			}
+		}
+		return out
+	}
 	keep, shared, churn := map[string]bool{}, []string{}, []string{}
 	for i := range after {
 		a := &after[i]
@@ -227,10 +378,11 @@ func (r *Repo) attribute(m *Meta, end time.Time) error {
 			churn = append(churn, a.Path)
 			continue
 		}
-		switch n, own := candidates(a.Path); {
-		case n == 1 && own:
+		w := whose(a.Path)
+		switch {
+		case len(w) == 1 && w[m.Session]:
 			keep[a.Path] = true
-		case n == 1:
+		case len(w) == 1 && !w[nobody]:
 			// Another session's alone: its step holds it.
 		default:
 			keep[a.Path] = true
@@ -246,10 +398,10 @@ func (r *Repo) attribute(m *Meta, end time.Time) error {
 		}
 	}
 	// A target is written by a shell command or a tool, never an edit
-	// tool's path: its candidates are the sessions that may write any.
+	// tool's path, at no time snapback sees.
 	anyOthers := false
-	for _, o := range others {
-		anyOthers = anyOthers || o.AnyPath
+	for id := range overlaps {
+		anyOthers = anyOthers || ws[id].any
 	}
 	if !m.AnyPath || anyOthers {
 		for _, t := range m.Targets {
@@ -259,7 +411,6 @@ func (r *Repo) attribute(m *Meta, end time.Time) error {
 	if len(keep) == len(after) && len(shared) == 0 {
 		return nil
 	}
-	sort.Strings(shared)
 	m.Shared = shared
 	return r.recordNarrowed(m, before, after, keep)
 }
