@@ -31,8 +31,8 @@ import (
 // path or may have written any path; with none (a person's edit, a tool
 // the hooks do not see) it is nobody's known. Over the spans: a path
 // whose writers are the session alone is its own; one whose writers are
-// one other session alone is left out of this step (that session's step
-// holds it); any other is shared: kept in the step, listed in Shared, and
+// other sessions only is left out of this step (their steps hold it);
+// any other is shared: kept in the step, listed in Shared, and
 // left alone by undo unless --include-shared. A directory whose only
 // change is its times (a child came or went) follows the paths below it
 // and is never shared. A target (a database) cannot be told apart by
@@ -382,8 +382,8 @@ func (r *Repo) attribute(m *Meta) error {
 		switch {
 		case len(w) == 1 && w[m.Session]:
 			keep[a.Path] = true
-		case len(w) == 1 && !w[nobody]:
-			// Another session's alone: its step holds it.
+		case !w[m.Session] && !w[nobody]:
+			// Other sessions' alone: their steps hold it.
 		default:
 			keep[a.Path] = true
 			shared = append(shared, a.Path)
