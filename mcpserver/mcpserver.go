@@ -215,10 +215,10 @@ type (
 	}
 	undoIn struct {
 		project
-		ID      string `json:"id,omitempty" jsonschema:"the snapshot to revert: its whole id, a prefix, or the end of its last part (as list shows them). Default: the newest not yet undone"`
-		Session string `json:"session,omitempty" jsonschema:"revert every step of this checkpoint session instead"`
-		Force   bool   `json:"force,omitempty" jsonschema:"revert even over paths changed since (what it overwrites is saved first)"`
-		IncludeShared bool `json:"include_shared,omitempty" jsonschema:"revert too the paths and targets a checkpoint shares with another session's turn"`
+		ID            string `json:"id,omitempty" jsonschema:"the snapshot to revert: its whole id, a prefix, or the end of its last part (as list shows them). Default: the newest not yet undone"`
+		Session       string `json:"session,omitempty" jsonschema:"revert every step of this checkpoint session instead"`
+		Force         bool   `json:"force,omitempty" jsonschema:"revert even over paths changed since (what it overwrites is saved first)"`
+		IncludeShared bool   `json:"include_shared,omitempty" jsonschema:"revert too the paths and targets a checkpoint shares with another session's turn"`
 	}
 	redoIn struct {
 		project
