@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Sessions side by side: each session has its own open checkpoint, and
@@ -52,15 +54,6 @@ import (
 // which wrote nothing), and an end writes its closed record before it
 // marks the others (a crash between leaves them believing it open longer).
 
-// Mark is the tree's state (a manifest of the whole tree) when another
-// session's checkpoint began or ended during an open checkpoint, and the
-// other sessions' checkpoints open from then on.
-type Mark struct {
-	At   time.Time `json:"at"`
-	Tree string    `json:"tree"`
-	Open []string  `json:"open,omitempty"`
-}
-
 // Writes is what a session says it is about to write, as its turn's
 // checkpoint is begun or found open.
 type Writes struct {
@@ -71,69 +64,25 @@ type Writes struct {
 	Any bool
 }
 
-// maxClaims bounds the paths a checkpoint claims: past it, its session is
-// taken to have written any path (a step's record is read by every list).
-const maxClaims = 4096
-
 // ErrWhichCheckpoint refuses an end without a session while checkpoints
 // of several sessions are open.
 var ErrWhichCheckpoint = errors.New("several checkpoints are open")
 
-// validateSessions checks what a record says of its session's writes.
-func (m *Meta) validateSessions() error {
-	if m.Kind != KindCheckpoint {
-		if len(m.Claimed)+len(m.Marks)+len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 || m.AnyPath {
-			return fmt.Errorf("kind %s with a session's writes", m.Kind)
-		}
-		return nil
-	}
-	if len(m.Claimed) > maxClaims {
-		return fmt.Errorf("over %d claimed paths", maxClaims)
-	}
-	for _, p := range append(append([]string(nil), m.Claimed...), m.Shared...) {
-		if !ValidPath(p) {
-			return fmt.Errorf("bad claimed or shared path %q", p)
-		}
-	}
-	for _, id := range m.Overlaps {
-		if !ValidID(id) || id == m.ID {
-			return fmt.Errorf("bad overlaps reference %q", id)
-		}
-	}
-	if m.State == StateOpen && len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 {
-		return fmt.Errorf("open checkpoint with overlaps")
-	}
-	if m.State != StateOpen && len(m.Marks) > 0 {
-		return fmt.Errorf("closed checkpoint with marks")
-	}
-	for i, k := range m.Marks {
-		if _, ok := ParseObjectID(k.Tree); !ok || k.At.IsZero() {
-			return fmt.Errorf("bad mark %d", i)
-		}
-		for _, id := range k.Open {
-			if !ValidID(id) || id == m.ID {
-				return fmt.Errorf("bad mark %d: open %q", i, id)
-			}
-		}
-	}
-	return nil
-}
-
 // claim adds w to m's writes and reports whether anything was new.
-func (m *Meta) claim(w Writes) (bool, error) {
+func claim(m *record.Meta, w Writes) (bool, error) {
 	grew := false
 	if w.Any && !m.AnyPath {
 		m.AnyPath, grew = true, true
 	}
 	for _, p := range w.Paths {
-		if !ValidPath(p) {
+		if !record.ValidPath(p) {
 			return false, fmt.Errorf("claimed path %q: not a clean path relative to the root", p)
 		}
 		i, found := slices.BinarySearch(m.Claimed, p)
 		if found {
 			continue
 		}
-		if len(m.Claimed) >= maxClaims {
+		if len(m.Claimed) >= record.MaxClaims {
 			m.AnyPath, grew = true, true
 			continue
 		}
@@ -144,7 +93,7 @@ func (m *Meta) claim(w Writes) (bool, error) {
 
 // OpenCheckpoints lists the open checkpoints, oldest first (at most one
 // per session). A damaged record is as for [Reader.OpenCheckpoint].
-func (r *Reader) OpenCheckpoints() ([]*Meta, error) {
+func (r *Reader) OpenCheckpoints() ([]*record.Meta, error) {
 	all, damaged, err := r.records()
 	if err != nil {
 		return nil, err
@@ -152,9 +101,9 @@ func (r *Reader) OpenCheckpoints() ([]*Meta, error) {
 	if len(damaged) > 0 && !r.SkipDamaged {
 		return nil, damagedError(damaged)
 	}
-	var out []*Meta
+	var out []*record.Meta
 	for _, m := range all {
-		if m.Kind == KindCheckpoint && m.State == StateOpen {
+		if m.Kind == record.KindCheckpoint && m.State == record.StateOpen {
 			out = append(out, m)
 		}
 	}
@@ -163,7 +112,7 @@ func (r *Reader) OpenCheckpoints() ([]*Meta, error) {
 
 // openOf picks from open the checkpoint of session; "" picks the one
 // begun without a session, or else the only one open (nil when none is).
-func openOf(open []*Meta, session string) (*Meta, error) {
+func openOf(open []*record.Meta, session string) (*record.Meta, error) {
 	for _, m := range open {
 		if m.Session == session {
 			return m, nil
@@ -185,15 +134,15 @@ func openOf(open []*Meta, session string) (*Meta, error) {
 // markOthers appends a mark to each checkpoint of open not of session:
 // the tree is tree at t, and open (less those of session when leaving)
 // are open from then on, with id when it joins.
-func (r *Repo) markOthers(open []*Meta, session, id string, joins bool, t time.Time, tree string) error {
+func (r *Repo) markOthers(open []*record.Meta, session, id string, joins bool, t time.Time, tree string) error {
 	for _, m := range open {
 		if m.Session == session {
 			continue
 		}
 		if len(m.Marks) == 0 { // the first: its beginning, with none open
-			m.Marks = []Mark{{At: m.CreatedAt, Tree: m.Manifest}}
+			m.Marks = []record.Mark{{At: m.CreatedAt, Tree: m.Manifest}}
 		}
-		k := Mark{At: t, Tree: tree}
+		k := record.Mark{At: t, Tree: tree}
 		for _, o := range open {
 			if o != m && o.Session != session {
 				k.Open = append(k.Open, o.ID)
@@ -213,19 +162,19 @@ func (r *Repo) markOthers(open []*Meta, session, id string, joins bool, t time.T
 // treeAfter is the whole tree at a checkpoint's end, from the whole tree
 // at its beginning and its narrowed change: the state the marks of the
 // others open need, without a second scan.
-func (r *Repo) treeAfter(begin string, changed Manifest) (string, error) {
+func (r *Repo) treeAfter(begin string, changed record.Manifest) (string, error) {
 	full, err := r.LoadManifest(begin)
 	if err != nil {
 		return "", err
 	}
-	out := make(Manifest, 0, len(full)+len(changed))
+	out := make(record.Manifest, 0, len(full)+len(changed))
 	for i := range full {
 		if changed.Find(full[i].Path) == nil {
 			out = append(out, full[i])
 		}
 	}
 	for i := range changed {
-		if changed[i].Type != Absent {
+		if changed[i].Type != record.Absent {
 			out = append(out, changed[i])
 		}
 	}
@@ -242,7 +191,7 @@ func (r *Repo) treeAfter(begin string, changed Manifest) (string, error) {
 func claimSet(claimed []string) map[string]bool {
 	set := map[string]bool{}
 	for _, p := range claimed {
-		for q := p; !set[q]; q = Parent(q) {
+		for q := p; !set[q]; q = record.Parent(q) {
 			set[q] = true
 			if q == "" {
 				break
@@ -261,7 +210,7 @@ type writer struct {
 
 // writers reads what the checkpoints named in m's marks may have
 // written, by id; one gone (it closed leaving no step) wrote nothing.
-func (r *Repo) writers(m *Meta) (map[string]*writer, error) {
+func (r *Repo) writers(m *record.Meta) (map[string]*writer, error) {
 	out := map[string]*writer{m.ID: {m.Session, m.AnyPath, claimSet(m.Claimed)}}
 	for _, k := range m.Marks {
 		for _, id := range k.Open {
@@ -284,7 +233,7 @@ func (r *Repo) writers(m *Meta) (map[string]*writer, error) {
 
 // sameAt reports whether a path is in the same state in two manifests
 // (nil: absent), as narrowing compares it.
-func sameAt(a, b *Entry) bool {
+func sameAt(a, b *record.Entry) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
@@ -294,7 +243,7 @@ func sameAt(a, b *Entry) bool {
 // attribute cuts m, narrowed to the paths changed while it was open, to
 // what its session changed, and lists what it shares with the sessions
 // whose checkpoints overlapped it (see the top of this file).
-func (r *Repo) attribute(m *Meta) error {
+func (r *Repo) attribute(m *record.Meta) error {
 	marks := m.Marks
 	m.Marks = nil
 	overlaps := map[string]bool{}
@@ -310,7 +259,7 @@ func (r *Repo) attribute(m *Meta) error {
 		m.Overlaps = append(m.Overlaps, id)
 	}
 	sort.Strings(m.Overlaps)
-	ws, err := r.writers(&Meta{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Claimed: m.Claimed, Marks: marks})
+	ws, err := r.writers(&record.Meta{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Claimed: m.Claimed, Marks: marks})
 	if err != nil {
 		return err
 	}
@@ -324,7 +273,7 @@ func (r *Repo) attribute(m *Meta) error {
 	}
 	// The states between: the tree at each mark but the first (which is
 	// the beginning, as before has it).
-	trees := make([]Manifest, len(marks))
+	trees := make([]record.Manifest, len(marks))
 	for i := 1; i < len(marks); i++ {
 		if trees[i], err = r.LoadManifest(marks[i].Tree); err != nil {
 			return fmt.Errorf("mark %d: %w", i, err)
@@ -335,8 +284,8 @@ func (r *Repo) attribute(m *Meta) error {
 	// where it changed.
 	whose := func(p string) map[string]bool {
 		out := map[string]bool{}
-		at := func(i int) *Entry {
-			var e *Entry
+		at := func(i int) *record.Entry {
+			var e *record.Entry
 			switch {
 			case i == 0:
 				e = before.Find(p)
@@ -345,7 +294,7 @@ func (r *Repo) attribute(m *Meta) error {
 			default:
 				e = trees[i].Find(p)
 			}
-			if e != nil && e.Type == Absent {
+			if e != nil && e.Type == record.Absent {
 				return nil
 			}
 			return e
@@ -374,7 +323,7 @@ func (r *Repo) attribute(m *Meta) error {
 	for i := range after {
 		a := &after[i]
 		b := before.Find(a.Path)
-		if b != nil && b.Type == Dir && a.Type == Dir && !b.Changed(a) {
+		if b != nil && b.Type == record.Dir && a.Type == record.Dir && !b.Changed(a) {
 			churn = append(churn, a.Path)
 			continue
 		}
@@ -391,7 +340,7 @@ func (r *Repo) attribute(m *Meta) error {
 	}
 	for _, d := range churn {
 		for p := range keep {
-			if Under(p, d) {
+			if record.Under(p, d) {
 				keep[d] = true
 				break
 			}
@@ -430,7 +379,7 @@ func (s *SharedLeft) add(o SharedLeft) {
 // ownPart is s without what it shares with another session's turn (the
 // paths and targets undo leaves), or s itself when it shares nothing or
 // all is taken.
-func (r *Repo) ownPart(s *Meta, includeShared bool) (*Meta, SharedLeft, error) {
+func (r *Repo) ownPart(s *record.Meta, includeShared bool) (*record.Meta, SharedLeft, error) {
 	if includeShared || len(s.Shared)+len(s.SharedTargets) == 0 {
 		return s, SharedLeft{}, nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // sessionTree is a tree of files "a", "b", … each holding "0\n", and a
@@ -35,7 +36,7 @@ func begin(t *testing.T, r *snapshot.Repo, session string, w snapshot.Writes) {
 	}
 }
 
-func end(t *testing.T, r *snapshot.Repo, session string) *snapshot.Meta {
+func end(t *testing.T, r *snapshot.Repo, session string) *record.Meta {
 	t.Helper()
 	m, dropped, err := r.EndCheckpoint(session)
 	treetest.Must(t, err)
@@ -48,7 +49,7 @@ func end(t *testing.T, r *snapshot.Repo, session string) *snapshot.Meta {
 }
 
 // stepPaths lists the paths a step holds.
-func stepPaths(t *testing.T, r *snapshot.Repo, m *snapshot.Meta) []string {
+func stepPaths(t *testing.T, r *snapshot.Repo, m *record.Meta) []string {
 	t.Helper()
 	after, err := r.LoadManifest(m.After)
 	treetest.Must(t, err)
@@ -86,7 +87,7 @@ func TestSessionsEditTools(t *testing.T) {
 			if !slices.Equal(a.Overlaps, []string{b.ID}) || !slices.Equal(b.Overlaps, []string{a.ID}) {
 				t.Errorf("overlaps: A %q, B %q", a.Overlaps, b.Overlaps)
 			}
-			steps := map[string]*snapshot.Meta{"A": a, "B": b}
+			steps := map[string]*record.Meta{"A": a, "B": b}
 			want := map[string]map[string]string{
 				"A": {"a": "0\n", "x": "0\n"},
 				"B": {"b": "0\n", "new/b2": ""},

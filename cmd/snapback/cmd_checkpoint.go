@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -85,7 +86,7 @@ func newCheckpointStatusCmd(g *globals) *cobra.Command {
 
 // checkSession refuses a session name the store would refuse, as bad input.
 func checkSession(verb, s string) error {
-	if err := snapshot.ValidSession(s); err != nil {
+	if err := record.ValidSession(s); err != nil {
 		return usageErr("checkpoint %s: --session: %v", verb, err)
 	}
 	return nil
@@ -225,7 +226,7 @@ func runCheckpointStatus(g *globals) error {
 		Checkpoints []checkpointJSON `json:"checkpoints"`
 	}
 	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
-	var open []*snapshot.Meta
+	var open []*record.Meta
 	switch {
 	case errors.Is(err, snapshot.ErrNoStore):
 	case err != nil:
@@ -254,7 +255,7 @@ func runCheckpointStatus(g *globals) error {
 
 // sayOpen says which checkpoints are open, one a line, and that they
 // overlap when several are; hint ends each line.
-func sayOpen(g *globals, open []*snapshot.Meta, hint string) {
+func sayOpen(g *globals, open []*record.Meta, hint string) {
 	for _, m := range open {
 		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)%s\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)), hint)
 	}
@@ -265,7 +266,7 @@ func sayOpen(g *globals, open []*snapshot.Meta, hint string) {
 
 // openJSON lists the open checkpoints, each with the others open beside
 // it.
-func openJSON(open []*snapshot.Meta) []checkpointJSON {
+func openJSON(open []*record.Meta) []checkpointJSON {
 	out := []checkpointJSON{}
 	for _, m := range open {
 		j := checkpointJSON{ID: m.ID, Session: m.Session, Message: m.Message, CreatedAt: m.CreatedAt, Overlaps: []string{}}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // What the verbs print under --json, one named type per verb's object
@@ -101,10 +101,10 @@ type agentInstallJSON struct {
 
 // commitJSON: commit, and run --then commit's commit.
 type commitJSON struct {
-	Partial  bool               `json:"partial"`
-	Run      string             `json:"run"`
-	Skipped  []snapshot.Skipped `json:"skipped"`
-	Snapshot *snapshotJSON      `json:"snapshot"` // null: the run changed nothing
+	Partial  bool             `json:"partial"`
+	Run      string           `json:"run"`
+	Skipped  []record.Skipped `json:"skipped"`
+	Snapshot *snapshotJSON    `json:"snapshot"` // null: the run changed nothing
 }
 
 // discardJSON: discard.
