@@ -179,7 +179,7 @@ func (r *Repo) snapOpen(m *record.Meta, open []*record.Meta) error {
 			k.Open = append(k.Open, o.ID)
 		}
 		m.Marks = []record.Mark{k}
-		if err := r.markOthers(open, m.Session, m.ID, true, m.CreatedAt, m.Manifest); err != nil {
+		if err := r.markOthers(open, m, true, m.CreatedAt, m.Manifest); err != nil {
 			return err
 		}
 	}
@@ -225,7 +225,7 @@ func (r *Repo) EndCheckpoint(session string) (m *record.Meta, dropped bool, err 
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
 	if tree != "" {
-		if err := r.markOthers(open, m.Session, m.ID, false, time.Now().UTC(), tree); err != nil {
+		if err := r.markOthers(open, m, false, time.Now().UTC(), tree); err != nil {
 			return nil, false, fmt.Errorf("checkpoint end: %s closed; marking the other sessions' checkpoints: %w", m.ID, err)
 		}
 	}

@@ -44,15 +44,17 @@ import (
 // (SharedTargets).
 //
 // Claims are made before the tool writes: what another session's tools
-// can have written in a span is claimed by the span's end. A checkpoint
-// of another session that closed leaving no step holds no claim any
-// more: it changed nothing, so it wrote nothing that lasted.
+// can have written in a span is claimed by the span's end. A session's
+// end leaves what it may have written in the others' marks, so that its
+// record, dropped (it changed nothing of its own) or pruned, is not
+// needed.
 //
 // The marks are written in an order that errs on the side of sharing: a
-// begin marks the other checkpoints before its own record is written (a
-// crash between leaves marks naming a checkpoint that never opened,
-// which wrote nothing), and an end writes its closed record before it
-// marks the others (a crash between leaves them believing it open longer).
+// begin marks the other checkpoints before its own record is written,
+// and an end writes its closed record before it marks the others; a
+// crash between leaves marks naming a checkpoint that neither its
+// record nor an end's mark describes, or none for an end: it is taken
+// to have written any path, as long as the others last.
 
 // Writes is what a session says it is about to write, as its turn's
 // checkpoint is begun or found open.
@@ -131,12 +133,13 @@ func openOf(open []*record.Meta, session string) (*record.Meta, error) {
 	return nil, fmt.Errorf("%w (sessions %s): name the session", ErrWhichCheckpoint, strings.Join(names, ", "))
 }
 
-// markOthers appends a mark to each checkpoint of open not of session:
-// the tree is tree at t, and open (less those of session when leaving)
-// are open from then on, with id when it joins.
-func (r *Repo) markOthers(open []*record.Meta, session, id string, joins bool, t time.Time, tree string) error {
+// markOthers appends a mark to each checkpoint of open not of self's
+// session: the tree is tree at t, and the others open from then on are
+// those of open, with self when it begins (joins), without it when it
+// ends, the mark then saying what self may have written.
+func (r *Repo) markOthers(open []*record.Meta, self *record.Meta, joins bool, t time.Time, tree string) error {
 	for _, m := range open {
-		if m.Session == session {
+		if m.Session == self.Session {
 			continue
 		}
 		if len(m.Marks) == 0 { // the first: its beginning, with none open
@@ -144,12 +147,14 @@ func (r *Repo) markOthers(open []*record.Meta, session, id string, joins bool, t
 		}
 		k := record.Mark{At: t, Tree: tree}
 		for _, o := range open {
-			if o != m && o.Session != session {
+			if o != m && o.Session != self.Session {
 				k.Open = append(k.Open, o.ID)
 			}
 		}
 		if joins {
-			k.Open = append(k.Open, id)
+			k.Open = append(k.Open, self.ID)
+		} else {
+			k.Ended = &record.Ended{ID: self.ID, Session: self.Session, AnyPath: self.AnyPath, Claimed: self.Claimed}
 		}
 		m.Marks = append(m.Marks, k)
 		if err := r.WriteMeta(m); err != nil {
@@ -209,9 +214,16 @@ type writer struct {
 }
 
 // writers reads what the checkpoints named in m's marks may have
-// written, by id; one gone (it closed leaving no step) wrote nothing.
+// written: those that ended from their marks, those still open from
+// their records. One neither says (a crash between a begin's marks and
+// its record, or an end's record and its marks) may have written any.
 func (r *Repo) writers(m *record.Meta) (map[string]*writer, error) {
 	out := map[string]*writer{m.ID: {m.Session, m.AnyPath, claimSet(m.Claimed)}}
+	for _, k := range m.Marks {
+		if e := k.Ended; e != nil {
+			out[e.ID] = &writer{e.Session, e.AnyPath, claimSet(e.Claimed)}
+		}
+	}
 	for _, k := range m.Marks {
 		for _, id := range k.Open {
 			if out[id] != nil {
@@ -219,7 +231,7 @@ func (r *Repo) writers(m *record.Meta) (map[string]*writer, error) {
 			}
 			o, err := r.ReadMeta(id)
 			if errors.Is(err, ErrNotFound) {
-				out[id] = &writer{session: "\x00gone"}
+				out[id] = &writer{session: "\x00unknown " + id, any: true}
 				continue
 			}
 			if err != nil {
@@ -232,10 +244,14 @@ func (r *Repo) writers(m *record.Meta) (map[string]*writer, error) {
 }
 
 // sameAt reports whether a path is in the same state in two manifests
-// (nil: absent), as narrowing compares it.
+// (nil: absent), as narrowing compares it; a directory's times are no
+// change (they move whenever a child comes or goes).
 func sameAt(a, b *record.Entry) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
+	}
+	if a.Type == record.Dir && b.Type == record.Dir {
+		return !a.Changed(b)
 	}
 	return a.SameContent(b) && a.SameMeta(b)
 }

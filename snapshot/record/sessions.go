@@ -12,6 +12,18 @@ type Mark struct {
 	At   time.Time `json:"at"`
 	Tree string    `json:"tree"`
 	Open []string  `json:"open,omitempty"`
+	// Ended, on the mark of another session's end, is what that session
+	// may have written: its record may be gone (dropped, or pruned) by
+	// the time this checkpoint ends.
+	Ended *Ended `json:"ended,omitempty"`
+}
+
+// Ended is what a session whose checkpoint ended may have written.
+type Ended struct {
+	ID      string   `json:"id"`
+	Session string   `json:"session"`
+	AnyPath bool     `json:"any_path,omitempty"`
+	Claimed []string `json:"claimed,omitempty"`
 }
 
 // MaxClaims bounds the paths a checkpoint claims: past it, its session is
@@ -54,6 +66,16 @@ func (m *Meta) validateSessions() error {
 		for _, id := range k.Open {
 			if !ValidID(id) || id == m.ID {
 				return fmt.Errorf("bad mark %d: open %q", i, id)
+			}
+		}
+		if e := k.Ended; e != nil {
+			if !ValidID(e.ID) || e.ID == m.ID || ValidSession(e.Session) != nil || len(e.Claimed) > MaxClaims {
+				return fmt.Errorf("bad mark %d: ended", i)
+			}
+			for _, p := range e.Claimed {
+				if !ValidPath(p) {
+					return fmt.Errorf("bad mark %d: claimed path %q", i, p)
+				}
 			}
 		}
 	}
