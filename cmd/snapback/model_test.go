@@ -12,9 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -271,7 +271,7 @@ type openCheckpoint struct {
 	base    tree
 	mtimes  map[string]int64
 	multi   map[string]bool // the files with other names at the start
-	seq int // its step's (step.seq)
+	seq     int             // its step's (step.seq)
 	// spans: from its beginning and from each time another session's
 	// checkpoint began or ended, the tree then and whether another was
 	// open from then on (snapback's marks, snapshot/sessions.go).
