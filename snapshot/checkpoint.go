@@ -120,9 +120,10 @@ func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, ope
 		if m.Session != session {
 			continue
 		}
+		wasAny := m.AnyPath
 		grew, err := claim(m, w)
 		if err == nil && grew {
-			err = r.WriteMeta(m)
+			err = r.claimBeside(open, m, w, m.AnyPath && !wasAny)
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("checkpoint begin: %w", err)
@@ -177,7 +178,9 @@ func (r *Repo) snapOpen(m *record.Meta, open []*record.Meta) error {
 		k := record.Mark{At: m.CreatedAt, Tree: m.Manifest}
 		for _, o := range open {
 			k.Open = append(k.Open, o.ID)
+			addClaim(&k, claimOf(o))
 		}
+		addClaim(&k, claimOf(m))
 		m.Marks = []record.Mark{k}
 		if err := r.markOthers(open, m, true, m.CreatedAt, m.Manifest); err != nil {
 			return err

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -22,15 +23,18 @@ import (
 //   - AnyPath: the session may have written any path (a shell command, or
 //     a checkpoint begun from the command line, whose writer is unknown);
 //   - Marks: while a checkpoint is open, each time another session's
-//     begins or ends, the tree's state then and which other sessions'
-//     checkpoints are open from then on. They cut its stretch into
-//     spans, each with a fixed set of sessions open.
+//     begins or ends (or, beside others, turns to writing any path: its
+//     first shell command), the tree's state then and which other
+//     sessions' checkpoints are open from then on. They cut its stretch into
+//     spans, each with a fixed set of sessions open; each mark holds the
+//     claims (paths, or any path) the open sessions made during its span.
 //
 // A changed path is looked at in each span where it changed. In a span
 // where no other session's checkpoint was open, the change is the
 // session's, whoever made it (as with one session). In a span shared
 // with others, its writers are the sessions open in it that claimed the
-// path or may have written any path; with none (a person's edit, a tool
+// path, or said they may write any path, in that span or an earlier one
+// (a claim comes before the write); with none (a person's edit, a tool
 // the hooks do not see) it is nobody's known. Over the spans: a path
 // whose writers are the session alone is its own; one whose writers are
 // other sessions only is left out of this step (their steps hold it);
@@ -43,18 +47,16 @@ import (
 // any path and no other overlapping session may; otherwise it is shared
 // (SharedTargets).
 //
-// Claims are made before the tool writes: what another session's tools
-// can have written in a span is claimed by the span's end. A session's
-// end leaves what it may have written in the others' marks, so that its
-// record, dropped (it changed nothing of its own) or pruned, is not
-// needed.
-//
-// The marks are written in an order that errs on the side of sharing: a
-// begin marks the other checkpoints before its own record is written,
-// and an end writes its closed record before it marks the others; a
-// crash between leaves marks naming a checkpoint that neither its
-// record nor an end's mark describes, or none for an end: it is taken
-// to have written any path, as long as the others last.
+// Claims are made before the tool writes, and each claim made while
+// other sessions' checkpoints are open goes into the current mark of
+// every open checkpoint: what a session's tools can have written in a
+// span is claimed by the span's end, and not before the span where it
+// was claimed. The marks are written in an order that errs on the side of
+// sharing: a begin marks the other checkpoints before its own record is
+// written (a crash between leaves marks naming a checkpoint that never
+// opened, which claimed nothing), and an end writes its closed record
+// before it marks the others (a crash between leaves them believing it
+// open longer, making no claim).
 
 // Writes is what a session says it is about to write, as its turn's
 // checkpoint is begun or found open.
@@ -133,17 +135,89 @@ func openOf(open []*record.Meta, session string) (*record.Meta, error) {
 	return nil, fmt.Errorf("%w (sessions %s): name the session", ErrWhichCheckpoint, strings.Join(names, ", "))
 }
 
+// claimOf is what m's session has claimed so far.
+func claimOf(m *record.Meta) record.Claim {
+	return record.Claim{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Paths: m.Claimed}
+}
+
+// addClaim adds c to the claims of mark k.
+func addClaim(k *record.Mark, c record.Claim) {
+	for i := range k.Claims {
+		if o := &k.Claims[i]; o.ID == c.ID {
+			o.AnyPath = o.AnyPath || c.AnyPath
+			for _, p := range c.Paths {
+				j, found := slices.BinarySearch(o.Paths, p)
+				switch {
+				case found:
+				case len(o.Paths) >= record.MaxClaims:
+					o.AnyPath = true
+				default:
+					o.Paths = slices.Insert(o.Paths, j, p)
+				}
+			}
+			return
+		}
+	}
+	c.Paths = sortedSet(append([]string(nil), c.Paths...))
+	if len(c.Paths) > record.MaxClaims {
+		c.Paths, c.AnyPath = nil, true
+	}
+	k.Claims = append(k.Claims, c)
+}
+
+// claimBeside writes m, which claimed w just now, and adds w to the
+// current mark of m and of each other open checkpoint: the span it is
+// claimed in. When m's session turns to writing any path (its first
+// shell command), a new span begins for all of them (cut): what the
+// others wrote before it stays theirs.
+func (r *Repo) claimBeside(open []*record.Meta, m *record.Meta, w Writes, cut bool) error {
+	if len(m.Marks) == 0 { // no other session's beside it: its record says it
+		return r.WriteMeta(m)
+	}
+	c := record.Claim{ID: m.ID, Session: m.Session, AnyPath: w.Any, Paths: w.Paths}
+	var tree string
+	if cut {
+		t, err := r.ScanTree(true)
+		if err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		if tree, err = r.record(t); err != nil {
+			return err
+		}
+		if err := r.Flush(); err != nil {
+			return err
+		}
+	}
+	now := time.Now().UTC()
+	for _, o := range open {
+		if len(o.Marks) == 0 {
+			continue
+		}
+		if cut {
+			last := o.Marks[len(o.Marks)-1]
+			o.Marks = append(o.Marks, record.Mark{At: now, Tree: tree, Open: last.Open})
+		}
+		addClaim(&o.Marks[len(o.Marks)-1], c)
+		if err := r.WriteMeta(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // markOthers appends a mark to each checkpoint of open not of self's
 // session: the tree is tree at t, and the others open from then on are
-// those of open, with self when it begins (joins), without it when it
-// ends, the mark then saying what self may have written.
+// those of open, with self when it begins (joins: with what it claims
+// at its beginning), without it when it ends.
 func (r *Repo) markOthers(open []*record.Meta, self *record.Meta, joins bool, t time.Time, tree string) error {
 	for _, m := range open {
 		if m.Session == self.Session {
 			continue
 		}
-		if len(m.Marks) == 0 { // the first: its beginning, with none open
-			m.Marks = []record.Mark{{At: m.CreatedAt, Tree: m.Manifest}}
+		if len(m.Marks) == 0 { // the first: its beginning, alone
+			k := record.Mark{At: m.CreatedAt, Tree: m.Manifest}
+			addClaim(&k, claimOf(m))
+			m.Marks = []record.Mark{k}
 		}
 		k := record.Mark{At: t, Tree: tree}
 		for _, o := range open {
@@ -153,8 +227,7 @@ func (r *Repo) markOthers(open []*record.Meta, self *record.Meta, joins bool, t 
 		}
 		if joins {
 			k.Open = append(k.Open, self.ID)
-		} else {
-			k.Ended = &record.Ended{ID: self.ID, Session: self.Session, AnyPath: self.AnyPath, Claimed: self.Claimed}
+			addClaim(&k, claimOf(self))
 		}
 		m.Marks = append(m.Marks, k)
 		if err := r.WriteMeta(m); err != nil {
@@ -206,41 +279,35 @@ func claimSet(claimed []string) map[string]bool {
 	return set
 }
 
-// writer is what one session says it may have written.
+// writer is what one session said it may write, up to a span.
 type writer struct {
 	session string
 	any     bool
 	claims  map[string]bool
 }
 
-// writers reads what the checkpoints named in m's marks may have
-// written: those that ended from their marks, those still open from
-// their records. One neither says (a crash between a begin's marks and
-// its record, or an end's record and its marks) may have written any.
-func (r *Repo) writers(m *record.Meta) (map[string]*writer, error) {
-	out := map[string]*writer{m.ID: {m.Session, m.AnyPath, claimSet(m.Claimed)}}
-	for _, k := range m.Marks {
-		if e := k.Ended; e != nil {
-			out[e.ID] = &writer{e.Session, e.AnyPath, claimSet(e.Claimed)}
+// spanWriters lists, for each span of marks, the sessions' writers in
+// it by checkpoint: what each claimed in that span or an earlier one.
+func spanWriters(marks []record.Mark) []map[string]*writer {
+	out := make([]map[string]*writer, len(marks))
+	cur := map[string]*writer{}
+	for i, k := range marks {
+		for _, c := range k.Claims {
+			w := cur[c.ID]
+			if w == nil {
+				w = &writer{session: c.Session, claims: map[string]bool{}}
+			} else {
+				w = &writer{session: w.session, any: w.any, claims: maps.Clone(w.claims)}
+			}
+			w.any = w.any || c.AnyPath
+			for p := range claimSet(c.Paths) {
+				w.claims[p] = true
+			}
+			cur[c.ID] = w
 		}
+		out[i] = maps.Clone(cur)
 	}
-	for _, k := range m.Marks {
-		for _, id := range k.Open {
-			if out[id] != nil {
-				continue
-			}
-			o, err := r.ReadMeta(id)
-			if errors.Is(err, ErrNotFound) {
-				out[id] = &writer{session: "\x00unknown " + id, any: true}
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			out[id] = &writer{o.Session, o.AnyPath, claimSet(o.Claimed)}
-		}
-	}
-	return out, nil
+	return out
 }
 
 // sameAt reports whether a path is in the same state in two manifests
@@ -275,10 +342,7 @@ func (r *Repo) attribute(m *record.Meta) error {
 		m.Overlaps = append(m.Overlaps, id)
 	}
 	sort.Strings(m.Overlaps)
-	ws, err := r.writers(&record.Meta{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Claimed: m.Claimed, Marks: marks})
-	if err != nil {
-		return err
-	}
+	ws := spanWriters(marks)
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return err
@@ -325,7 +389,7 @@ func (r *Repo) attribute(m *record.Meta) error {
 			}
 			found := false
 			for _, id := range append([]string{m.ID}, marks[i].Open...) {
-				if w := ws[id]; w.any || w.claims[p] {
+				if w := ws[i][id]; w != nil && (w.any || w.claims[p]) {
 					out[w.session], found = true, true
 				}
 			}
@@ -365,8 +429,10 @@ func (r *Repo) attribute(m *record.Meta) error {
 	// A target is written by a shell command or a tool, never an edit
 	// tool's path, at no time snapback sees.
 	anyOthers := false
-	for id := range overlaps {
-		anyOthers = anyOthers || ws[id].any
+	for _, k := range marks {
+		for _, c := range k.Claims {
+			anyOthers = anyOthers || c.ID != m.ID && c.AnyPath
+		}
 	}
 	if !m.AnyPath || anyOthers {
 		for _, t := range m.Targets {

@@ -183,3 +183,29 @@ func TestSessionsThree(t *testing.T) {
 		t.Errorf("after undo of A: a %q b %q ab %q", read("a"), read("b"), read("ab"))
 	}
 }
+
+// A session's first shell command beside another session's turn starts
+// a span: what the other's edit tools wrote before it stays the other's;
+// what changes after it, beside the other's edit tool, is shared.
+func TestSessionsShellLater(t *testing.T) {
+	root, read := sessionTree(t, "a", "b", "c")
+	r := openRepo(t, root)
+	begin(t, r, "A", snapshot.Writes{Paths: []string{"a"}})
+	begin(t, r, "B", snapshot.Writes{Paths: []string{"b", "c"}})
+	treetest.Write(t, root, "a", "A\n", 0o644)
+	treetest.Write(t, root, "b", "B\n", 0o644)
+	begin(t, r, "A", snapshot.Writes{Any: true}) // A's shell
+	treetest.Write(t, root, "c", "B\n", 0o644)
+	a, b := end(t, r, "A"), end(t, r, "B")
+	if got := stepPaths(t, r, a); !slices.Equal(got, []string{"a", "c"}) || !slices.Equal(a.Shared, []string{"c"}) {
+		t.Errorf("A's step: %q, shared %q", got, a.Shared)
+	}
+	if got := stepPaths(t, r, b); !slices.Equal(got, []string{"b", "c"}) || !slices.Equal(b.Shared, []string{"c"}) {
+		t.Errorf("B's step: %q, shared %q", got, b.Shared)
+	}
+	_, _, left, err := r.UndoWith(b.ID, snapshot.UndoOptions{})
+	treetest.Must(t, err)
+	if read("b") != "0\n" || read("a") != "A\n" || read("c") != "B\n" || !slices.Equal(left.Paths, []string{"c"}) {
+		t.Errorf("undo of B: a %q b %q c %q, left %q", read("a"), read("b"), read("c"), left.Paths)
+	}
+}

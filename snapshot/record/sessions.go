@@ -6,24 +6,24 @@ import (
 )
 
 // Mark is the tree's state (a manifest of the whole tree) when another
-// session's checkpoint began or ended during an open checkpoint, and the
-// other sessions' checkpoints open from then on (snapshot/sessions.go).
+// session's checkpoint began or ended during an open checkpoint, the
+// other sessions' checkpoints open from then on, and what each open
+// session (this checkpoint's too) said it was about to write from then
+// until the next mark (snapshot/sessions.go).
 type Mark struct {
-	At   time.Time `json:"at"`
-	Tree string    `json:"tree"`
-	Open []string  `json:"open,omitempty"`
-	// Ended, on the mark of another session's end, is what that session
-	// may have written: its record may be gone (dropped, or pruned) by
-	// the time this checkpoint ends.
-	Ended *Ended `json:"ended,omitempty"`
+	At     time.Time `json:"at"`
+	Tree   string    `json:"tree"`
+	Open   []string  `json:"open,omitempty"`
+	Claims []Claim   `json:"claims,omitempty"`
 }
 
-// Ended is what a session whose checkpoint ended may have written.
-type Ended struct {
+// Claim is what the session of checkpoint ID said it was about to write:
+// the paths its edit tools named, or any path.
+type Claim struct {
 	ID      string   `json:"id"`
 	Session string   `json:"session"`
 	AnyPath bool     `json:"any_path,omitempty"`
-	Claimed []string `json:"claimed,omitempty"`
+	Paths   []string `json:"paths,omitempty"`
 }
 
 // MaxClaims bounds the paths a checkpoint claims: past it, its session is
@@ -68,11 +68,11 @@ func (m *Meta) validateSessions() error {
 				return fmt.Errorf("bad mark %d: open %q", i, id)
 			}
 		}
-		if e := k.Ended; e != nil {
-			if !ValidID(e.ID) || e.ID == m.ID || ValidSession(e.Session) != nil || len(e.Claimed) > MaxClaims {
-				return fmt.Errorf("bad mark %d: ended", i)
+		for _, c := range k.Claims {
+			if !ValidID(c.ID) || ValidSession(c.Session) != nil || len(c.Paths) > MaxClaims {
+				return fmt.Errorf("bad mark %d: claim of %q", i, c.ID)
 			}
-			for _, p := range e.Claimed {
+			for _, p := range c.Paths {
 				if !ValidPath(p) {
 					return fmt.Errorf("bad mark %d: claimed path %q", i, p)
 				}
