@@ -24,6 +24,11 @@ func (r *Reader) History() (*History, error) {
 	if err != nil {
 		return nil, err
 	}
+	return historyOf(all), nil
+}
+
+// historyOf derives the undo state of all, the records oldest first.
+func historyOf(all []*record.Meta) *History {
 	h := &History{All: all, Undone: map[string]bool{}}
 	byID := map[string]*record.Meta{}
 	for _, m := range all {
@@ -53,7 +58,7 @@ func (r *Reader) History() (*History, error) {
 			h.Redo = nil
 		}
 	}
-	return h, nil
+	return h
 }
 
 // UndoOptions are how an undo treats what is not plainly its step's.

@@ -446,6 +446,24 @@ func (r *Repo) attribute(m *record.Meta) error {
 	return r.recordNarrowed(m, before, after, keep)
 }
 
+// SharedSteps lists the checkpoints not undone that share paths or
+// targets with another session's turn, oldest first. A damaged record is
+// skipped without a warning: the verb that reads the history warns.
+func (r *Reader) SharedSteps() ([]*record.Meta, error) {
+	all, _, err := r.records()
+	if err != nil {
+		return nil, err
+	}
+	h := historyOf(all)
+	var out []*record.Meta
+	for _, m := range all {
+		if m.Kind == record.KindCheckpoint && !h.Undone[m.ID] && len(m.Shared)+len(m.SharedTargets) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // SharedLeft is what an undo or redo left of a step because it is shared
 // with another session's turn: paths and targets' names.
 type SharedLeft struct {

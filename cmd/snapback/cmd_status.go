@@ -161,15 +161,13 @@ type sharedStepJSON struct {
 // sharedSteps lists the checkpoints not undone that share something with
 // another session's turn, oldest first.
 func sharedSteps(repo *snapshot.Reader) ([]sharedStepJSON, error) {
-	h, err := repo.History()
+	ms, err := repo.SharedSteps()
 	if err != nil {
 		return nil, err
 	}
 	var out []sharedStepJSON
-	for _, m := range h.All {
-		if m.Kind == record.KindCheckpoint && !h.Undone[m.ID] && len(m.Shared)+len(m.SharedTargets) > 0 {
-			out = append(out, sharedStepJSON{ID: m.ID, Session: m.Session, Overlaps: nonNil(m.Overlaps), Paths: nonNil(m.Shared), Targets: nonNil(m.SharedTargets)})
-		}
+	for _, m := range ms {
+		out = append(out, sharedStepJSON{ID: m.ID, Session: m.Session, Overlaps: nonNil(m.Overlaps), Paths: nonNil(m.Shared), Targets: nonNil(m.SharedTargets)})
 	}
 	return out, nil
 }
