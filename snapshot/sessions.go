@@ -323,6 +323,28 @@ func sameAt(a, b *record.Entry) bool {
 	return a.SameContent(b) && a.SameMeta(b)
 }
 
+// markTrees loads the tree of each mark but the first (the beginning,
+// as the checkpoint's before has it). A mark whose tree cannot be read (a
+// damaged object) is merged into the span before it: the two spans are
+// judged as one, with the sessions and claims of both, which can only
+// share more.
+func (r *Repo) markTrees(marks []record.Mark) ([]record.Mark, []record.Manifest) {
+	out, trees := marks[:1:1], []record.Manifest{nil}
+	for _, k := range marks[1:] {
+		t, err := r.LoadManifest(k.Tree)
+		if err == nil {
+			out, trees = append(out, k), append(trees, t)
+			continue
+		}
+		prev := &out[len(out)-1]
+		prev.Open = sortedSet(append(append([]string(nil), prev.Open...), k.Open...))
+		for _, c := range k.Claims {
+			addClaim(prev, c)
+		}
+	}
+	return out, trees
+}
+
 // attribute cuts m, narrowed to the paths changed while it was open, to
 // what its session changed, and lists what it shares with the sessions
 // whose checkpoints overlapped it (see the top of this file).
@@ -342,7 +364,6 @@ func (r *Repo) attribute(m *record.Meta) error {
 		m.Overlaps = append(m.Overlaps, id)
 	}
 	sort.Strings(m.Overlaps)
-	ws := spanWriters(marks)
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return err
@@ -351,14 +372,8 @@ func (r *Repo) attribute(m *record.Meta) error {
 	if err != nil {
 		return err
 	}
-	// The states between: the tree at each mark but the first (which is
-	// the beginning, as before has it).
-	trees := make([]record.Manifest, len(marks))
-	for i := 1; i < len(marks); i++ {
-		if trees[i], err = r.LoadManifest(marks[i].Tree); err != nil {
-			return fmt.Errorf("mark %d: %w", i, err)
-		}
-	}
+	marks, trees := r.markTrees(marks)
+	ws := spanWriters(marks)
 	const nobody = "\x00nobody"
 	// whose lists the sessions that may have written p over the spans
 	// where it changed.

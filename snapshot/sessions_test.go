@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/snapback/snapback/internal/treetest"
@@ -207,5 +208,30 @@ func TestSessionsShellLater(t *testing.T) {
 	treetest.Must(t, err)
 	if read("b") != "0\n" || read("a") != "A\n" || read("c") != "B\n" || !slices.Equal(left.Paths, []string{"c"}) {
 		t.Errorf("undo of B: a %q b %q c %q, left %q", read("a"), read("b"), read("c"), left.Paths)
+	}
+}
+
+// A mark whose tree cannot be read (its object missing) does not keep a
+// checkpoint from closing: its span is judged with the one before it,
+// which can only share more.
+func TestSessionsMarkUnreadable(t *testing.T) {
+	root, _ := sessionTree(t, "a", "b", "x")
+	r := openRepo(t, root)
+	begin(t, r, "A", snapshot.Writes{Paths: []string{"a"}})
+	treetest.Write(t, root, "a", "A\n", 0o644)
+	treetest.Write(t, root, "x", "while A was alone\n", 0o644) // A's, unclaimed
+	begin(t, r, "B", snapshot.Writes{Paths: []string{"b"}})
+	treetest.Write(t, root, "b", "B\n", 0o644)
+	open, err := r.OpenCheckpoints()
+	treetest.Must(t, err)
+	a := open[0]
+	if a.Session != "A" || len(a.Marks) != 2 {
+		t.Fatalf("A's marks: %+v", a)
+	}
+	a.Marks[1].Tree = strings.Repeat("0", 64) // no such object
+	treetest.Must(t, r.WriteMeta(a))
+	got := end(t, r, "A")
+	if paths := stepPaths(t, r, got); !slices.Equal(paths, []string{"a", "x"}) || !slices.Equal(got.Shared, []string{"x"}) {
+		t.Errorf("A's step: %q, shared %q (x, changed alone but judged with B's span, is shared)", paths, got.Shared)
 	}
 }
