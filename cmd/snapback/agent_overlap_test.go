@@ -206,6 +206,10 @@ func TestAgentOverlapTwo(t *testing.T) {
 			if !strings.Contains(list, `[overlapped 1 other session turn(s); 1 shared: c.txt]`) {
 				t.Errorf("list does not show the overlap:\n%s", list)
 			}
+			if show := sb(t, bin, p.root, "show", "--stat", st["B"]); !strings.Contains(show, "\nBeside:  "+st["A"]+" (") ||
+				!strings.Contains(show, "\nShared:  c.txt\n") || !strings.Contains(show, "\nShared:  target app\n") {
+				t.Errorf("show of B's step does not say what it shares:\n%s", show)
+			}
 			var status struct {
 				Shared []sharedStepJSON
 			}
