@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -233,5 +234,28 @@ func TestSessionsMarkUnreadable(t *testing.T) {
 	got := end(t, r, "A")
 	if paths := stepPaths(t, r, got); !slices.Equal(paths, []string{"a", "x"}) || !slices.Equal(got.Shared, []string{"x"}) {
 		t.Errorf("A's step: %q, shared %q (x, changed alone but judged with B's span, is shared)", paths, got.Shared)
+	}
+}
+
+// A later turn of another session that changed a path of a step is, as a
+// person's edit after it, a conflict: the undo refuses, naming it, and
+// reverts nothing.
+func TestSessionsLaterChangeConflicts(t *testing.T) {
+	root, read := sessionTree(t, "a", "b")
+	r := openRepo(t, root)
+	begin(t, r, "A", snapshot.Writes{Paths: []string{"a", "b"}})
+	treetest.Write(t, root, "a", "A\n", 0o644)
+	treetest.Write(t, root, "b", "A\n", 0o644)
+	a := end(t, r, "A")
+	begin(t, r, "B", snapshot.Writes{Paths: []string{"a"}})
+	treetest.Write(t, root, "a", "B\n", 0o644)
+	end(t, r, "B")
+	_, _, _, err := r.UndoWith(a.ID, snapshot.UndoOptions{IncludeShared: true})
+	var conflict *snapshot.ConflictError
+	if !errors.As(err, &conflict) || !slices.Equal(conflict.Paths, []string{"a"}) {
+		t.Fatalf("undo of A's turn under B's later change: %v", err)
+	}
+	if read("a") != "B\n" || read("b") != "A\n" {
+		t.Errorf("a refused undo changed the tree: a %q b %q", read("a"), read("b"))
 	}
 }
