@@ -116,16 +116,16 @@ func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, ope
 	if err != nil {
 		return nil, false, err
 	}
+	w = w.valid()
 	for _, m := range open {
 		if m.Session != session {
 			continue
 		}
 		wasAny := m.AnyPath
-		grew, err := claim(m, w)
-		if err == nil && grew {
-			err = r.claimBeside(open, m, w, m.AnyPath && !wasAny)
+		if !claim(m, w) {
+			return m, false, nil
 		}
-		if err != nil {
+		if err := r.claimBeside(open, m, w, m.AnyPath && !wasAny); err != nil {
 			return nil, false, fmt.Errorf("checkpoint begin: %w", err)
 		}
 		return m, false, nil
@@ -146,9 +146,7 @@ func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, ope
 		return nil, false, err
 	}
 	m.Message, m.Session, m.State = message, session, record.StateOpen
-	if _, err := claim(m, w); err != nil {
-		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
-	}
+	claim(m, w)
 	m.Git = r.seeGit()
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err

@@ -72,27 +72,39 @@ type Writes struct {
 // of several sessions are open.
 var ErrWhichCheckpoint = errors.New("several checkpoints are open")
 
-// claim adds w to m's writes and reports whether anything was new.
-func claim(m *record.Meta, w Writes) (bool, error) {
+// valid is w with each path the store could not name (a harness's
+// payload is outside input) taken as any path: nothing exact is known of
+// it.
+func (w Writes) valid() Writes {
+	out := Writes{Any: w.Any}
+	for _, p := range w.Paths {
+		if record.ValidPath(p) {
+			out.Paths = append(out.Paths, p)
+		} else {
+			out.Any = true
+		}
+	}
+	return out
+}
+
+// claim adds w (valid) to m's writes and reports whether anything was
+// new.
+func claim(m *record.Meta, w Writes) bool {
 	grew := false
+	for _, p := range w.Paths {
+		i, found := slices.BinarySearch(m.Claimed, p)
+		switch {
+		case found:
+		case len(m.Claimed) >= record.MaxClaims:
+			w.Any = true
+		default:
+			m.Claimed, grew = slices.Insert(m.Claimed, i, p), true
+		}
+	}
 	if w.Any && !m.AnyPath {
 		m.AnyPath, grew = true, true
 	}
-	for _, p := range w.Paths {
-		if !record.ValidPath(p) {
-			return false, fmt.Errorf("claimed path %q: not a clean path relative to the root", p)
-		}
-		i, found := slices.BinarySearch(m.Claimed, p)
-		if found {
-			continue
-		}
-		if len(m.Claimed) >= record.MaxClaims {
-			m.AnyPath, grew = true, true
-			continue
-		}
-		m.Claimed, grew = slices.Insert(m.Claimed, i, p), true
-	}
-	return grew, nil
+	return grew
 }
 
 // OpenCheckpoints lists the open checkpoints, oldest first (at most one

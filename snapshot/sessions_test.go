@@ -259,3 +259,22 @@ func TestSessionsLaterChangeConflicts(t *testing.T) {
 		t.Errorf("a refused undo changed the tree: a %q b %q", read("a"), read("b"))
 	}
 }
+
+// A claimed path the store cannot name is taken as any path, never an
+// error that would leave the turn unrecorded.
+func TestSessionsClaimUnnamable(t *testing.T) {
+	root, _ := sessionTree(t, "a")
+	r := openRepo(t, root)
+	begin(t, r, "A", snapshot.Writes{Paths: []string{"a"}})
+	begin(t, r, "B", snapshot.Writes{Paths: []string{"../x"}})
+	begin(t, r, "A", snapshot.Writes{Paths: []string{"a/./b"}})
+	open, err := r.OpenCheckpoints()
+	treetest.Must(t, err)
+	for _, m := range open {
+		got, err := r.ReadMeta(m.ID)
+		treetest.Must(t, err)
+		if !got.AnyPath || slices.Contains(got.Claimed, "../x") || slices.Contains(got.Claimed, "a/./b") {
+			t.Errorf("%s: any %v, claimed %q", got.Session, got.AnyPath, got.Claimed)
+		}
+	}
+}
