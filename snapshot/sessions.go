@@ -438,8 +438,10 @@ func (r *Repo) attribute(m *record.Meta) error {
 		switch {
 		case len(w) == 1 && w[m.Session]:
 			keep[a.Path] = true
-		case !w[m.Session] && !w[nobody]:
-			// Other sessions' alone: their steps hold it.
+		case len(w) > 0 && !w[m.Session] && !w[nobody]:
+			// Other sessions' alone: their steps hold it. (A change no
+			// span shows, the marks disagreeing with the narrowing, is
+			// shared: nothing is dropped on a guess.)
 		default:
 			keep[a.Path] = true
 			shared = append(shared, a.Path)
