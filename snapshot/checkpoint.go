@@ -321,7 +321,7 @@ func (r *Repo) UndoSession(session string, o UndoOptions) (steps []*record.Meta,
 		rec.UndoesMore = append(rec.UndoesMore, st.ID)
 	}
 	if err := r.revert("undo", s, s.After, rec, force); err != nil {
-		return nil, nil, left, err
+		return nil, nil, left, r.nameTurns(err, steps...)
 	}
 	return steps, rec, left, nil
 }

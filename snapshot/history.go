@@ -133,7 +133,7 @@ func (r *Repo) UndoWith(ref string, o UndoOptions) (undone, saved *record.Meta, 
 	}
 	rec.Undoes = s.ID
 	if err := r.revert("undo", part, part.After, rec, force); err != nil {
-		return nil, nil, left, err
+		return nil, nil, left, r.nameTurns(err, s)
 	}
 	return s, rec, left, nil
 }

@@ -493,6 +493,38 @@ func (r *Reader) SharedSteps() ([]*record.Meta, error) {
 	return out, nil
 }
 
+// nameTurns adds to a conflict of the undo of steps the later turns of
+// other sessions that changed its paths (the newest first), so that the
+// refusal says whose work it keeps.
+func (r *Repo) nameTurns(err error, steps ...*record.Meta) error {
+	var ce *ConflictError
+	if !errors.As(err, &ce) || len(steps) == 0 || steps[0].Kind != record.KindCheckpoint {
+		return err
+	}
+	h, herr := r.History()
+	if herr != nil {
+		return err // the refusal stands without the names
+	}
+	first := steps[0]
+	for i := len(h.All) - 1; i >= 0; i-- {
+		o := h.All[i]
+		if o.Kind != record.KindCheckpoint || o.State != record.StateDone || h.Undone[o.ID] || o.Session == first.Session || !o.CreatedAt.After(first.CreatedAt) {
+			continue
+		}
+		after, lerr := r.LoadManifest(o.After)
+		if lerr != nil {
+			continue
+		}
+		for _, p := range ce.Paths {
+			if after.Find(p) != nil {
+				ce.Turns = append(ce.Turns, fmt.Sprintf("%s (session %s)", o.ID, o.Session))
+				break
+			}
+		}
+	}
+	return err
+}
+
 // SharedLeft is what an undo or redo left of a step because it is shared
 // with another session's turn: paths and targets' names.
 type SharedLeft struct {

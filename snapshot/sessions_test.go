@@ -238,8 +238,8 @@ func TestSessionsMarkUnreadable(t *testing.T) {
 }
 
 // A later turn of another session that changed a path of a step is, as a
-// person's edit after it, a conflict: the undo refuses, naming it, and
-// reverts nothing.
+// person's edit after it, a conflict: the undo refuses, naming the path
+// and the turn, and reverts nothing.
 func TestSessionsLaterChangeConflicts(t *testing.T) {
 	root, read := sessionTree(t, "a", "b")
 	r := openRepo(t, root)
@@ -249,11 +249,14 @@ func TestSessionsLaterChangeConflicts(t *testing.T) {
 	a := end(t, r, "A")
 	begin(t, r, "B", snapshot.Writes{Paths: []string{"a"}})
 	treetest.Write(t, root, "a", "B\n", 0o644)
-	end(t, r, "B")
+	b := end(t, r, "B")
 	_, _, _, err := r.UndoWith(a.ID, snapshot.UndoOptions{IncludeShared: true})
 	var conflict *snapshot.ConflictError
 	if !errors.As(err, &conflict) || !slices.Equal(conflict.Paths, []string{"a"}) {
 		t.Fatalf("undo of A's turn under B's later change: %v", err)
+	}
+	if want := b.ID + " (session B)"; !slices.Equal(conflict.Turns, []string{want}) || !strings.Contains(err.Error(), "by another session's turn "+want) {
+		t.Errorf("the refusal does not name B's turn: %v (%q)", err, conflict.Turns)
 	}
 	if read("a") != "B\n" || read("b") != "A\n" {
 		t.Errorf("a refused undo changed the tree: a %q b %q", read("a"), read("b"))
