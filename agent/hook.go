@@ -24,9 +24,9 @@ type Payload struct {
 	Cwd     string `json:"cwd"`
 	Prompt  string `json:"prompt"`
 	Tool    string `json:"tool_name"`
-	// ToolInput is the tool's input, read for the file an edit tool
-	// writes (writes.go).
-	ToolInput json.RawMessage `json:"tool_input"`
+	// Input is the tool's input, kept whole: an edit tool's is read
+	// for the file it writes (writes.go).
+	Input json.RawMessage `json:"tool_input"`
 }
 
 // ReadPayload decodes a hook payload from r.

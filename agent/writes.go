@@ -35,7 +35,7 @@ func (h *Harness) Writes(p *Payload, root string) snapshot.Writes {
 	}
 	var in map[string]json.RawMessage
 	var file string
-	if json.Unmarshal(p.ToolInput, &in) != nil || json.Unmarshal(in[field], &file) != nil || file == "" || strings.IndexByte(file, 0) >= 0 {
+	if json.Unmarshal(p.Input, &in) != nil || json.Unmarshal(in[field], &file) != nil || file == "" || strings.IndexByte(file, 0) >= 0 {
 		return snapshot.Writes{Any: true}
 	}
 	if !filepath.IsAbs(file) {

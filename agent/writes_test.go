@@ -51,7 +51,7 @@ func TestWrites(t *testing.T) {
 		{GeminiCLI, "replace", in(map[string]any{"file_path": filepath.Join(root, "src/c")}), "", []string{"src/c"}, false},
 		{GeminiCLI, "run_shell_command", in(map[string]any{"command": "make"}), "", nil, true},
 	} {
-		w := c.h.Writes(&Payload{Tool: c.tool, ToolInput: c.input, Cwd: c.cwd}, root)
+		w := c.h.Writes(&Payload{Tool: c.tool, Input: c.input, Cwd: c.cwd}, root)
 		slices.Sort(w.Paths)
 		if !slices.Equal(slices.Compact(w.Paths), c.paths) || w.Any != c.any {
 			t.Errorf("%s %s %s: %+v, want paths %q any %v", c.h.Name, c.tool, c.input, w, c.paths, c.any)
