@@ -18,8 +18,11 @@
 // The prompt's event notes the turn ([SaveTurn]: its first line becomes
 // the message of the turn's step) without opening anything; the first
 // tool call that may change files opens the session's checkpoint
-// (snapshot.Repo.BeginCheckpoint), later ones find it open; the turn's
-// end closes it (EndCheckpoint) into one undo step of the paths changed.
+// (snapshot.Repo.BeginTurn), later ones find it open; each notes what
+// the tool is about to write ([Harness.Writes]: an edit tool's file, or
+// any path), so that a path another session's overlapping turn changed
+// is told apart; the turn's end closes it (EndCheckpoint) into one undo
+// step of the paths its session changed.
 // The hook processes of a turn share nothing but the store: the note
 // lives there, under [TurnDir], read back without following a link or
 // waiting on a FIFO. [Harness.Act] does what an event asks on a store the

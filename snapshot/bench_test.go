@@ -284,3 +284,63 @@ func BenchmarkCheckpoint(b *testing.B) {
 		step(end)
 	}
 }
+
+// BenchmarkCheckpointBeside is BenchmarkCheckpoint with another
+// session's checkpoint open all along the turn (opened and closed around
+// it, not timed): the begin marks it, the end writes the tree it leaves
+// and marks it.
+func BenchmarkCheckpointBeside(b *testing.B) {
+	root, paths := benchTree(b)
+	step := func(fn func(r *snapshot.Repo) error) {
+		r := openBenchRepo(b, root)
+		defer r.Close()
+		if err := fn(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	beginOf := func(s string) func(r *snapshot.Repo) error {
+		return func(r *snapshot.Repo) error {
+			_, _, err := r.BeginTurn(s, "", snapshot.Writes{Paths: []string{paths[0]}})
+			return err
+		}
+	}
+	begin := beginOf("B")
+	end := func(r *snapshot.Repo) error {
+		m, dropped, err := r.EndCheckpoint("B")
+		if err == nil && (m == nil || dropped) {
+			err = fmt.Errorf("end recorded nothing")
+		}
+		return err
+	}
+	edit := func(turn int) {
+		for k := 0; k < 10; k++ {
+			p := filepath.Join(root, paths[(k*len(paths)/10+turn*7)%len(paths)])
+			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				_, err = fmt.Fprintf(f, "turn %d\n", turn)
+				f.Close()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	step(begin) // the first reads every file
+	edit(0)
+	step(end)
+	endA := func(r *snapshot.Repo) error { _, _, err := r.EndCheckpoint("A"); return err }
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		b.StopTimer()
+		step(beginOf("A"))
+		b.StartTimer()
+		step(begin)
+		b.StopTimer()
+		edit(i)
+		b.StartTimer()
+		step(end)
+		b.StopTimer()
+		step(endA)
+		b.StartTimer()
+	}
+}

@@ -62,7 +62,7 @@ func DescribeCheckpoint(m *record.Meta) string {
 	return strings.Join(parts, ", ")
 }
 
-// OpenCheckpoint returns the open checkpoint, or nil when none is. A
+// OpenCheckpoint returns the newest open checkpoint, or nil when none is. A
 // damaged record is an error as for [Store.List], but skipped without a
 // warning with SkipDamaged: the verb that reads the history warns.
 func (r *Reader) OpenCheckpoint() (*record.Meta, error) {
@@ -93,18 +93,42 @@ func (r *Repo) refuseOpen(op string) error {
 	return nil
 }
 
-// BeginCheckpoint opens a checkpoint: a snapshot of the tree (incremental:
-// files whose stat the cache vouches for are not read) and of the
-// targets, recorded open. When one is open already, it returns that one
-// and opened is false: beginning is re-entrant, and parallel callers (each
-// holding the store lock in turn) open exactly one. It refuses while a run
-// works on the tree itself (its changes would be recorded twice).
+// BeginCheckpoint opens a checkpoint of session, whose writer is not
+// known (it may write any path): [Repo.BeginTurn] with Writes{Any: true}.
 func (r *Repo) BeginCheckpoint(session, message string) (m *record.Meta, opened bool, err error) {
+	return r.BeginTurn(session, message, Writes{Any: true})
+}
+
+// BeginTurn opens session's checkpoint: a snapshot of the tree
+// (incremental: files whose stat the cache vouches for are not read) and
+// of the targets, recorded open, with what the session says it is about
+// to write (sessions.go). When the session's is open already, it adds w
+// to it and returns it, opened false: beginning is re-entrant, and
+// parallel callers (each holding the store lock in turn) open exactly
+// one. Other sessions' open checkpoints are left as they are: each
+// session has its own. It refuses while a run works on the tree itself
+// (its changes would be recorded twice).
+func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, opened bool, err error) {
 	if err := record.ValidSession(session); err != nil {
 		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
 	}
-	if m, err := r.OpenCheckpoint(); err != nil || m != nil {
-		return m, false, err
+	open, err := r.OpenCheckpoints()
+	if err != nil {
+		return nil, false, err
+	}
+	w = w.valid()
+	for _, m := range open {
+		if m.Session != session {
+			continue
+		}
+		wasAny := m.AnyPath
+		if !claim(m, w) {
+			return m, false, nil
+		}
+		if err := r.claimBeside(open, m, w, m.AnyPath && !wasAny); err != nil {
+			return nil, false, fmt.Errorf("checkpoint begin: %w", err)
+		}
+		return m, false, nil
 	}
 	tl, err := r.TryLockTree()
 	if errors.Is(err, ErrTreeBusy) {
@@ -122,35 +146,89 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *record.Meta, opened 
 		return nil, false, err
 	}
 	m.Message, m.Session, m.State = message, session, record.StateOpen
+	claim(m, w)
 	m.Git = r.seeGit()
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
-	if err := r.snapInto(m); err != nil {
+	if err := r.snapOpen(m, open); err != nil {
 		r.releasePayloads(m.ID)
 		return nil, false, err
 	}
 	return m, true, nil
 }
 
-// EndCheckpoint closes the open checkpoint into one undo step holding the
-// paths changed since it began, before and after, and the targets' states
-// from its beginning; dropped is set when nothing changed (and no target
-// was saved): then no record is left. With session set, only a checkpoint
-// of that session is closed. When none is to close, m is nil.
+// snapOpen scans the tree into the open checkpoint m's manifest, marks
+// the other sessions' open checkpoints (sessions.go), then writes m.
+func (r *Repo) snapOpen(m *record.Meta, open []*record.Meta) error {
+	tree, err := r.ScanTree(true)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	m.Files, m.Bytes = counts(tree)
+	if m.Manifest, err = r.record(tree); err != nil {
+		return err
+	}
+	if err := r.Flush(); err != nil {
+		return err
+	}
+	if len(open) > 0 {
+		k := record.Mark{At: m.CreatedAt, Tree: m.Manifest}
+		for _, o := range open {
+			k.Open = append(k.Open, o.ID)
+			addClaim(&k, claimOf(o))
+		}
+		addClaim(&k, claimOf(m))
+		m.Marks = []record.Mark{k}
+		if err := r.markOthers(open, m, true, m.CreatedAt, m.Manifest); err != nil {
+			return err
+		}
+	}
+	return r.WriteMeta(m)
+}
+
+// EndCheckpoint closes session's open checkpoint into one undo step
+// holding the paths its session changed since it began (all changed
+// paths when no other session's turn overlapped it; see sessions.go),
+// before and after, and the targets' states from its beginning; dropped
+// is set when nothing changed (and no target was saved): then no record
+// is left. Session "" closes the checkpoint begun without a session, or
+// else the only one open ([ErrWhichCheckpoint] when several are). When
+// none is to close, m is nil.
 func (r *Repo) EndCheckpoint(session string) (m *record.Meta, dropped bool, err error) {
-	if m, err = r.OpenCheckpoint(); err != nil || m == nil {
+	open, err := r.OpenCheckpoints()
+	if err != nil {
 		return nil, false, err
 	}
-	if session != "" && m.Session != session {
-		return nil, false, nil
+	if m, err = openOf(open, session); err != nil || m == nil {
+		return nil, false, err
 	}
+	begin := m.Manifest
 	if err := r.narrowRun(m); err != nil {
+		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	// The tree as this one leaves it, for the others' marks.
+	var tree string
+	if len(open) > 1 {
+		changed, err := r.LoadManifest(m.After)
+		if err == nil {
+			tree, err = r.treeAfter(begin, changed)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("checkpoint end: %w", err)
+		}
+	}
+	if err := r.attribute(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
 	m.State = record.StateDone
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	if tree != "" {
+		if err := r.markOthers(open, m, false, time.Now().UTC(), tree); err != nil {
+			return nil, false, fmt.Errorf("checkpoint end: %s closed; marking the other sessions' checkpoints: %w", m.ID, err)
+		}
 	}
 	return m, dropped, nil
 }
@@ -173,33 +251,46 @@ func (h *History) sessionSteps(session string) []*record.Meta {
 // changed it, each target to its state before the session's first step.
 // A path changed since by someone else (after its last step of the
 // session) is a conflict, as for [Repo.Undo]; edits to other paths stay.
-func (r *Repo) UndoSession(session string, force bool) (steps []*record.Meta, saved *record.Meta, err error) {
+// What a step shares with another session's turn is left, and returned,
+// unless o.IncludeShared.
+func (r *Repo) UndoSession(session string, o UndoOptions) (steps []*record.Meta, saved *record.Meta, left SharedLeft, err error) {
+	force := o.Force
 	if err := r.refuseOpen("undo"); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	h, err := r.History()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	if steps = h.sessionSteps(session); len(steps) == 0 {
-		return nil, nil, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
+		return nil, nil, left, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
 	}
-	target, after, err := r.mergeSteps(steps)
+	parts := make([]*record.Meta, len(steps))
+	for i, st := range steps {
+		part, l, err := r.ownPart(st, o.IncludeShared)
+		if err != nil {
+			return nil, nil, left, fmt.Errorf("undo: %w", err)
+		}
+		parts[i] = part
+		left.add(l)
+	}
+	left.Paths, left.Targets = sortedSet(left.Paths), sortedSet(left.Targets)
+	target, after, err := r.mergeSteps(parts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("undo: %w", err)
+		return nil, nil, left, fmt.Errorf("undo: %w", err)
 	}
 	newest := steps[len(steps)-1]
 	s := &record.Meta{ID: newest.ID, Kind: record.KindCheckpoint, Scope: record.ScopePaths, Session: session}
 	if s.Manifest, err = r.record(target); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	if s.After, err = r.record(after); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	// Each target goes back to its state before the session's first step
 	// that saved it.
 	seen := map[string]bool{}
-	for _, st := range steps {
+	for _, st := range parts {
 		for _, t := range st.Targets {
 			if !seen[t.Name] && t.Backend != gitBackendName {
 				seen[t.Name] = true
@@ -210,8 +301,8 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*record.Meta, sa
 	// The git state goes back step by step, newest first: each step's
 	// moves are undone from where it left the refs (the next one's start),
 	// and HEAD and the index end as the first step found them.
-	for i := len(steps) - 1; i >= 0; i-- {
-		for _, t := range steps[i].Targets {
+	for i := len(parts) - 1; i >= 0; i-- {
+		for _, t := range parts[i].Targets {
 			if t.Backend == gitBackendName {
 				s.Targets = append(s.Targets, t)
 			}
@@ -219,20 +310,20 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*record.Meta, sa
 	}
 	s.Git = mergeGit(steps)
 	if err := r.checkGit("undo", s, true, force); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	rec, err := r.newMeta(record.KindPreUndo, record.ScopePaths)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	rec.Undoes = newest.ID
 	for _, st := range steps[:len(steps)-1] {
 		rec.UndoesMore = append(rec.UndoesMore, st.ID)
 	}
 	if err := r.revert("undo", s, s.After, rec, force); err != nil {
-		return nil, nil, err
+		return nil, nil, left, r.nameTurns(err, steps...)
 	}
-	return steps, rec, nil
+	return steps, rec, left, nil
 }
 
 // mergeSteps makes one change of several paths records (oldest first):

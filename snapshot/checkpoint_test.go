@@ -80,18 +80,26 @@ func TestCheckpointReentrantAndDropped(t *testing.T) {
 	if !opened {
 		t.Fatal("the first begin did not open")
 	}
-	m2, opened, err := r.BeginCheckpoint("other", "second")
+	m2, opened, err := r.BeginCheckpoint("", "again")
 	treetest.Must(t, err)
 	if opened || m2.ID != m1.ID || m2.Message != "first" {
 		t.Fatalf("a second begin: opened=%v id %s (first %s) message %q", opened, m2.ID, m1.ID, m2.Message)
 	}
-	// A session's end leaves another's checkpoint open.
-	m, _, err := r.EndCheckpoint("other")
+	// Another session opens its own, beside it.
+	m3, opened, err := r.BeginCheckpoint("other", "second")
 	treetest.Must(t, err)
-	if m != nil {
-		t.Fatalf("end --session other closed %s", m.ID)
+	if !opened || m3.ID == m1.ID || m3.Session != "other" {
+		t.Fatalf("another session's begin: opened=%v id %s (first %s) session %q", opened, m3.ID, m1.ID, m3.Session)
 	}
-	m, dropped, err := r.EndCheckpoint("")
+	if _, _, err := r.EndCheckpoint("third"); err != nil {
+		t.Fatalf("end of a session with nothing open: %v", err)
+	}
+	m, dropped, err := r.EndCheckpoint("other")
+	treetest.Must(t, err)
+	if m == nil || m.ID != m3.ID || !dropped {
+		t.Fatalf("end --session other: %v dropped=%v", m, dropped)
+	}
+	m, dropped, err = r.EndCheckpoint("")
 	treetest.Must(t, err)
 	if m == nil || !dropped {
 		t.Fatalf("end of an empty stretch: %v dropped=%v", m, dropped)
@@ -144,7 +152,7 @@ func TestCheckpointRefusals(t *testing.T) {
 	refused("restore", err)
 	_, err = r.BeginTreeRun([]string{"true"}, "copy")
 	refused("a copy-mode run", err)
-	_, _, err = r.UndoSession("s", false)
+	_, _, _, err = r.UndoSession("s", snapshot.UndoOptions{})
 	refused("undo --session", err)
 	if _, err := r.Recover(); err != nil {
 		t.Fatal(err)
@@ -299,7 +307,7 @@ func TestUndoSession(t *testing.T) {
 		w("new/n.txt", "n\n")
 	})
 	afterA := capture(t, root)
-	steps, saved, err := r.UndoSession("A", false)
+	steps, saved, _, err := r.UndoSession("A", snapshot.UndoOptions{})
 	treetest.Must(t, err)
 	if len(steps) != 2 || saved.Undoes != steps[1].ID || len(saved.UndoesMore) != 1 || saved.UndoesMore[0] != steps[0].ID {
 		t.Fatalf("undo --session A: %d steps, saved %+v", len(steps), saved)
@@ -321,7 +329,7 @@ func TestUndoSession(t *testing.T) {
 			t.Fatalf("step %s is not undone", s.ID)
 		}
 	}
-	if _, _, err := r.UndoSession("A", false); !errors.Is(err, snapshot.ErrNothingToUndo) {
+	if _, _, _, err := r.UndoSession("A", snapshot.UndoOptions{}); !errors.Is(err, snapshot.ErrNothingToUndo) {
 		t.Fatalf("a second undo --session A: %v", err)
 	}
 	_, _, err = r.Redo(false)
@@ -334,7 +342,7 @@ func TestUndoSession(t *testing.T) {
 	// nothing changed.
 	w("b.txt", "the user's b\n")
 	cur := capture(t, root)
-	_, _, err = r.UndoSession("A", false)
+	_, _, _, err = r.UndoSession("A", snapshot.UndoOptions{})
 	var ce *snapshot.ConflictError
 	if !errors.As(err, &ce) || len(ce.Paths) != 1 || ce.Paths[0] != "b.txt" {
 		t.Fatalf("undo --session over a changed path: %v", err)

@@ -209,7 +209,11 @@ func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[record.ObjectI
 		if !kept[m.ID] {
 			continue
 		}
-		for _, id := range []string{m.Manifest, m.After} {
+		ids := []string{m.Manifest, m.After}
+		for _, k := range m.Marks { // an open checkpoint's (sessions.go)
+			ids = append(ids, k.Tree)
+		}
+		for _, id := range ids {
 			if id == "" {
 				continue
 			}

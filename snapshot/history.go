@@ -24,6 +24,11 @@ func (r *Reader) History() (*History, error) {
 	if err != nil {
 		return nil, err
 	}
+	return historyOf(all), nil
+}
+
+// historyOf derives the undo state of all, the records oldest first.
+func historyOf(all []*record.Meta) *History {
 	h := &History{All: all, Undone: map[string]bool{}}
 	byID := map[string]*record.Meta{}
 	for _, m := range all {
@@ -53,27 +58,45 @@ func (r *Reader) History() (*History, error) {
 			h.Redo = nil
 		}
 	}
-	return h, nil
+	return h
 }
 
-// Undo reverts the newest undoable snapshot not yet undone, or ref. It
-// returns the reverted snapshot and the pre-undo record that saved what
-// the undo replaced.
+// UndoOptions are how an undo treats what is not plainly its step's.
+type UndoOptions struct {
+	// Force overwrites paths changed since (they are saved first).
+	Force bool
+	// IncludeShared takes the paths and targets a checkpoint shares with
+	// another session's turn too (sessions.go), which undo otherwise
+	// leaves as they are.
+	IncludeShared bool
+}
+
+// Undo is [Repo.UndoWith] without its shared paths.
 func (r *Repo) Undo(ref string, force bool) (undone, saved *record.Meta, err error) {
+	undone, saved, _, err = r.UndoWith(ref, UndoOptions{Force: force})
+	return undone, saved, err
+}
+
+// UndoWith reverts the newest undoable snapshot not yet undone, or ref.
+// It returns the reverted snapshot, the pre-undo record that saved what
+// the undo replaced, and what it left because another session's turn
+// shares it.
+func (r *Repo) UndoWith(ref string, o UndoOptions) (undone, saved *record.Meta, left SharedLeft, err error) {
+	force := o.Force
 	if err := r.refuseOpen("undo"); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	h, err := r.History()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	var s *record.Meta
 	if ref != "" {
 		if s, err = r.Resolve(ref); err != nil {
-			return nil, nil, err
+			return nil, nil, left, err
 		}
 		if !s.Kind.Undoable() {
-			return nil, nil, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore (use `restore %s` to go back to it)", s.ID, s.Kind, s.ID)
+			return nil, nil, left, fmt.Errorf("snapshot %s is a %s record; undo takes a snap, run or pre-restore (use `restore %s` to go back to it)", s.ID, s.Kind, s.ID)
 		}
 	} else {
 		if !force {
@@ -81,10 +104,10 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *record.Meta, err err
 			// undo would silently revert an older, unrelated run.
 			ps, err := r.PendingRuns()
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, left, err
 			}
 			if len(ps) > 0 {
-				return nil, nil, &PendingError{Runs: ps}
+				return nil, nil, left, &PendingError{Runs: ps}
 			}
 		}
 		for i := len(h.All) - 1; i >= 0; i-- {
@@ -94,21 +117,25 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *record.Meta, err err
 			}
 		}
 		if s == nil {
-			return nil, nil, ErrNothingToUndo
+			return nil, nil, left, ErrNothingToUndo
 		}
 	}
-	if err := r.checkGit("undo", s, true, force); err != nil {
-		return nil, nil, err
+	part, left, err := r.ownPart(s, o.IncludeShared)
+	if err != nil {
+		return nil, nil, left, fmt.Errorf("undo: %w", err)
+	}
+	if err := r.checkGit("undo", part, true, force); err != nil {
+		return nil, nil, left, err
 	}
 	rec, err := r.newMeta(record.KindPreUndo, s.Scope)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	rec.Undoes = s.ID
-	if err := r.revert("undo", s, s.After, rec, force); err != nil {
-		return nil, nil, err
+	if err := r.revert("undo", part, part.After, rec, force); err != nil {
+		return nil, nil, left, r.nameTurns(err, s)
 	}
-	return s, rec, nil
+	return s, rec, left, nil
 }
 
 // UndoPaths reverts the paths of step ref at or below each of only

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
@@ -26,6 +27,10 @@ var (
 type ConflictError struct {
 	Op    string
 	Paths []string
+	// Turns, for the undo of a checkpoint, name the later turns of other
+	// sessions that changed those paths ("ID (session S)"): never
+	// reverted without --force.
+	Turns []string
 }
 
 // Error names how many paths; the CLI lists them, one a line (a list of
@@ -35,7 +40,11 @@ func (e *ConflictError) Error() string {
 	if len(e.Paths) != 1 {
 		n = fmt.Sprintf("%d paths", len(e.Paths))
 	}
-	return fmt.Sprintf("%s refused: %s changed since by someone else (use --force to overwrite; what is overwritten is saved)", e.Op, n)
+	who := "someone else"
+	if len(e.Turns) > 0 {
+		who = "another session's turn " + strings.Join(e.Turns, ", ")
+	}
+	return fmt.Sprintf("%s refused: %s changed since by %s (use --force to overwrite; what is overwritten is saved)", e.Op, n, who)
 }
 
 // Reader is a project's store opened to look ([OpenReader]): the

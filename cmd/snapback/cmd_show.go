@@ -128,6 +128,15 @@ func writeStepHeader(g *globals, m *record.Meta, undone bool) {
 	if m.Session != "" {
 		fmt.Fprintf(w, "Session: %s\n", m.Session)
 	}
+	if len(m.Overlaps) > 0 {
+		fmt.Fprintf(w, "Beside:  %s (other sessions' turns open during it)\n", strings.Join(m.Overlaps, ", "))
+	}
+	for _, p := range m.Shared {
+		fmt.Fprintf(w, "Shared:  %s\n", quote(p))
+	}
+	for _, t := range m.SharedTargets {
+		fmt.Fprintf(w, "Shared:  target %s\n", quote(t))
+	}
 	for _, t := range m.Targets {
 		fmt.Fprintf(w, "Target:  %s (%s)\n", quote(t.Name), t.Backend)
 	}

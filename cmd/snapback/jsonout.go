@@ -161,8 +161,16 @@ type snapResultJSON struct {
 
 // revertJSON: undo, redo and restore (with paths: undo ID -- PATH...).
 type revertJSON struct {
-	Paths     []string      `json:"paths,omitempty"`
-	Saved     snapshotJSON  `json:"saved"`
-	Snapshot  snapshotJSON  `json:"snapshot"`
-	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
+	LeftShared *sharedLeftJSON `json:"left_shared,omitempty"` // undo: what it left, shared with another session's turn
+	Paths      []string        `json:"paths,omitempty"`
+	Saved      snapshotJSON    `json:"saved"`
+	Snapshot   snapshotJSON    `json:"snapshot"`
+	Uncovered  uncoveredJSON   `json:"uncovered,omitempty"`
+}
+
+// sharedLeftJSON: what an undo left because another session's turn
+// shares it (undo --include-shared takes it).
+type sharedLeftJSON struct {
+	Paths   []string `json:"paths"`
+	Targets []string `json:"targets"`
 }

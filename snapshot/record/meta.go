@@ -70,7 +70,23 @@ type Meta struct {
 	State      string   `json:"state,omitempty"` // run: running, done or interrupted; checkpoint: open or done (the State constants)
 	// Session, for a checkpoint, is the session (an agent's, say) whose
 	// stretch it records: `undo --session` reverts all of a session's.
-	Session   string    `json:"session,omitempty"`
+	Session string `json:"session,omitempty"`
+
+	// Turns of several sessions side by side (a checkpoint's, sessions.go):
+	// the paths its session's edit tools named (Claimed); AnyPath when it
+	// may have written others (a shell command, or a begin from the
+	// command line, whose writer is unknown); while open, the tree's state
+	// each time another session's checkpoint began or ended (Marks); once
+	// closed, the other sessions' checkpoints open during it (Overlaps)
+	// and the paths and targets of its step no exact source gives to its
+	// session alone (Shared, SharedTargets), which undo leaves unless told.
+	Claimed       []string `json:"claimed,omitempty"`
+	AnyPath       bool     `json:"any_path,omitempty"`
+	Marks         []Mark   `json:"marks,omitempty"`
+	Overlaps      []string `json:"overlaps,omitempty"`
+	Shared        []string `json:"shared,omitempty"`
+	SharedTargets []string `json:"shared_targets,omitempty"`
+
 	CreatedAt time.Time `json:"created_at"`
 	Scope     Scope     `json:"scope"`
 	// Manifest is the state this snapshot returns to.
@@ -380,6 +396,9 @@ func ValidSession(s string) error {
 // checkpoint has a session, and an open one is a tree snapshot while a
 // closed one holds its paths before and after.
 func (m *Meta) validateCheckpoint() error {
+	if err := m.validateSessions(); err != nil {
+		return err
+	}
 	if m.Session != "" && m.Kind != KindCheckpoint {
 		return fmt.Errorf("kind %s with a session", m.Kind)
 	}
