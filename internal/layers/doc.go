@@ -18,6 +18,8 @@ var Rank = map[string]int{
 	"internal/gitdirs":   1,
 	"internal/treetest":  1,
 	"overlay/layer":      1,
+	// FUSE over io_uring for go-fuse (a transport; no snapback in it).
+	"overlay/fuse/uring": 1,
 	// The config (it names the modes).
 	"config": 2,
 	// The views.
