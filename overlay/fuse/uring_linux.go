@@ -1,0 +1,140 @@
+//go:build linux
+
+package fuse
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/snapback/snapback/overlay/fuse/uring"
+	"golang.org/x/sys/unix"
+)
+
+// The view's transport: FUSE over io_uring (package uring) where the
+// kernel offers it, else go-fuse's reads of /dev/fuse. The kernel's
+// switch is root's (uring.ParamPath); snapback never flips it.
+
+// ringOff makes the views of this process serve through /dev/fuse
+// reads even where the ring is on (set by the benchmarks that compare
+// the two in one run).
+var ringOff bool
+
+// prepareRing sets up the rings for the device dev before the kernel's
+// INIT is answered, and then asks for io_uring in mo; nil if the kernel
+// does not offer it or the rings cannot be made (the reason on stderr).
+func prepareRing(dev int, mo *gofuse.MountOptions) *uring.Transport {
+	if ok, _ := uring.Enabled(); !ok || ringOff {
+		return nil
+	}
+	t, err := uring.New(dev, mo.MaxWrite, 1)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "snapback: fuse server: %v (serving through /dev/fuse reads)\n", err)
+		return nil
+	}
+	mo.ExtraCapabilities |= gofuse.CAP_OVER_IO_URING
+	return t
+}
+
+// startRing registers the rings once srv has answered INIT, and
+// reports whether the ring serves the view's requests. Its threads
+// (one per CPU) need Ps of their own: the server's GOMAXPROCS grows
+// to one more than the queues.
+func startRing(t *uring.Transport, srv *gofuse.Server, raw gofuse.RawFileSystem, mo *gofuse.MountOptions) bool {
+	if t == nil {
+		return false
+	}
+	if err := t.Start(srv, raw, mo); err != nil {
+		if !errors.Is(err, uring.ErrNotNegotiated) {
+			fmt.Fprintf(os.Stderr, "snapback: fuse server: %v (serving through /dev/fuse reads)\n", err)
+		}
+		return false
+	}
+	if runtime.GOMAXPROCS(0) <= t.Queues() {
+		runtime.GOMAXPROCS(t.Queues() + 1)
+	}
+	return true
+}
+
+// transportPrefix starts the trial's line that says which transport its
+// view used.
+const transportPrefix = "transport: "
+
+// transport says which transport a view served through (ring: the
+// rings were registered).
+func transport(ring bool) string {
+	if ring {
+		return "requests through io_uring (" + uring.ParamPath + " is Y)"
+	}
+	if ok, why := uring.Enabled(); !ok {
+		return "requests through /dev/fuse reads (FUSE over io_uring is " + why + ")"
+	}
+	return "requests through /dev/fuse reads (FUSE over io_uring is on, but the view could not use it)"
+}
+
+// trialTransport finds the transport line in the trial's output.
+func trialTransport(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if t, ok := strings.CutPrefix(line, transportPrefix); ok {
+			return t
+		}
+	}
+	return ""
+}
+
+// Mounted is a view served by this process (see Mount).
+type Mounted struct {
+	*gofuse.Server
+	mnt  string
+	ring *uring.Transport // nil: the device serves every request
+}
+
+// Ring reports whether the rings serve the view's requests.
+func (m *Mounted) Ring() bool { return m.ring != nil }
+
+// Unmount unmounts the view and waits until its server has stopped.
+func (m *Mounted) Unmount() error {
+	var err error
+	delay := time.Duration(0)
+	for try := 0; try < 5; try++ { // as go-fuse: the kernel may still see a file open for a moment
+		if err = unix.Unmount(m.mnt, 0); err == nil {
+			break
+		}
+		delay = 2*delay + 5*time.Millisecond
+		time.Sleep(delay)
+	}
+	if err != nil {
+		return fmt.Errorf("unmount %s: %w", m.mnt, err)
+	}
+	m.Server.Wait()
+	if m.ring != nil {
+		m.ring.Wait()
+	}
+	return nil
+}
+
+// mountDirect mounts FUSE at mnt as go-fuse's direct mount does, and
+// returns the device's descriptor (close-on-exec).
+func mountDirect(mnt string, mo *gofuse.MountOptions) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(mnt, &st); err != nil {
+		return -1, err
+	}
+	dev, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	opts := append([]string{fmt.Sprintf("fd=%d,rootmode=%o,user_id=%d,group_id=%d,max_read=%d", dev, st.Mode&unix.S_IFMT, os.Geteuid(), os.Getegid(), mo.MaxWrite)}, mo.Options...)
+	if mo.AllowOther {
+		opts = append(opts, "allow_other")
+	}
+	if err := unix.Mount(mo.FsName, mnt, "fuse."+mo.Name, unix.MS_NOSUID|unix.MS_NODEV, strings.Join(opts, ",")); err != nil {
+		unix.Close(dev)
+		return -1, err
+	}
+	return dev, nil
+}
