@@ -74,6 +74,10 @@ func Mount(lower, upper, work, mnt string) (*Mounted, error) {
 		m.ring = ring
 	}
 	go srv.Serve()
+	if err := pollHack(mnt); err != nil {
+		m.Unmount()
+		return nil, err
+	}
 	return m, nil
 }
 

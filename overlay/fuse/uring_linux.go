@@ -117,6 +117,21 @@ func (m *Mounted) Unmount() error {
 	return nil
 }
 
+// pollHack is go-fuse's (WaitMount runs it, but not for a mount point
+// given as /dev/fd/N): a poll of a file in the view makes the kernel ask
+// POLL once, and go-fuse's ENOSYS tells it never to ask again. Else a
+// Go program's first file opened in the view would wait in epoll_ctl
+// for an answer from its own process, which then cannot exit.
+func pollHack(mnt string) error {
+	fd, err := unix.Open(mnt+"/.go-fuse-epoll-hack", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("poll once in the view: %w", err)
+	}
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
+	return nil
+}
+
 // mountDirect mounts FUSE at mnt as go-fuse's direct mount does, and
 // returns the device's descriptor (close-on-exec).
 func mountDirect(mnt string, mo *gofuse.MountOptions) (int, error) {
