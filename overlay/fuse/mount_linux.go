@@ -425,7 +425,11 @@ func Serve(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	startRing(ring, srv, raw, &opts.MountOptions)
+	if startRing(ring, srv, raw, &opts.MountOptions) {
+		// The queues' threads (one per CPU, each bound to it) want a P
+		// each, and the device's reader one more.
+		runtime.GOMAXPROCS(ring.Queues() + 1)
+	}
 	fmt.Fprintln(files[3], "ok")
 	files[3].Close()
 	srv.Serve() // until the mount is gone (its namespace ended)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -41,9 +40,7 @@ func prepareRing(dev int, mo *gofuse.MountOptions) *uring.Transport {
 }
 
 // startRing registers the rings once srv has answered INIT, and
-// reports whether the ring serves the view's requests. Its threads
-// (one per CPU) need Ps of their own: the server's GOMAXPROCS grows
-// to one more than the queues.
+// reports whether the ring serves the view's requests.
 func startRing(t *uring.Transport, srv *gofuse.Server, raw gofuse.RawFileSystem, mo *gofuse.MountOptions) bool {
 	if t == nil {
 		return false
@@ -53,9 +50,6 @@ func startRing(t *uring.Transport, srv *gofuse.Server, raw gofuse.RawFileSystem,
 			fmt.Fprintf(os.Stderr, "snapback: fuse server: %v (serving through /dev/fuse reads)\n", err)
 		}
 		return false
-	}
-	if runtime.GOMAXPROCS(0) <= t.Queues() {
-		runtime.GOMAXPROCS(t.Queues() + 1)
 	}
 	return true
 }
