@@ -3,7 +3,6 @@
 package fuse
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -23,16 +22,22 @@ import (
 // the two in one run).
 var ringOff bool
 
+// ringErr is why this process's last view could not use the ring
+// though the kernel offers it (the trial says it; a run's server falls
+// back without a word, every run alike).
+var ringErr error
+
 // prepareRing sets up the rings for the device dev before the kernel's
 // INIT is answered, and then asks for io_uring in mo; nil if the kernel
-// does not offer it or the rings cannot be made (the reason on stderr).
+// does not offer it or the rings cannot be made (ringErr says why).
 func prepareRing(dev int, mo *gofuse.MountOptions) *uring.Transport {
+	ringErr = nil
 	if ok, _ := uring.Enabled(); !ok || ringOff {
 		return nil
 	}
 	t, err := uring.New(dev, mo.MaxWrite, 1)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "snapback: fuse server: %v (serving through /dev/fuse reads)\n", err)
+		ringErr = err
 		return nil
 	}
 	mo.ExtraCapabilities |= gofuse.CAP_OVER_IO_URING
@@ -46,9 +51,7 @@ func startRing(t *uring.Transport, srv *gofuse.Server, raw gofuse.RawFileSystem,
 		return false
 	}
 	if err := t.Start(srv, raw, mo); err != nil {
-		if !errors.Is(err, uring.ErrNotNegotiated) {
-			fmt.Fprintf(os.Stderr, "snapback: fuse server: %v (serving through /dev/fuse reads)\n", err)
-		}
+		ringErr = err
 		return false
 	}
 	return true
@@ -67,7 +70,7 @@ func transport(ring bool) string {
 	if ok, why := uring.Enabled(); !ok {
 		return "requests through /dev/fuse reads (FUSE over io_uring is " + why + ")"
 	}
-	return "requests through /dev/fuse reads (FUSE over io_uring is on, but the view could not use it)"
+	return fmt.Sprintf("requests through /dev/fuse reads (FUSE over io_uring is on, but the view could not use it: %v)", ringErr)
 }
 
 // trialTransport finds the transport line in the trial's output.
