@@ -59,6 +59,11 @@ func Enabled() (bool, string) {
 // interrupts still come through the device (the kernel sends them
 // there), so the go-fuse Server's own loop keeps running beside it.
 //
+// An INTERRUPT of a request taken up through a ring does not reach the
+// file system: the Server, which reads it from the device, does not know
+// the request, and the kernel drops its answer (it looks for the request
+// among the device's, not the ring's). Requests there are not cancelled.
+//
 // Use: New before the connection's INIT is answered (it sets up the
 // rings, so that nothing can fail between offering io_uring to the
 // kernel and registering); add fuse.CAP_OVER_IO_URING to the
@@ -173,16 +178,21 @@ func possibleCPUs() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("fuse-uring: %w", err)
 	}
+	return countCPUs(string(b))
+}
+
+// countCPUs counts the CPUs of a kernel CPU list ("0-3,8-11").
+func countCPUs(list string) (int, error) {
 	n := 0
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, _ := strings.Cut(part, "-")
-		if hi == "" {
+	for _, part := range strings.Split(strings.TrimSpace(list), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
 			hi = lo
 		}
 		a, err1 := strconv.Atoi(lo)
 		z, err2 := strconv.Atoi(hi)
 		if err1 != nil || err2 != nil || z < a {
-			return 0, fmt.Errorf("fuse-uring: cannot read /sys/devices/system/cpu/possible: %q", b)
+			return 0, fmt.Errorf("fuse-uring: cannot read /sys/devices/system/cpu/possible: %q", list)
 		}
 		n += z - a + 1
 	}

@@ -138,3 +138,17 @@ func TestRingUnmount(t *testing.T) {
 		t.Fatal("the queues still wait 10 s after the unmount")
 	}
 }
+
+// TestCountCPUs: the kernel's possible CPUs, one queue each.
+func TestCountCPUs(t *testing.T) {
+	for list, want := range map[string]int{"0\n": 1, "0-1\n": 2, "0-3,8-11\n": 8, "0,2,4-5": 4} {
+		if got, err := countCPUs(list); err != nil || got != want {
+			t.Errorf("countCPUs(%q) = %d, %v; want %d", list, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "x", "3-1", "0-"} {
+		if n, err := countCPUs(bad); err == nil {
+			t.Errorf("countCPUs(%q) = %d, want an error", bad, n)
+		}
+	}
+}
