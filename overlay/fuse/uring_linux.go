@@ -41,6 +41,12 @@ func prepareRing(dev int, mo *gofuse.MountOptions) *uring.Transport {
 		return nil
 	}
 	mo.ExtraCapabilities |= gofuse.CAP_OVER_IO_URING
+	t.Failed = func(err error) {
+		// The view would hang on that CPU: end the server, as a killed
+		// one (snapback reports it, and the run's changes stay pending).
+		fmt.Fprintf(os.Stderr, "snapback: fuse server: %v\n", err)
+		os.Exit(1)
+	}
 	return t
 }
 

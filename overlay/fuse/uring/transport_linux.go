@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -85,6 +86,12 @@ type Transport struct {
 	logger   func(format string, args ...any)
 	requests atomic.Uint64
 	running  sync.WaitGroup
+
+	// Failed, if set, is called when a queue stops while the connection
+	// is up (an io_uring error): the kernel then holds the requests made
+	// on that queue's CPU until the connection ends, so a server should
+	// end it. Unset, the error is logged to stderr.
+	Failed func(error)
 }
 
 type queue struct {
@@ -249,38 +256,70 @@ func (t *Transport) serve(q *queue, ready chan<- error) {
 	var set unix.CPUSet
 	set.Set(q.id)
 	_ = unix.SchedSetaffinity(0, &set) // a possible CPU may be offline: then any CPU
-	for i := range q.ents {
-		t.submit(q, i, cmdRegister, 0)
-	}
-	if err := q.r.enter(false); err != nil {
-		ready <- fmt.Errorf("fuse-uring: queue %d: %w", q.id, err)
+	if err := t.register(q); err != nil {
+		ready <- err
 		return
 	}
-	// A failed registration completes at once; a good one only when a
-	// request comes.
-	registered := false
+	ready <- nil
 	for {
+		if err := q.r.enter(true); err != nil {
+			t.failed(fmt.Errorf("fuse-uring: queue %d: %w", q.id, err))
+			return
+		}
 		for c, ok := q.r.next(); ok; c, ok = q.r.next() {
 			if c.res < 0 {
-				err := syscall.Errno(-c.res)
-				if !registered {
-					ready <- fmt.Errorf("fuse-uring: register queue %d: %w", q.id, err)
-				} else if err != unix.ENOTCONN && err != unix.ECANCELED && err != unix.ECONNABORTED {
-					t.logger("queue %d: %v", q.id, err)
+				if err := syscall.Errno(-c.res); err != unix.ENOTCONN && err != unix.ECANCELED && err != unix.ECONNABORTED {
+					t.failed(fmt.Errorf("fuse-uring: queue %d: %w", q.id, err))
 				}
-				return // the connection ended (or the ring failed: the device still serves)
+				return // the connection ended
 			}
 			t.handle(q, int(c.userData))
 		}
-		if !registered {
-			registered = true
-			ready <- nil
+	}
+}
+
+// register registers q's entries. A failure completes at once (a good
+// registration only when a request comes); the kernel answers EAGAIN
+// while it has not yet taken in INIT's answer, and is then asked again.
+func (t *Transport) register(q *queue) error {
+	todo := make([]int, len(q.ents))
+	for i := range todo {
+		todo[i] = i
+	}
+	for try := 0; len(todo) > 0; try++ {
+		for _, i := range todo {
+			t.submit(q, i, cmdRegister, 0)
 		}
-		if err := q.r.enter(true); err != nil {
-			t.logger("queue %d: %v", q.id, err)
-			return
+		if err := q.r.enter(false); err != nil {
+			return fmt.Errorf("fuse-uring: queue %d: %w", q.id, err)
+		}
+		todo = todo[:0]
+		for c, ok := q.r.next(); ok; c, ok = q.r.next() {
+			switch err := syscall.Errno(-c.res); {
+			case c.res >= 0: // the ring is ready, and a request came
+				t.handle(q, int(c.userData))
+			case err == unix.EAGAIN && try < 100:
+				todo = append(todo, int(c.userData))
+			default:
+				return fmt.Errorf("fuse-uring: register queue %d: %w", q.id, err)
+			}
+		}
+		if len(todo) > 0 {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	return nil
+}
+
+// failed reports a queue that stopped while the connection is up: the
+// kernel then holds the requests made on that queue's CPU until the
+// connection ends.
+func (t *Transport) failed(err error) {
+	if t.Failed != nil {
+		t.Failed(err)
+		return
+	}
+	t.logger("%v", err)
 }
 
 // submit queues entry i's command on q's ring.
