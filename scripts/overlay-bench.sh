@@ -26,9 +26,9 @@
 # "overlayfs fuse fuse+uring fuse-overlayfs") picks the columns; fuse+uring
 # is the fuse view served through FUSE over io_uring: the script switches
 # the kernel's enable_uring on for that column and off for the others,
-# and puts it back as it was (a kernel without it leaves the column out). fuse-overlayfs is
-# Debian's fuse-overlayfs package; when it is missing the script says so
-# and leaves its column out. WORKLOADS picks the rows.
+# and puts it back as it was (a kernel without it leaves the column out).
+# fuse-overlayfs is Debian's fuse-overlayfs package; when it is missing
+# the script says so and leaves its column out. WORKLOADS picks the rows.
 set -euo pipefail
 snapback=${SNAPBACK:-snapback}
 tree=${1:-}
