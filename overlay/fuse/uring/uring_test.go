@@ -36,13 +36,25 @@ func requireRing(t *testing.T) {
 // mountLoopback mounts a go-fuse loopback of dir at mnt, served through
 // the rings, and returns the transport; it is unmounted when the test
 // ends.
-func mountLoopback(t *testing.T, dir, mnt string) *Transport {
+func mountLoopback(t testing.TB, dir, mnt string) *Transport {
+	return mountLoopbackVia(t, dir, mnt, true)
+}
+
+// mountLoopbackVia mounts as mountLoopback does, through the rings or
+// (ring false) through go-fuse's reads of /dev/fuse (the transport is
+// then nil). Entries and attributes are not cached: every stat is a
+// request.
+func mountLoopbackVia(t testing.TB, dir, mnt string, ring bool) *Transport {
 	t.Helper()
 	dev, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	treetest.Must(t, err)
-	opts := fuse.MountOptions{MaxWrite: 1 << 20, ExtraCapabilities: fuse.CAP_OVER_IO_URING}
-	tr, err := New(dev, opts.MaxWrite, 1)
-	treetest.Must(t, err)
+	opts := fuse.MountOptions{MaxWrite: 1 << 20}
+	var tr *Transport
+	if ring {
+		opts.ExtraCapabilities = fuse.CAP_OVER_IO_URING
+		tr, err = New(dev, opts.MaxWrite, 1)
+		treetest.Must(t, err)
+	}
 	opt := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,max_read=%d", dev, opts.MaxWrite)
 	treetest.Must(t, unix.Mount("uringtest", mnt, "fuse.uringtest", 0, opt))
 	root, err := fs.NewLoopbackRoot(dir)
@@ -50,9 +62,11 @@ func mountLoopback(t *testing.T, dir, mnt string) *Transport {
 	raw := fs.NewNodeFS(root, &fs.Options{})
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", dev), &opts)
 	treetest.Must(t, err)
-	if err := tr.Start(srv, raw, &opts); err != nil {
-		unix.Unmount(mnt, unix.MNT_DETACH)
-		t.Fatal(err)
+	if tr != nil {
+		if err := tr.Start(srv, raw, &opts); err != nil {
+			unix.Unmount(mnt, unix.MNT_DETACH)
+			t.Fatal(err)
+		}
 	}
 	go srv.Serve()
 	// go-fuse's poll hack (as WaitMount would): the kernel learns that
@@ -65,9 +79,37 @@ func mountLoopback(t *testing.T, dir, mnt string) *Transport {
 	t.Cleanup(func() {
 		unix.Unmount(mnt, 0) // EINVAL if the test unmounted it
 		srv.Wait()
-		tr.Wait()
+		if tr != nil {
+			tr.Wait()
+		}
 	})
 	return tr
+}
+
+// BenchmarkStat is one request's round trip (a LOOKUP: nothing is
+// cached), through go-fuse's reads of /dev/fuse and through the rings,
+// with the benchmark's process as both the caller and the server.
+func BenchmarkStat(b *testing.B) {
+	if ok, why := Enabled(); !ok || os.Geteuid() != 0 {
+		b.Skip("needs root and FUSE over io_uring: ", why)
+	}
+	dir := b.TempDir()
+	treetest.Write(b, dir, "f", "x", 0o644)
+	for _, ring := range []bool{false, true} {
+		name := map[bool]string{false: "device", true: "ring"}[ring]
+		b.Run(name, func(b *testing.B) {
+			mnt := b.TempDir()
+			mountLoopbackVia(b, dir, mnt, ring)
+			p := filepath.Join(mnt, "f")
+			var st unix.Stat_t
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := unix.Lstat(p, &st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // TestRing is the ABI's proof: lookups, attributes, listings, reads
