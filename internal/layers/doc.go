@@ -18,6 +18,8 @@ var Rank = map[string]int{
 	"internal/gitdirs":   1,
 	"internal/treetest":  1,
 	"overlay/layer":      1,
+	// FUSE over io_uring for go-fuse (a transport; no snapback in it).
+	"overlay/fuse/uring": 1,
 	// The config (it names the modes), and the store's data types:
 	// entries, manifests, records and ids, and their codec (what the
 	// catalog and the command read without opening a store).

@@ -17,6 +17,7 @@ import (
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/overlay/fuse/uring"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
@@ -683,4 +684,38 @@ func TestUpperSkipped(t *testing.T) {
 			t.Errorf("d lists %q, want %q", got, want)
 		}
 	})
+}
+
+// TestViewRing: where the kernel offers FUSE over io_uring, the view is
+// served through it (every other test then runs over the ring too).
+func TestViewRing(t *testing.T) {
+	ok, why := Available()
+	if !treetest.Require(t, "fuse", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+	}
+	if ok, why := uring.Enabled(); !treetest.Require(t, "fuse-uring", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name fuse-uring: " + why)
+	}
+	dir := t.TempDir()
+	lower, upper, work, mnt := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
+	for _, d := range []string{lower, upper, work, mnt} {
+		treetest.Must(t, os.Mkdir(d, 0o755))
+	}
+	treetest.Write(t, lower, "d/f", "lower\n", 0o644)
+	m, err := Mount(lower, upper, work, mnt)
+	treetest.Must(t, err)
+	defer func() { treetest.Must(t, m.Unmount()) }()
+	if !m.Ring() {
+		t.Fatal("FUSE over io_uring is on, but the view serves through /dev/fuse reads")
+	}
+	treetest.Must(t, os.WriteFile(filepath.Join(mnt, "d/f"), []byte("upper\n"), 0o644))
+	if got := read(t, filepath.Join(upper, "d/f")); got != "upper\n" {
+		t.Fatalf("upper d/f = %q after a write through the ring", got)
+	}
+	if got := read(t, filepath.Join(lower, "d/f")); got != "lower\n" {
+		t.Fatalf("lower d/f = %q: a write through the ring reached the lower tree", got)
+	}
+	if got := transport(m.Ring()); !strings.Contains(got, "io_uring") {
+		t.Fatalf("the transport is said as %q", got)
+	}
 }
