@@ -264,7 +264,6 @@ func runCheckpointStatus(g *globals) error {
 			g.warn(neverFired(e))
 		}
 	}
-	sayOpen(g, open, "")
 	return nil
 }
 
