@@ -148,7 +148,8 @@ func (r *Repo) refuseOpen(op string) error {
 
 // BeginCheckpoint opens a checkpoint: a snapshot of the tree (incremental:
 // files whose stat the cache vouches for are not read) and of the
-// targets, recorded open. When one is open already, it returns that one
+// targets, recorded open, and the token of the tree's watcher, which
+// lets the end read only what changed (watch.go). When one is open already, it returns that one
 // and opened is false: beginning is re-entrant, and parallel callers (each
 // holding the store lock in turn) open exactly one. It refuses while a run
 // works on the tree itself (its changes would be recorded twice).
@@ -179,15 +180,22 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
-	if err := r.snapInto(m); err != nil {
+	token, watched := r.watchMark() // before the scan: what changes during it is named at the end
+	tree, err := r.snapTree(m)
+	if err != nil {
 		r.releasePayloads(m.ID)
 		return nil, false, err
+	}
+	if watched {
+		// Without it the end reads the whole tree: no harm.
+		_ = r.saveWatchToken(m.ID, token, tree)
 	}
 	return m, true, nil
 }
 
 // EndCheckpoint closes the open checkpoint into one undo step holding the
-// paths changed since it began, before and after, and the targets' states
+// paths changed since it began (those the watcher names, when it vouches
+// for the stretch: watch.go), before and after, and the targets' states
 // from its beginning; dropped is set when nothing changed (and no target
 // was saved): then no record is left. With session set, only a checkpoint
 // of that session is closed. When none is to close, m is nil.
@@ -198,13 +206,14 @@ func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) 
 	if session != "" && m.Session != session {
 		return nil, false, nil
 	}
-	if err := r.narrowRun(m); err != nil {
+	if err := r.narrowCheckpoint(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
 	m.State = StateDone
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
+	r.dropWatchToken(m.ID)
 	return m, dropped, nil
 }
 

@@ -72,6 +72,9 @@ type Repo struct {
 	*Reader
 	// RecoverNote says what the last [Repo.Recover] did, for the user.
 	RecoverNote string
+	// LastWatched says whether the last checkpoint end read only the
+	// paths the tree's watcher named (watch.go), not the whole tree.
+	LastWatched bool
 }
 
 // openRepo opens the project at root with its store at dir ("": in the
@@ -172,18 +175,24 @@ func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
 
 // snapInto scans the tree into m's manifest and writes m.
 func (r *Repo) snapInto(meta *Meta) error {
+	_, err := r.snapTree(meta)
+	return err
+}
+
+// snapTree is snapInto, returning the tree's state as scanned.
+func (r *Repo) snapTree(meta *Meta) (Manifest, error) {
 	m, err := r.ScanTree(true)
 	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	meta.Files, meta.Bytes = counts(m)
 	if meta.Manifest, err = r.record(m); err != nil {
-		return err
+		return nil, err
 	}
 	if err := r.Flush(); err != nil {
-		return err
+		return nil, err
 	}
-	return r.WriteMeta(meta)
+	return m, r.WriteMeta(meta)
 }
 
 // current reads the tree's present state of what target governs.

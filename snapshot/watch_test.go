@@ -1,0 +1,262 @@
+//go:build linux
+
+package snapshot_test
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/internal/watch"
+	"github.com/snapback/snapback/snapshot"
+)
+
+// TestMain lets the test binary be the tree's watcher that checkpoint
+// begin starts (watch.Start runs this program with watch.ServeVerb).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == watch.ServeVerb {
+		os.Exit(watch.Serve(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// watched opens a repository whose checkpoints use the tree's watcher
+// (this test binary), stopped when the test ends.
+func watched(t *testing.T, root string, ignore ...string) *snapshot.Repo {
+	t.Helper()
+	snapshot.WatchTree = true
+	t.Cleanup(func() { snapshot.WatchTree = false })
+	t.Setenv("SNAPBACK_WATCH_IDLE", "2m") // a watcher the test leaves behind does not stay
+	r := openRepo(t, root, ignore...)
+	t.Cleanup(func() { watch.Stop(r.Dir) })
+	return r
+}
+
+// waitWatcher waits until the watcher gives tokens.
+func waitWatcher(t *testing.T, r *snapshot.Repo) {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		if _, err := watch.Mark(r.Dir); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the watcher gave no token in 5 s")
+}
+
+// fuzzOps changes a small tree at random in every way a checkpoint
+// records: contents, modes, times, renames of files and directories,
+// removals, symlinks, hard links, new directories, a directory replaced
+// by a file and a file by a directory.
+type fuzzOps struct {
+	t    *testing.T
+	root string
+	rnd  *rand.Rand
+	n    int
+}
+
+func (f *fuzzOps) path() string {
+	depth := 1 + f.rnd.Intn(3)
+	parts := make([]string, depth)
+	for i := range parts {
+		parts[i] = fmt.Sprintf("%c%d", "dfx"[f.rnd.Intn(3)], f.rnd.Intn(3))
+	}
+	return filepath.Join(parts...)
+}
+
+func (f *fuzzOps) do() string {
+	f.n++
+	p, q := f.path(), f.path()
+	abs, absq := filepath.Join(f.root, p), filepath.Join(f.root, q)
+	var what string
+	var err error
+	switch f.rnd.Intn(13) {
+	case 0, 1:
+		what = "write " + p
+		if err = os.MkdirAll(filepath.Dir(abs), 0o755); err == nil {
+			err = os.WriteFile(abs, []byte(fmt.Sprintf("content %d\n", f.n)), 0o644)
+		}
+	case 2:
+		what = "append " + p
+		var fh *os.File
+		if fh, err = os.OpenFile(abs, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0); err == nil {
+			_, err = fmt.Fprintf(fh, "more %d\n", f.n)
+			fh.Close()
+		}
+	case 3:
+		what = "rename " + p + " " + q
+		if err = os.MkdirAll(filepath.Dir(absq), 0o755); err == nil {
+			err = os.Rename(abs, absq)
+		}
+	case 4:
+		what = "remove " + p
+		err = os.RemoveAll(abs)
+	case 5:
+		what = "chmod " + p
+		err = syscall.Chmod(abs, uint32(0o600+f.rnd.Intn(2)*0o44))
+	case 6:
+		what = "symlink " + p
+		if err = os.MkdirAll(filepath.Dir(abs), 0o755); err == nil {
+			err = os.Symlink(q, abs)
+		}
+	case 7:
+		what = "link " + p + " " + q
+		if err = os.MkdirAll(filepath.Dir(absq), 0o755); err == nil {
+			err = os.Link(abs, absq)
+		}
+	case 8:
+		what = "mkdir " + p
+		err = os.MkdirAll(abs, 0o755)
+	case 9:
+		what = "dir to file " + p
+		if st, e := os.Lstat(abs); e == nil && st.IsDir() {
+			if err = os.RemoveAll(abs); err == nil {
+				err = os.WriteFile(abs, []byte("was a dir\n"), 0o644)
+			}
+		}
+	case 10:
+		what = "file to dir " + p
+		if st, e := os.Lstat(abs); e == nil && st.Mode().IsRegular() {
+			if err = os.Remove(abs); err == nil {
+				err = os.WriteFile(filepath.Join(abs, "in"), []byte("was a file\n"), 0o644)
+				if err != nil {
+					err = os.MkdirAll(abs, 0o755)
+				}
+			}
+		}
+	case 11:
+		what = "touch " + p
+		when := time.Unix(1_700_000_000+int64(f.rnd.Intn(1000)), 0)
+		err = os.Chtimes(abs, when, when)
+	case 12:
+		what = "replace " + p + " by a rename"
+		tmp := abs + ".tmp"
+		if err = os.WriteFile(tmp, []byte(fmt.Sprintf("replaced %d\n", f.n)), 0o644); err == nil {
+			err = os.Rename(tmp, abs)
+			os.Remove(tmp) // when the rename failed; gone otherwise
+		}
+	}
+	if err != nil {
+		what += " (failed: " + strings.SplitN(err.Error(), ": ", 2)[0] + ")"
+	}
+	return what
+}
+
+// seedOf reads SNAPBACK_WATCH_SEED, else picks one.
+func seedOf(t *testing.T) int64 {
+	if s := os.Getenv("SNAPBACK_WATCH_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		treetest.Must(t, err)
+		return n
+	}
+	return time.Now().UnixNano()
+}
+
+// Every watched checkpoint end records exactly what a scan of the whole
+// tree records, over random turns of random changes (and changes between
+// turns, a person's), while the watcher is started, stopped and killed at
+// random moments: a turn the watcher cannot vouch for is read whole.
+// SNAPBACK_WATCH_TURNS sets the number of turns (scripts/fuzz.sh watch
+// runs many), SNAPBACK_WATCH_SEED repeats a run.
+func TestWatchedCheckpointExact(t *testing.T) {
+	turns := 300
+	if testing.Short() {
+		turns = 60
+	}
+	if s := os.Getenv("SNAPBACK_WATCH_TURNS"); s != "" {
+		var err error
+		turns, err = strconv.Atoi(s)
+		treetest.Must(t, err)
+	}
+	seed := seedOf(t)
+	t.Logf("seed %d (SNAPBACK_WATCH_SEED repeats it)", seed)
+	root := t.TempDir()
+	rnd := rand.New(rand.NewSource(seed))
+	f := &fuzzOps{t: t, root: root, rnd: rnd}
+	for i := 0; i < 30; i++ {
+		f.do()
+	}
+	r := watched(t, root, "x2/", "*.tmp")
+	var warned []string
+	r.Warn = func(m string) { warned = append(warned, m) }
+	nWatched, ops := 0, 0
+	for turn := 0; turn < turns; turn++ {
+		var log []string
+		m, _, err := r.BeginCheckpoint("", fmt.Sprint("turn ", turn))
+		treetest.Must(t, err)
+		killed := false
+		for i, n := 0, rnd.Intn(12); i < n; i++ {
+			log = append(log, f.do())
+			ops++
+			switch rnd.Intn(40) {
+			case 0: // killed in the middle of the turn
+				if pid := watch.Pid(r.Dir); pid > 0 && watch.Running(r.Dir) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					log = append(log, "(watcher killed)")
+					killed = true
+				}
+			case 1: // stopped
+				treetest.Must(t, watch.Stop(r.Dir))
+				log = append(log, "(watcher stopped)")
+				killed = true
+			}
+		}
+		asEnd, full, wasWatched, err := snapshot.NarrowBoth(r, m)
+		if err != nil {
+			t.Fatalf("seed %d turn %d: %v\n%s", seed, turn, err, strings.Join(log, "\n"))
+		}
+		if asEnd != full {
+			b1, _ := r.LoadManifest(asEnd[0])
+			a1, _ := r.LoadManifest(asEnd[1])
+			b2, _ := r.LoadManifest(full[0])
+			a2, _ := r.LoadManifest(full[1])
+			t.Fatalf("seed %d turn %d (watched %v): the end recorded\n before %s\n after %s\nthe full scan\n before %s\n after %s\nafter:\n%s",
+				seed, turn, wasWatched, paths(b1), paths(a1), paths(b2), paths(a2), strings.Join(log, "\n"))
+		}
+		if killed && wasWatched {
+			t.Fatalf("seed %d turn %d: the watcher stopped during the turn, yet the end was watched", seed, turn)
+		}
+		if wasWatched {
+			nWatched++
+		}
+		if _, _, err := r.EndCheckpoint(""); err != nil {
+			t.Fatalf("seed %d turn %d: end: %v", seed, turn, err)
+		}
+		// A person's changes between turns, sometimes while the watcher
+		// starts (the begin before started it).
+		for i, n := 0, rnd.Intn(3); i < n; i++ {
+			f.do()
+		}
+		if rnd.Intn(30) == 0 {
+			if pid := watch.Pid(r.Dir); pid > 0 && watch.Running(r.Dir) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	t.Logf("%d turns, %d changes, %d watched; warnings: %d", turns, ops, nWatched, len(warned))
+	for _, w := range warned {
+		t.Log(w)
+	}
+	if nWatched < turns/2 {
+		t.Fatalf("only %d of %d turns were watched: the test tests little", nWatched, turns)
+	}
+}
+
+func paths(m snapshot.Manifest) string {
+	var out []string
+	for _, e := range m {
+		s := e.Path + ":" + e.Type.String()
+		if e.Link != "" {
+			s += "=>" + e.Link
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, " ")
+}
