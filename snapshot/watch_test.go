@@ -260,3 +260,69 @@ func paths(m snapshot.Manifest) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// A watcher whose kernel queue overflowed cannot vouch for the stretch
+// it lost events in: that end reads the whole tree and says why, and the
+// next turn is watched again. The queue is made small for the test
+// (fs.inotify.max_queued_events, read when an inotify instance is made:
+// set back as soon as the watcher has made its own), and the watcher is
+// stopped (SIGSTOP) while the turn makes more changes than it holds.
+func TestWatchOverflowReadsWhole(t *testing.T) {
+	const knob = "/proc/sys/fs/inotify/max_queued_events"
+	if !treetest.Require(t, "root", os.Geteuid() == 0, "setting "+knob+" needs root") {
+		t.Skip("SNAPBACK_REQUIRE does not name root")
+	}
+	root := t.TempDir()
+	for i := 0; i < 20; i++ {
+		treetest.Write(t, root, fmt.Sprintf("d/f%02d", i), "start\n", 0o644)
+	}
+	r := watched(t, root)
+	var warned []string
+	r.Warn = func(m string) { warned = append(warned, m) }
+	was, err := os.ReadFile(knob)
+	treetest.Must(t, err)
+	treetest.Must(t, os.WriteFile(knob, []byte("16\n"), 0o644))
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			treetest.Must(t, os.WriteFile(knob, was, 0o644))
+		}
+	}
+	defer restore()
+	m, _, err := r.BeginCheckpoint("", "starts the watcher")
+	treetest.Must(t, err)
+	waitWatcher(t, r)
+	restore()
+	_, _, err = r.EndCheckpoint("")
+	treetest.Must(t, err)
+
+	m, _, err = r.BeginCheckpoint("", "overflows")
+	treetest.Must(t, err)
+	pid := watch.Pid(r.Dir)
+	treetest.Must(t, syscall.Kill(pid, syscall.SIGSTOP))
+	for i := 0; i < 20; i++ {
+		treetest.Write(t, root, fmt.Sprintf("d/f%02d", i), "turn\n", 0o644)
+	}
+	treetest.Must(t, syscall.Kill(pid, syscall.SIGCONT))
+	asEnd, full, wasWatched, err := snapshot.NarrowBoth(r, m)
+	treetest.Must(t, err)
+	if wasWatched || asEnd != full {
+		t.Fatalf("after an overflow: watched %v, records equal %v", wasWatched, asEnd == full)
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "overflowed") {
+		t.Fatalf("warnings %q, want one naming the overflow", warned)
+	}
+	_, _, err = r.EndCheckpoint("")
+	treetest.Must(t, err)
+
+	// A new generation vouches again.
+	m, _, err = r.BeginCheckpoint("", "watched")
+	treetest.Must(t, err)
+	treetest.Write(t, root, "d/f00", "again\n", 0o644)
+	asEnd, full, wasWatched, err = snapshot.NarrowBoth(r, m)
+	treetest.Must(t, err)
+	if !wasWatched || asEnd != full {
+		t.Fatalf("the turn after: watched %v, records equal %v (warnings %q)", wasWatched, asEnd == full, warned)
+	}
+}
