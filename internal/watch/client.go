@@ -223,6 +223,7 @@ func Start(root, store string) error {
 		}
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	closeInherited()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start watcher: %w", err)
 	}

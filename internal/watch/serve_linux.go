@@ -60,6 +60,7 @@ type server struct {
 	events      chan []event
 	marksWd     int32
 	rootWd      int32
+	rootID      [2]uint64        // the root's device and inode
 	wds         map[int32]string // each watch's directory, relative to the root
 
 	gen    uint64
@@ -88,9 +89,13 @@ func Serve(args []string) int {
 }
 
 func (s *server) run() error {
+	// Made here, never the store itself: a store removed meanwhile
+	// (with its tree) stays removed.
 	dir := watchDir(s.store)
-	if err := os.MkdirAll(filepath.Join(dir, "marks"), 0o700); err != nil {
-		return err
+	for _, d := range []string{dir, filepath.Join(dir, "marks")} {
+		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
@@ -130,8 +135,16 @@ func (s *server) run() error {
 	}
 	defer func() { s.in.Close() }() // the instance, with its watches
 	timer := time.NewTimer(idle)
+	// The root's own removal is an event only once nothing holds its
+	// directory: its presence, and the store's, are looked at too.
+	check := time.NewTicker(checkEvery)
+	defer check.Stop()
 	for {
 		select {
+		case <-check.C:
+			if !s.stillThere(lock) {
+				return nil
+			}
 		case evs, ok := <-s.events:
 			if !ok {
 				continue // an instance closed by begin: its reader is done
@@ -150,6 +163,22 @@ func (s *server) run() error {
 			return nil
 		}
 	}
+}
+
+// checkEvery: how often the watcher looks whether its root and store
+// are still where they were.
+const checkEvery = 5 * time.Second
+
+// stillThere reports whether the root is the directory watched and lock
+// the store's lock file: a tree removed (or moved, or replaced) and its
+// store have no use for the watcher.
+func (s *server) stillThere(lock *os.File) bool {
+	var root, held, named unix.Stat_t
+	if unix.Lstat(s.root, &root) != nil || unix.Fstat(int(lock.Fd()), &held) != nil ||
+		unix.Lstat(filepath.Join(watchDir(s.store), "lock"), &named) != nil {
+		return false
+	}
+	return root.Dev == s.rootID[0] && root.Ino == s.rootID[1] && held.Dev == named.Dev && held.Ino == named.Ino
 }
 
 // accept reads each connection's one request line and passes it on.
@@ -228,10 +257,15 @@ func (s *server) begin(why string) error {
 		s.broken = fmt.Sprintf("the root's filesystem (type %#x) may change without the kernel's events (a network filesystem, FUSE, overlayfs)", st.Type)
 		return nil
 	}
+	var rst unix.Stat_t
+	if err := unix.Lstat(s.root, &rst); err != nil {
+		return err
+	}
+	s.rootID = [2]uint64{rst.Dev, rst.Ino}
 	s.rootWd = -1
 	s.addTree("")
-	if s.rootWd < 0 && s.broken == "" {
-		s.broken = "the root could not be watched"
+	if s.rootWd < 0 {
+		return fmt.Errorf("watch %s: %s", s.root, s.broken) // gone, or not to be watched: nothing to do
 	}
 	return nil
 }

@@ -21,3 +21,10 @@ func sockAddr(store string) (addr string, dirFd int, err error) {
 	}
 	return fmt.Sprintf("/proc/self/fd/%d/sock", fd), fd, nil
 }
+
+// closeInherited marks every descriptor above stderr close-on-exec: this
+// process's own are already, but those it inherited (a test harness's
+// pipe) would otherwise stay open in the watcher, for as long as it runs.
+func closeInherited() {
+	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) // an old kernel: they stay inherited, as before
+}

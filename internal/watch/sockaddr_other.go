@@ -8,3 +8,5 @@ import "path/filepath"
 func sockAddr(store string) (addr string, dirFd int, err error) {
 	return filepath.Join(watchDir(store), "sock"), -1, nil
 }
+
+func closeInherited() {}
