@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -70,6 +71,9 @@ type server struct {
 	// pending questions, by the name of their marker.
 	pending map[string]request
 	marks   int
+	// walking says why no question is answered while the watches are
+	// being added ("": they are all there).
+	walking atomic.Value
 }
 
 // Serve runs a watcher of the tree at args[0] for the store at args[1]
@@ -124,7 +128,7 @@ func (s *server) run() error {
 	}
 	defer ln.Close() // removes the socket
 	reqs := make(chan request)
-	go accept(ln, reqs)
+	go accept(ln, reqs, &s.walking)
 
 	idle := defaultIdle
 	if d, err := time.ParseDuration(os.Getenv("SNAPBACK_WATCH_IDLE")); err == nil && d > 0 {
@@ -181,8 +185,11 @@ func (s *server) stillThere(lock *os.File) bool {
 	return root.Dev == s.rootID[0] && root.Ino == s.rootID[1] && held.Dev == named.Dev && held.Ino == named.Ino
 }
 
-// accept reads each connection's one request line and passes it on.
-func accept(ln net.Listener, reqs chan<- request) {
+// accept reads each connection's one request line and passes it on;
+// while the watcher adds its watches (walking holds why), it answers
+// at once that it cannot vouch: a begin must not wait for the walk of a
+// large tree.
+func accept(ln net.Listener, reqs chan<- request, walking *atomic.Value) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -195,7 +202,12 @@ func accept(ln net.Listener, reqs chan<- request) {
 				c.Close()
 				return
 			}
-			reqs <- request{strings.TrimSuffix(line, "\n"), c}
+			line = strings.TrimSuffix(line, "\n")
+			if why, _ := walking.Load().(string); why != "" && line != "quit" {
+				answerNo(c, why)
+				return
+			}
+			reqs <- request{line, c}
 		}()
 	}
 }
@@ -222,6 +234,12 @@ func (l *limited) Read(b []byte) (int, error) {
 // and watches go with it), a new journal, every directory watched again.
 // why says why the one before was given up ("" at the start).
 func (s *server) begin(why string) error {
+	if why == "" {
+		s.walking.Store("the watcher is starting: it is adding its watches")
+	} else {
+		s.walking.Store("the watcher lost events (" + why + ") and is adding its watches again")
+	}
+	defer s.walking.Store("")
 	if s.in != nil {
 		s.lost[s.gen] = why
 		s.in.Close() // its reader sees the close and stops
