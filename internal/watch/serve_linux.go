@@ -359,6 +359,15 @@ func (s *server) addTree(p string) {
 		return
 	}
 	f := os.NewFile(uintptr(fd), abs)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err == nil && st.Dev != s.rootID[0] {
+		// Another filesystem mounted in the tree: it must be one whose
+		// changes are all this kernel's, as the root's.
+		var fs unix.Statfs_t
+		if err := unix.Fstatfs(fd, &fs); err != nil || localFS[int64(fs.Type)] == "" {
+			s.fail(fmt.Sprintf("the filesystem mounted at %q (type %#x) may change without the kernel's events", p, fs.Type))
+		}
+	}
 	ents, err := f.ReadDir(-1)
 	f.Close() // read-only
 	if err != nil {
