@@ -346,6 +346,12 @@ func (s *server) addTree(p string) {
 		s.fail(fmt.Sprintf("watch %q: %v", p, err))
 		return
 	}
+	if was, ok := s.wds[int32(wd)]; ok && was != p {
+		// One directory at two paths (a bind mount in the tree): its
+		// events would be told under one of them only.
+		s.fail(fmt.Sprintf("the directory at %q is at %q too (a bind mount?)", p, was))
+		return
+	}
 	s.wds[int32(wd)] = p
 	if p == "" {
 		s.rootWd = int32(wd)
