@@ -180,15 +180,9 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
-	token, watched := r.watchMark() // before the scan: what changes during it is named at the end
-	tree, err := r.snapTree(m)
-	if err != nil {
+	if _, _, err := r.beginTree(m); err != nil {
 		r.releasePayloads(m.ID)
 		return nil, false, err
-	}
-	if watched {
-		// Without it the end reads the whole tree: no harm.
-		_ = r.saveWatchToken(m.ID, token, tree)
 	}
 	return m, true, nil
 }
@@ -213,7 +207,7 @@ func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) 
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
-	r.dropWatchToken(m.ID)
+	r.keepWatchBase(m.ID)
 	return m, dropped, nil
 }
 

@@ -72,8 +72,9 @@ type Repo struct {
 	*Reader
 	// RecoverNote says what the last [Repo.Recover] did, for the user.
 	RecoverNote string
-	// LastWatched says whether the last checkpoint end read only the
-	// paths the tree's watcher named (watch.go), not the whole tree.
+	// LastWatched says whether the last checkpoint begin or end read
+	// only the paths the tree's watcher named (watch.go), not the whole
+	// tree.
 	LastWatched bool
 }
 

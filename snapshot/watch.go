@@ -9,23 +9,31 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/watch"
 )
 
-// A checkpoint's end reads only what changed, when the tree's watcher
-// (package internal/watch) vouches for the stretch: [Repo.BeginCheckpoint]
-// asks it for a token, starting one when none runs, and keeps it in
-// watch/since/ID with the files that had several names (hard links: a
-// change made through another name is reported under that name only, or
-// not at all from outside the tree); [Repo.EndCheckpoint] asks for the
-// paths changed since the token and reads those, the directories they
-// are in, everything below a directory that appeared, and those files,
-// then patches the tree's state at the begin with what it read. Where
-// the watcher cannot vouch (it was not running at the begin, it restarted
-// or lost events since, a watch could not be added, a new hard link's
-// other names are unknown), the end reads the whole tree, as without a
-// watcher, and says why when the begin had a token.
+// A checkpoint reads only what changed, when the tree's watcher (package
+// internal/watch) vouches for the stretch. Its begin asks for a token
+// (starting a watcher when none runs) and keeps it in watch/since/ID
+// with the id of the tree's state it recorded and the files that had
+// several names (hard links: a change made through another name is
+// reported under that name only, or not at all from outside the tree).
+// Its end asks for the paths changed since the token and reads those,
+// the directories they are in, everything below a directory that
+// appeared, and those files, and patches the begin's state with what it
+// read ([Repo.patched]): the state now, as a scan of the whole tree
+// would have read it. The token file then becomes watch/base, from which
+// the next begin does the same: the state of the previous begin patched
+// with what changed since, instead of a scan of the whole tree.
+//
+// Where the watcher cannot vouch (it was not running at the begin, it
+// restarted or lost events since, a watch could not be added, a new
+// hard link's other names are unknown, snapback.toml changed), the tree
+// is read whole, as without a watcher, and an end says why when its
+// begin had a token. gc and check --repair drop watch/base: its state
+// names contents no record may keep.
 
 // WatchTree says whether checkpoints use the tree's watcher. A program
 // sets it when it runs [watch.Serve] for watch.ServeVerb (the snapback
@@ -51,11 +59,20 @@ func (r *Repo) watchMark() (watch.Token, bool) {
 	return t, err == nil
 }
 
-// saveWatchToken keeps checkpoint id's token and the files of tree (its
-// state at the begin) that have several names.
-func (r *Repo) saveWatchToken(id string, t watch.Token, tree Manifest) error {
+// watchToken is what watch/since/ID and watch/base hold: a token, the
+// id of the tree's state at that token, and the inode of each file that
+// had several names then.
+type watchToken struct {
+	token    watch.Token
+	manifest string
+	links    map[string][2]uint64
+}
+
+// saveWatchToken keeps checkpoint id's token, the id of the tree's state
+// it recorded, and the files of tree (that state) that have several names.
+func (r *Repo) saveWatchToken(id string, t watch.Token, manifest string, tree Manifest) error {
 	var b strings.Builder
-	b.WriteString(t.String() + "\n")
+	b.WriteString(t.String() + "\n" + manifest + "\n")
 	for i := range tree {
 		if e := &tree[i]; e.Type == File && e.Nlink > 1 {
 			fmt.Fprintf(&b, "%d:%d:%s\x00", e.Inode[0], e.Inode[1], e.Path)
@@ -68,44 +85,133 @@ func (r *Repo) saveWatchToken(id string, t watch.Token, tree Manifest) error {
 	return fsutil.WriteFileAtomic(r.watchTokenPath(id), []byte(b.String()), 0o600)
 }
 
-// loadWatchToken reads checkpoint id's token file: the token, and the
-// inode of each file that had several names at the begin.
-func (r *Repo) loadWatchToken(id string) (watch.Token, map[string][2]uint64, error) {
-	b, err := r.readFile(r.watchTokenPath(id), maxManifestSize)
+// loadWatchToken reads a token file (watch/since/ID or watch/base).
+func (r *Repo) loadWatchToken(path string) (*watchToken, error) {
+	b, err := r.readFile(path, maxManifestSize)
 	if err != nil {
-		return watch.Token{}, nil, err
+		return nil, err
 	}
-	bad := func(what string) error { return fmt.Errorf("%s: %w: %s", r.watchTokenPath(id), ErrCorrupt, what) }
+	bad := func(what string) error { return fmt.Errorf("%s: %w: %s", path, ErrCorrupt, what) }
 	line, rest, ok := strings.Cut(string(b), "\n")
 	if !ok {
-		return watch.Token{}, nil, bad("no token line")
+		return nil, bad("no token line")
 	}
 	t, err := watch.ParseToken(line)
 	if err != nil {
-		return watch.Token{}, nil, bad(err.Error())
+		return nil, bad(err.Error())
 	}
-	links := map[string][2]uint64{}
+	w := &watchToken{token: t, links: map[string][2]uint64{}}
+	if w.manifest, rest, ok = strings.Cut(rest, "\n"); !ok {
+		return nil, bad("no manifest line")
+	}
+	if _, ok := ParseObjectID(w.manifest); !ok {
+		return nil, bad(fmt.Sprintf("manifest %.70q", w.manifest))
+	}
 	for rest != "" {
 		var rec string
 		if rec, rest, ok = strings.Cut(rest, "\x00"); !ok {
-			return watch.Token{}, nil, bad("a record cut short")
+			return nil, bad("a record cut short")
 		}
 		dev, rec, ok1 := strings.Cut(rec, ":")
 		ino, p, ok2 := strings.Cut(rec, ":")
 		d, err1 := strconv.ParseUint(dev, 10, 64)
 		n, err2 := strconv.ParseUint(ino, 10, 64)
 		if !ok1 || !ok2 || err1 != nil || err2 != nil || !ValidPath(p) {
-			return watch.Token{}, nil, bad(fmt.Sprintf("record %.60q", rec))
+			return nil, bad(fmt.Sprintf("record %.60q", rec))
 		}
-		links[p] = [2]uint64{d, n}
+		w.links[p] = [2]uint64{d, n}
 	}
-	return t, links, nil
+	return w, nil
 }
 
-// dropWatchToken removes checkpoint id's token file.
-func (r *Repo) dropWatchToken(id string) {
+// watchBasePath: the last begin's token file, kept by its end.
+func (r *Reader) watchBasePath() string { return r.path("watch", "base") }
+
+// keepWatchBase makes checkpoint id's token file the base of the next
+// begin (none: nothing to keep).
+func (r *Repo) keepWatchBase(id string) {
 	fsutil.Mutating()
-	os.Remove(r.watchTokenPath(id)) // none (no watcher at the begin) is fine; a leftover is never read again
+	if err := os.Rename(r.watchTokenPath(id), r.watchBasePath()); err != nil {
+		r.dropWatchBase() // none: the next begin reads the whole tree
+	}
+}
+
+// dropWatchBase removes watch/base: gc and repair, which delete
+// contents its state may name.
+func (r *Repo) dropWatchBase() error {
+	fsutil.Mutating()
+	if err := os.Remove(r.watchBasePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("drop %s: %w", r.watchBasePath(), err)
+	}
+	return nil
+}
+
+// beginTree records the tree's state into m (open, written) and returns
+// the watcher's token for it (watched false: none vouches): the last
+// begin's state patched with what changed since, when the watcher vouches
+// for that; else a scan of the whole tree.
+func (r *Repo) beginTree(m *Meta) (t watch.Token, watched bool, err error) {
+	r.LastWatched = false
+	if !watchOn() {
+		_, err := r.snapTree(m)
+		return t, false, err
+	}
+	if tree, t, ok, err := r.treeFromBase(); err != nil {
+		return t, false, err
+	} else if ok {
+		r.LastWatched = true
+		m.Files, m.Bytes = counts(tree)
+		if m.Manifest, err = r.record(tree); err != nil {
+			return t, false, err
+		}
+		if err := r.Flush(); err != nil {
+			return t, false, err
+		}
+		if err := r.WriteMeta(m); err != nil {
+			return t, false, err
+		}
+		// Without it the end reads the whole tree: no harm.
+		_ = r.saveWatchToken(m.ID, t, m.Manifest, tree)
+		return t, true, nil
+	}
+	t, watched = r.watchMark() // before the scan: what changes during it is named at the end
+	tree, err := r.snapTree(m)
+	if err != nil || !watched {
+		return t, false, err
+	}
+	// Without it the end reads the whole tree: no harm.
+	_ = r.saveWatchToken(m.ID, t, m.Manifest, tree)
+	return t, true, nil
+}
+
+// treeFromBase returns the tree's state now from watch/base and what the
+// watcher says changed since, with the token of that state; ok is false
+// where it cannot (no base, the watcher cannot vouch, snapback.toml
+// changed: the ignored paths may be others).
+func (r *Repo) treeFromBase() (tree Manifest, t watch.Token, ok bool, err error) {
+	base, err := r.loadWatchToken(r.watchBasePath())
+	if err != nil {
+		return nil, t, false, nil // none, or not readable: the whole tree is read, and the next end writes a new one
+	}
+	changes, t, err := watch.Since(r.Dir, base.token)
+	if err != nil {
+		return nil, t, false, nil
+	}
+	for _, c := range changes {
+		if c.Path == config.FileName {
+			return nil, t, false, nil
+		}
+	}
+	before, err := r.LoadManifest(base.manifest)
+	if err != nil {
+		return nil, t, false, nil // gone or damaged: read the whole tree (check says more)
+	}
+	tree, _, err = r.patched(before, changes, base.links)
+	var no *errUnvouched
+	if errors.As(err, &no) {
+		return nil, t, false, nil
+	}
+	return tree, t, err == nil, err
 }
 
 // errUnvouched: the changes the watcher named do not say everything
@@ -119,16 +225,16 @@ func (e *errUnvouched) Error() string { return e.why }
 func (r *Repo) narrowCheckpoint(m *Meta) error {
 	why := ""
 	r.LastWatched = false
-	t, links, err := r.loadWatchToken(m.ID)
+	w, err := r.loadWatchToken(r.watchTokenPath(m.ID))
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || !watchOn():
 		return r.narrowRun(m) // no watcher vouched at the begin: nothing to say
 	case err != nil:
 		why = err.Error()
 	default:
-		changes, err := watch.Since(r.Dir, t)
+		changes, _, err := watch.Since(r.Dir, w.token)
 		if err == nil {
-			err = r.narrowWatched(m, changes, links)
+			err = r.narrowWatched(m, changes, w.links)
 		}
 		var no *errUnvouched
 		var nv *watch.NotVouchedError
@@ -150,14 +256,34 @@ func (r *Repo) narrowCheckpoint(m *Meta) error {
 
 // narrowWatched narrows m to the paths changed among those the watcher
 // named (changes) and the files that had several names at the begin
-// (links): it reads them, and everything below a deep change, and
-// patches the tree's state at the begin with what it read into the
-// state now, as a scan of the whole tree would have read it.
+// (links).
 func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][2]uint64) error {
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
+	after, touched, err := r.patched(before, changes, links)
+	if err != nil {
+		return err
+	}
+	changed := map[string]bool{}
+	for p := range touched {
+		x, y := before.Find(p), after.Find(p)
+		switch {
+		case x == nil && y == nil:
+		case x == nil || y == nil || !x.SameContent(y) || !x.SameMeta(y):
+			changed[p] = true
+		}
+	}
+	return r.recordNarrowed(m, before, after, changed)
+}
+
+// patched reads what the watcher named (changes), the files that had
+// several names (links) and everything below a deep change, and patches
+// the tree's state then (before) with what it read into the state now,
+// as a scan of the whole tree would have read it; touched are the paths
+// whose entries may differ between the two.
+func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string][2]uint64) (after Manifest, touched map[string]bool, err error) {
 	listed, deep := map[string]bool{}, map[string]bool{}
 	var paths []string
 	add := func(p string, d bool) {
@@ -170,11 +296,11 @@ func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][
 	for _, c := range changes {
 		switch {
 		case c.Path == "" && c.Deep:
-			return &errUnvouched{"the watcher saw the whole tree change"}
+			return nil, nil, &errUnvouched{"the watcher saw the whole tree change"}
 		case c.Path == "":
 			continue // the root itself: no entry of its own
 		case !ValidPath(c.Path):
-			return &errUnvouched{fmt.Sprintf("the watcher named a path no tree has: %.60q", c.Path)}
+			return nil, nil, &errUnvouched{fmt.Sprintf("the watcher named a path no tree has: %.60q", c.Path)}
 		case r.visible(c.Path):
 			add(c.Path, c.Deep)
 		}
@@ -185,7 +311,7 @@ func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][
 	sort.Strings(paths)
 	read, err := r.readChanged(paths, deep)
 	if err != nil {
-		return fmt.Errorf("finish run %s: %w", m.ID, err)
+		return nil, nil, fmt.Errorf("read the changed paths: %w", err)
 	}
 	// What a scan of the tree would not hold: a listed path that is gone
 	// (absent), a socket or device (absent too), an ignored one.
@@ -197,11 +323,11 @@ func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][
 		fresh = append(fresh, e)
 	}
 	if err := regroupLinks(fresh, links); err != nil {
-		return err
+		return nil, nil, err
 	}
-	// The state now: the begin's, less what was read again and all that
-	// was below a deep change, plus what was read.
-	touched := map[string]bool{}
+	// The state now: the state then, less what was read again and all
+	// that was below a deep change, plus what was read.
+	touched = map[string]bool{}
 	for _, p := range paths {
 		touched[p] = true
 	}
@@ -221,7 +347,7 @@ func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][
 	}
 	// Both in order: merged, not sorted again (a sort of the whole
 	// tree's entries cost more than the rest of the end).
-	after := make(Manifest, 0, len(before)+len(fresh))
+	after = make(Manifest, 0, len(before)+len(fresh))
 	j := 0
 	for i := range before {
 		if drop[i] || touched[before[i].Path] {
@@ -233,16 +359,7 @@ func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][
 		after = append(after, before[i])
 	}
 	after = append(after, fresh[j:]...)
-	changed := map[string]bool{}
-	for p := range touched {
-		x, y := before.Find(p), after.Find(p)
-		switch {
-		case x == nil && y == nil:
-		case x == nil || y == nil || !x.SameContent(y) || !x.SameMeta(y):
-			changed[p] = true
-		}
-	}
-	return r.recordNarrowed(m, before, after, changed)
+	return after, touched, nil
 }
 
 // readChanged reads paths (and everything below those deep says), storing

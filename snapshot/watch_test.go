@@ -186,11 +186,24 @@ func TestWatchedCheckpointExact(t *testing.T) {
 	r := watched(t, root, "x2/", "*.tmp")
 	var warned []string
 	r.Warn = func(m string) { warned = append(warned, m) }
-	nWatched, ops := 0, 0
+	nWatched, nBegins, ops := 0, 0, 0
 	for turn := 0; turn < turns; turn++ {
 		var log []string
 		m, _, err := r.BeginCheckpoint("", fmt.Sprint("turn ", turn))
 		treetest.Must(t, err)
+		beganWatched := r.LastWatched
+		// The state the begin recorded is what a scan of the tree reads.
+		scanned, err := r.ScanTree(true)
+		treetest.Must(t, err)
+		fullID, err := r.PutManifest(scanned)
+		treetest.Must(t, err)
+		if fullID.String() != m.Manifest {
+			got, _ := r.LoadManifest(m.Manifest)
+			t.Fatalf("seed %d turn %d (begin watched %v): the begin recorded\n %s\nthe full scan\n %s", seed, turn, beganWatched, paths(got), paths(scanned))
+		}
+		if beganWatched {
+			nBegins++
+		}
 		killed := false
 		for i, n := 0, rnd.Intn(12); i < n; i++ {
 			log = append(log, f.do())
@@ -240,12 +253,12 @@ func TestWatchedCheckpointExact(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d turns, %d changes, %d watched; warnings: %d", turns, ops, nWatched, len(warned))
+	t.Logf("%d turns, %d changes, %d ends and %d begins watched; warnings: %d", turns, ops, nWatched, nBegins, len(warned))
 	for _, w := range warned {
 		t.Log(w)
 	}
-	if nWatched < turns/3 {
-		t.Fatalf("only %d of %d turns were watched: the test tests little", nWatched, turns)
+	if nWatched < turns/3 || nBegins < turns/3 {
+		t.Fatalf("only %d ends and %d begins of %d turns were watched: the test tests little", nWatched, nBegins, turns)
 	}
 }
 

@@ -131,32 +131,36 @@ func Mark(store string) (Token, error) {
 	return ParseToken(first)
 }
 
-// Since returns the paths that changed after t, each once, in no order;
-// when the watcher cannot vouch for the whole stretch, a NotVouchedError
-// says why (ErrNotRunning: none runs).
-func Since(store string, t Token) ([]Change, error) {
+// Since returns the paths that changed after t, each once, in no order,
+// and the token of the moment it asked: every change after it gets a
+// greater number (what is read after Since returns is at least as new).
+// When the watcher cannot vouch for the whole stretch, a
+// NotVouchedError says why (ErrNotRunning: none runs).
+func Since(store string, t Token) ([]Change, Token, error) {
 	first, br, c, err := ask(store, "since "+t.String())
 	if err != nil {
-		return nil, err
+		return nil, Token{}, err
 	}
 	defer c.Close() // read-only use
-	n, err := strconv.Atoi(first)
-	if err != nil || n < 0 || n > maxChanges {
-		return nil, fmt.Errorf("watcher: answer count %q", first)
+	count, at, _ := strings.Cut(first, " ")
+	n, err1 := strconv.Atoi(count)
+	seq, err2 := strconv.ParseUint(at, 10, 64)
+	if err1 != nil || err2 != nil || n < 0 || n > maxChanges || seq < t.Seq {
+		return nil, Token{}, fmt.Errorf("watcher: answer %q", first)
 	}
 	out := make([]Change, 0, n)
 	for i := 0; i < n; i++ {
 		rec, err := br.ReadString(0)
 		if err != nil {
-			return nil, fmt.Errorf("watcher: answer cut short after %d of %d paths: %w", i, n, err)
+			return nil, Token{}, fmt.Errorf("watcher: answer cut short after %d of %d paths: %w", i, n, err)
 		}
 		rec = rec[:len(rec)-1]
 		if len(rec) < 1 || rec[0] != 'd' && rec[0] != 's' {
-			return nil, fmt.Errorf("watcher: record %.40q", rec)
+			return nil, Token{}, fmt.Errorf("watcher: record %.40q", rec)
 		}
 		out = append(out, Change{Path: rec[1:], Deep: rec[0] == 'd'})
 	}
-	return out, nil
+	return out, Token{t.Gen, seq}, nil
 }
 
 // Stop asks the watcher of store to exit, and waits (up to a few

@@ -524,7 +524,7 @@ func (s *server) answer(name string) {
 		return
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "ok %d\n", len(changes))
+	fmt.Fprintf(&b, "ok %d %d\n", len(changes), s.j.seq)
 	for _, c := range changes {
 		if c.Deep {
 			b.WriteByte('d')
