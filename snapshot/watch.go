@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -156,13 +157,15 @@ func (r *Repo) beginTree(m *Meta) (t watch.Token, watched bool, err error) {
 		_, err := r.snapTree(m)
 		return t, false, err
 	}
-	if tree, t, ok, err := r.treeFromBase(); err != nil {
+	if tree, id, t, ok, err := r.treeFromBase(); err != nil {
 		return t, false, err
 	} else if ok {
 		r.LastWatched = true
 		m.Files, m.Bytes = counts(tree)
-		if m.Manifest, err = r.record(tree); err != nil {
-			return t, false, err
+		if m.Manifest = id; id == "" {
+			if m.Manifest, err = r.record(tree); err != nil {
+				return t, false, err
+			}
 		}
 		if err := r.Flush(); err != nil {
 			return t, false, err
@@ -185,33 +188,61 @@ func (r *Repo) beginTree(m *Meta) (t watch.Token, watched bool, err error) {
 }
 
 // treeFromBase returns the tree's state now from watch/base and what the
-// watcher says changed since, with the token of that state; ok is false
+// watcher says changed since, with the token of that state, and the id
+// of the base's state when it is the same ("": it is not); ok is false
 // where it cannot (no base, the watcher cannot vouch, snapback.toml
 // changed: the ignored paths may be others).
-func (r *Repo) treeFromBase() (tree Manifest, t watch.Token, ok bool, err error) {
+func (r *Repo) treeFromBase() (tree Manifest, id string, t watch.Token, ok bool, err error) {
 	base, err := r.loadWatchToken(r.watchBasePath())
 	if err != nil {
-		return nil, t, false, nil // none, or not readable: the whole tree is read, and the next end writes a new one
+		return nil, "", t, false, nil // none, or not readable: the whole tree is read, and the next end writes a new one
 	}
 	changes, t, err := watch.Since(r.Dir, base.token)
 	if err != nil {
-		return nil, t, false, nil
+		return nil, "", t, false, nil
 	}
 	for _, c := range changes {
 		if c.Path == config.FileName {
-			return nil, t, false, nil
+			return nil, "", t, false, nil
 		}
 	}
 	before, err := r.LoadManifest(base.manifest)
 	if err != nil {
-		return nil, t, false, nil // gone or damaged: read the whole tree (check says more)
+		return nil, "", t, false, nil // gone or damaged: read the whole tree (check says more)
 	}
-	tree, _, err = r.patched(before, changes, base.links)
+	tree, touched, err := r.patched(before, changes, base.links)
 	var no *errUnvouched
 	if errors.As(err, &no) {
-		return nil, t, false, nil
+		return nil, "", t, false, nil
 	}
-	return tree, t, err == nil, err
+	if err != nil {
+		return nil, "", t, false, err
+	}
+	if sameAt(before, tree, touched) {
+		id = base.manifest // nothing changed since the last begin (a turn that only read): nothing to write
+	}
+	return tree, id, t, true, nil
+}
+
+// sameAt reports whether x and y hold the same entries at paths (as
+// recorded: the scan's ctime, inode and link count are not).
+func sameAt(x, y Manifest, paths map[string]bool) bool {
+	for p := range paths {
+		a, b := x.Find(p), y.Find(p)
+		if a == nil || b == nil {
+			if a != b {
+				return false
+			}
+			continue
+		}
+		ea, eb := *a, *b
+		ea.Ctime, ea.Inode, ea.Nlink = 0, [2]uint64{}, 0
+		eb.Ctime, eb.Inode, eb.Nlink = 0, [2]uint64{}, 0
+		if !reflect.DeepEqual(ea, eb) {
+			return false
+		}
+	}
+	return true
 }
 
 // errUnvouched: the changes the watcher named do not say everything
