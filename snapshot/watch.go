@@ -345,10 +345,11 @@ func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string
 		return nil, nil, fmt.Errorf("read the changed paths: %w", err)
 	}
 	// What a scan of the tree would not hold: a listed path that is gone
-	// (absent), a socket or device (absent too), an ignored one.
+	// (absent), a socket or device (absent too), an ignored one, and what
+	// is below an ignored directory (a listed one, read deep).
 	fresh := read[:0:0]
 	for _, e := range read {
-		if e.Type == Absent || listed[e.Path] && r.ign != nil && r.ign.Ignored(e.Path, e.Type == Dir) {
+		if e.Type == Absent || !r.visible(e.Path) || r.ign != nil && r.ign.Ignored(e.Path, e.Type == Dir) {
 			continue
 		}
 		fresh = append(fresh, e)

@@ -339,3 +339,35 @@ func TestWatchOverflowReadsWhole(t *testing.T) {
 		t.Fatalf("the turn after: watched %v, records equal %v (warnings %q)", wasWatched, asEnd == full, warned)
 	}
 }
+
+// A directory that appears where the ignore rules leave it out is no
+// part of a watched checkpoint, nor is anything in it, as for a scan of
+// the whole tree; one that is not ignored is there with all it holds.
+func TestWatchedIgnoredDirectory(t *testing.T) {
+	root := t.TempDir()
+	treetest.Write(t, root, "keep.txt", "k\n", 0o644)
+	r := watched(t, root, "build/", "*.log")
+	for i := 0; i < 2; i++ { // the first starts the watcher
+		_, _, err := r.BeginCheckpoint("", "")
+		treetest.Must(t, err)
+		_, _, err = r.EndCheckpoint("")
+		treetest.Must(t, err)
+	}
+	waitWatcher(t, r)
+	m, _, err := r.BeginCheckpoint("", "")
+	treetest.Must(t, err)
+	treetest.Must(t, os.MkdirAll(filepath.Join(root, "build", "out"), 0o755))
+	treetest.Write(t, root, "build/out/a.o", "obj\n", 0o644)
+	treetest.Write(t, root, "src/b.log", "log\n", 0o644)
+	treetest.Write(t, root, "src/c.go", "package c\n", 0o644)
+	asEnd, full, wasWatched, err := snapshot.NarrowBoth(r, m)
+	treetest.Must(t, err)
+	if !wasWatched {
+		t.Fatal("the end was not watched: the test tests nothing")
+	}
+	after, err := r.LoadManifest(asEnd[1])
+	treetest.Must(t, err)
+	if asEnd != full || paths(after) != "src:dir src/c.go:file" {
+		t.Fatalf("watched end's after: %s; equal to the full scan's: %v", paths(after), asEnd == full)
+	}
+}
