@@ -24,6 +24,10 @@ type Payload struct {
 	Cwd     string `json:"cwd"`
 	Prompt  string `json:"prompt"`
 	Tool    string `json:"tool_name"`
+	// Input is the tool's input, kept whole: an edit tool's is read
+	// for the file it writes, Codex CLI's apply_patch for the files
+	// its patch names (writes.go, PatchPaths).
+	Input json.RawMessage `json:"tool_input"`
 }
 
 // ReadPayload decodes a hook payload from r.
@@ -82,18 +86,15 @@ func (h *Harness) Act(repo *snapshot.Repo, p *Payload, a Action) (string, error)
 			return "", fmt.Errorf("note the turn: %w", err)
 		}
 	case OpenLazily:
+		// Each session has its own checkpoint, beside other sessions'
+		// open ones; what this tool writes is noted in it, so that a
+		// path another session's turn changed meanwhile is told apart.
 		t, terr := LoadTurn(repo.Dir, h.Name, p.Session)
-		m, _, err := repo.BeginCheckpoint(p.Session, t.Message)
-		if err != nil {
+		if _, _, err := repo.BeginTurn(p.Session, t.Message, h.Writes(p, repo.Root)); err != nil {
 			return "", fmt.Errorf("open the turn's checkpoint: %w", err)
 		}
 		if terr != nil {
 			return "", fmt.Errorf("the turn's message: %w", terr) // the checkpoint is open, without it
-		}
-		if m.Session != p.Session {
-			// One checkpoint is open at a time: another session's (two
-			// agents in one project) takes this turn's changes too.
-			return "warning: checkpoint " + m.ID + " of session " + m.Session + " is open: this turn's changes join it", nil
 		}
 	case Close, CloseSession:
 		m, dropped, err := repo.EndCheckpoint(p.Session)

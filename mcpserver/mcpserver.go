@@ -53,6 +53,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Options say which binary the tools run, where, and which tools exist.
@@ -127,9 +128,10 @@ func New(o Options) *mcp.Server {
 		return s
 	}
 	addTool(s, r, &mcp.Tool{Name: "checkpoint", Annotations: reversible, Description: "Make a stretch of " +
-		"edits one undo step: action begin opens a checkpoint (a cheap incremental snapshot; a no-op when one " +
-		"is open), action end closes it into one undo step holding exactly the paths changed in between (none " +
-		"when nothing changed); status says whether one is open. While one is open, undo, redo and commit are " +
+		"edits one undo step: action begin opens the session's checkpoint (a cheap incremental snapshot; a no-op " +
+		"when it is open; other sessions' may be open beside it), action end closes it into one undo step holding " +
+		"the paths changed in between (none when nothing changed; with another session's open meanwhile, only its " +
+		"session's, and those not told apart marked shared); status says which are open. While one is open, undo, redo and commit are " +
 		"refused. Result: `snapback checkpoint begin --json`: {version, id, opened, session, message, created_at}; " +
 		"`checkpoint end --json`: {version, id, state: done|dropped|none, files, changes, ...}; `checkpoint status " +
 		"--json`: {version, open, id, session, message, created_at}."},
@@ -151,11 +153,12 @@ func New(o Options) *mcp.Server {
 		"yet undone (a committed run, a checkpointed turn, a snap), or the one named by id, or every step of a " +
 		"session. Only the paths it changed are put back: edits made since to other files stay. Refused, " +
 		"changing nothing, when one of those paths was changed since (the error lists them) or while a run is " +
-		"pending, unless force (what force overwrites is saved first), and while a checkpoint is open. redo puts " +
+		"pending, unless force (what force overwrites is saved first), and while a checkpoint is open. Paths a " +
+		"checkpoint shares with another session's turn are left, unless include_shared. redo puts " +
 		"it back. Result: `snapback undo --json`: {version, snapshot (the one reverted), saved (the state saved " +
-		"first)}; with session, also session and snapshots (every step it reverted)."},
+		"first), left_shared (what it left)}; with session, also session and snapshots (every step it reverted)."},
 		func(in undoIn, _ string) ([]string, error) {
-			args := flagged([]string{"undo"}, in.Force, "--force")
+			args := flagged(flagged([]string{"undo"}, in.Force, "--force"), in.IncludeShared, "--include-shared")
 			if in.Session != "" {
 				args = append(args, "--session="+in.Session)
 			}
@@ -207,15 +210,16 @@ type (
 	}
 	checkpointIn struct {
 		project
-		Action  string `json:"action" jsonschema:"begin: open a checkpoint before a stretch of edits; end: close it into one undo step; status: say whether one is open, since when, for which session"`
+		Action  string `json:"action" jsonschema:"begin: open a checkpoint before a stretch of edits; end: close it into one undo step; status: say which are open, since when, for which sessions"`
 		Message string `json:"message,omitempty" jsonschema:"with begin: what the stretch is for (shown by list), such as the prompt's first line"`
 		Session string `json:"session,omitempty" jsonschema:"a name for the agent session the checkpoint belongs to (undo with session reverts a whole session)"`
 	}
 	undoIn struct {
 		project
-		ID      string `json:"id,omitempty" jsonschema:"the snapshot to revert: its whole id, a prefix, or the end of its last part (as list shows them). Default: the newest not yet undone"`
-		Session string `json:"session,omitempty" jsonschema:"revert every step of this checkpoint session instead"`
-		Force   bool   `json:"force,omitempty" jsonschema:"revert even over paths changed since (what it overwrites is saved first)"`
+		ID            string `json:"id,omitempty" jsonschema:"the snapshot to revert: its whole id, a prefix, or the end of its last part (as list shows them). Default: the newest not yet undone"`
+		Session       string `json:"session,omitempty" jsonschema:"revert every step of this checkpoint session instead"`
+		Force         bool   `json:"force,omitempty" jsonschema:"revert even over paths changed since (what it overwrites is saved first)"`
+		IncludeShared bool   `json:"include_shared,omitempty" jsonschema:"revert too the paths and targets a checkpoint shares with another session's turn"`
 	}
 	redoIn struct {
 		project
@@ -288,7 +292,7 @@ func checkSession(s string) error {
 	if s == "" {
 		return nil
 	}
-	return snapshot.ValidSession(s)
+	return record.ValidSession(s)
 }
 
 // checkText: free text (a message, a path) that a command line can carry:

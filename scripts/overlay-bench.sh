@@ -23,18 +23,23 @@
 # (scripts/bench.sh measures `run -- true`).
 #
 # As root, with snapback on PATH or SNAPBACK=path. MODES (default
-# "overlayfs fuse fuse-overlayfs") picks the columns. fuse-overlayfs is
-# Debian's fuse-overlayfs package; when it is missing the script says so
-# and leaves its column out. WORKLOADS picks the rows.
+# "overlayfs fuse fuse+uring fuse-overlayfs") picks the columns; fuse+uring
+# is the fuse view served through FUSE over io_uring: the script switches
+# the kernel's enable_uring on for that column and off for the others,
+# and puts it back as it was (a kernel without it leaves the column out).
+# fuse-overlayfs is Debian's fuse-overlayfs package; when it is missing
+# the script says so and leaves its column out. WORKLOADS picks the rows.
 set -euo pipefail
 snapback=${SNAPBACK:-snapback}
 tree=${1:-}
 FRESH_REPS=${FRESH_REPS:-3}
 WARM_REPS=${WARM_REPS:-5}
-MODES=${MODES:-overlayfs fuse fuse-overlayfs}
+MODES=${MODES:-overlayfs fuse fuse+uring fuse-overlayfs}
 WORKLOADS=${WORKLOADS:-find tar git build vet untar}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+uring=/sys/module/fuse/parameters/enable_uring
+uring_was=$(cat "$uring" 2>/dev/null || true)
+trap 'rm -rf "$tmp"; [ -z "$uring_was" ] || echo "$uring_was" >"$uring"' EXIT
 if [ -z "$tree" ]; then
 	goroot=$(go env GOROOT)
 	mkdir "$tmp/goroot"
@@ -105,7 +110,9 @@ inview() {
 			cd / && fusermount3 -u "$1"
 			exit $rc' _ "$tree" "$tmp/fo" "$work" "$@"
 	else
-		"$snapback" run --mode "$m" --then discard -- bash "$work" "$@"
+		# fuse+uring: the fuse view with FUSE over io_uring switched on.
+		if [ -n "$uring_was" ]; then echo "$([ "$m" = fuse+uring ] && echo Y || echo N)" >"$uring"; fi
+		"$snapback" run --mode "${m%+uring}" --then discard -- bash "$work" "$@"
 	fi
 }
 
@@ -119,6 +126,10 @@ cols=()
 for m in $MODES; do
 	if [ "$m" = fuse-overlayfs ] && ! command -v fuse-overlayfs >/dev/null; then
 		echo "(fuse-overlayfs: not installed; apt-get install fuse-overlayfs to compare with it)" >&2
+		continue
+	fi
+	if [ "$m" = fuse+uring ] && [ -z "$uring_was" ]; then
+		echo "(fuse+uring: this kernel has no FUSE over io_uring, $uring)" >&2
 		continue
 	fi
 	native "$m"

@@ -46,6 +46,18 @@ if [ -c /dev/fuse ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then
 	"${sudo[@]}" chmod 0666 /dev/fuse
 fi
 
+# FUSE over io_uring (Linux 6.14+): root's switch, off by default. The
+# tests run with it on, so that every fuse view is served through the
+# ring, and once more with it off for the fuse tests and the POSIX table
+# (the step "fuse over /dev/fuse reads"); stop_services puts it back.
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_was=
+set_uring() { echo "$1" | "${sudo[@]}" tee "$uring_param" >/dev/null; }
+if [ -e "$uring_param" ]; then
+	uring_was=$(cat "$uring_param")
+	set_uring Y
+fi
+
 # rest-server, for archive push/pull over HTTP: from the Go module proxy,
 # built once into a cache. Through a throwaway module rather than `go
 # install ...@version`, whose deprecation lookup needs the module's
@@ -113,6 +125,9 @@ stop_services() {
 	if [ -n "$dockerd_pid" ]; then
 		"${sudo[@]}" kill "$dockerd_pid" 2>/dev/null || true
 		wait "$dockerd_pid" 2>/dev/null || true
+	fi
+	if [ -n "$uring_was" ]; then
+		set_uring "$uring_was" || echo "warning: could not put $uring_param back to $uring_was" >&2
 	fi
 	for ((i = ${#started[@]} - 1; i >= 0; i--)); do
 		"${sudo[@]}" service "${started[i]}" stop >/dev/null 2>&1 || echo "warning: could not stop ${started[i]}" >&2
@@ -200,6 +215,9 @@ export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0
 # Tests that need a capability skip without it, unless it is listed here:
 # then its absence fails them.
 export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3,bash-completion,zfs
+if [ -n "$uring_was" ]; then
+	SNAPBACK_REQUIRE+=,fuse-uring
+fi
 
 # --- checks ------------------------------------------------------------
 failed=()
@@ -240,6 +258,17 @@ go_test_logged() {
 	go test -count=1 -timeout 30m -json "$@" | python3 scripts/testlog.py
 }
 step "go test (the other packages)" go_test_logged "${rest[@]}"
+# The fuse view without the ring, as wherever root has not switched it on.
+fuse_device() {
+	local rc=0
+	set_uring N
+	SNAPBACK_REQUIRE=${SNAPBACK_REQUIRE//,fuse-uring/} go_test_logged -run 'Test' ./overlay/fuse/ && SNAPBACK_REQUIRE=${SNAPBACK_REQUIRE//,fuse-uring/} go_test_logged -run '^TestPOSIX' ./cmd/snapback/ || rc=1
+	set_uring Y
+	return $rc
+}
+if [ -n "$uring_was" ]; then
+	step "fuse over /dev/fuse reads" fuse_device
+fi
 
 # Each fuzz target, found in the test files, briefly: its checked-in seeds
 # (testdata/fuzz/FuzzX/), then a fixed number of new inputs. A failure

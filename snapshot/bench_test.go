@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Benchmarks of the snapshot store on a tree of small files (see also
@@ -86,7 +87,7 @@ func BenchmarkSnapFirst(b *testing.B) {
 		}
 		repo := openBenchRepo(b, root)
 		b.StartTimer()
-		m, err := repo.Snap(snapshot.KindSnap, "first")
+		m, err := repo.Snap(record.KindSnap, "first")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -135,12 +136,12 @@ func BenchmarkSnapUnchanged(b *testing.B) {
 	root, _ := benchTree(b)
 	repo := openBenchRepo(b, root)
 	defer repo.Close()
-	if _, err := repo.Snap(snapshot.KindSnap, "first"); err != nil {
+	if _, err := repo.Snap(record.KindSnap, "first"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		m, err := repo.Snap(snapshot.KindSnap, "unchanged")
+		m, err := repo.Snap(record.KindSnap, "unchanged")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,12 +169,12 @@ func BenchmarkSnapUnchangedProgress(b *testing.B) {
 		last, at = p, time.Now()
 		mu.Unlock()
 	}
-	if _, err := repo.Snap(snapshot.KindSnap, "first"); err != nil {
+	if _, err := repo.Snap(record.KindSnap, "first"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := repo.Snap(snapshot.KindSnap, "unchanged"); err != nil {
+		if _, err := repo.Snap(record.KindSnap, "unchanged"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -208,7 +209,7 @@ func BenchmarkUndo10(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		if _, err := repo.Snap(snapshot.KindSnap, fmt.Sprint("before edit ", i)); err != nil {
+		if _, err := repo.Snap(record.KindSnap, fmt.Sprint("before edit ", i)); err != nil {
 			b.Fatal(err)
 		}
 		want := read()
@@ -281,5 +282,65 @@ func BenchmarkCheckpoint(b *testing.B) {
 		edit(i)
 		b.StartTimer()
 		step(end)
+	}
+}
+
+// BenchmarkCheckpointBeside is BenchmarkCheckpoint with another
+// session's checkpoint open all along the turn (opened and closed around
+// it, not timed): the begin marks it, the end writes the tree it leaves
+// and marks it.
+func BenchmarkCheckpointBeside(b *testing.B) {
+	root, paths := benchTree(b)
+	step := func(fn func(r *snapshot.Repo) error) {
+		r := openBenchRepo(b, root)
+		defer r.Close()
+		if err := fn(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	beginOf := func(s string) func(r *snapshot.Repo) error {
+		return func(r *snapshot.Repo) error {
+			_, _, err := r.BeginTurn(s, "", snapshot.Writes{Paths: []string{paths[0]}})
+			return err
+		}
+	}
+	begin := beginOf("B")
+	end := func(r *snapshot.Repo) error {
+		m, dropped, err := r.EndCheckpoint("B")
+		if err == nil && (m == nil || dropped) {
+			err = fmt.Errorf("end recorded nothing")
+		}
+		return err
+	}
+	edit := func(turn int) {
+		for k := 0; k < 10; k++ {
+			p := filepath.Join(root, paths[(k*len(paths)/10+turn*7)%len(paths)])
+			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				_, err = fmt.Fprintf(f, "turn %d\n", turn)
+				f.Close()
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	step(begin) // the first reads every file
+	edit(0)
+	step(end)
+	endA := func(r *snapshot.Repo) error { _, _, err := r.EndCheckpoint("A"); return err }
+	b.ResetTimer()
+	for i := 1; i <= b.N; i++ {
+		b.StopTimer()
+		step(beginOf("A"))
+		b.StartTimer()
+		step(begin)
+		b.StopTimer()
+		edit(i)
+		b.StartTimer()
+		step(end)
+		b.StopTimer()
+		step(endA)
+		b.StartTimer()
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A checkpoint records a stretch of time instead of a command: for tools
@@ -34,7 +34,7 @@ var ErrCheckpointOpen = errors.New("a checkpoint is open")
 // CheckpointOpenError refuses an operation while a checkpoint is open.
 type CheckpointOpenError struct {
 	Op         string
-	Checkpoint *Meta
+	Checkpoint *record.Meta
 }
 
 func (e *CheckpointOpenError) Error() string {
@@ -46,7 +46,7 @@ func (e *CheckpointOpenError) Unwrap() error { return ErrCheckpointOpen }
 
 // DescribeCheckpoint says when a checkpoint began, for which session and
 // why: "since 12:03:04, session abc, "fix the tests"".
-func DescribeCheckpoint(m *Meta) string {
+func DescribeCheckpoint(m *record.Meta) string {
 	since := m.CreatedAt.Local()
 	format := "15:04:05"
 	if time.Since(since) > 20*time.Hour {
@@ -62,63 +62,10 @@ func DescribeCheckpoint(m *Meta) string {
 	return strings.Join(parts, ", ")
 }
 
-// maxSession bounds a session's name: harnesses name theirs with a UUID.
-const maxSession = 128
-
-// ValidSession checks a session's name ("" is none): printable UTF-8, at
-// most 128 bytes, no space at either end.
-func ValidSession(s string) error {
-	switch {
-	case len(s) > maxSession:
-		return fmt.Errorf("session %.20q…: longer than %d bytes", s, maxSession)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("session %q: not UTF-8", s)
-	case strings.TrimSpace(s) != s:
-		return fmt.Errorf("session %q: space at an end", s)
-	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return fmt.Errorf("session %q: a control character", s)
-	}
-	return nil
-}
-
-// validateCheckpoint checks what a record says about checkpoints: only a
-// checkpoint has a session, and an open one is a tree snapshot while a
-// closed one holds its paths before and after.
-func (m *Meta) validateCheckpoint() error {
-	if m.Session != "" && m.Kind != KindCheckpoint {
-		return fmt.Errorf("kind %s with a session", m.Kind)
-	}
-	if err := ValidSession(m.Session); err != nil {
-		return err
-	}
-	if m.Kind != KindCheckpoint {
-		if m.State == StateOpen {
-			return fmt.Errorf("kind %s with state open", m.Kind)
-		}
-		return nil
-	}
-	switch m.State {
-	case StateOpen:
-		if m.Scope != ScopeTree || m.After != "" {
-			return fmt.Errorf("open checkpoint of scope %s", m.Scope)
-		}
-	case StateDone:
-		if m.Scope != ScopePaths || m.After == "" {
-			return fmt.Errorf("closed checkpoint of scope %s without after", m.Scope)
-		}
-	default:
-		return fmt.Errorf("checkpoint in state %q", m.State)
-	}
-	if m.Command != nil || m.ExitStatus != nil || m.Mode != "" {
-		return fmt.Errorf("checkpoint with a command")
-	}
-	return nil
-}
-
-// OpenCheckpoint returns the open checkpoint, or nil when none is. A
+// OpenCheckpoint returns the newest open checkpoint, or nil when none is. A
 // damaged record is an error as for [Store.List], but skipped without a
 // warning with SkipDamaged: the verb that reads the history warns.
-func (r *Reader) OpenCheckpoint() (*Meta, error) {
+func (r *Reader) OpenCheckpoint() (*record.Meta, error) {
 	all, damaged, err := r.records()
 	if err != nil {
 		return nil, err
@@ -127,7 +74,7 @@ func (r *Reader) OpenCheckpoint() (*Meta, error) {
 		return nil, damagedError(damaged)
 	}
 	for i := len(all) - 1; i >= 0; i-- {
-		if m := all[i]; m.Kind == KindCheckpoint && m.State == StateOpen {
+		if m := all[i]; m.Kind == record.KindCheckpoint && m.State == record.StateOpen {
 			return m, nil
 		}
 	}
@@ -146,19 +93,42 @@ func (r *Repo) refuseOpen(op string) error {
 	return nil
 }
 
-// BeginCheckpoint opens a checkpoint: a snapshot of the tree (incremental:
-// files whose stat the cache vouches for are not read) and of the
-// targets, recorded open, and the token of the tree's watcher, which
-// lets the end read only what changed (watch.go). When one is open already, it returns that one
-// and opened is false: beginning is re-entrant, and parallel callers (each
-// holding the store lock in turn) open exactly one. It refuses while a run
-// works on the tree itself (its changes would be recorded twice).
-func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, err error) {
-	if err := ValidSession(session); err != nil {
+// BeginCheckpoint opens a checkpoint of session, whose writer is not
+// known (it may write any path): [Repo.BeginTurn] with Writes{Any: true}.
+func (r *Repo) BeginCheckpoint(session, message string) (m *record.Meta, opened bool, err error) {
+	return r.BeginTurn(session, message, Writes{Any: true})
+}
+
+// BeginTurn opens session's checkpoint: a snapshot of the tree
+// (incremental: files whose stat the cache vouches for are not read) and
+// of the targets, recorded open, with what the session says it is about
+// to write (sessions.go). When the session's is open already, it adds w
+// to it and returns it, opened false: beginning is re-entrant, and
+// parallel callers (each holding the store lock in turn) open exactly
+// one. Other sessions' open checkpoints are left as they are: each
+// session has its own. It refuses while a run works on the tree itself
+// (its changes would be recorded twice).
+func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, opened bool, err error) {
+	if err := record.ValidSession(session); err != nil {
 		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
 	}
-	if m, err := r.OpenCheckpoint(); err != nil || m != nil {
-		return m, false, err
+	open, err := r.OpenCheckpoints()
+	if err != nil {
+		return nil, false, err
+	}
+	w = w.valid()
+	for _, m := range open {
+		if m.Session != session {
+			continue
+		}
+		wasAny := m.AnyPath
+		if !claim(m, w) {
+			return m, false, nil
+		}
+		if err := r.claimBeside(open, m, w, m.AnyPath && !wasAny); err != nil {
+			return nil, false, fmt.Errorf("checkpoint begin: %w", err)
+		}
+		return m, false, nil
 	}
 	tl, err := r.TryLockTree()
 	if errors.Is(err, ErrTreeBusy) {
@@ -172,40 +142,95 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 		return nil, false, err
 	}
 	defer tl.Unlock()
-	if m, err = r.newMeta(KindCheckpoint, ScopeTree); err != nil {
+	if m, err = r.newMeta(record.KindCheckpoint, record.ScopeTree); err != nil {
 		return nil, false, err
 	}
-	m.Message, m.Session, m.State = message, session, StateOpen
+	m.Message, m.Session, m.State = message, session, record.StateOpen
+	claim(m, w)
 	m.Git = r.seeGit()
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
 	}
-	if _, _, err := r.beginTree(m); err != nil {
+	if err := r.snapOpen(m, open); err != nil {
 		r.releasePayloads(m.ID)
 		return nil, false, err
 	}
 	return m, true, nil
 }
 
-// EndCheckpoint closes the open checkpoint into one undo step holding the
-// paths changed since it began (those the watcher names, when it vouches
-// for the stretch: watch.go), before and after, and the targets' states
-// from its beginning; dropped is set when nothing changed (and no target
-// was saved): then no record is left. With session set, only a checkpoint
-// of that session is closed. When none is to close, m is nil.
-func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) {
-	if m, err = r.OpenCheckpoint(); err != nil || m == nil {
+// snapOpen records the tree's state in the open checkpoint m's manifest
+// (a scan, or what the tree's watcher says changed since the last begin:
+// watch.go), marks the other sessions' open checkpoints (sessions.go),
+// then writes m and keeps the watcher's token for its end.
+func (r *Repo) snapOpen(m *record.Meta, open []*record.Meta) error {
+	tree, token, watched, err := r.treeNow(m) // watch.go
+	if err != nil {
+		return err
+	}
+	if len(open) > 0 {
+		k := record.Mark{At: m.CreatedAt, Tree: m.Manifest}
+		for _, o := range open {
+			k.Open = append(k.Open, o.ID)
+			addClaim(&k, claimOf(o))
+		}
+		addClaim(&k, claimOf(m))
+		m.Marks = []record.Mark{k}
+		if err := r.markOthers(open, m, true, m.CreatedAt, m.Manifest); err != nil {
+			return err
+		}
+	}
+	if err := r.WriteMeta(m); err != nil {
+		return err
+	}
+	if watched {
+		// Without it the end reads the whole tree: no harm.
+		_ = r.saveWatchToken(m.ID, token, m.Manifest, tree)
+	}
+	return nil
+}
+
+// EndCheckpoint closes session's open checkpoint into one undo step
+// holding the paths its session changed since it began (all changed
+// paths when no other session's turn overlapped it; see sessions.go),
+// before and after, and the targets' states from its beginning; dropped
+// is set when nothing changed (and no target was saved): then no record
+// is left. Session "" closes the checkpoint begun without a session, or
+// else the only one open ([ErrWhichCheckpoint] when several are). When
+// none is to close, m is nil.
+func (r *Repo) EndCheckpoint(session string) (m *record.Meta, dropped bool, err error) {
+	open, err := r.OpenCheckpoints()
+	if err != nil {
 		return nil, false, err
 	}
-	if session != "" && m.Session != session {
-		return nil, false, nil
+	if m, err = openOf(open, session); err != nil || m == nil {
+		return nil, false, err
 	}
-	if err := r.narrowCheckpoint(m); err != nil {
+	begin := m.Manifest
+	if err := r.narrowCheckpoint(m); err != nil { // watch.go
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
-	m.State = StateDone
+	// The tree as this one leaves it, for the others' marks.
+	var tree string
+	if len(open) > 1 {
+		changed, err := r.LoadManifest(m.After)
+		if err == nil {
+			tree, err = r.treeAfter(begin, changed)
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("checkpoint end: %w", err)
+		}
+	}
+	if err := r.attribute(m); err != nil {
+		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	m.State = record.StateDone
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
+	}
+	if tree != "" {
+		if err := r.markOthers(open, m, false, time.Now().UTC(), tree); err != nil {
+			return nil, false, fmt.Errorf("checkpoint end: %s closed; marking the other sessions' checkpoints: %w", m.ID, err)
+		}
 	}
 	r.keepWatchBase(m.ID)
 	return m, dropped, nil
@@ -213,10 +238,10 @@ func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) 
 
 // sessionSteps lists the closed checkpoints of session not undone, oldest
 // first.
-func (h *History) sessionSteps(session string) []*Meta {
-	var out []*Meta
+func (h *History) sessionSteps(session string) []*record.Meta {
+	var out []*record.Meta
 	for _, m := range h.All {
-		if m.Kind == KindCheckpoint && m.Session == session && m.State == StateDone && !h.Undone[m.ID] {
+		if m.Kind == record.KindCheckpoint && m.Session == session && m.State == record.StateDone && !h.Undone[m.ID] {
 			out = append(out, m)
 		}
 	}
@@ -229,33 +254,46 @@ func (h *History) sessionSteps(session string) []*Meta {
 // changed it, each target to its state before the session's first step.
 // A path changed since by someone else (after its last step of the
 // session) is a conflict, as for [Repo.Undo]; edits to other paths stay.
-func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Meta, err error) {
+// What a step shares with another session's turn is left, and returned,
+// unless o.IncludeShared.
+func (r *Repo) UndoSession(session string, o UndoOptions) (steps []*record.Meta, saved *record.Meta, left SharedLeft, err error) {
+	force := o.Force
 	if err := r.refuseOpen("undo"); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	h, err := r.History()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	if steps = h.sessionSteps(session); len(steps) == 0 {
-		return nil, nil, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
+		return nil, nil, left, fmt.Errorf("session %q: %w: it has no checkpoint left that is not undone", session, ErrNothingToUndo)
 	}
-	target, after, err := r.mergeSteps(steps)
+	parts := make([]*record.Meta, len(steps))
+	for i, st := range steps {
+		part, l, err := r.ownPart(st, o.IncludeShared)
+		if err != nil {
+			return nil, nil, left, fmt.Errorf("undo: %w", err)
+		}
+		parts[i] = part
+		left.add(l)
+	}
+	left.Paths, left.Targets = sortedSet(left.Paths), sortedSet(left.Targets)
+	target, after, err := r.mergeSteps(parts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("undo: %w", err)
+		return nil, nil, left, fmt.Errorf("undo: %w", err)
 	}
 	newest := steps[len(steps)-1]
-	s := &Meta{ID: newest.ID, Kind: KindCheckpoint, Scope: ScopePaths, Session: session}
+	s := &record.Meta{ID: newest.ID, Kind: record.KindCheckpoint, Scope: record.ScopePaths, Session: session}
 	if s.Manifest, err = r.record(target); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	if s.After, err = r.record(after); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	// Each target goes back to its state before the session's first step
 	// that saved it.
 	seen := map[string]bool{}
-	for _, st := range steps {
+	for _, st := range parts {
 		for _, t := range st.Targets {
 			if !seen[t.Name] && t.Backend != gitBackendName {
 				seen[t.Name] = true
@@ -266,8 +304,8 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 	// The git state goes back step by step, newest first: each step's
 	// moves are undone from where it left the refs (the next one's start),
 	// and HEAD and the index end as the first step found them.
-	for i := len(steps) - 1; i >= 0; i-- {
-		for _, t := range steps[i].Targets {
+	for i := len(parts) - 1; i >= 0; i-- {
+		for _, t := range parts[i].Targets {
 			if t.Backend == gitBackendName {
 				s.Targets = append(s.Targets, t)
 			}
@@ -275,28 +313,28 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 	}
 	s.Git = mergeGit(steps)
 	if err := r.checkGit("undo", s, true, force); err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
-	rec, err := r.newMeta(KindPreUndo, ScopePaths)
+	rec, err := r.newMeta(record.KindPreUndo, record.ScopePaths)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, left, err
 	}
 	rec.Undoes = newest.ID
 	for _, st := range steps[:len(steps)-1] {
 		rec.UndoesMore = append(rec.UndoesMore, st.ID)
 	}
 	if err := r.revert("undo", s, s.After, rec, force); err != nil {
-		return nil, nil, err
+		return nil, nil, left, r.nameTurns(err, steps...)
 	}
-	return steps, rec, nil
+	return steps, rec, left, nil
 }
 
 // mergeSteps makes one change of several paths records (oldest first):
 // target holds each path as the first record that has it saved it, after
 // as the last one left it.
-func (r *Repo) mergeSteps(steps []*Meta) (target, after Manifest, err error) {
+func (r *Repo) mergeSteps(steps []*record.Meta) (target, after record.Manifest, err error) {
 	type pick struct {
-		e    Entry
+		e    record.Entry
 		from int
 	}
 	before, last := map[string]pick{}, map[string]pick{}
@@ -318,8 +356,8 @@ func (r *Repo) mergeSteps(steps []*Meta) (target, after Manifest, err error) {
 			last[e.Path] = pick{e, i}
 		}
 	}
-	build := func(picks map[string]pick) Manifest {
-		m := make(Manifest, 0, len(picks))
+	build := func(picks map[string]pick) record.Manifest {
+		m := make(record.Manifest, 0, len(picks))
 		for _, p := range picks {
 			e := p.e
 			// A hard link names another path of its own record; taken

@@ -13,6 +13,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/watch"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A checkpoint reads only what changed, when the tree's watcher (package
@@ -71,11 +72,11 @@ type watchToken struct {
 
 // saveWatchToken keeps checkpoint id's token, the id of the tree's state
 // it recorded, and the files of tree (that state) that have several names.
-func (r *Repo) saveWatchToken(id string, t watch.Token, manifest string, tree Manifest) error {
+func (r *Repo) saveWatchToken(id string, t watch.Token, manifest string, tree record.Manifest) error {
 	var b strings.Builder
 	b.WriteString(t.String() + "\n" + manifest + "\n")
 	for i := range tree {
-		if e := &tree[i]; e.Type == File && e.Nlink > 1 {
+		if e := &tree[i]; e.Type == record.File && e.Nlink > 1 {
 			fmt.Fprintf(&b, "%d:%d:%s\x00", e.Inode[0], e.Inode[1], e.Path)
 		}
 	}
@@ -92,7 +93,7 @@ func (r *Repo) loadWatchToken(path string) (*watchToken, error) {
 	if err != nil {
 		return nil, err
 	}
-	bad := func(what string) error { return fmt.Errorf("%s: %w: %s", path, ErrCorrupt, what) }
+	bad := func(what string) error { return fmt.Errorf("%s: %w: %s", path, record.ErrCorrupt, what) }
 	line, rest, ok := strings.Cut(string(b), "\n")
 	if !ok {
 		return nil, bad("no token line")
@@ -105,7 +106,7 @@ func (r *Repo) loadWatchToken(path string) (*watchToken, error) {
 	if w.manifest, rest, ok = strings.Cut(rest, "\n"); !ok {
 		return nil, bad("no manifest line")
 	}
-	if _, ok := ParseObjectID(w.manifest); !ok {
+	if _, ok := record.ParseObjectID(w.manifest); !ok {
 		return nil, bad(fmt.Sprintf("manifest %.70q", w.manifest))
 	}
 	for rest != "" {
@@ -117,7 +118,7 @@ func (r *Repo) loadWatchToken(path string) (*watchToken, error) {
 		ino, p, ok2 := strings.Cut(rec, ":")
 		d, err1 := strconv.ParseUint(dev, 10, 64)
 		n, err2 := strconv.ParseUint(ino, 10, 64)
-		if !ok1 || !ok2 || err1 != nil || err2 != nil || !ValidPath(p) {
+		if !ok1 || !ok2 || err1 != nil || err2 != nil || !record.ValidPath(p) {
 			return nil, bad(fmt.Sprintf("record %.60q", rec))
 		}
 		w.links[p] = [2]uint64{d, n}
@@ -147,44 +148,38 @@ func (r *Repo) dropWatchBase() error {
 	return nil
 }
 
-// beginTree records the tree's state into m (open, written) and returns
-// the watcher's token for it (watched false: none vouches): the last
-// begin's state patched with what changed since, when the watcher vouches
-// for that; else a scan of the whole tree.
-func (r *Repo) beginTree(m *Meta) (t watch.Token, watched bool, err error) {
+// treeNow records the tree's state now as m's manifest (m is not
+// written) and returns it with the watcher's token for it (watched false:
+// none vouches): the last begin's state patched with what changed since,
+// when the watcher vouches for that; else a scan of the whole tree.
+func (r *Repo) treeNow(m *record.Meta) (tree record.Manifest, t watch.Token, watched bool, err error) {
 	r.LastWatched = false
-	if !watchOn() {
-		_, err := r.snapTree(m)
-		return t, false, err
-	}
-	if tree, id, t, ok, err := r.treeFromBase(); err != nil {
-		return t, false, err
-	} else if ok {
-		r.LastWatched = true
-		m.Files, m.Bytes = counts(tree)
-		if m.Manifest = id; id == "" {
-			if m.Manifest, err = r.record(tree); err != nil {
-				return t, false, err
+	if watchOn() {
+		var id string
+		var ok bool
+		if tree, id, t, ok, err = r.treeFromBase(); err != nil {
+			return nil, t, false, err
+		}
+		if ok {
+			r.LastWatched = true
+			m.Files, m.Bytes = counts(tree)
+			if m.Manifest = id; id == "" {
+				if m.Manifest, err = r.record(tree); err != nil {
+					return nil, t, false, err
+				}
 			}
+			return tree, t, true, r.Flush()
 		}
-		if err := r.Flush(); err != nil {
-			return t, false, err
-		}
-		if err := r.WriteMeta(m); err != nil {
-			return t, false, err
-		}
-		// Without it the end reads the whole tree: no harm.
-		_ = r.saveWatchToken(m.ID, t, m.Manifest, tree)
-		return t, true, nil
+		t, watched = r.watchMark() // before the scan: what changes during it is named at the end
 	}
-	t, watched = r.watchMark() // before the scan: what changes during it is named at the end
-	tree, err := r.snapTree(m)
-	if err != nil || !watched {
-		return t, false, err
+	if tree, err = r.ScanTree(true); err != nil {
+		return nil, t, false, fmt.Errorf("snapshot: %w", err)
 	}
-	// Without it the end reads the whole tree: no harm.
-	_ = r.saveWatchToken(m.ID, t, m.Manifest, tree)
-	return t, true, nil
+	m.Files, m.Bytes = counts(tree)
+	if m.Manifest, err = r.record(tree); err != nil {
+		return nil, t, false, err
+	}
+	return tree, t, watched, r.Flush()
 }
 
 // treeFromBase returns the tree's state now from watch/base and what the
@@ -192,7 +187,7 @@ func (r *Repo) beginTree(m *Meta) (t watch.Token, watched bool, err error) {
 // of the base's state when it is the same ("": it is not); ok is false
 // where it cannot (no base, the watcher cannot vouch, snapback.toml
 // changed: the ignored paths may be others).
-func (r *Repo) treeFromBase() (tree Manifest, id string, t watch.Token, ok bool, err error) {
+func (r *Repo) treeFromBase() (tree record.Manifest, id string, t watch.Token, ok bool, err error) {
 	base, err := r.loadWatchToken(r.watchBasePath())
 	if err != nil {
 		return nil, "", t, false, nil // none, or not readable: the whole tree is read, and the next end writes a new one
@@ -218,15 +213,15 @@ func (r *Repo) treeFromBase() (tree Manifest, id string, t watch.Token, ok bool,
 	if err != nil {
 		return nil, "", t, false, err
 	}
-	if sameAt(before, tree, touched) {
+	if sameEntries(before, tree, touched) {
 		id = base.manifest // nothing changed since the last begin (a turn that only read): nothing to write
 	}
 	return tree, id, t, true, nil
 }
 
-// sameAt reports whether x and y hold the same entries at paths (as
+// sameEntries reports whether x and y hold the same entries at paths (as
 // recorded: the scan's ctime, inode and link count are not).
-func sameAt(x, y Manifest, paths map[string]bool) bool {
+func sameEntries(x, y record.Manifest, paths map[string]bool) bool {
 	for p := range paths {
 		a, b := x.Find(p), y.Find(p)
 		if a == nil || b == nil {
@@ -253,7 +248,7 @@ func (e *errUnvouched) Error() string { return e.why }
 
 // narrowCheckpoint narrows the open checkpoint m to the paths changed
 // since it began (see above): those the watcher names, else every path.
-func (r *Repo) narrowCheckpoint(m *Meta) error {
+func (r *Repo) narrowCheckpoint(m *record.Meta) error {
 	why := ""
 	r.LastWatched = false
 	w, err := r.loadWatchToken(r.watchTokenPath(m.ID))
@@ -288,7 +283,7 @@ func (r *Repo) narrowCheckpoint(m *Meta) error {
 // narrowWatched narrows m to the paths changed among those the watcher
 // named (changes) and the files that had several names at the begin
 // (links).
-func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][2]uint64) error {
+func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[string][2]uint64) error {
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
@@ -314,7 +309,7 @@ func (r *Repo) narrowWatched(m *Meta, changes []watch.Change, links map[string][
 // the tree's state then (before) with what it read into the state now,
 // as a scan of the whole tree would have read it; touched are the paths
 // whose entries may differ between the two.
-func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string][2]uint64) (after Manifest, touched map[string]bool, err error) {
+func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map[string][2]uint64) (after record.Manifest, touched map[string]bool, err error) {
 	listed, deep := map[string]bool{}, map[string]bool{}
 	var paths []string
 	add := func(p string, d bool) {
@@ -330,7 +325,7 @@ func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string
 			return nil, nil, &errUnvouched{"the watcher saw the whole tree change"}
 		case c.Path == "":
 			continue // the root itself: no entry of its own
-		case !ValidPath(c.Path):
+		case !record.ValidPath(c.Path):
 			return nil, nil, &errUnvouched{fmt.Sprintf("the watcher named a path no tree has: %.60q", c.Path)}
 		case r.visible(c.Path):
 			add(c.Path, c.Deep)
@@ -349,7 +344,7 @@ func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string
 	// is below an ignored directory (a listed one, read deep).
 	fresh := read[:0:0]
 	for _, e := range read {
-		if e.Type == Absent || !r.visible(e.Path) || r.ign != nil && r.ign.Ignored(e.Path, e.Type == Dir) {
+		if e.Type == record.Absent || !r.visible(e.Path) || r.ign != nil && r.ign.Ignored(e.Path, e.Type == record.Dir) {
 			continue
 		}
 		fresh = append(fresh, e)
@@ -379,7 +374,7 @@ func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string
 	}
 	// Both in order: merged, not sorted again (a sort of the whole
 	// tree's entries cost more than the rest of the end).
-	after = make(Manifest, 0, len(before)+len(fresh))
+	after = make(record.Manifest, 0, len(before)+len(fresh))
 	j := 0
 	for i := range before {
 		if drop[i] || touched[before[i].Path] {
@@ -400,7 +395,7 @@ func (r *Repo) patched(before Manifest, changes []watch.Change, links map[string
 // than reading them (an entry for every file of the tree: 100 ms at
 // 100,000 files). It is left as it is (it vouches for none of these
 // files now, and the next scan reads them again).
-func (r *Repo) readChanged(paths []string, deep map[string]bool) (Manifest, error) {
+func (r *Repo) readChanged(paths []string, deep map[string]bool) (record.Manifest, error) {
 	sc := r.newScanner(r.treeDir, r.ign, true)
 	sc.cache = &statCache{load: emptyTable}
 	sc.ctx = r.Ctx
@@ -418,7 +413,7 @@ func (r *Repo) visible(p string) bool {
 	if excluded(p) {
 		return false
 	}
-	for a := Parent(p); a != ""; a = Parent(a) {
+	for a := record.Parent(p); a != ""; a = record.Parent(a) {
 		if excluded(a) || r.ign != nil && r.ign.Ignored(a, true) {
 			return false
 		}
@@ -433,12 +428,12 @@ func (r *Repo) visible(p string) bool {
 // (links), so that the names missing are outside the tree, or when none
 // is missing; otherwise a name that was another file's at the begin has
 // become a link to it, and the watcher heard nothing of that file.
-func regroupLinks(fresh Manifest, links map[string][2]uint64) error {
+func regroupLinks(fresh record.Manifest, links map[string][2]uint64) error {
 	names := map[[2]uint64][]int{}
 	for i := range fresh {
 		e := &fresh[i]
 		e.Link = ""
-		if e.Type == File && e.Nlink > 1 {
+		if e.Type == record.File && e.Nlink > 1 {
 			names[e.Inode] = append(names[e.Inode], i)
 		}
 	}

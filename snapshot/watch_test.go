@@ -16,6 +16,7 @@ import (
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/internal/watch"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // TestMain lets the test binary be the tree's watcher that checkpoint
@@ -262,7 +263,7 @@ func TestWatchedCheckpointExact(t *testing.T) {
 	}
 }
 
-func paths(m snapshot.Manifest) string {
+func paths(m record.Manifest) string {
 	var out []string
 	for _, e := range m {
 		s := e.Path + ":" + e.Type.String()

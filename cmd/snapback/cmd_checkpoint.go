@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -29,12 +31,16 @@ run does); end records exactly the paths changed since, before and after:
 one step that undo reverts and redo reapplies. A stretch that changed
 nothing leaves no step.
 
-begin while a checkpoint is open does nothing and says which one is open;
-parallel begins open exactly one. A checkpoint stays open until end, however
-long, whichever process calls it: recover never closes it. While one is
-open, snap, undo, redo, restore, a run on the tree and a commit are refused.
-Changes made by anyone during the stretch are in it: snapback cannot tell
-them apart.`,
+Each session (--session) has its own checkpoint: begin while the session's
+is open does nothing and says so; parallel begins open exactly one. Sessions'
+checkpoints may be open side by side (two agents in one project): each step
+then keeps only what its session changed, and a path changed while both
+were open that nothing tells apart is shared, left by undo unless
+--include-shared (docs/agents.md). A checkpoint begun here may have written
+any path: snapback does not see who writes. A checkpoint stays open until
+end, however long, whichever process calls it: recover never closes it.
+While one is open, snap, undo, redo, restore, a run on the tree and a
+commit are refused.`,
 	}
 	c.AddCommand(newCheckpointBeginCmd(g), newCheckpointEndCmd(g), newCheckpointStatusCmd(g))
 	return c
@@ -49,7 +55,7 @@ func newCheckpointBeginCmd(g *globals) *cobra.Command {
 	var o checkpointOptions
 	c := &cobra.Command{
 		Use:   "begin [-m MSG] [--session S]",
-		Short: "Open a checkpoint (nothing is done when one is open already)",
+		Short: "Open the session's checkpoint (nothing is done when it is open already)",
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return runCheckpointBegin(g, o) },
 	}
@@ -62,18 +68,18 @@ func newCheckpointEndCmd(g *globals) *cobra.Command {
 	var o checkpointOptions
 	c := &cobra.Command{
 		Use:   "end [--session S]",
-		Short: "Close the open checkpoint into one undo step (nothing is done when none is open)",
+		Short: "Close the session's checkpoint into one undo step (nothing is done when none is open)",
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return runCheckpointEnd(g, o) },
 	}
-	c.Flags().StringVar(&o.session, "session", "", "close it only if it belongs to this session")
+	c.Flags().StringVar(&o.session, "session", "", "the session whose checkpoint to close (without it: the one begun without a session, or the only one open)")
 	return c
 }
 
 func newCheckpointStatusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
-		Short: "Say whether a checkpoint is open, since when and for which session",
+		Short: "Say which checkpoints are open, since when and for which sessions",
 		Args:  cobra.NoArgs,
 		RunE:  func(*cobra.Command, []string) error { return runCheckpointStatus(g) },
 	}
@@ -81,7 +87,7 @@ func newCheckpointStatusCmd(g *globals) *cobra.Command {
 
 // checkSession refuses a session name the store would refuse, as bad input.
 func checkSession(verb, s string) error {
-	if err := snapshot.ValidSession(s); err != nil {
+	if err := record.ValidSession(s); err != nil {
 		return usageErr("checkpoint %s: --session: %v", verb, err)
 	}
 	return nil
@@ -164,6 +170,9 @@ func runCheckpointEnd(g *globals, o checkpointOptions) error {
 	}
 	defer repo.Close()
 	m, dropped, err := repo.EndCheckpoint(o.session)
+	if errors.Is(err, snapshot.ErrWhichCheckpoint) {
+		return usageErr("checkpoint end: %v with --session", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -215,29 +224,75 @@ func runCheckpointStatus(g *globals) error {
 		Session   string     `json:"session,omitempty"`
 		Message   string     `json:"message,omitempty"`
 		CreatedAt *time.Time `json:"created_at,omitempty"`
+		// Checkpoints are all the open ones, oldest first (the fields
+		// above are the newest's): one per session.
+		Checkpoints []checkpointJSON `json:"checkpoints"`
+		// Agents: the harnesses' hooks installed for the project.
+		Agents []agentHooksJSON `json:"agents,omitempty"`
 	}
+	var hooks []agentHooksJSON
 	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
-	var m *snapshot.Meta
+	var open []*record.Meta
 	switch {
 	case errors.Is(err, snapshot.ErrNoStore):
+		if root, err := g.rootDir(); err == nil {
+			hooks = agentHooks(root, "")
+		}
 	case err != nil:
 		return err
 	default:
 		defer repo.Close()
-		if m, err = repo.OpenCheckpoint(); err != nil {
+		if open, err = repo.OpenCheckpoints(); err != nil {
 			return err
 		}
+		hooks = agentHooks(repo.Store.Root, repo.Dir)
 	}
 	if g.json {
-		if m == nil {
-			return g.printJSON(statusJSON{})
+		out := statusJSON{Checkpoints: openJSON(open), Agents: hooks}
+		if n := len(open); n > 0 {
+			m := open[n-1]
+			out.Open, out.ID, out.Session, out.Message, out.CreatedAt = true, m.ID, m.Session, m.Message, &m.CreatedAt
 		}
-		return g.printJSON(statusJSON{Open: true, ID: m.ID, Session: m.Session, Message: m.Message, CreatedAt: &m.CreatedAt})
+		return g.printJSON(out)
 	}
-	if m == nil {
+	if len(open) == 0 {
 		fmt.Fprintln(g.stdout, "no checkpoint open")
-		return nil
 	}
-	fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
+	sayOpen(g, open, "")
+	for _, e := range hooks {
+		// Hooks in the user's home (absolute) run in every project:
+		// never fired in this one is no news, doctor says it.
+		if e.NeverFired && !filepath.IsAbs(e.File) {
+			g.warn(neverFired(e))
+		}
+	}
+	sayOpen(g, open, "")
 	return nil
+}
+
+// sayOpen says which checkpoints are open, one a line, and that they
+// overlap when several are; hint ends each line.
+func sayOpen(g *globals, open []*record.Meta, hint string) {
+	for _, m := range open {
+		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)%s\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)), hint)
+	}
+	if len(open) > 1 {
+		fmt.Fprintf(g.stdout, "%d sessions' turns overlap: each step keeps what its session's tools wrote; a path none tells apart is shared\n", len(open))
+	}
+}
+
+// openJSON lists the open checkpoints, each with the others open beside
+// it.
+func openJSON(open []*record.Meta) []checkpointJSON {
+	out := []checkpointJSON{}
+	for _, m := range open {
+		j := checkpointJSON{ID: m.ID, Session: m.Session, Message: m.Message, CreatedAt: m.CreatedAt, Overlaps: []string{}}
+		for _, o := range open {
+			if o != m {
+				j.Overlaps = append(j.Overlaps, o.ID)
+			}
+		}
+		out = append(out, j)
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -42,18 +43,24 @@ type snapshotJSON struct {
 	// Session is a checkpoint's session.
 	Session string `json:"session,omitempty"`
 	// Targets are the states outside the tree the snapshot holds.
-	Targets []snapshot.TargetState `json:"targets,omitempty"`
+	Targets []record.TargetState `json:"targets,omitempty"`
 	// Steps are a session's commands (a run of several run --continue).
-	Steps []snapshot.Step `json:"steps,omitempty"`
+	Steps []record.Step `json:"steps,omitempty"`
 	// Git is HEAD outside the root before and after the step.
-	Git []snapshot.GitHead `json:"git,omitempty"`
+	Git []record.GitHead `json:"git,omitempty"`
+	// Overlaps, for a checkpoint, are the other sessions' checkpoints
+	// open during it; Shared and SharedTargets what of its step it shares
+	// with them (undo leaves them unless --include-shared).
+	Overlaps      []string `json:"overlaps,omitempty"`
+	Shared        []string `json:"shared,omitempty"`
+	SharedTargets []string `json:"shared_targets,omitempty"`
 }
 
-func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
+func snapJSON(m *record.Meta, undone bool) snapshotJSON {
 	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
 		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
 		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, UndoesMore: m.UndoesMore, Redoes: m.Redoes, Session: m.Session,
-		Targets: m.Targets, Steps: m.Steps, Git: m.Git}
+		Targets: m.Targets, Steps: m.Steps, Git: m.Git, Overlaps: m.Overlaps, Shared: m.Shared, SharedTargets: m.SharedTargets}
 }
 
 func runList(g *globals, all bool) error {
@@ -117,7 +124,7 @@ func runList(g *globals, all bool) error {
 		state := ""
 		if s.Undone {
 			state = "undone"
-		} else if s.State == "running" || s.State == snapshot.StateOpen {
+		} else if s.State == "running" || s.State == record.StateOpen {
 			state = s.State
 		}
 		msg := s.Message
@@ -133,6 +140,18 @@ func runList(g *globals, all bool) error {
 				parts = append(parts, describeStep(st)+";")
 			}
 			msg = strings.TrimSuffix(strings.Join(parts, " "), ";")
+		}
+		if n := len(s.Overlaps); n > 0 {
+			msg += fmt.Sprintf("  [overlapped %d other session turn(s)", n)
+			if k := len(s.Shared) + len(s.SharedTargets); k > 0 {
+				all := append(append([]string(nil), s.Shared...), s.SharedTargets...)
+				more := ""
+				if len(all) > 3 {
+					all, more = all[:3], ", …"
+				}
+				msg += fmt.Sprintf("; %d shared: %s%s", k, quoteList(all), more)
+			}
+			msg += "]"
 		}
 		targets := ""
 		if withTargets {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -29,11 +30,11 @@ type runJSON struct {
 	ExitStatus *int     `json:"exit_status,omitempty"`
 	// Targets are the states from before the command that commit keeps
 	// for undo and discard restores.
-	Targets []snapshot.TargetState `json:"targets,omitempty"`
+	Targets []record.TargetState `json:"targets,omitempty"`
 	// Then is what the session's commands become of unless told otherwise.
 	Then string `json:"then,omitempty"`
 	// Steps are the commands run in the view, first to last.
-	Steps []snapshot.Step `json:"steps,omitempty"`
+	Steps []record.Step `json:"steps,omitempty"`
 }
 
 func runStatus(g *globals) error {
@@ -56,19 +57,29 @@ func runStatus(g *globals) error {
 	if err != nil {
 		return err
 	}
-	cp, err := repo.OpenCheckpoint()
+	open, err := repo.OpenCheckpoints()
+	if err != nil {
+		return err
+	}
+	shared, err := sharedSteps(repo)
 	if err != nil {
 		return err
 	}
 	out := struct {
 		Runs []runJSON `json:"runs"`
-		// Checkpoint is the open checkpoint, if one is.
+		// Checkpoint is the newest open checkpoint, if one is.
 		Checkpoint *checkpointJSON `json:"checkpoint,omitempty"`
+		// Checkpoints are the open checkpoints, one per session.
+		Checkpoints []checkpointJSON `json:"checkpoints,omitempty"`
+		// Shared are the steps not undone that share paths or targets
+		// with another session's turn.
+		Shared []sharedStepJSON `json:"shared,omitempty"`
 		// Uncovered are the directories the project's protection does not hold.
 		Uncovered uncoveredJSON `json:"uncovered,omitempty"`
-	}{Runs: []runJSON{}, Uncovered: uncovered(repo.Root, gitdirs.SavedByMode)}
-	if cp != nil {
-		out.Checkpoint = &checkpointJSON{ID: cp.ID, Session: cp.Session, Message: cp.Message, CreatedAt: cp.CreatedAt}
+	}{Runs: []runJSON{}, Uncovered: uncovered(repo.Root, gitdirs.SavedByMode), Shared: shared}
+	if len(open) > 0 {
+		out.Checkpoints = openJSON(open)
+		out.Checkpoint = &out.Checkpoints[len(open)-1]
 	}
 	for _, p := range runs {
 		j := runJSON{ID: p.ID, State: p.State, Command: p.Command, Mode: p.Mode, ExitStatus: p.ExitStatus, Changes: -1, Targets: p.Targets,
@@ -78,7 +89,7 @@ func runStatus(g *globals) error {
 			if err != nil {
 				return err
 			}
-			j.Changes = len(snapshot.DiffManifests(cur, target))
+			j.Changes = len(record.DiffManifests(cur, target))
 		}
 		out.Runs = append(out.Runs, j)
 	}
@@ -88,8 +99,16 @@ func runStatus(g *globals) error {
 	for _, d := range out.Uncovered {
 		fmt.Fprintf(g.stdout, "not covered: %s: %s\n", oneLine(d.Path), oneLine(d.Reason))
 	}
-	if cp != nil {
-		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s): snapback checkpoint end closes it\n", cp.ID, oneLine(snapshot.DescribeCheckpoint(cp)))
+	if len(open) > 0 {
+		sayOpen(g, open, ": snapback checkpoint end closes it")
+	}
+	for _, s := range shared {
+		what := nPaths(len(s.Paths))
+		if len(s.Targets) > 0 {
+			what += fmt.Sprintf(" and %d target(s)", len(s.Targets))
+		}
+		fmt.Fprintf(g.stdout, "step %s (session %s) shares %s with %d other session turn(s): %s; undo leaves them unless --include-shared\n",
+			s.ID, oneLine(s.Session), what, len(s.Overlaps), oneLine(quoteList(append(append([]string(nil), s.Paths...), s.Targets...))))
 	}
 	if len(out.Runs) == 0 {
 		fmt.Fprintln(g.stdout, "no pending runs")
@@ -119,17 +138,43 @@ func runStatus(g *globals) error {
 	return tw.Flush()
 }
 
-// checkpointJSON is an open checkpoint in status --json.
+// checkpointJSON is an open checkpoint in status --json: Overlaps are
+// the other sessions' checkpoints open beside it.
 type checkpointJSON struct {
 	ID        string    `json:"id"`
 	Session   string    `json:"session,omitempty"`
 	Message   string    `json:"message,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	Overlaps  []string  `json:"overlaps"`
+}
+
+// sharedStepJSON is a step not undone that shares paths or targets with
+// other sessions' turns (Overlaps, their checkpoints).
+type sharedStepJSON struct {
+	ID       string   `json:"id"`
+	Session  string   `json:"session"`
+	Overlaps []string `json:"overlaps"`
+	Paths    []string `json:"paths"`
+	Targets  []string `json:"targets"`
+}
+
+// sharedSteps lists the checkpoints not undone that share something with
+// another session's turn, oldest first.
+func sharedSteps(repo *snapshot.Reader) ([]sharedStepJSON, error) {
+	ms, err := repo.SharedSteps()
+	if err != nil {
+		return nil, err
+	}
+	var out []sharedStepJSON
+	for _, m := range ms {
+		out = append(out, sharedStepJSON{ID: m.ID, Session: m.Session, Overlaps: nonNil(m.Overlaps), Paths: nonNil(m.Shared), Targets: nonNil(m.SharedTargets)})
+	}
+	return out, nil
 }
 
 // describeStep says what a step of a session ran and how it ended:
 // "$ make test  (exit 2, 1.4s)", or "(running)".
-func describeStep(st snapshot.Step) string {
+func describeStep(st record.Step) string {
 	end := "running"
 	if st.ExitStatus != nil {
 		end = fmt.Sprintf("exit %d, %s", *st.ExitStatus, (time.Duration(st.DurationMS) * time.Millisecond).String())

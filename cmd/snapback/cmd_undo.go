@@ -4,12 +4,18 @@ import (
 	"fmt"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
 type undoOptions struct {
-	force   bool
-	session string
+	force         bool
+	session       string
+	includeShared bool
+}
+
+func (o undoOptions) snapshot() snapshot.UndoOptions {
+	return snapshot.UndoOptions{Force: o.force, IncludeShared: o.includeShared}
 }
 
 func newUndoCmd(g *globals) *cobra.Command {
@@ -23,7 +29,11 @@ a session); redo puts it back.
 undo ID -- PATH... reverts only the paths of step ID (a run or a
 checkpoint) at or below each PATH (relative to the current directory):
 the step's other paths and its targets stay, and the step is not marked
-undone (a later undo ID takes the rest); redo reapplies that part.`,
+undone (a later undo ID takes the rest); redo reapplies that part.
+
+A checkpoint's paths shared with another session's turn (changed while
+both were open, and not told apart: docs/agents.md) are left as they are
+and named; --include-shared takes them too.`,
 		Args: func(c *cobra.Command, args []string) error {
 			// undo -- ID (as the MCP server passes an id) is a plain undo.
 			if dash := c.ArgsLenAtDash(); dash > 0 {
@@ -56,6 +66,7 @@ undone (a later undo ID takes the rest); redo reapplies that part.`,
 	}
 	c.Flags().BoolVar(&o.force, "force", false, "overwrite paths changed since (they are saved first)")
 	c.Flags().StringVar(&o.session, "session", "", "revert every checkpoint of session S not yet undone, as one step")
+	c.Flags().BoolVar(&o.includeShared, "include-shared", false, "revert the paths and targets shared with another session's turn too")
 	return c
 }
 
@@ -69,18 +80,40 @@ func runUndo(g *globals, ref string, o undoOptions) error {
 }
 
 func runUndoOpen(g *globals, repo *snapshot.Repo, ref string, o undoOptions) error {
-	s, saved, err := repo.Undo(ref, o.force)
+	s, saved, left, err := repo.UndoWith(ref, o.snapshot())
 	if err != nil {
 		return err
 	}
 	if !g.json {
 		// After the line saying what it undid: a target's paths the run
-		// wrote are restored with it, the ignored ones are not.
+		// wrote are restored with it, the ignored ones are not; what
+		// another session's turn shares stays.
 		writes, through := repo.TargetWrites(s.Targets, s.WroteThrough)
+		defer noteSharedLeft(g, left)
 		defer noteUnreverted(g, "undo", through, s.Excluded)
 		defer noteRestored(g, "undo", s.ID, written(writes))
 	}
-	return reportRevert(g, repo, "undid", s, saved)
+	return reportRevertLeft(g, repo, "undid", s, saved, left)
+}
+
+// noteSharedLeft names what an undo left because another session's turn
+// shares it.
+func noteSharedLeft(g *globals, left snapshot.SharedLeft) {
+	if len(left.Paths) > 0 {
+		g.say("left %s shared with another session's turn (changed while both were open): %s; undo --include-shared takes them too\n",
+			nPaths(len(left.Paths)), oneLine(quoteList(left.Paths)))
+	}
+	if len(left.Targets) > 0 {
+		g.say("left target(s) %s shared with another session's turn; undo --include-shared restores them too\n", oneLine(quoteList(left.Targets)))
+	}
+}
+
+// leftJSON is what an undo left shared with another session's turn.
+func leftJSON(left snapshot.SharedLeft) *sharedLeftJSON {
+	if len(left.Paths)+len(left.Targets) == 0 {
+		return nil
+	}
+	return &sharedLeftJSON{Paths: nonNil(left.Paths), Targets: nonNil(left.Targets)}
 }
 
 // runUndoPaths reverts part of a step.
@@ -115,10 +148,14 @@ func runUndoPaths(g *globals, ref string, paths []string, o undoOptions) error {
 	return nil
 }
 
-func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapshot.Meta) error {
+func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *record.Meta) error {
+	return reportRevertLeft(g, repo, verb, s, saved, snapshot.SharedLeft{})
+}
+
+func reportRevertLeft(g *globals, repo *snapshot.Repo, verb string, s, saved *record.Meta, left snapshot.SharedLeft) error {
 	unc := g.noteUncovered(repo.Root, savedBy(s))
 	if g.json {
-		return g.printJSON(revertJSON{Snapshot: snapJSON(s, verb == "undid"), Saved: snapJSON(saved, false), Uncovered: unc})
+		return g.printJSON(revertJSON{Snapshot: snapJSON(s, verb == "undid"), Saved: snapJSON(saved, false), Uncovered: unc, LeftShared: leftJSON(left)})
 	}
 	what := s.Message
 	if what == "" && len(s.Command) > 0 {
@@ -152,18 +189,20 @@ func runUndoSession(g *globals, o undoOptions) error {
 		return err
 	}
 	defer repo.Close()
-	steps, saved, err := repo.UndoSession(o.session, o.force)
+	steps, saved, left, err := repo.UndoSession(o.session, o.snapshot())
 	if err != nil {
 		return err
 	}
 	if g.json {
 		out := struct {
-			Session   string         `json:"session"`
-			Snapshot  snapshotJSON   `json:"snapshot"`
-			Snapshots []snapshotJSON `json:"snapshots"`
-			Saved     snapshotJSON   `json:"saved"`
-			Uncovered uncoveredJSON  `json:"uncovered,omitempty"`
-		}{Session: o.session, Snapshot: snapJSON(steps[len(steps)-1], true), Saved: snapJSON(saved, false), Uncovered: g.noteUncovered(repo.Root, savedBy(steps[0]))}
+			Session    string          `json:"session"`
+			Snapshot   snapshotJSON    `json:"snapshot"`
+			Snapshots  []snapshotJSON  `json:"snapshots"`
+			Saved      snapshotJSON    `json:"saved"`
+			Uncovered  uncoveredJSON   `json:"uncovered,omitempty"`
+			LeftShared *sharedLeftJSON `json:"left_shared,omitempty"`
+		}{Session: o.session, Snapshot: snapJSON(steps[len(steps)-1], true), Saved: snapJSON(saved, false), Uncovered: g.noteUncovered(repo.Root, savedBy(steps[0])),
+			LeftShared: leftJSON(left)}
 		for i := len(steps) - 1; i >= 0; i-- {
 			out.Snapshots = append(out.Snapshots, snapJSON(steps[i], true))
 		}
@@ -172,6 +211,7 @@ func runUndoSession(g *globals, o undoOptions) error {
 	g.noteUncovered(repo.Root, savedBy(steps[0]))
 	fmt.Fprintf(g.stdout, "undid session %s: %d checkpoint(s), %s to %s (previous state saved as %s)\n",
 		oneLine(o.session), len(steps), steps[0].ID, steps[len(steps)-1].ID, saved.ID)
+	noteSharedLeft(g, left)
 	if g.summary() {
 		changes, err := repo.DiffRecorded(saved)
 		if err != nil {

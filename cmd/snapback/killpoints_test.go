@@ -798,7 +798,55 @@ func checkpointScenarios() []killScenario {
 			sbT(t, bin, root, "checkpoint", "end")
 		}
 	}
+	// beside: session A's checkpoint is open and has changed f00 alone
+	// (its own); B's is open beside it (with B, both); what changes then,
+	// f03, is shared (a checkpoint begun here may write any path).
+	beside := func(t *testing.T, bin, root string, withB bool) {
+		base(t, bin, root)
+		sbT(t, bin, root, "checkpoint", "begin", "-m", "A's turn", "--session", "A")
+		runSh(t, root, "echo alone >> tree/d0/f00.txt")
+		if withB {
+			sbT(t, bin, root, "checkpoint", "begin", "-m", "B's turn", "--session", "B")
+			runSh(t, root, "echo both >> tree/d3/f03.txt")
+		}
+	}
+	// endBoth closes both sessions' checkpoints (what the killed verb had
+	// not) and checks that their undo reverts A's own f00 and leaves the
+	// shared f03, and redo puts f00 back.
+	endBoth := func(t *testing.T, bin, proj string) {
+		t.Helper()
+		sbT(t, bin, proj, "checkpoint", "end", "--session", "B")
+		sbT(t, bin, proj, "checkpoint", "end", "--session", "A")
+		f00, f03 := readFile(t, filepath.Join(proj, "tree/d0/f00.txt")), readFile(t, filepath.Join(proj, "tree/d3/f03.txt"))
+		sbT(t, bin, proj, "undo")
+		sbT(t, bin, proj, "undo")
+		if got := readFile(t, filepath.Join(proj, "tree/d0/f00.txt")); strings.Contains(got, "alone") {
+			t.Errorf("undo of both turns left A's own change to f00: %q", got)
+		}
+		if got := readFile(t, filepath.Join(proj, "tree/d3/f03.txt")); got != f03 {
+			t.Errorf("undo of both turns changed the shared f03: %q, was %q", got, f03)
+		}
+		sbT(t, bin, proj, "redo")
+		sbT(t, bin, proj, "redo")
+		if got := readFile(t, filepath.Join(proj, "tree/d0/f00.txt")); got != f00 {
+			t.Errorf("redo of both turns: f00 %q, want %q", got, f00)
+		}
+	}
 	return []killScenario{
+		// Another session's checkpoint begins beside an open one (marking
+		// it), and one of two open side by side ends (marking the other).
+		{name: "checkpoint-begin-beside", unchanged: true,
+			prepare: func(t *testing.T, bin, root string) { beside(t, bin, root, false) },
+			op:      []string{"checkpoint", "begin", "-m", "B's turn", "--session", "B"},
+			verify: func(t *testing.T, bin, proj string) {
+				sbT(t, bin, proj, "checkpoint", "begin", "-m", "B's turn", "--session", "B")
+				runSh(t, proj, "echo both >> tree/d3/f03.txt")
+				endBoth(t, bin, proj)
+			}},
+		{name: "checkpoint-end-beside", unchanged: true,
+			prepare: func(t *testing.T, bin, root string) { beside(t, bin, root, true) },
+			op:      []string{"checkpoint", "end", "--session", "B"},
+			verify:  endBoth},
 		// Both turns of the session are reverted in one journaled step.
 		{name: "undo-session", sqlite: true, prepare: session, op: []string{"undo", "--session", "kill"}, inverse: []string{"redo"}},
 		{name: "checkpoint-begin", sqlite: true, unchanged: true, prepare: base,

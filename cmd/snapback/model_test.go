@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -250,6 +251,10 @@ type step struct {
 	// merged: the checkpoints an undo --session reverted as this one
 	// step, which redo reapplies together.
 	merged []*step
+	// seq orders the history as the store does, by when each record was
+	// made: a checkpoint's when it began (one that began before another
+	// session's and ended after it is the older step).
+	seq int
 }
 
 type pendingRun struct {
@@ -266,6 +271,17 @@ type openCheckpoint struct {
 	base    tree
 	mtimes  map[string]int64
 	multi   map[string]bool // the files with other names at the start
+	seq     int             // its step's (step.seq)
+	// spans: from its beginning and from each time another session's
+	// checkpoint began or ended, the tree then and whether another was
+	// open from then on (snapback's marks, snapshot/sessions.go).
+	spans []span
+}
+
+type span struct {
+	tree   tree
+	mtimes map[string]int64
+	others bool
 }
 
 type model struct {
@@ -278,7 +294,8 @@ type model struct {
 	hist                []*step
 	redoStack           []*step
 	pend                *pendingRun
-	cp                  *openCheckpoint
+	cps                 []*openCheckpoint // one per session, oldest first
+	seq                 int               // the last step.seq given
 	script              []string
 	keep                int  // [snapshot] keep in snapback.toml (0: none)
 	git                 bool // a git project
@@ -492,8 +509,8 @@ func (m *model) check(t *rapid.T) {
 	}
 	var cs struct{ Open bool }
 	m.jsonOf(&cs, "checkpoint", "status", "--json")
-	if cs.Open != (m.cp != nil) {
-		m.fail("checkpoint status: open=%v, the model: %v", cs.Open, m.cp != nil)
+	if cs.Open != (len(m.cps) > 0) {
+		m.fail("checkpoint status: open=%v, the model: %v", cs.Open, len(m.cps) > 0)
 	}
 }
 
@@ -532,7 +549,7 @@ func (m *model) newStep(s *step) { m.maybeStep(true, s) }
 // has to have.
 func (m *model) maybeStep(must bool, s *step) {
 	var list struct {
-		Snapshots []struct{ ID, Kind string }
+		Snapshots []struct{ ID, Kind, State string }
 	}
 	m.jsonOf(&list, "list", "-a", "--json")
 	known := map[string]bool{}
@@ -540,7 +557,8 @@ func (m *model) maybeStep(must bool, s *step) {
 		known[h.id] = true
 	}
 	for _, r := range list.Snapshots {
-		if !known[r.ID] && r.Kind != "pre-undo" && r.Kind != "pre-redo" {
+		// (Another session's checkpoint still open is no step yet.)
+		if !known[r.ID] && r.Kind != "pre-undo" && r.Kind != "pre-redo" && r.State != "open" {
 			s.id = r.ID
 			break
 		}
@@ -562,7 +580,15 @@ func (m *model) maybeStep(must bool, s *step) {
 			s.unknown = s.unknown || s.linked[p] || m.multi[p]
 		}
 	}
-	m.hist = append(m.hist, s)
+	if s.seq == 0 {
+		m.seq++
+		s.seq = m.seq
+	}
+	i := len(m.hist)
+	for i > 0 && m.hist[i-1].seq > s.seq {
+		i--
+	}
+	m.hist = slices.Insert(m.hist, i, s)
 	m.redoStack = nil // a new step ends what redo can reach
 }
 
@@ -571,7 +597,7 @@ func (m *model) edit(t *rapid.T) {
 }
 
 func (m *model) snap(t *rapid.T) {
-	if m.cp != nil {
+	if len(m.cps) > 0 {
 		m.verb(refuse(2), false, "snap")
 		return
 	}
@@ -628,7 +654,7 @@ func (m *model) undo(t *rapid.T) {
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
 	var o outcome
 	switch {
-	case m.cp != nil:
+	case len(m.cps) > 0:
 		o = refuse(2)
 	case m.pend != nil || s == nil:
 		o = refuse(1)
@@ -659,7 +685,7 @@ func (m *model) redo(t *rapid.T) {
 	}
 	var o outcome
 	switch {
-	case m.cp != nil:
+	case len(m.cps) > 0:
 		o = refuse(2)
 	case s == nil:
 		o = refuse(1)
@@ -720,7 +746,7 @@ func (m *model) restore(t *rapid.T) {
 	}
 	s := snaps[rapid.IntRange(0, len(snaps)-1).Draw(t, "restore")] // (an index: a step's trees make a long log line)
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
-	if m.cp != nil {
+	if len(m.cps) > 0 {
 		m.verb(refuse(2), false, "restore", s.id)
 		return
 	}
@@ -732,7 +758,7 @@ func (m *model) restore(t *rapid.T) {
 }
 
 func (m *model) gc(t *rapid.T) {
-	if m.cp != nil || len(m.hist) == 0 {
+	if len(m.cps) > 0 || len(m.hist) == 0 {
 		t.Skip("a checkpoint open, or nothing to collect") // rapid: this action does not apply in this state (no capability; SNAPBACK_REQUIRE has no say)
 	}
 	keep := rapid.IntRange(1, 3).Draw(t, "keep")
@@ -860,7 +886,7 @@ func (m *model) runCmd(t *rapid.T) {
 	resFile := filepath.Join(m.dir, "result.json")
 	os.Remove(resFile)
 	args := []string{"run", "--mode", mode, "--then", then, "--result", "../result.json", "--", "sh", "-c", script}
-	if mode == "copy" && m.cp != nil {
+	if mode == "copy" && len(m.cps) > 0 {
 		m.verb(refuse(125), false, args...)
 		return
 	}
@@ -871,7 +897,7 @@ func (m *model) runCmd(t *rapid.T) {
 		o.want, state = view, "committed"
 	case then == "discard":
 		state = "discarded"
-	case then == "commit" && status == 0 && m.cp == nil:
+	case then == "commit" && status == 0 && len(m.cps) == 0:
 		o.want, state = view, "committed"
 	case then == "commit" && status == 0:
 		// The commit refuses while a checkpoint is open (run: 125);
@@ -991,7 +1017,7 @@ func (m *model) commit(t *rapid.T) {
 	judged := append(append([]string{}, sub...), subTimes...)
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
 	var o outcome
-	if m.cp != nil {
+	if len(m.cps) > 0 {
 		o = refuse(2)
 	} else {
 		o = m.pathsOutcome(pick(p.base, judged), pick(p.view, sub), true)
@@ -1087,8 +1113,10 @@ func (m *model) discard(t *rapid.T) {
 }
 
 // checkpoint begins or ends a stretch of session A's, B's or none's:
-// one is open at a time; a begin while one is open does nothing, an
-// end names the open one's session or none.
+// each session has its own, open side by side; a begin while the
+// session's is open does nothing; an end without a session closes the
+// one begun without, else the only one open, and refuses (exit 2) when
+// several are.
 func (m *model) checkpoint(t *rapid.T) {
 	verb := rapid.SampledFrom([]string{"begin", "end"}).Draw(t, "cpverb")
 	session := rapid.SampledFrom([]string{"", "A", "B"}).Draw(t, "session")
@@ -1096,38 +1124,95 @@ func (m *model) checkpoint(t *rapid.T) {
 	if session != "" {
 		args = append(args, "--session", session)
 	}
-	if !m.verb(outcome{want: m.tree}, false, args...) {
+	c := m.openOf(session)
+	if verb == "end" && c == nil && session == "" && len(m.cps) == 1 {
+		c = m.cps[0]
+	}
+	o := outcome{want: m.tree}
+	if verb == "end" && c == nil && session == "" && len(m.cps) > 1 {
+		o = refuse(2)
+	}
+	if !m.verb(o, false, args...) {
 		return
 	}
 	switch {
-	case verb == "begin" && m.cp == nil:
-		m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root), multi: m.multi}
-	case verb == "end" && m.cp != nil && (session == "" || session == m.cp.session):
-		m.endCheckpoint()
+	case verb == "begin" && c == nil:
+		m.beginCheckpoint(session)
+	case verb == "end" && c != nil:
+		m.endCheckpoint(c)
 	}
 }
 
-// endCheckpoint closes the open checkpoint into the step it records.
-func (m *model) endCheckpoint() {
-	base := m.cp.base
+// openOf is session's open checkpoint, or nil.
+func (m *model) openOf(session string) *openCheckpoint {
+	for _, c := range m.cps {
+		if c.session == session {
+			return c
+		}
+	}
+	return nil
+}
+
+// beginCheckpoint opens session's checkpoint beside the others, each of
+// which notes the tree now and that another is open from now on.
+func (m *model) beginCheckpoint(session string) {
+	now := span{tree: m.tree.clone(), mtimes: mtimes(m.root), others: true}
+	for _, o := range m.cps {
+		o.spans = append(o.spans, now)
+	}
+	now.others = len(m.cps) > 0
+	m.seq++
+	m.cps = append(m.cps, &openCheckpoint{session: session, base: m.tree, mtimes: now.mtimes, multi: m.multi, spans: []span{now}, seq: m.seq})
+}
+
+// endCheckpoint closes c into the step it records: the paths changed
+// since it began but those that changed while another session's was open
+// too, which are shared (every writer the model drives may write any
+// path: its hooks' tools carry no file, and a checkpoint begun by hand
+// has no known writer); undo leaves those.
+func (m *model) endCheckpoint(c *openCheckpoint) {
+	base := c.base
 	ch := changed(base, m.tree)
-	for p, t := range mtimes(m.root) {
-		if bt, ok := m.cp.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
+	now := mtimes(m.root)
+	for p, t := range now {
+		if bt, ok := c.mtimes[p]; ok && bt != t && m.tree[p] != absent && !m.tree.isDir(p) && base[p] == m.tree[p] {
 			ch = append(ch, p) // its times alone changed
 		}
 	}
+	spans := append(c.spans, span{tree: m.tree, mtimes: now})
+	var own []string
+	for _, p := range ch {
+		shared := false
+		for i := 0; i+1 < len(spans) && !shared; i++ {
+			a, b := spans[i], spans[i+1]
+			moved := a.tree[p] != b.tree[p] || b.tree[p] != absent && !b.tree.isDir(p) && a.tree[p] == b.tree[p] && a.mtimes[p] != b.mtimes[p]
+			shared = a.others && moved
+		}
+		if !shared {
+			own = append(own, p)
+		}
+	}
+	var rest []*openCheckpoint
+	for _, o := range m.cps {
+		if o != c {
+			rest = append(rest, o)
+		}
+	}
+	m.cps = rest
+	for _, o := range m.cps {
+		o.spans = append(o.spans, span{tree: m.tree.clone(), mtimes: now, others: len(m.cps) > 1})
+	}
 	// A stretch that changed only times is a step the model cannot
 	// see coming: it takes what the store says.
-	session, multi := m.cp.session, m.cp.multi
-	m.cp = nil
-	m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", session: session, before: pick(base, ch), after: pick(m.tree, ch), linked: multi})
+	m.maybeStep(len(ch) > 0, &step{kind: "checkpoint", session: c.session, before: pick(base, own), after: pick(m.tree, own), linked: c.multi, seq: c.seq})
 }
 
 // agent sends one hook payload of Claude Code's, of session A's or B's,
 // to `snapback agent hook claude-code` (the README's agents section): a
 // prompt notes the turn and closes the session's turn left open (an
-// interrupted one); a writing tool's PreToolUse opens a checkpoint when
-// none is open (else joins the open one); a reading tool's, PostToolUse
+// interrupted one); a writing tool's PreToolUse opens the session's
+// checkpoint when it has none open, beside the other session's; a
+// reading tool's, PostToolUse
 // and SubagentStop do nothing; Stop, StopFailure and SessionEnd close
 // the session's own. What the agent's tools write is the edit action,
 // while the turn is open. A hook never fails: exit 0, the tree as it was.
@@ -1155,21 +1240,21 @@ func (m *model) agent(t *rapid.T) {
 	}
 	env := []string{"XDG_STATE_HOME=" + filepath.Join(m.dir, "state")}
 	r := m.sbIn(env, string(b), "agent", "hook", "claude-code")
-	if r.code != 0 || strings.Contains(r.stdout, "warning") && !strings.Contains(r.stdout, "join it") {
+	if r.code != 0 || strings.Contains(r.stdout, "warning") {
 		m.fail("agent hook %s: exit %d\n%s%s", event, r.code, r.stdout, r.stderr)
 	}
 	if got, _ := m.walk(); len(changed(m.tree, got)) > 0 {
 		m.fail("agent hook %s changed the tree:\n%s", event, strings.Join(diffLines(m.tree, got), "\n"))
 	}
-	mine := m.cp != nil && m.cp.session == session
+	mine := m.openOf(session)
 	switch event {
 	case "PreToolUse":
-		if m.cp == nil {
-			m.cp = &openCheckpoint{session: session, base: m.tree, mtimes: mtimes(m.root), multi: m.multi}
+		if mine == nil {
+			m.beginCheckpoint(session)
 		}
 	case "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd":
-		if mine {
-			m.endCheckpoint()
+		if mine != nil {
+			m.endCheckpoint(mine)
 		}
 	}
 }
@@ -1201,7 +1286,7 @@ func (m *model) undoSession(t *rapid.T) {
 	}
 	var o outcome
 	switch {
-	case m.cp != nil:
+	case len(m.cps) > 0:
 		o = refuse(2)
 	case len(steps) == 0:
 		o = refuse(1)

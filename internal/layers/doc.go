@@ -20,8 +20,13 @@ var Rank = map[string]int{
 	"internal/treetest":  1,
 	"overlay/layer":      1,
 	"internal/watch":     1,
-	// The config (it names the modes).
-	"config": 2,
+	// FUSE over io_uring for go-fuse (a transport; no snapback in it).
+	"overlay/fuse/uring": 1,
+	// The config (it names the modes), and the store's data types:
+	// entries, manifests, records and ids, and their codec (what the
+	// catalog and the command read without opening a store).
+	"config":          2,
+	"snapshot/record": 2,
 	// The views.
 	"overlay":      3,
 	"overlay/fuse": 4,

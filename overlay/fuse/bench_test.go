@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/overlay/fuse/uring"
 )
 
 // BenchmarkView measures what the server's own work costs per request,
@@ -19,11 +20,31 @@ import (
 // upper layer. Each op is one FUSE request or a few: the server's path
 // handling (directory descriptors and *at calls) is what differs
 // between versions of this package.
+//
+// Where the kernel offers FUSE over io_uring, each runs twice: served
+// through /dev/fuse reads ("device") and through the rings ("ring"); the
+// benchmark process is both the server and the client here, unlike a
+// run's (scripts/overlay-bench.sh measures those).
 func BenchmarkView(b *testing.B) {
 	ok, why := Available()
 	if !ok {
 		b.Skip(why)
 	}
+	if ok, _ := uring.Enabled(); !ok {
+		benchView(b)
+		return
+	}
+	defer func() { ringOff = false }()
+	for _, tr := range []struct {
+		name string
+		off  bool
+	}{{"device", true}, {"ring", false}} {
+		ringOff = tr.off
+		b.Run(tr.name, benchView)
+	}
+}
+
+func benchView(b *testing.B) {
 	dir := b.TempDir()
 	lower := filepath.Join(dir, "lower")
 	for d := 0; d < 20; d++ {
@@ -39,6 +60,9 @@ func BenchmarkView(b *testing.B) {
 		}
 		srv, err := Mount(lower, upper, work, mnt)
 		treetest.Must(b, err)
+		if srv.Ring() == ringOff {
+			b.Fatalf("the view's transport is not the one benchmarked (ring %v)", srv.Ring())
+		}
 		return mnt, func() { treetest.Must(b, srv.Unmount()) }
 	}
 	b.Run("walk-read-fresh", func(b *testing.B) {

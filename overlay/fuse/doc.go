@@ -136,10 +136,13 @@
 //     these);
 //   - passthrough is never used: it needs a handle per open (the
 //     backing file is registered in the OPEN reply), which zero-message
-//     opens do without, and go-fuse binds one backing file per inode,
-//     so a lower file held open across a copy-up would take the writes
-//     meant for the upper copy. Pages read once stay cached, so
-//     passthrough would only speed the first read of each file.
+//     opens do without, and the kernel turns OPEN off for the whole
+//     connection at the first ENOSYS, so it cannot be kept for large
+//     files alone; go-fuse binds one backing file per inode, so a lower
+//     file held open across a copy-up would take the writes meant for
+//     the upper copy. Pages read once stay cached, so passthrough would
+//     only speed the first read of each file (docs/performance.md has
+//     the measurement).
 //
 // On a kernel without FUSE_NO_OPEN(DIR)_SUPPORT the server answers the
 // opens as before (a handle per open, copy-up when opened for writing).
@@ -148,7 +151,18 @@
 //
 // scripts/overlay-bench.sh measures the view against native, kernel
 // overlayfs and fuse-overlayfs; docs/performance.md has the figures and the
-// levers tried. With the kernel sending few requests, what a request
+// levers tried.
+//
+// Where root has switched FUSE over io_uring on (Linux 6.14+,
+// /sys/module/fuse/parameters/enable_uring), the server serves through
+// it (package uring, uring_linux.go): the rings are made before INIT
+// (so that nothing can fail between asking the kernel for io_uring and
+// registering, when the kernel holds every request), registered once
+// INIT is answered, and each CPU's queue is served by a thread bound to
+// that CPU; FORGET and INTERRUPT still come through /dev/fuse, read by
+// go-fuse's loop as before. Where the switch is off, or a ring cannot
+// be made or registered, /dev/fuse reads serve everything, as before.
+// The trial says which transport its view used, and doctor shows it. With the kernel sending few requests, what a request
 // costs is mostly the hand-off between processes, so the server answers
 // them one at a time from one goroutine on one P (MaxInflightRequestBytes
 // 1, GOMAXPROCS 1), as fuse-overlayfs does: go-fuse's default of a second

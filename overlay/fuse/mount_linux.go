@@ -47,26 +47,38 @@ func Available() (bool, string) {
 
 // Mount serves the merged view of lower and upper at mnt from this
 // process (for tests and tools: the process must then never enter mnt in
-// a way that blocks the server, see the package doc). Unmount with the
-// returned server's Unmount. The process's umask becomes 0, as the
+// a way that blocks the server, see the package doc), through io_uring
+// where the kernel offers it (uring_linux.go). Unmount with the
+// returned view's Unmount. The process's umask becomes 0, as the
 // server's (see Serve).
-func Mount(lower, upper, work, mnt string) (*gofuse.Server, error) {
+func Mount(lower, upper, work, mnt string) (*Mounted, error) {
 	unix.Umask(0)
 	root, err := newRoot(lower, upper, work)
 	if err != nil {
 		return nil, err
 	}
 	opts := options()
-	opts.DirectMountStrict = true
-	srv, err := gofuse.NewServer(newRawFS(root, opts), mnt, &opts.MountOptions)
+	dev, err := mountDirect(mnt, &opts.MountOptions)
 	if err != nil {
 		return nil, err
 	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
+	ring := prepareRing(dev, &opts.MountOptions)
+	raw := newRawFS(root, opts)
+	srv, err := gofuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", dev), &opts.MountOptions)
+	if err != nil {
+		unix.Unmount(mnt, unix.MNT_DETACH)
 		return nil, err
 	}
-	return srv, nil
+	m := &Mounted{Server: srv, mnt: mnt}
+	if startRing(ring, srv, raw, &opts.MountOptions) {
+		m.ring = ring
+	}
+	go srv.Serve()
+	if err := pollHack(mnt); err != nil {
+		m.Unmount()
+		return nil, err
+	}
+	return m, nil
 }
 
 // Session is one fuse run as seen from snapback's own process: Prepare
@@ -407,9 +419,16 @@ func Serve(args []string) int {
 		return fail(errors.New("the view was not mounted"))
 	}
 	files[4].Close()
-	srv, err := gofuse.NewServer(newRawFS(root, opts), "/dev/fd/3", &opts.MountOptions) // waits for the kernel's INIT
+	ring := prepareRing(3, &opts.MountOptions)
+	raw := newRawFS(root, opts)
+	srv, err := gofuse.NewServer(raw, "/dev/fd/3", &opts.MountOptions) // waits for the kernel's INIT
 	if err != nil {
 		return fail(err)
+	}
+	if startRing(ring, srv, raw, &opts.MountOptions) {
+		// The queues' threads (one per CPU, each bound to it) want a P
+		// each, and the device's reader one more.
+		runtime.GOMAXPROCS(ring.Queues() + 1)
 	}
 	fmt.Fprintln(files[3], "ok")
 	files[3].Close()

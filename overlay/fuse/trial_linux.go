@@ -36,21 +36,27 @@ func Trial(root string) (bool, string) {
 	}
 	defer done()
 	tried := fmt.Sprintf("a trial view of %s (%s) with its layer in %s", root, overlay.FSType(root), filepath.Dir(dir))
-	if err := trial(root, dir); err != nil {
+	out, err := trial(root, dir)
+	if err != nil {
 		return false, fmt.Sprintf("%s failed: %v%s", tried, err, foreignIDs(root))
 	}
-	return true, tried + " worked"
+	why := tried + " worked"
+	if t := trialTransport(out); t != "" {
+		why += "; " + t
+	}
+	return true, why
 }
 
-func trial(root, dir string) error {
+// trial returns what the probe printed: the line that says which
+// transport its view used.
+func trial(root, dir string) (string, error) {
 	spec := overlay.Spec{Root: root, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Dir: filepath.Join(dir, "mnt")}
 	for _, d := range []string{spec.Upper, spec.Work, spec.Dir} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			return err
+			return "", err
 		}
 	}
-	_, err := overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
-	return err
+	return overlay.RunTrial(ProbeVerb, spec, unix.CLONE_NEWNS, os.Geteuid() != 0)
 }
 
 // Probe is the trial helper's main: arg is its spec, whose Dir is the
@@ -99,6 +105,7 @@ func Probe(arg string) int {
 	if werr != nil {
 		return fail("write into the view", werr)
 	}
+	fmt.Println(transportPrefix + transport(srv.Ring()))
 	return 0
 }
 
