@@ -160,10 +160,12 @@ func seedOf(t *testing.T) int64 {
 	return time.Now().UnixNano()
 }
 
-// Every watched checkpoint end records exactly what a scan of the whole
-// tree records, over random turns of random changes (and changes between
-// turns, a person's), while the watcher is started, stopped and killed at
-// random moments: a turn the watcher cannot vouch for is read whole.
+// Every watched checkpoint begin and end records exactly what a scan of
+// the whole tree records, over random turns of random changes (and
+// changes between turns, a person's), with another session's checkpoint
+// open across some of them (each asks with its own token), while the
+// watcher is started, stopped and killed at random moments: a stretch
+// the watcher cannot vouch for is read whole.
 // SNAPBACK_WATCH_TURNS sets the number of turns (scripts/fuzz.sh watch
 // runs many), SNAPBACK_WATCH_SEED repeats a run.
 func TestWatchedCheckpointExact(t *testing.T) {
@@ -188,23 +190,35 @@ func TestWatchedCheckpointExact(t *testing.T) {
 	var warned []string
 	r.Warn = func(m string) { warned = append(warned, m) }
 	nWatched, nBegins, ops := 0, 0, 0
+	var other *record.Meta // another session's open checkpoint
+	otherKilled := false
 	for turn := 0; turn < turns; turn++ {
 		var log []string
-		m, _, err := r.BeginCheckpoint("", fmt.Sprint("turn ", turn))
-		treetest.Must(t, err)
-		beganWatched := r.LastWatched
-		// The state the begin recorded is what a scan of the tree reads.
-		scanned, err := r.ScanTree(true)
-		treetest.Must(t, err)
-		fullID, err := r.PutManifest(scanned)
-		treetest.Must(t, err)
-		if fullID.String() != m.Manifest {
-			got, _ := r.LoadManifest(m.Manifest)
-			t.Fatalf("seed %d turn %d (begin watched %v): the begin recorded\n %s\nthe full scan\n %s", seed, turn, beganWatched, paths(got), paths(scanned))
+		// begin opens session's checkpoint, and checks that the state it
+		// recorded is what a scan of the tree reads.
+		begin := func(session string) *record.Meta {
+			m, _, err := r.BeginCheckpoint(session, fmt.Sprint("turn ", turn))
+			treetest.Must(t, err)
+			beganWatched := r.LastWatched
+			scanned, err := r.ScanTree(true)
+			treetest.Must(t, err)
+			fullID, err := r.PutManifest(scanned)
+			treetest.Must(t, err)
+			if fullID.String() != m.Manifest {
+				got, _ := r.LoadManifest(m.Manifest)
+				t.Fatalf("seed %d turn %d (begin watched %v): the begin recorded\n %s\nthe full scan\n %s", seed, turn, beganWatched, paths(got), paths(scanned))
+			}
+			if beganWatched {
+				nBegins++
+			}
+			return m
 		}
-		if beganWatched {
-			nBegins++
+		// Another session's checkpoint, open across some of these turns:
+		// each asks the watcher with its own token.
+		if other == nil && rnd.Intn(4) == 0 {
+			other, otherKilled = begin("other"), false
 		}
+		m := begin("turn")
 		killed := false
 		for i, n := 0, rnd.Intn(12); i < n; i++ {
 			log = append(log, f.do())
@@ -222,26 +236,36 @@ func TestWatchedCheckpointExact(t *testing.T) {
 				killed = true
 			}
 		}
-		asEnd, full, wasWatched, err := snapshot.NarrowBoth(r, m)
-		if err != nil {
-			t.Fatalf("seed %d turn %d: %v\n%s", seed, turn, err, strings.Join(log, "\n"))
+		otherKilled = otherKilled || killed
+		// end compares session's end with a scan of the whole tree, then
+		// closes it.
+		end := func(session string, m *record.Meta, killed bool) {
+			asEnd, full, wasWatched, err := snapshot.NarrowBoth(r, m)
+			if err != nil {
+				t.Fatalf("seed %d turn %d: %v\n%s", seed, turn, err, strings.Join(log, "\n"))
+			}
+			if asEnd != full {
+				b1, _ := r.LoadManifest(asEnd[0])
+				a1, _ := r.LoadManifest(asEnd[1])
+				b2, _ := r.LoadManifest(full[0])
+				a2, _ := r.LoadManifest(full[1])
+				t.Fatalf("seed %d turn %d, session %s (watched %v): the end recorded\n before %s\n after %s\nthe full scan\n before %s\n after %s\nafter:\n%s",
+					seed, turn, session, wasWatched, paths(b1), paths(a1), paths(b2), paths(a2), strings.Join(log, "\n"))
+			}
+			if killed && wasWatched {
+				t.Fatalf("seed %d turn %d: the watcher stopped during session %s's turn, yet its end was watched", seed, turn, session)
+			}
+			if wasWatched {
+				nWatched++
+			}
+			if _, _, err := r.EndCheckpoint(session); err != nil {
+				t.Fatalf("seed %d turn %d: end: %v", seed, turn, err)
+			}
 		}
-		if asEnd != full {
-			b1, _ := r.LoadManifest(asEnd[0])
-			a1, _ := r.LoadManifest(asEnd[1])
-			b2, _ := r.LoadManifest(full[0])
-			a2, _ := r.LoadManifest(full[1])
-			t.Fatalf("seed %d turn %d (watched %v): the end recorded\n before %s\n after %s\nthe full scan\n before %s\n after %s\nafter:\n%s",
-				seed, turn, wasWatched, paths(b1), paths(a1), paths(b2), paths(a2), strings.Join(log, "\n"))
-		}
-		if killed && wasWatched {
-			t.Fatalf("seed %d turn %d: the watcher stopped during the turn, yet the end was watched", seed, turn)
-		}
-		if wasWatched {
-			nWatched++
-		}
-		if _, _, err := r.EndCheckpoint(""); err != nil {
-			t.Fatalf("seed %d turn %d: end: %v", seed, turn, err)
+		end("turn", m, killed)
+		if other != nil && rnd.Intn(3) == 0 {
+			end("other", other, otherKilled)
+			other = nil
 		}
 		// A person's changes between turns, sometimes while the watcher
 		// starts (the begin before started it).
@@ -251,6 +275,7 @@ func TestWatchedCheckpointExact(t *testing.T) {
 		if rnd.Intn(30) == 0 {
 			if pid := watch.Pid(r.Dir); pid > 0 && watch.Running(r.Dir) {
 				syscall.Kill(pid, syscall.SIGKILL)
+				otherKilled = true
 			}
 		}
 	}
@@ -330,7 +355,8 @@ func TestWatchOverflowReadsWhole(t *testing.T) {
 	_, _, err = r.EndCheckpoint("")
 	treetest.Must(t, err)
 
-	// A new generation vouches again.
+	// A new generation vouches again, once it has added its watches.
+	waitWatcher(t, r)
 	m, _, err = r.BeginCheckpoint("", "watched")
 	treetest.Must(t, err)
 	treetest.Write(t, root, "d/f00", "again\n", 0o644)
