@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # bench-checkpoint.sh: what an agent turn's checkpoint costs. On a git
-# repository of 10,000 and of 100,000 small files (a source tree: files of
-# 1-4 KiB, 40 to a directory, all committed), one turn is `checkpoint
-# begin`, an edit of 10 files, `checkpoint end` (checked: 10 paths
-# changed); it is timed as begin + end (the edit is not timed), next to
-# `git stash create` + `git stash apply` of the same kind of change (git
-# recording it, then bringing it back onto the tree after a `git checkout`
-# of the files, which is not timed). The goals: at most 100 ms (10,000
-# files) and 1 s (100,000 files). Medians of BENCH_REPS turns, after one
-# turn that is not timed (the first begin reads every file, as a first
-# snap does). Prints a Markdown table.
+# repository of 10,000, 100,000 and 1,000,000 small files (a source tree:
+# files of 1-4 KiB, 40 to a directory, all committed), one turn is
+# `checkpoint begin`, an edit of 10 files, `checkpoint end` (checked: 10
+# paths changed); it is timed as begin + end (the edit is not timed),
+# with the tree's watcher (the end reads only what it names; checked: the
+# end says it was watched) and without it (SNAPBACK_WATCH=off: the end
+# reads the whole tree, as before the watcher), next to `git stash
+# create` + `git stash apply` of the same kind of change (git recording
+# it, then bringing it back onto the tree after a `git checkout` of the
+# files, which is not timed). The goal: at most 30 ms at every size.
+# Medians of BENCH_REPS turns, after turns that are not timed (the first
+# begin reads every file, as a first snap does, and starts the watcher,
+# which is waited for: how long it takes to watch every directory is a
+# row of its own). Prints a Markdown table.
 #
-# Then the same turn, and `snapback run -- true` (the default mode), in a
-# linked worktree of the same repository (`git worktree add`: HEAD, the
-# index and the refs outside the root, which each step saves and checks)
-# next to the repository's own work tree: the goal is at most 1.10× (a
-# second table).
+# Then, up to 100,000 files, the same turn, and `snapback run -- true`
+# (the default mode), in a linked worktree of the same repository (`git
+# worktree add`: HEAD, the index and the refs outside the root, which
+# each step saves and checks) next to the repository's own work tree:
+# the goal is at most 1.10× (a second table).
 #
-# Environment: BENCH_CHECKPOINT_SIZES (default "10000 100000"), BENCH_REPS
-# (default 5), SNAPBACK (a binary; default: built from this repository),
-# BENCH_DIR (where the work directory goes; default: the repository's
-# parent directory).
+# Environment: BENCH_CHECKPOINT_SIZES (default "10000 100000 1000000"),
+# BENCH_REPS (default 5), SNAPBACK (a binary; default: built from this
+# repository), BENCH_DIR (where the work directory goes; default: the
+# repository's parent directory).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-SIZES=${BENCH_CHECKPOINT_SIZES:-10000 100000}
+SIZES=${BENCH_CHECKPOINT_SIZES:-10000 100000 1000000}
 REPS=${BENCH_REPS:-5}
 WORK=$(mktemp -d "${BENCH_DIR:-$(dirname "$REPO")}/snapback-bench-checkpoint.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -81,13 +85,27 @@ edit() { # edit DIR TAG <list
 	while read -r f; do echo "// edited: $tag" >>"$dir/$f"; done
 }
 
-# turns DIR N: one untimed turn, then REPS timed ones; sets mb, me, mt
-# (medians of begin, end, begin + end).
+# turns DIR N [off]: untimed turns (the first starts the watcher, and
+# turns go on until one is watched), then REPS timed ones; sets mb, me,
+# mt (medians of begin, end, begin + end). With off, the watcher is off
+# (SNAPBACK_WATCH=off: every end reads the whole tree).
 turns() {
-	local dir=$1 n=$2 r t0 b e out tb=() te=() tt=()
-	"$SB" -C "$dir" checkpoint begin -m warm >/dev/null # reads every file once
-	files "$dir" "$n" 0 | edit "$dir" warm
-	"$SB" -C "$dir" checkpoint end >/dev/null
+	local dir=$1 n=$2 off=${3:-} r t0 b e out tb=() te=() tt=() want='"watched": true' w
+	if [[ -n $off ]]; then
+		export SNAPBACK_WATCH=off
+		want='"watched": false'
+	fi
+	for w in $(seq 1 100); do
+		"$SB" -C "$dir" checkpoint begin -m warm >/dev/null # the first reads every file once
+		files "$dir" "$n" 0 | edit "$dir" warm
+		out=$("$SB" -C "$dir" checkpoint end --json 2>/dev/null)
+		grep -q "$want" <<<"$out" && break
+		((w < 100)) || {
+			echo "bench-checkpoint: no watched end in $dir after 100 turns: $out" >&2
+			exit 1
+		}
+		sleep 0.2
+	done
 	for r in $(seq 1 "$REPS"); do
 		sync
 		t0=$(now)
@@ -97,13 +115,40 @@ turns() {
 		t0=$(now)
 		out=$("$SB" -C "$dir" checkpoint end --json)
 		e=$(since "$t0")
-		grep -q '"changes": 10,' <<<"$out" || {
-			echo "bench-checkpoint: end of turn $r in $dir did not record 10 changes: $out" >&2
+		grep -q '"changes": 10,' <<<"$out" && grep -q "$want" <<<"$out" || {
+			echo "bench-checkpoint: end of turn $r in $dir did not record 10 changes ($want): $out" >&2
 			exit 1
 		}
 		tb+=("$b") te+=("$e") tt+=("$(awk -v a="$b" -v b="$e" 'BEGIN {print a + b}')")
 	done
 	mb=$(median "${tb[@]}") me=$(median "${te[@]}") mt=$(median "${tt[@]}")
+	unset SNAPBACK_WATCH
+}
+
+# watch_start DIR: sets ws, the time a watcher takes from its start to
+# its first token (every directory watched), and nd, the directories.
+watch_start() {
+	local dir=$1 store pid t0
+	store=$(echo "$XDG_STATE_HOME"/snapback/projects/"$(basename "$dir")"-*)
+	pid=$(sed -n 's/^pid //p' "$store/watch/lock" 2>/dev/null || true)
+	[[ -n $pid ]] && kill "$pid" 2>/dev/null && sleep 0.5
+	t0=$(now)
+	("$SB" __watch-tree "$dir" "$store" &)
+	python3 - "$store/watch/sock" <<-'EOF'
+		import socket, sys, time
+		while True:
+		    try:
+		        s = socket.socket(socket.AF_UNIX)
+		        s.connect(sys.argv[1])
+		        s.send(b"mark\n")
+		        if s.recv(100).startswith(b"ok "):
+		            break
+		    except OSError:
+		        pass
+		    time.sleep(0.005)
+	EOF
+	ws=$(since "$t0")
+	nd=$(find "$dir" -path "$dir/.git" -prune -o -type d -print | wc -l)
 }
 
 # run_true DIR: sets mr, the median of REPS `snapback run -- true` there,
@@ -120,14 +165,21 @@ run_true() {
 	mr=$(median "${tr[@]}")
 }
 
-rows=() wrows=()
+rows=() srows=() wrows=()
 for n in $SIZES; do
 	dir=$WORK/repo$n
 	echo "bench-checkpoint: making a git repository of $n files" >&2
 	make_repo "$dir" "$n"
+	echo "bench-checkpoint: turns in $n files" >&2
 	turns "$dir" "$n"
+	wmt=$mt wmb=$mb wme=$me
+	turns "$dir" "$n" off
+	fmt=$mt fmb=$mb fme=$me
+	watch_start "$dir"
+	srows+=("| $n files, $nd directories | $(ms "$ws") |")
 	git -C "$dir" add -A && git -C "$dir" commit -qm turns # what the turns did, so the stash holds only its own change
 	git -C "$dir" status --porcelain >/dev/null
+	tg=()
 	for r in $(seq 1 "$REPS"); do
 		files "$dir" "$n" "$((r + REPS))" >"$WORK/list"
 		edit "$dir" "stash $r" <"$WORK/list"
@@ -147,10 +199,9 @@ for n in $SIZES; do
 		tg+=("$(awk -v a="$c" -v b="$a" 'BEGIN {print a + b}')")
 	done
 	mg=$(median "${tg[@]}")
-	goal="100 ms"
-	((n > 10000)) && goal="1 s"
-	rows+=("| checkpoint begin + end, 10 files changed, git repository of $n files | $(ms "$mt") (begin $(ms "$mb"), end $(ms "$me")) | $(ms "$mg") | $(ratio "$mt" "$mg") | $goal |")
+	rows+=("| $n files | $(ms "$wmt") (begin $(ms "$wmb"), end $(ms "$wme")) | $(ms "$fmt") (begin $(ms "$fmb"), end $(ms "$fme")) | $(ms "$mg") | $(ratio "$wmt" "$fmt") | $(ratio "$wmt" "$mg") |")
 
+	((n > 100000)) && continue
 	# The same in a linked worktree, next to the repository's own tree
 	# (measured again here, in turn, so that both see the same load).
 	echo "bench-checkpoint: adding a linked worktree of $n files" >&2
@@ -166,11 +217,17 @@ for n in $SIZES; do
 	wrows+=("| \`run -- true\` ($mode), $n files | $(ms "$pr") | $(ms "$mr") | $(ratio "$mr" "$pr") |")
 	wrows+=("| checkpoint begin + end, 10 files changed, $n files | $(ms "$pt") | $(ms "$wt") | $(ratio "$wt" "$pt") |")
 done
-echo "A turn's checkpoint (medians of $REPS; load average $(cut -d' ' -f1-3 /proc/loadavg)):"
+echo "A turn's checkpoint: begin + end, 10 files changed (medians of $REPS; load average $(cut -d' ' -f1-3 /proc/loadavg); goal: at most 30 ms):"
 echo
-echo "| operation | snapback | git stash create + apply | ratio | goal |"
-echo "|---|---:|---:|---:|---:|"
+echo "| git repository of | watched | whole tree read (SNAPBACK_WATCH=off) | git stash create + apply | watched / whole | watched / git |"
+echo "|---|---:|---:|---:|---:|---:|"
 printf '%s\n' "${rows[@]}"
+echo
+echo "The watcher's start, until it gives its first token (every directory watched; once per watcher):"
+echo
+echo "| tree | time |"
+echo "|---|---:|"
+printf '%s\n' "${srows[@]}"
 echo
 echo "In a linked worktree of the same repository (medians of $REPS; goal: at most 1.10×):"
 echo

@@ -23,8 +23,22 @@
 # cmd/snapback/testdata/rapid/TestModel/, which every later `go test`
 # replays first: commit it with the fix. As root it also drives the
 # overlayfs and fuse modes.
+#
+#   scripts/fuzz.sh watch [TURNS]
+#
+# "watch" runs the watched checkpoint's exactness test (snapshot
+# TestWatchedCheckpointExact: every end compared with a scan of the whole
+# tree, over random changes while the watcher is started, stopped and
+# killed) for TURNS turns (default 20000), each time with a new seed; a
+# failure prints its seed, which SNAPBACK_WATCH_SEED replays.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [ "${1:-}" = watch ]; then
+	export SNAPBACK_WATCH_TURNS=${2:-20000}
+	echo "== watched checkpoints ($SNAPBACK_WATCH_TURNS turns)"
+	exec go test -count=1 -v -timeout 0 -run '^TestWatchedCheckpointExact$' ./snapshot/
+fi
 
 if [ "${1:-}" = model ]; then
 	export SNAPBACK_MODEL_TIME=${2:-10m}

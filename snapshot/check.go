@@ -450,6 +450,11 @@ func (c *checker) sorted(s []string) []string {
 
 // repair acts on what check found; each Damage says what was done.
 func (c *checker) repair(r *Repo) error {
+	// The last checkpoint's state, which the next begin patches, may
+	// name contents set aside here.
+	if err := r.dropWatchBase(); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
 	for i := range c.rep.Damaged {
 		if d := &c.rep.Damaged[i]; d.Kind == DamageJournal {
 			to, err := r.SetAsideBadJournal()

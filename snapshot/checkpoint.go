@@ -158,18 +158,13 @@ func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, ope
 	return m, true, nil
 }
 
-// snapOpen scans the tree into the open checkpoint m's manifest, marks
-// the other sessions' open checkpoints (sessions.go), then writes m.
+// snapOpen records the tree's state in the open checkpoint m's manifest
+// (a scan, or what the tree's watcher says changed since the last begin:
+// watch.go), marks the other sessions' open checkpoints (sessions.go),
+// then writes m and keeps the watcher's token for its end.
 func (r *Repo) snapOpen(m *record.Meta, open []*record.Meta) error {
-	tree, err := r.ScanTree(true)
+	tree, token, watched, err := r.treeNow(m) // watch.go
 	if err != nil {
-		return fmt.Errorf("snapshot: %w", err)
-	}
-	m.Files, m.Bytes = counts(tree)
-	if m.Manifest, err = r.record(tree); err != nil {
-		return err
-	}
-	if err := r.Flush(); err != nil {
 		return err
 	}
 	if len(open) > 0 {
@@ -184,7 +179,14 @@ func (r *Repo) snapOpen(m *record.Meta, open []*record.Meta) error {
 			return err
 		}
 	}
-	return r.WriteMeta(m)
+	if err := r.WriteMeta(m); err != nil {
+		return err
+	}
+	if watched {
+		// Without it the end reads the whole tree: no harm.
+		_ = r.saveWatchToken(m.ID, token, m.Manifest, tree)
+	}
+	return nil
 }
 
 // EndCheckpoint closes session's open checkpoint into one undo step
@@ -204,7 +206,7 @@ func (r *Repo) EndCheckpoint(session string) (m *record.Meta, dropped bool, err 
 		return nil, false, err
 	}
 	begin := m.Manifest
-	if err := r.narrowRun(m); err != nil {
+	if err := r.narrowCheckpoint(m); err != nil { // watch.go
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
 	// The tree as this one leaves it, for the others' marks.
@@ -230,6 +232,7 @@ func (r *Repo) EndCheckpoint(session string) (m *record.Meta, dropped bool, err 
 			return nil, false, fmt.Errorf("checkpoint end: %s closed; marking the other sessions' checkpoints: %w", m.ID, err)
 		}
 	}
+	r.keepWatchBase(m.ID)
 	return m, dropped, nil
 }
 

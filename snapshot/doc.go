@@ -35,6 +35,9 @@
 //	damaged/          what check --repair set aside (damaged.go)
 //	agent/            a note per coding agent session of its current turn's
 //	                  message, between the hooks' processes (package agent)
+//	watch/            the tree's watcher (package internal/watch): lock, sock,
+//	                  marks/; since/ID, an open checkpoint's token and the
+//	                  files it began with that had several names (watch.go)
 //	identity          the inode numbers of the store and of the root it was
 //	                  made for: a store that came by a clone, an archive or
 //	                  a copy does not match and is refused (trust.go)

@@ -25,3 +25,20 @@ func PackedAt(s *Store, id record.ObjectID) (path string, off int64, ok bool) {
 	loc, ok := s.packed[id]
 	return s.path(packsDir, loc.pack), loc.off, ok
 }
+
+// NarrowBoth narrows the open checkpoint m (left as it is) twice: as its
+// end does (from the watcher's changes when it vouches) and from a scan
+// of the whole tree; each returns its record's before and after
+// manifests, and watched says whether the first read only what the
+// watcher named.
+func NarrowBoth(r *Repo, m *record.Meta) (asEnd, full [2]string, watched bool, err error) {
+	a, f := *m, *m
+	if err := r.narrowCheckpoint(&a); err != nil {
+		return asEnd, full, false, err
+	}
+	watched = r.LastWatched
+	if err := r.narrowRun(&f); err != nil {
+		return asEnd, full, false, err
+	}
+	return [2]string{a.Manifest, a.After}, [2]string{f.Manifest, f.After}, watched, nil
+}

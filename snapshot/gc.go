@@ -112,6 +112,10 @@ func (r *Repo) collect(h *History, kept map[string]bool) (GCStats, error) {
 	if err := r.sweepPayloads(livePayloads); err != nil {
 		return st, fmt.Errorf("gc: %w", err)
 	}
+	// Nor may the last checkpoint's state, which the next begin patches.
+	if err := r.dropWatchBase(); err != nil {
+		return st, fmt.Errorf("gc: %w", err)
+	}
 	if err := r.sweepObjects(live, &st); err != nil {
 		return st, err
 	}

@@ -82,6 +82,10 @@ type Repo struct {
 	*Reader
 	// RecoverNote says what the last [Repo.Recover] did, for the user.
 	RecoverNote string
+	// LastWatched says whether the last checkpoint begin or end read
+	// only the paths the tree's watcher named (watch.go), not the whole
+	// tree.
+	LastWatched bool
 }
 
 // openRepo opens the project at root with its store at dir ("": in the

@@ -109,7 +109,7 @@ const (
 // storeDirs are the directories snapback keeps in the store; storeFiles
 // the files, with their bounds.
 var (
-	storeDirs  = []string{"objects", "snapshots", "tmp", "runs", "targets", "agent", DamagedDir, "prune-tokens", packsDir}
+	storeDirs  = []string{"objects", "snapshots", "tmp", "runs", "targets", "agent", DamagedDir, "prune-tokens", packsDir, "watch"}
 	storeFiles = map[string]int64{
 		"lock": maxLockFile, "treerun.lock": maxLockFile, "journal.json": maxJournal,
 		"index": maxIndexSize, IdentityFile: maxIdentity, ".gitignore": maxLockFile,

@@ -154,6 +154,8 @@ func runCheckpointEnd(g *globals, o checkpointOptions) error {
 		Message string `json:"message"`
 		Targets int    `json:"targets"`
 		Open    string `json:"open,omitempty"`
+		// Watched: only the paths the tree's watcher named were read.
+		Watched bool `json:"watched"`
 	}
 	repo, err := g.openForCheckpoint(snapshot.Options{Verb: "checkpoint end", Access: snapshot.ForChange})
 	if errors.Is(err, snapshot.ErrNoStore) {
@@ -193,7 +195,7 @@ func runCheckpointEnd(g *globals, o checkpointOptions) error {
 		}
 		return nil
 	}
-	out := endJSON{ID: m.ID, State: "done", Session: m.Session, Message: m.Message, Targets: len(m.Targets)}
+	out := endJSON{ID: m.ID, State: "done", Session: m.Session, Message: m.Message, Targets: len(m.Targets), Watched: repo.LastWatched}
 	if dropped {
 		out.State = "dropped"
 	} else {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/watch"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
@@ -79,6 +80,10 @@ func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == backends.VolumeHelperVerb {
 		return backends.VolumeHelper(os.Args[2:]) // in a docker-volume helper container
 	}
+	if len(os.Args) > 1 && os.Args[1] == watch.ServeVerb {
+		return watch.Serve(os.Args[2:]) // the tree's watcher, started by checkpoint begin
+	}
+	snapshot.WatchTree = true // this program serves watch.ServeVerb
 	// SNAPBACK_CPUPROFILE=FILE writes a CPU profile: for performance
 	// reports, in a test-seams build only (-tags snapback_testseams).
 	if p := os.Getenv("SNAPBACK_CPUPROFILE"); p != "" && fsutil.TestSeams() {

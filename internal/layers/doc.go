@@ -12,12 +12,14 @@ var Rank = map[string]int{
 	"internal/suggest": 0,
 	"internal/gitdiff": 0,
 	"fsutil":           0,
-	// What reads the tree's own formats, and the table of isolation
-	// modes (a tree mode's row holds fsutil's primitives).
+	// What reads the tree's own formats, the table of isolation modes
+	// (a tree mode's row holds fsutil's primitives), and the tree's
+	// watcher.
 	"internal/isolation": 1,
 	"internal/gitdirs":   1,
 	"internal/treetest":  1,
 	"overlay/layer":      1,
+	"internal/watch":     1,
 	// FUSE over io_uring for go-fuse (a transport; no snapback in it).
 	"overlay/fuse/uring": 1,
 	// The config (it names the modes), and the store's data types:

@@ -1,0 +1,49 @@
+// Package watch keeps a journal of the paths that change in a project's
+// tree, so that a checkpoint's end reads only those instead of every path.
+//
+// # The watcher
+//
+// One process per project ([Serve], started by [Start] as `snapback
+// __watch-tree ROOT STORE`, detached) watches every directory of the tree
+// with inotify and numbers what it sees: each event that names a path
+// gets the next sequence number, and the path is noted with it (and its
+// parent directory, whose listing and mtime a create, delete or rename
+// changes). A directory that appears (made, or moved in) is noted deep:
+// what was put in it before its own watches existed had no event, so the
+// reader scans all of it. A generation, chosen at random when the watcher
+// starts (and again after it lost events), names the numbering: a
+// sequence number means nothing in another generation.
+//
+// Its files are in the store's watch/ directory, private as the store is:
+// lock (flock held while it runs: one watcher per project), sock (where
+// it answers) and marks/ (see below). It exits when nothing has asked it
+// anything for an hour (SNAPBACK_WATCH_IDLE), when the root goes, and when
+// asked to ([Stop]).
+//
+// # Vouching
+//
+// [Mark] asks for a token, (generation, sequence): every change that
+// happens after the answer gets a greater number. [Since] asks which
+// paths changed after a token; the watcher answers only when it can vouch
+// for the whole stretch, else it says why not ([NotVouchedError]): its
+// generation changed (it restarted, or its queue overflowed: the
+// kernel's IN_Q_OVERFLOW), a watch could not be added (the
+// fs.inotify.max_user_watches limit, a directory it may not read), the
+// root moved. A watcher that is not running cannot vouch either.
+//
+// The race between a change and the question is closed by a marker: on
+// each Since the watcher creates a file in marks/, which it watches with
+// the same inotify instance as the tree, and answers once it has read
+// that file's event. The kernel queues an instance's events in the order
+// they happen, so every change made before the question (before `end`
+// began) was read by then.
+//
+// What inotify does not report, a watcher cannot vouch for: a write
+// through a shared memory mapping (mmap) is not an event until the file
+// is closed or written otherwise; a change made through another name of a
+// hard-linked file (another directory's name, or one outside the tree)
+// is reported only under the name used, so the reader also reads every
+// file that had several names when the checkpoint began; a change made on
+// another machine (a network filesystem) is never reported, so the
+// watcher refuses to vouch on filesystems other than local disk ones.
+package watch

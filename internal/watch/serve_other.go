@@ -1,0 +1,16 @@
+//go:build !linux
+
+package watch
+
+import (
+	"fmt"
+	"os"
+)
+
+const supported = false
+
+// Serve is the watcher; this system has none.
+func Serve(args []string) int {
+	fmt.Fprintln(os.Stderr, "snapback: no tree watcher on this system")
+	return 1
+}
