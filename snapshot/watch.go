@@ -126,6 +126,21 @@ func (r *Repo) loadWatchToken(path string) (*watchToken, error) {
 	return w, nil
 }
 
+// writersNow lists the files of the tree a process holds for writing
+// now (watch.Writers), as paths a scan may hold: what was written through
+// a shared mapping is no event until the file's last descriptor and
+// mapping are gone (that is an event: IN_CLOSE_WRITE), so a file held
+// still is read again whatever the watcher says.
+func (r *Repo) writersNow() []string {
+	var out []string
+	for _, p := range watch.Writers(r.Root) {
+		if record.ValidPath(p) && r.visible(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // watchBasePath: the last begin's token file, kept by its end.
 func (r *Reader) watchBasePath() string { return r.path("watch", "base") }
 
@@ -205,7 +220,7 @@ func (r *Repo) treeFromBase() (tree record.Manifest, id string, t watch.Token, o
 	if err != nil {
 		return nil, "", t, false, nil // gone or damaged: read the whole tree (check says more)
 	}
-	tree, touched, err := r.patched(before, changes, base.links)
+	tree, touched, err := r.patched(before, changes, base.links, r.writersNow())
 	var no *errUnvouched
 	if errors.As(err, &no) {
 		return nil, "", t, false, nil
@@ -260,7 +275,7 @@ func (r *Repo) narrowCheckpoint(m *record.Meta) error {
 	default:
 		changes, _, err := watch.Since(r.Dir, w.token)
 		if err == nil {
-			err = r.narrowWatched(m, changes, w.links)
+			err = r.narrowWatched(m, changes, w.links, r.writersNow())
 		}
 		var no *errUnvouched
 		var nv *watch.NotVouchedError
@@ -281,14 +296,14 @@ func (r *Repo) narrowCheckpoint(m *record.Meta) error {
 }
 
 // narrowWatched narrows m to the paths changed among those the watcher
-// named (changes) and the files that had several names at the begin
-// (links).
-func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[string][2]uint64) error {
+// named (changes), the files that had several names at the begin (links)
+// and those held for writing now (writers).
+func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[string][2]uint64, writers []string) error {
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
-	after, touched, err := r.patched(before, changes, links)
+	after, touched, err := r.patched(before, changes, links, writers)
 	if err != nil {
 		return err
 	}
@@ -305,11 +320,13 @@ func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[s
 }
 
 // patched reads what the watcher named (changes), the files that had
-// several names (links) and everything below a deep change, and patches
+// several names (links), those held for writing (writers: a write
+// through a shared mapping is no event) and everything below a deep
+// change, and patches
 // the tree's state then (before) with what it read into the state now,
 // as a scan of the whole tree would have read it; touched are the paths
 // whose entries may differ between the two.
-func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map[string][2]uint64) (after record.Manifest, touched map[string]bool, err error) {
+func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map[string][2]uint64, writers []string) (after record.Manifest, touched map[string]bool, err error) {
 	listed, deep := map[string]bool{}, map[string]bool{}
 	var paths []string
 	add := func(p string, d bool) {
@@ -332,6 +349,9 @@ func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map
 		}
 	}
 	for p := range links {
+		add(p, false)
+	}
+	for _, p := range writers {
 		add(p, false)
 	}
 	sort.Strings(paths)

@@ -398,3 +398,84 @@ func TestWatchedIgnoredDirectory(t *testing.T) {
 		t.Fatalf("watched end's after: %s; equal to the full scan's: %v", paths(after), asEnd == full)
 	}
 }
+
+// TestWatchedMappedWrite: a write through a shared mapping is no inotify
+// event; the close is, once the file's last descriptor and mapping are
+// gone. A watched end must read the file whatever the events say, as a
+// scan of the whole tree does: the file mapped and its descriptor closed
+// before the begin, written in the turn and unmapped before the end (the
+// close is heard at the unmap); mapped in the turn, its descriptor
+// closed before the write, still mapped at the end (no event: only
+// watch.Writers tells); written through a mapping undone before the end
+// while the descriptor stays open (the same).
+func TestWatchedMappedWrite(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"a.db", "b.db", "c.db"} {
+		treetest.Write(t, root, name, strings.Repeat("0", 4096), 0o644)
+		old := time.Now().Add(-time.Hour)
+		treetest.Must(t, os.Chtimes(filepath.Join(root, name), old, old))
+	}
+	r := watched(t, root)
+	for i := 0; i < 2; i++ { // the first starts the watcher
+		_, _, err := r.BeginCheckpoint("", "")
+		treetest.Must(t, err)
+		_, _, err = r.EndCheckpoint("")
+		treetest.Must(t, err)
+	}
+	waitWatcher(t, r)
+	mapFile := func(name string) (*os.File, []byte) {
+		f, err := os.OpenFile(filepath.Join(root, name), os.O_RDWR, 0)
+		treetest.Must(t, err)
+		b, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+		treetest.Must(t, err)
+		return f, b
+	}
+	check := func(m *record.Meta, want string) {
+		t.Helper()
+		asEnd, full, wasWatched, err := snapshot.NarrowBoth(r, m)
+		treetest.Must(t, err)
+		if !wasWatched {
+			t.Fatal("the end was not watched: the test tests nothing")
+		}
+		after, err := r.LoadManifest(full[1])
+		treetest.Must(t, err)
+		if paths(after) != want {
+			t.Fatalf("the full scan's after: %s, want %s", paths(after), want)
+		}
+		if asEnd != full {
+			t.Fatalf("the watched end differs from the full scan (%s)", want)
+		}
+	}
+
+	// a.db: mapped, descriptor closed, before the begin.
+	f, a := mapFile("a.db")
+	treetest.Must(t, f.Close())
+	m, _, err := r.BeginCheckpoint("", "")
+	treetest.Must(t, err)
+	copy(a, "written through a mapping")
+	treetest.Must(t, syscall.Munmap(a))
+	check(m, "a.db:file")
+	_, _, err = r.EndCheckpoint("")
+	treetest.Must(t, err)
+
+	// b.db: mapped in the turn, descriptor closed before the write.
+	m, _, err = r.BeginCheckpoint("", "")
+	treetest.Must(t, err)
+	f, b := mapFile("b.db")
+	treetest.Must(t, f.Close())
+	copy(b, "written after the close")
+	check(m, "b.db:file")
+	treetest.Must(t, syscall.Munmap(b))
+	_, _, err = r.EndCheckpoint("")
+	treetest.Must(t, err)
+
+	// c.db: written through a mapping undone before the end, the
+	// descriptor open still.
+	m, _, err = r.BeginCheckpoint("", "")
+	treetest.Must(t, err)
+	f, c := mapFile("c.db")
+	copy(c, "mapping gone, descriptor open")
+	treetest.Must(t, syscall.Munmap(c))
+	check(m, "c.db:file")
+	treetest.Must(t, f.Close())
+}

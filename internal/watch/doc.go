@@ -39,8 +39,10 @@
 // began) was read by then.
 //
 // What inotify does not report, a watcher cannot vouch for: a write
-// through a shared memory mapping (mmap) is not an event until the file
-// is closed or written otherwise; a change made through another name of a
+// through a shared memory mapping (mmap) is not an event until the
+// file's last descriptor and mapping are gone, so the reader also reads
+// every file a process holds for writing or maps shared and writable
+// then ([Writers], from /proc); a change made through another name of a
 // hard-linked file (another directory's name, or one outside the tree)
 // is reported only under the name used, so the reader also reads every
 // file that had several names when the checkpoint began; a change made on
