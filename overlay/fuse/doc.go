@@ -175,4 +175,6 @@ const (
 	ExecVerb = "__fuse-exec"
 	// ServeVerb makes snapback the FUSE server.
 	ServeVerb = "__fuse-serve"
+	// KeepVerb makes snapback a project's kept view server (keep_linux.go).
+	KeepVerb = "__fuse-keep"
 )

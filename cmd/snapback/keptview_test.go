@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/overlay/fuse"
+	"github.com/snapback/snapback/snapshot"
+	"golang.org/x/sys/unix"
+)
+
+// keptEnv makes the test binary, run as the command of a view, the
+// kept view test's command: it captures the view into the file the
+// variable names, then changes the view (keptViewChange).
+const keptEnv = "SNAPBACK_TEST_KEPT_CAPTURE"
+
+func init() {
+	out := os.Getenv(keptEnv)
+	if out == "" {
+		return
+	}
+	fail := func(err error) {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	// A lookup that fails, so that the kernel caches the missing name
+	// (the changes then make it).
+	os.Lstat("missing")
+	os.Lstat("r1/missing")
+	st, err := treetest.CaptureErr(".")
+	if err != nil {
+		fail(err)
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		fail(err)
+	}
+	if err := os.WriteFile(out, b, 0o644); err != nil {
+		fail(err)
+	}
+	if err := keptViewChange(os.Getenv("SNAPBACK_TEST_KEPT_RUN")); err != nil {
+		fail(err)
+	}
+	os.Exit(0)
+}
+
+// keptViewChange is what each run changes in its view after capturing
+// it: a new file and directory, an append, a removal, a rename of a
+// directory of the lower tree (an overlay redirect) back and forth.
+func keptViewChange(run string) error {
+	if err := os.WriteFile("made-"+run, []byte(run+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll("dir-"+run+"/sub", 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile("w.txt", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "run %s\n", run)
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if ents, _ := filepath.Glob("made-*"); len(ents) > 1 {
+		if err := os.Remove(ents[0]); err != nil {
+			return err
+		}
+	}
+	if _, err := os.Stat("vdir"); err == nil {
+		return os.Rename("vdir", "vdir-moved")
+	}
+	return os.Rename("vdir-moved", "vdir")
+}
+
+// keptSeed makes the entries the changes of round r act on.
+func keptSeed(t *testing.T, root string, r int) {
+	w := func(rel, content string, mode os.FileMode) {
+		treetest.Write(t, root, fmt.Sprintf("r%d/%s", r, rel), content, mode)
+	}
+	w("same.txt", "1111\n", 0o644)
+	w("a.txt", "alpha\n", 0o644)
+	w("gone.txt", "gone\n", 0o644)
+	w("mod.sh", "echo\n", 0o755)
+	w("d/x", "x\n", 0o644)
+	w("d/sub/y", "y\n", 0o644)
+	w("e/f", "f\n", 0o644)
+	w("g/h", "h\n", 0o644)
+	w("h1", "one\n", 0o644)
+	w("other/keep", "k\n", 0o644)
+	p := func(rel string) string { return filepath.Join(root, fmt.Sprintf("r%d/%s", r, rel)) }
+	treetest.Must(t, os.Link(p("h1"), p("other/h2")))
+}
+
+// keptChanges changes round r's entries in the real tree, in every way
+// the kept view must hear of.
+func keptChanges(t *testing.T, root string, r int) {
+	p := func(rel string) string { return filepath.Join(root, fmt.Sprintf("r%d/%s", r, rel)) }
+	// An edit in place that keeps the size and the times.
+	var st unix.Stat_t
+	treetest.Must(t, unix.Stat(p("same.txt"), &st))
+	f, err := os.OpenFile(p("same.txt"), os.O_WRONLY, 0)
+	treetest.Must(t, err)
+	_, err = f.WriteAt([]byte("2222\n"), 0)
+	treetest.Must(t, err)
+	treetest.Must(t, f.Close())
+	treetest.Must(t, unix.UtimesNano(p("same.txt"), []unix.Timespec{st.Atim, st.Mtim}))
+	// The same through a hard link's other name, in another directory.
+	treetest.Must(t, unix.Stat(p("other/h2"), &st))
+	treetest.Must(t, os.WriteFile(p("other/h2"), []byte("two\n"), 0o644))
+	treetest.Must(t, unix.UtimesNano(p("other/h2"), []unix.Timespec{st.Atim, st.Mtim}))
+	treetest.Must(t, os.Rename(p("a.txt"), p("b.txt"))) // rename a file
+	treetest.Must(t, os.Remove(p("gone.txt")))          // delete a file
+	treetest.Must(t, os.Chmod(p("mod.sh"), 0o600))      // chmod a file
+	treetest.Must(t, os.Chmod(p("d/sub"), 0o700))       // chmod a directory
+	treetest.Must(t, os.Rename(p("d"), p("d2")))        // rename a directory
+	treetest.Must(t, os.RemoveAll(p("e")))              // replace a directory by a file
+	treetest.Write(t, root, fmt.Sprintf("r%d/e", r), "now a file\n", 0o644)
+	treetest.Must(t, os.RemoveAll(p("g")))                                  // delete a directory
+	treetest.Write(t, root, fmt.Sprintf("r%d/missing", r), "here\n", 0o644) // where a lookup failed
+	treetest.Write(t, root, "missing", "here too\n", 0o644)
+	treetest.Write(t, root, "w.txt", "rewritten outside\n", 0o644)
+}
+
+// keptServerPid is the pid of the kept view server of root, 0 if none.
+func keptServerPid(root string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[1] == fuse.KeepVerb && strings.Contains(args[2], `"root":"`+root+`"`) {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			return pid
+		}
+	}
+	return 0
+}
+
+// keptProject makes a project for kept view runs, and ends its server
+// when the test ends.
+func keptProject(t *testing.T) (bin, root string, env []string) {
+	t.Helper()
+	ok, why := fuse.Available()
+	if !treetest.Require(t, "fuse", ok, why) {
+		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("kept views are root's only so far")
+	}
+	bin = snapbackBinary(t)
+	root = filepath.Join(t.TempDir(), "project")
+	treetest.Must(t, os.Mkdir(root, 0o755))
+	env = append(testEnv(t), fuse.KeepEnv+"=1", fuse.KeepIdleEnv+"=2m")
+	t.Cleanup(func() {
+		if pid := keptServerPid(root); pid != 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return bin, root, env
+}
+
+// keptRun runs the capturing command in a fuse view of root (committed
+// or discarded) and returns what it saw.
+func keptRun(t *testing.T, bin, root string, env []string, run int, then string) treetest.State {
+	t.Helper()
+	self, err := os.Executable()
+	treetest.Must(t, err)
+	out := filepath.Join(t.TempDir(), "seen.json")
+	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--then", then, "--", self)
+	cmd.Dir = root
+	cmd.Env = append(env, keptEnv+"="+out, fmt.Sprintf("SNAPBACK_TEST_KEPT_RUN=%d", run))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run %d: %v\n%s", run, err, b)
+	} else if strings.Contains(string(b), "no kept view") {
+		t.Fatalf("run %d had no kept view:\n%s", run, b)
+	}
+	b, err := os.ReadFile(out)
+	treetest.Must(t, err)
+	var st treetest.State
+	treetest.Must(t, json.Unmarshal(b, &st))
+	return st
+}
+
+// TestKeptView: a view kept across runs (SNAPBACK_FUSE_KEEP=1) shows
+// exactly the real tree on its second and tenth run after the tree was
+// changed between runs in every way (an edit in place keeping size and
+// times, the same through another name of a hard link, renames of a
+// file and of a directory, deletes, chmod of a file and a directory, a
+// directory replaced by a file, a name made where a lookup had failed),
+// and on every run between after the runs' own commits and discards
+// (new files and directories, appends, removals, a renamed lower
+// directory); and one server served all ten runs.
+func TestKeptView(t *testing.T) {
+	bin, root, env := keptProject(t)
+	keptSeed(t, root, 0)
+	keptSeed(t, root, 1)
+	treetest.Write(t, root, "w.txt", "w\n", 0o644)
+	treetest.Write(t, root, "vdir/in/deep", "deep\n", 0o644)
+	pid := 0
+	for run := 1; run <= 10; run++ {
+		switch run {
+		case 2:
+			keptChanges(t, root, 0)
+		case 10:
+			keptChanges(t, root, 1)
+		}
+		want := treetest.Capture(t, root, snapshot.StoreDir)
+		then := "commit"
+		if run%2 == 1 {
+			then = "discard"
+		}
+		got := keptRun(t, bin, root, env, run, then)
+		treetest.Equal(t, fmt.Sprintf("run %d's view vs the tree", run), want, got)
+		p := keptServerPid(root)
+		if p == 0 {
+			t.Fatalf("run %d: no kept view server runs", run)
+		}
+		if pid != 0 && p != pid {
+			t.Fatalf("run %d: the server changed (%d, then %d)", run, pid, p)
+		}
+		pid = p
+	}
+}
