@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/overlay/fuse"
@@ -61,7 +62,7 @@ func keptViewChange(run string) error {
 	if err := os.MkdirAll("dir-"+run+"/sub", 0o755); err != nil {
 		return err
 	}
-	f, err := os.OpenFile("w.txt", os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile("w.txt", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
@@ -77,7 +78,10 @@ func keptViewChange(run string) error {
 	if _, err := os.Stat("vdir"); err == nil {
 		return os.Rename("vdir", "vdir-moved")
 	}
-	return os.Rename("vdir-moved", "vdir")
+	if _, err := os.Stat("vdir-moved"); err == nil {
+		return os.Rename("vdir-moved", "vdir")
+	}
+	return nil
 }
 
 // keptSeed makes the entries the changes of round r act on.
@@ -230,5 +234,56 @@ func TestKeptView(t *testing.T) {
 			t.Fatalf("run %d: the server changed (%d, then %d)", run, pid, p)
 		}
 		pid = p
+	}
+}
+
+// TestKeptViewKilled: a kept view's server killed mid-run fails that
+// run as a fresh view's would (the command loses its view; what it
+// wrote stays pending, and discard or commit finishes it), leaves the
+// tree as it was, and the next run starts a new server whose view is
+// exact.
+func TestKeptViewKilled(t *testing.T) {
+	bin, root, env := keptProject(t)
+	treetest.Write(t, root, "a.txt", "a\n", 0o644)
+	keptRun(t, bin, root, env, 1, "commit")
+	pid := keptServerPid(root)
+	if pid == 0 {
+		t.Fatal("no kept view server after the first run")
+	}
+	marker := filepath.Join(t.TempDir(), "started")
+	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
+		`echo b > b && touch "$1" && while cat a.txt >/dev/null; do sleep 0.05; done; exit 7`, "sh", marker)
+	cmd.Dir = root
+	cmd.Env = env
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	treetest.Must(t, cmd.Start())
+	for i := 0; i < 1000; i++ {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
+	if err := cmd.Wait(); err == nil {
+		t.Fatalf("the run succeeded without its view:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "the server died") {
+		t.Errorf("the run's error does not say the server died:\n%s", out.String())
+	}
+	if _, err := os.Lstat(filepath.Join(root, "b")); !os.IsNotExist(err) {
+		t.Errorf("the killed run's b reached the tree: %v", err)
+	}
+	sb(t, bin, root, "recover")
+	if st := sb(t, bin, root, "status"); !strings.Contains(st, "pending") {
+		t.Errorf("the killed run is not pending:\n%s", st)
+	}
+	sb(t, bin, root, "discard")
+	treetest.Write(t, root, "a.txt", "changed while no server ran\n", 0o644)
+	want := treetest.Capture(t, root, snapshot.StoreDir)
+	got := keptRun(t, bin, root, env, 3, "discard")
+	treetest.Equal(t, "the next run's view vs the tree", want, got)
+	if p := keptServerPid(root); p == 0 || p == pid {
+		t.Errorf("the next run's server: pid %d (the killed one was %d)", p, pid)
 	}
 }
