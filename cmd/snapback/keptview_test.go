@@ -1,7 +1,8 @@
 package main
 
 import (
-	"encoding/json"
+	"bytes"
+	"encoding/gob"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,11 +40,11 @@ func init() {
 	if err != nil {
 		fail(err)
 	}
-	b, err := json.Marshal(st)
-	if err != nil {
+	var b bytes.Buffer // gob, not JSON: names need not be UTF-8
+	if err := gob.NewEncoder(&b).Encode(st); err != nil {
 		fail(err)
 	}
-	if err := os.WriteFile(out, b, 0o644); err != nil {
+	if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil {
 		fail(err)
 	}
 	if err := keptViewChange(os.Getenv("SNAPBACK_TEST_KEPT_RUN")); err != nil {
@@ -192,7 +193,7 @@ func keptRun(t *testing.T, bin, root string, env []string, run int, then string)
 	b, err := os.ReadFile(out)
 	treetest.Must(t, err)
 	var st treetest.State
-	treetest.Must(t, json.Unmarshal(b, &st))
+	treetest.Must(t, gob.NewDecoder(bytes.NewReader(b)).Decode(&st))
 	return st
 }
 

@@ -4,12 +4,12 @@ package fuse
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 )
 
 // warmState is what a view kept across runs adds to the node tree. The
@@ -154,9 +154,13 @@ func (ov *overlayFS) forgetAll(root *fs.Inode) {
 // (and every lower hard link), and forgets the run's copy-ups: the
 // next run starts with an empty upper layer.
 func (ov *overlayFS) forgetUpper(root *fs.Inode, upper string) error {
-	var walk func(rel string) error
-	walk = func(rel string) error {
-		ents, err := os.ReadDir(filepath.Join(upper, rel))
+	// By descriptors: a path of the view may be longer than the kernel
+	// takes whole with the layer's directory in front (see at).
+	var walk func(fd int, rel string) error
+	walk = func(fd int, rel string) error {
+		d := os.NewFile(uintptr(fd), rel)
+		defer d.Close() // read only
+		ents, err := d.ReadDir(-1)
 		if err != nil {
 			return err
 		}
@@ -165,7 +169,11 @@ func (ov *overlayFS) forgetUpper(root *fs.Inode, upper string) error {
 			if e.IsDir() {
 				if _, in, _ := find(root, crel); in != nil && ov.sameLowerDir(in, crel) {
 					in.NotifyContent(0, 0)
-					if err := walk(crel); err != nil {
+					cfd, err := unix.Openat(fd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+					if err != nil {
+						return err
+					}
+					if err := walk(cfd, crel); err != nil {
 						return err
 					}
 					continue
@@ -175,7 +183,10 @@ func (ov *overlayFS) forgetUpper(root *fs.Inode, upper string) error {
 		}
 		return nil
 	}
-	err := walk("")
+	fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = walk(fd, "")
+	}
 	root.NotifyContent(0, 0)
 	ov.warm.mu.Lock()
 	links := ov.warm.links

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -20,15 +21,16 @@ import (
 // the name, so every directory of the tree is watched.
 const watchMask = unix.IN_MODIFY | unix.IN_ATTRIB | unix.IN_CREATE | unix.IN_DELETE |
 	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF |
-	unix.IN_DONT_FOLLOW | unix.IN_ONLYDIR
+	unix.IN_ONLYDIR
 
 // watcher watches every directory of a tree (but the store) with
 // inotify and collects the paths that changed. fsnotify queues an event
 // in the system call that made the change, so once that call has
-// returned, drain sees it: what a commit or another program changed
+// returned, take sees it: what a commit or another program changed
 // before a run begins is known when it begins.
 type watcher struct {
 	fd      int
+	rootFd  int // the tree's root (O_PATH)
 	root    string
 	mu      sync.Mutex
 	paths   map[int32]string // watch descriptor -> directory, relative to root ("" the root)
@@ -50,44 +52,82 @@ func newWatcher(root string) (*watcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inotify: %w", err)
 	}
-	w := &watcher{fd: fd, root: root, paths: map[int32]string{}}
-	if err := w.addTree(""); err != nil {
+	rootFd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
 		unix.Close(fd)
+		return nil, err
+	}
+	w := &watcher{fd: fd, rootFd: rootFd, root: root, paths: map[int32]string{}}
+	if err := w.addTree(""); err != nil {
+		w.close()
 		return nil, err
 	}
 	return w, nil
 }
 
-func (w *watcher) close() { unix.Close(w.fd) }
+func (w *watcher) close() {
+	unix.Close(w.fd)
+	unix.Close(w.rootFd)
+}
 
 // addTree watches the directory rel and every directory below it. A
-// directory that vanishes meanwhile is no error (its removal is an event).
+// directory that vanishes meanwhile is no error (its removal is an
+// event). It walks by descriptors: a path of the tree may be longer
+// than the kernel takes whole (see at).
 func (w *watcher) addTree(rel string) error {
-	p := filepath.Join(w.root, rel)
-	wd, err := unix.InotifyAddWatch(w.fd, p, watchMask)
+	a, err := resolve(w.rootFd, rel)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-			return nil
-		}
-		return fmt.Errorf("watch %s: %w (fs.inotify.max_user_watches?)", p, err)
+		return w.vanished(rel, err)
+	}
+	fd, err := unix.Openat(a.dir, a.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	a.close()
+	if err != nil {
+		return w.vanished(rel, err)
+	}
+	return w.addDir(fd, rel)
+}
+
+// addDir watches the directory open at fd (rel) and those below it, and
+// closes fd.
+func (w *watcher) addDir(fd int, rel string) error {
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close() // read only
+	// Through the descriptor's /proc link (followed: it is the directory
+	// itself, opened without following a symlink).
+	wd, err := unix.InotifyAddWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(fd), watchMask)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w (fs.inotify.max_user_watches?)", filepath.Join(w.root, rel), err)
 	}
 	w.paths[int32(wd)] = rel
-	ents, err := os.ReadDir(p)
+	ents, err := f.ReadDir(-1)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return nil
-		}
-		return err
+		return w.vanished(rel, err)
 	}
 	for _, e := range ents {
 		if !e.IsDir() || (rel == "" && e.Name() == storeName) {
 			continue
 		}
-		if err := w.addTree(join(rel, e.Name())); err != nil {
+		cfd, err := unix.Openat(fd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if err := w.vanished(join(rel, e.Name()), err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.addDir(cfd, join(rel, e.Name())); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// vanished is nil for a directory removed or replaced while it was
+// being watched (that is an event of its own), else err with its path.
+func (w *watcher) vanished(rel string, err error) error {
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return nil
+	}
+	return fmt.Errorf("watch %s: %w", filepath.Join(w.root, rel), err)
 }
 
 // change is one path of the tree that changed (rel to the root); dir is
