@@ -28,6 +28,9 @@ type keptServer struct {
 	ln    *net.UnixListener
 	w     *watcher
 	idle  time.Duration
+	// sockIno tells this server's socket from a later server's at the
+	// same path.
+	sockIno uint64
 
 	mu     sync.Mutex
 	active bool      // a run has the view
@@ -95,6 +98,11 @@ func Keep(args []string) int {
 		return fail(err)
 	}
 	s.ln.SetUnlinkOnClose(false) // removed under the lock only (quit)
+	var st unix.Stat_t
+	if err := unix.Lstat(files.sock, &st); err != nil {
+		return fail(err)
+	}
+	s.sockIno = st.Ino
 	fmt.Fprintln(ready, "ok")
 	ready.Close()
 	go s.idleLoop()
@@ -330,7 +338,7 @@ func (s *keptServer) giveUp() {
 	mnt := s.mnt
 	s.mnt = -1
 	s.mu.Unlock()
-	s.quit(false)
+	s.quit(false, false)
 	if mnt >= 0 {
 		unix.Close(mnt)
 	}
@@ -339,27 +347,31 @@ func (s *keptServer) giveUp() {
 	}
 }
 
-// quit removes the socket if it is still this server's, under the lock,
-// then exits if asked to.
-func (s *keptServer) quit(exit bool) {
-	lk, err := lockFile(s.files.lock)
-	if err == nil {
-		var a, b unix.Stat_t
-		if unix.Stat(s.files.sock, &a) == nil && s.ln != nil {
-			if f, err := s.ln.File(); err == nil {
-				if unix.Fstat(int(f.Fd()), &b) == nil && a.Ino == b.Ino {
-					os.Remove(s.files.sock)
-				}
-				f.Close()
+// quit removes the socket if it is still this server's, under the lock
+// (taken here unless held), then exits if asked to.
+func (s *keptServer) quit(held, exit bool) {
+	if !held {
+		lk, err := lockFile(s.files.lock)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "snapback: fuse kept server: %v\n", err)
+			s.ln.Close() // the socket stays: a runner finds it refusing, and starts a server
+			if exit {
+				os.Exit(0)
 			}
+			return
 		}
-		s.ln.Close()
+		defer lk.Close()
 	}
+	var st unix.Stat_t
+	if unix.Lstat(s.files.sock, &st) == nil && st.Ino == s.sockIno {
+		os.Remove(s.files.sock)
+	}
+	s.ln.Close()
 	if exit {
+		if st, err := os.Stat(s.files.log); err == nil && st.Size() == 0 {
+			os.Remove(s.files.log) // nothing to tell
+		}
 		os.Exit(0) // the lock goes with the process
-	}
-	if lk != nil {
-		lk.Close()
 	}
 }
 
@@ -384,7 +396,7 @@ func (s *keptServer) idleLoop() {
 		}
 		s.mu.Unlock()
 		if idle {
-			s.quit(true)
+			s.quit(true, true)
 		}
 		lk.Close()
 	}
