@@ -91,6 +91,7 @@ func keptSeed(t *testing.T, root string, r int) {
 		treetest.Write(t, root, fmt.Sprintf("r%d/%s", r, rel), content, mode)
 	}
 	w("same.txt", "1111\n", 0o644)
+	w("edit/e.txt", "eeee\n", 0o644)
 	w("a.txt", "alpha\n", 0o644)
 	w("gone.txt", "gone\n", 0o644)
 	w("mod.sh", "echo\n", 0o755)
@@ -98,10 +99,12 @@ func keptSeed(t *testing.T, root string, r int) {
 	w("d/sub/y", "y\n", 0o644)
 	w("e/f", "f\n", 0o644)
 	w("g/h", "h\n", 0o644)
-	w("h1", "one\n", 0o644)
+	// A hard link whose directory sees no other change (its cached
+	// listing is not read again, which would refresh the entry).
+	w("solo/h1", "one\n", 0o644)
 	w("other/keep", "k\n", 0o644)
 	p := func(rel string) string { return filepath.Join(root, fmt.Sprintf("r%d/%s", r, rel)) }
-	treetest.Must(t, os.Link(p("h1"), p("other/h2")))
+	treetest.Must(t, os.Link(p("solo/h1"), p("other/h2")))
 }
 
 // keptChanges changes round r's entries in the real tree, in every way
@@ -117,9 +120,20 @@ func keptChanges(t *testing.T, root string, r int) {
 	treetest.Must(t, err)
 	treetest.Must(t, f.Close())
 	treetest.Must(t, unix.UtimesNano(p("same.txt"), []unix.Timespec{st.Atim, st.Mtim}))
+	// An edit in place that keeps the size (the write alone is heard:
+	// no change of attributes is).
+	f, err = os.OpenFile(p("edit/e.txt"), os.O_WRONLY, 0)
+	treetest.Must(t, err)
+	_, err = f.WriteAt([]byte("EEEE\n"), 0)
+	treetest.Must(t, err)
+	treetest.Must(t, f.Close())
 	// The same through a hard link's other name, in another directory.
 	treetest.Must(t, unix.Stat(p("other/h2"), &st))
-	treetest.Must(t, os.WriteFile(p("other/h2"), []byte("two\n"), 0o644))
+	f, err = os.OpenFile(p("other/h2"), os.O_WRONLY, 0)
+	treetest.Must(t, err)
+	_, err = f.WriteAt([]byte("two\n"), 0)
+	treetest.Must(t, err)
+	treetest.Must(t, f.Close())
 	treetest.Must(t, unix.UtimesNano(p("other/h2"), []unix.Timespec{st.Atim, st.Mtim}))
 	treetest.Must(t, os.Rename(p("a.txt"), p("b.txt"))) // rename a file
 	treetest.Must(t, os.Remove(p("gone.txt")))          // delete a file
