@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"text/tabwriter"
 
@@ -131,7 +130,7 @@ func keptViewText(pid int) string {
 	if pid != 0 {
 		return fmt.Sprintf("a server runs for this project (pid %d): the next fuse run starts warm", pid)
 	}
-	if os.Getenv(fuse.KeepEnv) == "1" {
+	if fuse.KeepOn() {
 		return "no server runs for this project: the next fuse run starts one"
 	}
 	return "off (" + fuse.KeepEnv + "=1 keeps the fuse view warm across runs, as root)"

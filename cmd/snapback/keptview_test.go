@@ -302,3 +302,28 @@ func TestKeptViewKilled(t *testing.T) {
 		t.Errorf("the next run's server: pid %d (the killed one was %d)", p, pid)
 	}
 }
+
+// TestKeptViewRootReplaced: a project root removed and made again
+// between runs is not shown as the old one: the run gets a fresh view
+// (saying why), and the next a new server.
+func TestKeptViewRootReplaced(t *testing.T) {
+	bin, root, env := keptProject(t)
+	treetest.Write(t, root, "a.txt", "old\n", 0o644)
+	keptRun(t, bin, root, env, 1, "commit")
+	pid := keptServerPid(root)
+	treetest.Must(t, os.Rename(root, root+".old"))
+	treetest.Write(t, root, "a.txt", "new\n", 0o644)
+	want := treetest.Capture(t, root, snapshot.StoreDir)
+	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--then", "discard", "--", "cat", "a.txt")
+	cmd.Dir = root
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "new\n") || !strings.Contains(string(out), "no kept view") {
+		t.Fatalf("the run after the root was replaced: %v\n%s", err, out)
+	}
+	got := keptRun(t, bin, root, env, 3, "discard")
+	treetest.Equal(t, "the next run's view vs the tree", want, got)
+	if p := keptServerPid(root); p == 0 || p == pid {
+		t.Errorf("the next run's server: pid %d (the old root's was %d)", p, pid)
+	}
+}

@@ -43,6 +43,9 @@ func Serve([]string) int { return Helper(nil) }
 // Keep fails: no fuse runs here.
 func Keep([]string) int { return Helper(nil) }
 
+// KeepOn reports that no kept views run here.
+func KeepOn() bool { return false }
+
 // KeptServer reports that no kept view runs here.
 func KeptServer(string) (int, bool) { return 0, false }
 

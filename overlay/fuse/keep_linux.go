@@ -55,8 +55,8 @@ const (
 	KeepIdleEnv = "SNAPBACK_FUSE_KEEP_IDLE"
 )
 
-// keepOn reports whether runs use kept views.
-func keepOn() bool { return os.Getenv(KeepEnv) == "1" && os.Geteuid() == 0 }
+// KeepOn reports whether fuse runs use kept views.
+func KeepOn() bool { return os.Getenv(KeepEnv) == "1" && os.Geteuid() == 0 }
 
 // keepFiles are the paths of one project's kept view server.
 type keepFiles struct {
@@ -115,7 +115,7 @@ type keptRun struct {
 // view, for the run of spec. nil (and why, "" when it is simply off or
 // in use) when the run must make a fresh view of its own.
 func beginKept(root, upper, work string) (*keptRun, string) {
-	if !keepOn() {
+	if !KeepOn() {
 		return nil, ""
 	}
 	files, err := keepPaths(root)

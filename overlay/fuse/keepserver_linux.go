@@ -146,7 +146,11 @@ func (s *keptServer) conn(c *net.UnixConn) {
 	clone, err := s.begin(req)
 	if err != nil {
 		var busy *busyError
+		var fatal *fatalError
 		writeReply(c, keepReply{Error: err.Error(), Busy: errors.As(err, &busy)}, -1)
+		if errors.As(err, &fatal) {
+			s.giveUp()
+		}
 		return
 	}
 	err = writeReply(c, keepReply{Pid: os.Getpid()}, clone)
@@ -170,6 +174,11 @@ func (s *keptServer) conn(c *net.UnixConn) {
 	writeReply(c, keepReply{}, -1)
 }
 
+// fatalError is a failure after which the server takes no more runs.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+
 type busyError struct{}
 
 func (*busyError) Error() string { return "the kept view is in use by another run" }
@@ -188,10 +197,21 @@ func (s *keptServer) begin(req keepRequest) (int, error) {
 	}
 	if s.top == nil {
 		if err := s.mount(req.Upper, req.Work); err != nil {
+			return -1, &fatalError{err}
+		}
+	} else {
+		// The root replaced (removed and made again, or another
+		// filesystem mounted on it): the view shows the old one.
+		var a, b unix.Stat_t
+		if err := unix.Stat(s.root, &a); err != nil {
+			return -1, &fatalError{err}
+		}
+		if err := unix.Fstat(s.ov.lowerFd, &b); err != nil || a.Dev != b.Dev || a.Ino != b.Ino {
+			return -1, &fatalError{fmt.Errorf("%s is no longer the directory the kept view shows", s.root)}
+		}
+		if err := s.swap(req.Upper, req.Work); err != nil {
 			return -1, err
 		}
-	} else if err := s.swap(req.Upper, req.Work); err != nil {
-		return -1, err
 	}
 	s.upper = req.Upper
 	clone, err := unix.OpenTree(s.mnt, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
