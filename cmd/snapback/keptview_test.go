@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/gob"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -47,7 +48,9 @@ func init() {
 	if err := os.WriteFile(out, b.Bytes(), 0o644); err != nil {
 		fail(err)
 	}
-	if err := keptViewChange(os.Getenv("SNAPBACK_TEST_KEPT_RUN")); err != nil {
+	if run := os.Getenv("SNAPBACK_TEST_KEPT_RUN"); run == "none" {
+		// only the capture
+	} else if err := keptViewChange(run); err != nil {
 		fail(err)
 	}
 	os.Exit(0)
@@ -325,5 +328,53 @@ func TestKeptViewRootReplaced(t *testing.T) {
 	treetest.Equal(t, "the next run's view vs the tree", want, got)
 	if p := keptServerPid(root); p == 0 || p == pid {
 		t.Errorf("the next run's server: pid %d (the old root's was %d)", p, pid)
+	}
+}
+
+// TestKeptViewSession: the next step of a session (run --continue) in a
+// kept view shows the session's changes, though a run between looked
+// up the same paths in the tree: what a fresh view of the step shows.
+func TestKeptViewSession(t *testing.T) {
+	bin, root, env := keptProject(t)
+	treetest.Write(t, root, "a.txt", "a\n", 0o644)
+	treetest.Write(t, root, "d/x", "x\n", 0o644)
+	run := func(env []string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"-C", root}, args...)...)
+		cmd.Dir = root
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.Contains(string(out), "no kept view") {
+			t.Fatalf("snapback %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run(env, "run", "--mode", "fuse", "--then", "review", "--", "sh", "-c", "echo one > a.txt; rm d/x; echo n > new; mkdir d/e")
+	var st struct {
+		Runs []struct {
+			ID string `json:"id"`
+		} `json:"runs"`
+	}
+	treetest.Must(t, json.Unmarshal([]byte(run(env, "--json", "status")), &st))
+	if len(st.Runs) != 1 {
+		t.Fatalf("pending runs: %+v", st.Runs)
+	}
+	keptRun(t, bin, root, env, 2, "discard") // looks up a.txt, d/x, new in the tree
+	self, err := os.Executable()
+	treetest.Must(t, err)
+	seen := func(env []string) treetest.State {
+		out := filepath.Join(t.TempDir(), "seen")
+		run(append(env, keptEnv+"="+out, "SNAPBACK_TEST_KEPT_RUN=none"), "run", "--mode", "fuse", "--continue", st.Runs[0].ID, "--", self)
+		b, err := os.ReadFile(out)
+		treetest.Must(t, err)
+		var s treetest.State
+		treetest.Must(t, gob.NewDecoder(bytes.NewReader(b)).Decode(&s))
+		return s
+	}
+	got := seen(env)
+	want := seen(testEnv(t)) // a fresh view
+	treetest.Equal(t, "the session's step in the kept view vs in a fresh view", want, got)
+	if !strings.Contains(want["a.txt"], "size=4") {
+		t.Errorf("the fresh view does not show the session's a.txt: %q", want["a.txt"])
 	}
 }

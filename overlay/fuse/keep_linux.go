@@ -41,7 +41,8 @@ import (
 //     watcher of the lower tree heard (inotify on every directory; its
 //     events are queued by the very system call that changed the tree,
 //     so a change made before a run begins is known when it begins;
-//     a lost event takes back everything), and every lower hard link.
+//     when events were lost, the server ends and the run gets a fresh
+//     view), and every lower hard link.
 //   - If the run's snapback dies, the server takes no more runs and
 //     serves that one until its last process is gone; the next run
 //     starts a new server. If the server dies, the run fails as a fresh

@@ -77,6 +77,7 @@ func Keep(args []string) int {
 	if len(args) != 1 || json.Unmarshal([]byte(args[0]), &a) != nil || a.Root == "" {
 		return fail(errors.New("bad arguments"))
 	}
+	closeInherited()
 	ready := os.NewFile(3, "ready")
 	unix.CloseOnExec(3)
 	unix.Umask(0)
@@ -118,6 +119,27 @@ func Keep(args []string) int {
 			return fail(err)
 		}
 		go s.conn(c)
+	}
+}
+
+// closeInherited closes every descriptor above 3 the server inherited
+// from the run that started it (those the runner passes to its helper
+// are not close-on-exec): holding the run's lock, or its pipes, would
+// keep that run "running" for as long as the server lives. Every
+// descriptor Go opened itself is close-on-exec.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 3 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
 	}
 }
 
@@ -290,8 +312,10 @@ func fsmountFUSE(dev int, root string) (int, error) {
 	return mnt, nil
 }
 
-// swap gives the view a new run's upper layer, and takes back from the
-// kernel every path the watcher heard change since the last run.
+// swap gives the view the run's upper layer (a new run's is empty, a
+// session's next step's is not), and takes back from the kernel every
+// path the watcher heard change since the last run, and every path of a
+// step's upper layer.
 func (s *keptServer) swap(upper, work string) error {
 	var fds [2]int
 	for i, d := range []string{upper, work} {
@@ -305,27 +329,38 @@ func (s *keptServer) swap(upper, work string) error {
 		fds[i] = fd
 	}
 	empty, err := isEmptyDir(upper)
-	if err != nil || !empty {
+	if err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return fmt.Errorf("the run's upper layer %s is not empty", upper)
+		return err
 	}
 	changes, all, err := s.w.take()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "snapback: fuse kept server: %v\n", err)
+	if err != nil || all {
+		// Events were lost: what changed is unknown, and the kernel's
+		// negative entries cannot all be named to drop them. This run
+		// gets a fresh view; the next, a new server.
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		if err == nil {
+			err = errors.New("the watcher of the tree lost events")
+		}
+		return &fatalError{err}
 	}
 	ov := s.ov
 	ov.mu.Lock()
 	oldUp, oldWork := ov.upperFd, ov.workFd
 	ov.upperFd, ov.workFd = fds[0], fds[1]
-	ov.upperEmpty.Store(true)
+	ov.upperEmpty.Store(empty)
 	ov.mu.Unlock()
 	unix.Close(oldUp)
 	unix.Close(oldWork)
 	s.raw.reset()
-	if all {
-		ov.forgetAll(&s.top.Inode)
-		return nil
+	if !empty {
+		// A step of a session (run --continue): the runs since its
+		// last step may have cached the lower state of its paths.
+		if err := ov.forgetUpper(&s.top.Inode, upper); err != nil {
+			return &fatalError{err}
+		}
 	}
 	for _, c := range changes {
 		ov.changed(&s.top.Inode, c)

@@ -142,14 +142,6 @@ func (ov *overlayFS) changed(root *fs.Inode, c change) {
 	ov.invalidate(root, c.rel)
 }
 
-// forgetAll takes back everything the kernel holds of the view.
-func (ov *overlayFS) forgetAll(root *fs.Inode) {
-	for name := range root.Children() {
-		ov.invalidate(root, name)
-	}
-	root.NotifyContent(0, 0)
-}
-
 // forgetUpper takes back every path of the ending run's upper layer
 // (and every lower hard link), and forgets the run's copy-ups: the
 // next run starts with an empty upper layer.
