@@ -378,3 +378,36 @@ func TestKeptViewSession(t *testing.T) {
 		t.Errorf("the fresh view does not show the session's a.txt: %q", want["a.txt"])
 	}
 }
+
+// TestKeptViewConcurrent: a second run while the kept view is in use
+// gets a fresh view of its own (two servers starting at once are kept
+// apart by the lock), and both runs' views are exact.
+func TestKeptViewConcurrent(t *testing.T) {
+	bin, root, env := keptProject(t)
+	treetest.Write(t, root, "a.txt", "a\n", 0o644)
+	sig := t.TempDir()
+	started, goOn := filepath.Join(sig, "started"), filepath.Join(sig, "go")
+	first := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
+		`echo first > first && touch "$1" && while [ ! -e "$2" ]; do sleep 0.02; done; cat a.txt`, "sh", started, goOn)
+	first.Dir = root
+	first.Env = env
+	var out1 strings.Builder
+	first.Stdout, first.Stderr = &out1, &out1
+	treetest.Must(t, first.Start())
+	waitFor(t, started)
+	want := treetest.Capture(t, root, snapshot.StoreDir)
+	got := keptRun(t, bin, root, env, 2, "commit") // while the first holds the view
+	treetest.Equal(t, "the second run's view vs the tree", want, got)
+	treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
+	if err := first.Wait(); err != nil || !strings.Contains(out1.String(), "a\n") {
+		t.Fatalf("the first run: %v\n%s", err, out1.String())
+	}
+	for f, w := range map[string]string{"first": "first\n", "made-2": "2\n"} {
+		if b, _ := os.ReadFile(filepath.Join(root, f)); string(b) != w {
+			t.Errorf("after both commits %s = %q, want %q", f, b, w)
+		}
+	}
+	want = treetest.Capture(t, root, snapshot.StoreDir)
+	got = keptRun(t, bin, root, env, 3, "discard")
+	treetest.Equal(t, "the kept view after both runs vs the tree", want, got)
+}
