@@ -250,6 +250,7 @@ func (s *keptServer) mount(upper, work string) error {
 	if err != nil {
 		return err
 	}
+	top.ov.warm.on = true
 	s.w.take() // nothing is cached yet
 	dev, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 // number, with its state from the last run), and the kernel drops the
 // entry and its directory's listing and attributes.
 type warmState struct {
+	on    bool // a kept view (set before it serves)
 	mu    sync.Mutex
 	regen map[uint64]uint64      // the view's inode number -> the generation its next node gets
 	links map[*fs.Inode]struct{} // lower hard links looked up since the last run ended
@@ -42,8 +43,11 @@ func (w *warmState) genOf(ino uint64) uint64 {
 	return w.regen[ino]
 }
 
-// linked notes a lower hard link's node.
+// linked notes a lower hard link's node (in a kept view).
 func (w *warmState) linked(in *fs.Inode) {
+	if !w.on {
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.links == nil {
