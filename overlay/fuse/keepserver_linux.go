@@ -63,7 +63,6 @@ type keepReply struct {
 	Error string `json:"error,omitempty"`
 	Busy  bool   `json:"busy,omitempty"`
 	Pid   int    `json:"pid,omitempty"`
-	Runs  int    `json:"runs,omitempty"`
 }
 
 // Keep is the kept server's main (args follow KeepVerb). Descriptor 3
