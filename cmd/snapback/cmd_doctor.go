@@ -48,9 +48,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			hooks := agentHooks(root, st.existing)
 			kept, _ := fuse.KeptServer(root)
 			if g.json {
-				return g.printJSON(doctorJSON{KeptView: kept, Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
+				return g.printJSON(doctorJSON{Agents: nonNil(hooks), KeptView: kept, Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
@@ -83,6 +84,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if st.Warning != "" {
 				fmt.Fprintf(g.stdout, "warning: %s\n", st.Warning)
 			}
+			if len(hooks) > 0 {
+				fmt.Fprintln(g.stdout)
+				printAgentHooks(g.stdout, hooks)
+			}
 			return printProtection(g, pr)
 		},
 	}
@@ -90,9 +95,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
 
 // doctorStore is what doctor says of the project's store.
 type doctorStore struct {
-	Path    string // where it is, or is to be made
-	Text    string // the line for a person
-	Warning string // what may take the history, and the remedy ("" when nothing)
+	Path     string // where it is, or is to be made
+	existing string // Path when the store is there, else ""
+	Text     string // the line for a person
+	Warning  string // what may take the history, and the remedy ("" when nothing)
 }
 
 // storeReport says where the store of the project at root is
@@ -104,6 +110,9 @@ func storeReport(root string) (doctorStore, error) {
 		return doctorStore{}, err
 	}
 	r := doctorStore{Path: loc.Dir}
+	if loc.Exists {
+		r.existing = loc.Dir
+	}
 	switch {
 	case !loc.Exists && loc.InTree:
 		r.Text = loc.Dir + " (none yet: the first snap or run makes it there, in the tree)"
