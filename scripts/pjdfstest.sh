@@ -81,7 +81,9 @@ for mode in "${modes[@]}"; do
 		# view's second run, after a first run of it, discarded.
 		(cd "$dir" && export SNAPBACK_FUSE_KEEP=1 SNAPBACK_FUSE_KEEP_IDLE=1m PJDFSTEST_FS=$fstype &&
 			"$snapback" run --mode fuse --then discard -- prove -r "$src/tests" >/dev/null 2>&1
+			"$snapback" doctor | grep '^fuse kept view:'
 			"$snapback" run --mode fuse --then discard -- prove -rv "$src/tests") >"$log" 2>&1 || true
+		grep '^fuse kept view:\|no kept view' "$log" || echo "$mode: no kept view server ran" >&2
 	else
 		(cd "$dir" && PJDFSTEST_FS=$fstype "$snapback" run --mode "$mode" --then discard -- prove -rv "$src/tests") >"$log" 2>&1 || true
 	fi

@@ -270,7 +270,9 @@ func TestKeptViewKilled(t *testing.T) {
 	}
 	marker := filepath.Join(t.TempDir(), "started")
 	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
-		`echo b > b && touch "$1" && while cat a.txt >/dev/null; do sleep 0.05; done; exit 7`, "sh", marker)
+		// Each new name needs the server (a cached file would still read
+		// from the kernel's cache after its death).
+		`echo b > b && touch "$1" && i=0 && while [ $i -lt 1000 ] && echo > n$i; do i=$((i+1)); sleep 0.05; done; exit 7`, "sh", marker)
 	cmd.Dir = root
 	cmd.Env = env
 	var out strings.Builder
