@@ -189,3 +189,12 @@ const (
 	// KeepVerb makes snapback a project's kept view server (keep_linux.go).
 	KeepVerb = "__fuse-keep"
 )
+
+// The environment of kept views (keep_linux.go).
+const (
+	// KeepEnv switches kept views on ("1").
+	KeepEnv = "SNAPBACK_FUSE_KEEP"
+	// KeepIdleEnv is how long a kept view's server waits for the next
+	// run (a Go duration).
+	KeepIdleEnv = "SNAPBACK_FUSE_KEEP_IDLE"
+)

@@ -48,13 +48,6 @@ import (
 //     starts a new server. If the server dies, the run fails as a fresh
 //     view's would (its changes stay pending) and the next run starts
 //     a new server.
-const (
-	// KeepEnv switches kept views on ("1").
-	KeepEnv = "SNAPBACK_FUSE_KEEP"
-	// KeepIdleEnv is how long a kept view's server waits for the next
-	// run (a Go duration).
-	KeepIdleEnv = "SNAPBACK_FUSE_KEEP_IDLE"
-)
 
 // KeepOn reports whether fuse runs use kept views.
 func KeepOn() bool { return os.Getenv(KeepEnv) == "1" && os.Geteuid() == 0 }
