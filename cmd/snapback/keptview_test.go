@@ -43,6 +43,11 @@ func init() {
 	if err != nil {
 		fail(err)
 	}
+	var top unix.Stat_t // the root itself, which Capture leaves out
+	if err := unix.Lstat(".", &top); err != nil {
+		fail(err)
+	}
+	st["."] = fmt.Sprintf("mode=%o uid=%d gid=%d", top.Mode&0o7777, top.Uid, top.Gid)
 	var b bytes.Buffer // gob, not JSON: names need not be UTF-8
 	if err := gob.NewEncoder(&b).Encode(st); err != nil {
 		fail(err)
@@ -213,6 +218,12 @@ func keptRun(t *testing.T, bin, root string, env []string, run int, then string)
 	treetest.Must(t, err)
 	var st treetest.State
 	treetest.Must(t, gob.NewDecoder(bytes.NewReader(b)).Decode(&st))
+	var top unix.Stat_t
+	treetest.Must(t, unix.Lstat(root, &top))
+	if want := fmt.Sprintf("mode=%o uid=%d gid=%d", top.Mode&0o7777, top.Uid, top.Gid); st["."] != want {
+		t.Errorf("run %d: the view's root: %q, the tree's: %q", run, st["."], want)
+	}
+	delete(st, ".")
 	return st
 }
 
@@ -238,6 +249,7 @@ func TestKeptView(t *testing.T) {
 			keptChanges(t, root, 0)
 		case 10:
 			keptChanges(t, root, 1)
+			treetest.Must(t, os.Chmod(root, 0o700)) // the root's own attributes
 		}
 		want := treetest.Capture(t, root, snapshot.StoreDir)
 		then := "commit"

@@ -202,6 +202,9 @@ func (w *watcher) collect() error {
 				continue
 			}
 			if name == "" { // the watched directory itself
+				if dir == "" && ev.Mask&unix.IN_ATTRIB != 0 {
+					w.add(change{rel: "", dir: true}) // the root's own attributes: no parent is watched
+				}
 				if ev.Mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
 					if dir == "" {
 						w.lost = true // the root itself went
