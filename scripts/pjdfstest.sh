@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/pjdfstest.sh [native|overlayfs|fuse|all] [TARBALL]: hold the
+# scripts/pjdfstest.sh [native|overlayfs|fuse|fuse-kept|all] [TARBALL]: hold the
 # native filesystem, and snapback's view of a project in each overlay
 # mode, to pjdfstest (github.com/pjd/pjdfstest), the POSIX conformance
 # suite FUSE and kernel filesystems are held to.
@@ -20,10 +20,10 @@ export LC_ALL=C # one sort order for sort and comm
 snapback=${SNAPBACK:-snapback}
 which=${1:-all}
 case $which in
-native | overlayfs | fuse) modes=("$which") ;;
+native | overlayfs | fuse | fuse-kept) modes=("$which") ;;
 all) modes=(native overlayfs fuse) ;;
 *)
-	echo "usage: scripts/pjdfstest.sh [native|overlayfs|fuse|all] [TARBALL]" >&2
+	echo "usage: scripts/pjdfstest.sh [native|overlayfs|fuse|fuse-kept|all] [TARBALL]" >&2
 	exit 2
 	;;
 esac
@@ -76,6 +76,14 @@ for mode in "${modes[@]}"; do
 	echo "running pjdfstest: $mode (log: $log while it runs)"
 	if [ "$mode" = native ]; then
 		(cd "$dir" && prove -rv "$src/tests") >"$log" 2>&1 || true
+	elif [ "$mode" = fuse-kept ]; then
+		# The fuse view kept warm across runs: the suite runs in the
+		# view's second run, after a first run of it, discarded.
+		(cd "$dir" && export SNAPBACK_FUSE_KEEP=1 SNAPBACK_FUSE_KEEP_IDLE=1m PJDFSTEST_FS=$fstype &&
+			"$snapback" run --mode fuse --then discard -- prove -r "$src/tests" >/dev/null 2>&1
+			"$snapback" doctor | grep '^fuse kept view:'
+			"$snapback" run --mode fuse --then discard -- prove -rv "$src/tests") >"$log" 2>&1 || true
+		grep '^fuse kept view:\|no kept view' "$log" || echo "$mode: no kept view server ran" >&2
 	else
 		(cd "$dir" && PJDFSTEST_FS=$fstype "$snapback" run --mode "$mode" --then discard -- prove -rv "$src/tests") >"$log" 2>&1 || true
 	fi

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/spf13/cobra"
@@ -48,8 +49,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			hooks := agentHooks(root, st.existing)
+			kept, _ := fuse.KeptServer(root)
 			if g.json {
-				return g.printJSON(doctorJSON{Agents: nonNil(hooks), Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
+				return g.printJSON(doctorJSON{Agents: nonNil(hooks), KeptView: kept, Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
@@ -77,6 +79,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			fmt.Fprintf(g.stdout, "fuse kept view: %s\n", keptViewText(kept))
 			fmt.Fprintf(g.stdout, "\nstore: %s\n", st.Text)
 			if st.Warning != "" {
 				fmt.Fprintf(g.stdout, "warning: %s\n", st.Warning)
@@ -128,4 +131,16 @@ func storeReport(root string) (doctorStore, error) {
 		r.Warning = fmt.Sprintf("`git clean -fdx` removes the store in the tree, and with it every undo step (git sees an ignored directory); keep it outside: [snapshot] store = %q in snapback.toml (move %s there first to keep its history)", to, snapshot.StoreDir)
 	}
 	return r, nil
+}
+
+// keptViewText says whether a kept fuse view serves the project
+// (SNAPBACK_FUSE_KEEP, docs/modes.md).
+func keptViewText(pid int) string {
+	if pid != 0 {
+		return fmt.Sprintf("a server runs for this project (pid %d): the next fuse run starts warm", pid)
+	}
+	if fuse.KeepOn() {
+		return "no server runs for this project: the next fuse run starts one"
+	}
+	return "off (" + fuse.KeepEnv + "=1 keeps the fuse view warm across runs, as root)"
 }

@@ -231,20 +231,37 @@ func TestCrashDuringSnap(t *testing.T) {
 // recover leaves it so, and committing then undoing it works.
 func TestCrashDuringRun(t *testing.T) {
 	bin := snapbackBinary(t)
-	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs"} {
+	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs", "fuse-kept"} {
 		t.Run(mode, func(t *testing.T) {
-			view := mode == "overlayfs" || mode == "fuse"
+			// fuse-kept: the fuse mode with the project's view kept
+			// across runs (SNAPBACK_FUSE_KEEP): its server gives the
+			// view up, serves the orphaned run to its end, and the next
+			// run starts a new server.
+			runMode, kept := mode, mode == "fuse-kept"
+			if kept {
+				runMode = "fuse"
+			}
+			view := mode == "overlayfs" || runMode == "fuse"
 			if view && os.Geteuid() != 0 {
 				treetest.Require(t, mode, false, "not root: this test makes its overlay runs as root only")
 				t.Skip("SNAPBACK_REQUIRE does not name " + mode + ": not root")
 			}
-			if mode == "fuse" {
+			if runMode == "fuse" {
 				ok, why := fuse.Available()
-				if !treetest.Require(t, mode, ok, why) {
+				if !treetest.Require(t, "fuse", ok, why) {
 					t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 				}
 			}
 			root := t.TempDir()
+			var keptEnv []string
+			if kept {
+				keptEnv = append(os.Environ(), fuse.KeepEnv+"=1")
+				t.Cleanup(func() {
+					if pid := keptServerPid(root); pid != 0 {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				})
+			}
 			if mode == "btrfs" {
 				root = filepath.Join(treetest.Btrfs(t, 256), "proj")
 				if out, err := exec.Command("btrfs", "subvolume", "create", root).CombinedOutput(); err != nil {
@@ -262,8 +279,10 @@ func TestCrashDuringRun(t *testing.T) {
 			ready, goOn, finished := filepath.Join(sig, "ready"), filepath.Join(sig, "go"), filepath.Join(sig, "finished")
 			script := `echo during > a; echo new > c; touch ` + ready + `; while [ ! -e ` + goOn + ` ]; do sleep 0.02; done; ` +
 				`echo late > d && grep -q late d && ls >/dev/null && echo ok > ` + finished + ` || echo "$?" > ` + finished
-			cmd := exec.Command(bin, "-C", root, "run", "--mode", mode, "--", "sh", "-c", script)
+			cmd := exec.Command(bin, "-C", root, "run", "--mode", runMode, "--", "sh", "-c", script)
 			cmd.Dir = root
+			cmd.Env = keptEnv
+			server := 0
 			// A file, not a pipe: Wait would wait for the orphaned command
 			// to close a pipe.
 			outf, err := os.Create(filepath.Join(sig, "out"))
@@ -273,6 +292,11 @@ func TestCrashDuringRun(t *testing.T) {
 			output := func() string { b, _ := os.ReadFile(outf.Name()); return string(b) }
 			treetest.Must(t, cmd.Start())
 			waitFor(t, ready)
+			if kept {
+				if server = keptServerPid(root); server == 0 {
+					t.Fatal("no kept view server")
+				}
+			}
 			treetest.Must(t, cmd.Process.Kill())
 			err = cmd.Wait()
 			out := output()
@@ -315,6 +339,20 @@ func TestCrashDuringRun(t *testing.T) {
 				for f, want := range map[string]string{"a": "during\n", "c": "new\n", "d": "late\n"} {
 					if b, _ := os.ReadFile(filepath.Join(root, f)); string(b) != want {
 						t.Fatalf("after commit %s = %q, want %q", f, b, want)
+					}
+				}
+				if kept {
+					for i := 0; i < 500 && syscall.Kill(server, 0) == nil; i++ {
+						time.Sleep(10 * time.Millisecond)
+					}
+					if syscall.Kill(server, 0) == nil {
+						t.Errorf("the kept view's server (pid %d) outlived its orphaned run", server)
+					}
+					want := treetest.Capture(t, root, snapshot.StoreDir)
+					got := keptRun(t, bin, root, append(testEnv(t), fuse.KeepEnv+"=1"), 2, "discard")
+					treetest.Equal(t, "the next kept run's view vs the tree", want, got)
+					if p := keptServerPid(root); p == 0 || p == server {
+						t.Errorf("the next run's server: pid %d (the orphaned run's: %d)", p, server)
 					}
 				}
 			} else if list := sb(t, bin, root, "list"); !bytes.Contains([]byte(list), []byte("$ sh -c")) {

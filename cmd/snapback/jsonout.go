@@ -144,6 +144,7 @@ type restoredTarget struct {
 type doctorJSON struct {
 	Agents       []agentHooksJSON `json:"agents"`
 	Covered      []coveredJSON    `json:"covered"`
+	KeptView     int              `json:"kept_view"` // the pid of the project's kept fuse view server, 0 if none
 	Modes        []modeJSON       `json:"modes"`
 	Root         string           `json:"root"`
 	Store        string           `json:"store"`

@@ -68,6 +68,9 @@ func Main() int {
 	if len(os.Args) > 1 && os.Args[1] == fuse.ExecVerb {
 		return fuse.Helper(os.Args[2:]) // inside a fuse run's mount namespace
 	}
+	if len(os.Args) > 1 && os.Args[1] == fuse.KeepVerb {
+		return fuse.Keep(os.Args[2:]) // a project's kept fuse view
+	}
 	if len(os.Args) > 1 && os.Args[1] == fuse.ServeVerb {
 		return fuse.Serve(os.Args[2:]) // a fuse run's server
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
+	"github.com/snapback/snapback/overlay/fuse"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
@@ -420,7 +422,11 @@ func TestPOSIX(t *testing.T) {
 	bin := snapbackBinary(t)
 	start := time.Now()
 	t.Cleanup(func() { t.Logf("POSIX table: %v", time.Since(start).Round(time.Millisecond)) })
-	for _, mode := range append(posixModes(t, bin), "btrfs") {
+	modes := append(posixModes(t, bin), "btrfs")
+	if slices.Contains(modes, "fuse") && os.Geteuid() == 0 {
+		modes = append(modes, "fuse-kept") // the fuse mode's second run of a kept view (testPOSIXOp)
+	}
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			mnt := ""
@@ -551,7 +557,15 @@ func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string, u *pos
 	treetest.Equal(t, "the two starting trees", before, treetest.Capture(t, a))
 
 	wantOut, errA := runOp(t, a, op, u)
-	gotOut, errB := runOp(t, b, op, u, bin, "-C", b, "run", "--mode", mode, "--")
+	runArgs := []string{bin, "-C", b, "run", "--mode", mode, "--"}
+	if mode == "fuse-kept" {
+		// The op runs in the second run of a view kept warm across runs:
+		// the first read every path and file of the tree.
+		devKey = "fuse"
+		keptWarmUp(t, bin, b)
+		runArgs = append([]string{"env", fuse.KeepEnv + "=1"}, bin, "-C", b, "run", "--mode", "fuse", "--")
+	}
+	gotOut, errB := runOp(t, b, op, u, runArgs...)
 	dev := op.dev[devKey]
 	if len(dev.out) > 0 && gotOut != wantOut {
 		alt := wantOut
@@ -592,6 +606,30 @@ func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string, u *pos
 	treetest.Equal(t, "after redo vs after the run (file times exact)", noDirTimes(after), noDirTimes(redone))
 	if op.post != nil {
 		op.post(t, b)
+	}
+	if mode == "fuse-kept" {
+		// A third run of the kept view sees what undo and redo did.
+		want := treetest.Capture(t, b, snapshot.StoreDir)
+		got := keptRun(t, bin, b, append(testEnv(t), fuse.KeepEnv+"=1"), 3, "discard")
+		treetest.Equal(t, "the kept view's third run vs the tree", want, got)
+	}
+}
+
+// keptWarmUp runs a first, discarded run in root's kept view that reads
+// every path and file, and ends the view's server when the test ends.
+func keptWarmUp(t *testing.T, bin, root string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if pid := keptServerPid(root); pid != 0 {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--then", "discard", "--", "sh", "-c",
+		"find . -exec stat {} + >/dev/null 2>&1; find . -type f -exec cat {} + >/dev/null 2>&1; true")
+	cmd.Dir = root
+	cmd.Env = append(testEnv(t), fuse.KeepEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "no kept view") {
+		t.Fatalf("the kept view's first run: %v\n%s", err, out)
 	}
 }
 

@@ -67,6 +67,17 @@
 //     keeps its view (and the run's lock, which the server holds too,
 //     keeps the run running until the server has exited).
 //
+// With SNAPBACK_FUSE_KEEP=1 (as root) a project's runs share one view
+// kept warm by one long-lived server (keep_linux.go, keepserver_linux.go):
+// the server makes the mount detached (fsmount) and never attaches it;
+// step 2 is then a request on the server's socket, which answers with a
+// clone of the mount (open_tree) over the run's new upper layer, and the
+// helper attaches the clone on the root (move_mount) instead of mounting;
+// step 4 is an "end" on the socket, after which the server has taken back
+// from the kernel's caches everything the run's upper layer changed
+// (warm_linux.go; what changed in the tree between runs comes from an
+// inotify watcher of it, watch_linux.go).
+//
 // An ordinary user's helper does the same in a user namespace of its own
 // that maps only the user's ids (overlay.UserNS, as the overlayfs mode);
 // /dev/fuse must then be open to users. Its server cannot make device
@@ -189,4 +200,15 @@ const (
 	ExecVerb = "__fuse-exec"
 	// ServeVerb makes snapback the FUSE server.
 	ServeVerb = "__fuse-serve"
+	// KeepVerb makes snapback a project's kept view server (keep_linux.go).
+	KeepVerb = "__fuse-keep"
+)
+
+// The environment of kept views (keep_linux.go).
+const (
+	// KeepEnv switches kept views on ("1").
+	KeepEnv = "SNAPBACK_FUSE_KEEP"
+	// KeepIdleEnv is how long a kept view's server waits for the next
+	// run (a Go duration).
+	KeepIdleEnv = "SNAPBACK_FUSE_KEEP_IDLE"
 )

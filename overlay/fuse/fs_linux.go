@@ -51,6 +51,8 @@ type overlayFS struct {
 	// then skip the upper layer: in a fresh view that is a fstatat per
 	// looked-up name that could only fail.
 	upperEmpty atomic.Bool
+
+	warm warmState // a view kept across runs (warm_linux.go)
 }
 
 // node is a path of the view. Its layer is decided at lookup and changes
@@ -332,17 +334,24 @@ func (n *node) setIno(a *gofuse.Attr) { a.Ino = n.StableAttr().Ino }
 // newChild registers the child found or made at st.
 func (n *node) newChild(ctx context.Context, st *syscall.Stat_t, inUpper bool, lower string, lowerOK bool, out *gofuse.EntryOut) *fs.Inode {
 	id := fs.StableAttr{Mode: st.Mode & syscall.S_IFMT, Ino: st.Ino}
+	lowerLink := !inUpper && id.Mode != syscall.S_IFDIR && st.Nlink > 1
 	if inUpper {
 		id.Ino = n.ov.stable(id.Ino)
-	} else if id.Mode != syscall.S_IFDIR && st.Nlink > 1 {
+	}
+	if lowerLink {
 		// A lower hard link is a node of its own (a copy-up splits the
 		// link), with the lower inode number: until then `cp -a` or tar
 		// see the names as one file, as on overlayfs.
 		id.Gen = n.ov.gen.Add(1)
+	} else {
+		id.Gen = n.ov.warm.genOf(id.Ino) // 0 unless a kept view retired the number
 	}
 	c := &node{ov: n.ov, lower: lower, lowerOK: lowerOK}
 	c.inUpper.Store(inUpper)
 	ch := n.NewInode(ctx, c, id)
+	if lowerLink {
+		n.ov.warm.linked(ch)
+	}
 	out.Attr.FromStat(st)
 	ch.Operations().(*node).setIno(&out.Attr)
 	return ch

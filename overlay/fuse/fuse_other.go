@@ -40,6 +40,15 @@ func Helper([]string) int {
 // Serve fails: no fuse runs here.
 func Serve([]string) int { return Helper(nil) }
 
+// Keep fails: no fuse runs here.
+func Keep([]string) int { return Helper(nil) }
+
+// KeepOn reports that no kept views run here.
+func KeepOn() bool { return false }
+
+// KeptServer reports that no kept view runs here.
+func KeptServer(string) (int, bool) { return 0, false }
+
 // ProbeVerb is the hidden verb of the trial's helper.
 const ProbeVerb = "__fuse-probe"
 

@@ -92,6 +92,7 @@ type Session struct {
 	doneR, doneW   *os.File
 	prepared       bool
 	finishTimeout  time.Duration
+	kept           *keptRun // the project's kept view (keep_linux.go), or nil
 }
 
 // NewSession makes a session for spec (Path and Dir are filled by Prepare
@@ -103,8 +104,9 @@ func NewSession(spec overlay.Spec) *Session {
 // helperArgs is what the exec helper and the server are told.
 type helperArgs struct {
 	overlay.Spec
-	Alive int `json:"alive"` // read end: EOF when snapback is done with the run
-	Done  int `json:"done"`  // write end: the server holds it until it exits
+	Alive int `json:"alive"`           // read end: EOF when snapback is done with the run
+	Done  int `json:"done"`            // write end: the server holds it until it exits
+	Mount int `json:"mount,omitempty"` // a kept view's mount to attach (no server of the run's own)
 }
 
 // Prepare makes cmd start the exec helper in a new mount namespace.
@@ -130,6 +132,14 @@ func (s *Session) Prepare(cmd *exec.Cmd) error {
 	}
 	if a.Signals, err = s.signals.SignalPipe(cmd); err != nil {
 		return err
+	}
+	var why string
+	if s.kept, why = beginKept(s.spec.Root, s.spec.Upper, s.spec.Work); s.kept != nil {
+		if a.Mount, err = overlay.Pass(s.kept.mnt); err != nil {
+			return err
+		}
+	} else if why != "" {
+		fmt.Fprintf(os.Stderr, "snapback: fuse: no kept view (%s): a fresh one\n", why)
 	}
 	if a.Dir == "" {
 		a.Dir = cmd.Dir
@@ -169,6 +179,13 @@ func (s *Session) Finish() error {
 	}
 	s.prepared = false
 	s.signals.Finish()
+	if s.kept != nil {
+		s.aliveR.Close()
+		s.aliveW.Close()
+		s.doneR.Close()
+		s.doneW.Close()
+		return s.kept.end()
+	}
 	// The server's signal to stop: the word, then EOF. EOF alone means
 	// snapback died, and the view must then stay until the command ends.
 	// (The pipe's buffer takes it even if the server never started: our
@@ -250,7 +267,11 @@ func Helper(args []string) int {
 	argv := args[2:]
 	// Not the server's: the init gets it (overlay.StartInit).
 	unix.CloseOnExec(a.Signals)
-	if err := mountView(a); err != nil {
+	mount := mountView
+	if a.Mount != 0 {
+		mount = attachView
+	}
+	if err := mount(a); err != nil {
 		return fail(err)
 	}
 	// The command holds neither pipe: snapback's EOFs depend on it.

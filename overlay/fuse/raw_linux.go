@@ -139,6 +139,15 @@ func (r *rawFS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse
 	return r.RawFileSystem.Fallocate(cancel, in)
 }
 
+// reset drops every listing being read (a kept view between runs).
+func (r *rawFS) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.dirs {
+		r.unlist(id)
+	}
+}
+
 func (r *rawFS) Init(srv *gofuse.Server) {
 	r.srv = srv
 	r.RawFileSystem.Init(srv)

@@ -1,0 +1,300 @@
+//go:build linux
+
+package fuse
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A kept view (issue 26, lever 1; off unless KeepEnv is "1", and only as
+// root for now) is one FUSE view of a project served across its runs by
+// one long-lived server, so that what the kernel cached of the tree in
+// one run (entries, attributes, pages, listings) serves the next: every
+// run after a project's first starts warm.
+//
+//   - The server is started by the first run that finds none, in a
+//     session of its own (KeepVerb), and ends once no run has used the
+//     view for the idle time (KeepIdleEnv, default 10 minutes). Its
+//     socket and lock live in a directory only the user can enter
+//     (keepPaths), it serves only peers of its own uid, and it belongs
+//     to one project root; starting one and asking it for the view
+//     happen under the lock, so two runs at once are safe: the second
+//     finds the view busy and gets a fresh one of its own.
+//   - Each run gets a clone of the view's detached mount, attached in
+//     the run's private namespace as a fresh view's would be, and the
+//     server swaps in the run's new upper layer.
+//   - What the kernel may hold wrongly is taken back between runs
+//     (warmState): the ending run's upper layer, every change the
+//     watcher of the lower tree heard (inotify on every directory; its
+//     events are queued by the very system call that changed the tree,
+//     so a change made before a run begins is known when it begins;
+//     when events were lost, the server ends and the run gets a fresh
+//     view), and every lower hard link.
+//   - If the run's snapback dies, the server takes no more runs and
+//     serves that one until its last process is gone; the next run
+//     starts a new server. If the server dies, the run fails as a fresh
+//     view's would (its changes stay pending) and the next run starts
+//     a new server.
+
+// KeepOn reports whether fuse runs use kept views.
+func KeepOn() bool { return os.Getenv(KeepEnv) == "1" && os.Geteuid() == 0 }
+
+// keepFiles are the paths of one project's kept view server.
+type keepFiles struct {
+	sock, lock, log string
+}
+
+// keepPaths names root's server's files, in a directory private to the
+// user (made mode 0700; refused if it is anyone else's, or open to others).
+func keepPaths(root string) (keepFiles, error) {
+	base := os.Getenv("XDG_RUNTIME_DIR")
+	if base == "" {
+		base = os.TempDir()
+	}
+	dir := filepath.Join(base, fmt.Sprintf("snapback-%d", os.Getuid()))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return keepFiles{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return keepFiles{}, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return keepFiles{}, fmt.Errorf("%s: not a directory private to uid %d", dir, os.Getuid())
+	}
+	sum := sha256.Sum256([]byte(root))
+	key := filepath.Join(dir, "view-"+hex.EncodeToString(sum[:10]))
+	return keepFiles{sock: key + ".sock", lock: key + ".lock", log: key + ".log"}, nil
+}
+
+// lockFile takes the lock at path (made if need be), waiting for it.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// keptRun is a run's hold on the kept view.
+type keptRun struct {
+	conn *net.UnixConn
+	mnt  *os.File // the clone of the view's mount, for the helper to attach
+}
+
+// beginKept asks the project's server (started if there is none) for the
+// view, for the run of spec. nil (and why, "" when it is simply off or
+// in use) when the run must make a fresh view of its own.
+func beginKept(root, upper, work string) (*keptRun, string) {
+	if !KeepOn() {
+		return nil, ""
+	}
+	files, err := keepPaths(root)
+	if err != nil {
+		return nil, err.Error()
+	}
+	lk, err := lockFile(files.lock)
+	if err != nil {
+		return nil, err.Error()
+	}
+	defer lk.Close() // unlocks
+	c, err := dialKept(files)
+	if err != nil {
+		if err := startKept(root, files); err != nil {
+			return nil, err.Error()
+		}
+		if c, err = dialKept(files); err != nil {
+			return nil, err.Error()
+		}
+	}
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	r, fd, err := ask(c, keepRequest{Op: "begin", Root: root, Upper: upper, Work: work})
+	if err == nil && r.Error != "" {
+		err = errors.New(r.Error)
+	}
+	if err == nil && fd < 0 {
+		err = errors.New("no mount came with the view")
+	}
+	if err != nil {
+		c.Close()
+		if r.Busy {
+			return nil, ""
+		}
+		return nil, err.Error()
+	}
+	c.SetDeadline(time.Time{})
+	return &keptRun{conn: c, mnt: os.NewFile(uintptr(fd), "view")}, ""
+}
+
+// end tells the server the run has ended (every process of it is gone)
+// and waits until the view is ready for the next one.
+func (k *keptRun) end() error {
+	defer k.conn.Close()
+	k.mnt.Close()
+	k.conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	r, _, err := ask(k.conn, keepRequest{Op: "end"})
+	if err != nil {
+		return fmt.Errorf("%w (%v): the command may have seen \"Transport endpoint is not connected\"; its changes so far stay pending", ErrServerDied, err)
+	}
+	if r.Error != "" {
+		return fmt.Errorf("fuse: the kept view: %s", r.Error)
+	}
+	return nil
+}
+
+// dialKept connects to the server, checking that it runs as the user.
+func dialKept(files keepFiles) (*net.UnixConn, error) {
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: files.sock, Net: "unixpacket"})
+	if err != nil {
+		return nil, err
+	}
+	if uid, err := peerUID(c); err != nil || uid != os.Getuid() {
+		c.Close()
+		return nil, fmt.Errorf("%s: not served by uid %d", files.sock, os.Getuid())
+	}
+	return c, nil
+}
+
+// startKept starts root's server and waits until it listens (called
+// with the lock held).
+func startKept(root string, files keepFiles) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	idle := 10 * time.Minute
+	if v := os.Getenv(KeepIdleEnv); v != "" {
+		if idle, err = time.ParseDuration(v); err != nil || idle <= 0 {
+			return fmt.Errorf("%s=%q: not a duration", KeepIdleEnv, v)
+		}
+	}
+	b, err := json.Marshal(keepArgs{Root: root, Idle: idle})
+	if err != nil {
+		return err
+	}
+	log, err := os.OpenFile(files.log, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	srv := exec.Command(self, KeepVerb, string(b))
+	srv.ExtraFiles = []*os.File{readyW}
+	srv.Stderr = log
+	srv.Dir = "/"
+	srv.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // no terminal signals
+	err = srv.Start()
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("start the kept view's server: %w", err)
+	}
+	go srv.Wait() // reaped if it ends while snapback runs
+	line, _ := bufio.NewReader(readyR).ReadString('\n')
+	if line != "ok\n" {
+		return fmt.Errorf("the kept view's server did not start (see %s)", files.log)
+	}
+	return nil
+}
+
+// ask sends req and reads the reply, with the descriptor that came
+// with it (-1 if none).
+func ask(c *net.UnixConn, req keepRequest) (keepReply, int, error) {
+	var r keepReply
+	b, err := json.Marshal(req)
+	if err != nil {
+		return r, -1, err
+	}
+	if _, err := c.Write(b); err != nil {
+		return r, -1, err
+	}
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return r, -1, err
+	}
+	if n == 0 {
+		return r, -1, errors.New("the server hung up")
+	}
+	fd := -1
+	if oobn > 0 {
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err == nil && len(msgs) == 1 {
+			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
+				fd = fds[0]
+				unix.CloseOnExec(fd)
+			}
+		}
+	}
+	if err := json.Unmarshal(buf[:n], &r); err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return r, -1, err
+	}
+	return r, fd, nil
+}
+
+// KeptServer reports whether a kept view's server runs for the project
+// at root, and its process id.
+func KeptServer(root string) (pid int, ok bool) {
+	files, err := keepPaths(root)
+	if err != nil {
+		return 0, false
+	}
+	c, err := dialKept(files)
+	if err != nil {
+		return 0, false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	r, fd, err := ask(c, keepRequest{Op: "status"})
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	if err != nil || r.Pid == 0 {
+		return 0, false
+	}
+	return r.Pid, true
+}
+
+// attachView attaches the kept view's clone (descriptor a.Mount) on the
+// root, in the helper's private namespace.
+func attachView(a helperArgs) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	err := unix.MoveMount(a.Mount, "", unix.AT_FDCWD, a.Root, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	unix.Close(a.Mount)
+	if err != nil {
+		return fmt.Errorf("attach the kept view on %s: %w", a.Root, err)
+	}
+	return nil
+}
