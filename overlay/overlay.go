@@ -258,7 +258,7 @@ func Submounts(root string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		p := unescapeMount(f[4])
+		p := UnescapeMount(f[4])
 		if !strings.HasPrefix(p, root+"/") || p == store || strings.HasPrefix(p, store+"/") {
 			continue
 		}
@@ -267,8 +267,8 @@ func Submounts(root string) []string {
 	return out
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
-func unescapeMount(s string) string {
+// UnescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
+func UnescapeMount(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' && i+4 <= len(s) {
