@@ -62,6 +62,12 @@ func mount(spec Spec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
+	if spec.Bind != "" {
+		if err := unix.Mount(spec.Bind, spec.Root, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount the view %s on %s: %w", spec.Bind, spec.Root, err)
+		}
+		return nil
+	}
 	opts := options(spec.Root, spec.Upper, spec.Work, spec.UserNS)
 	// The store is absent inside: a whiteout in the upper layer hides it,
 	// so a command cannot erase its own undo history, and it is no mount

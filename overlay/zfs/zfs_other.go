@@ -4,6 +4,9 @@ package zfs
 
 import "errors"
 
+// MountDir holds the clones' mount points (Linux only).
+const MountDir = "/run/snapback/zfs"
+
 var errNotLinux = errors.New("the zfs mode needs Linux (its view is a bind mount in a private mount namespace)")
 
 // Clones are the names of one run's view; here none can be made.
