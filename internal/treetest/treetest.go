@@ -355,6 +355,16 @@ func ZFS(t testing.TB) string {
 	return parent + "/data"
 }
 
+// ZFSMount is where the dataset ds is mounted.
+func ZFSMount(t testing.TB, ds string) string {
+	t.Helper()
+	out, err := exec.Command("zfs", "get", "-H", "-o", "value", "mountpoint", ds).CombinedOutput()
+	if err != nil {
+		t.Fatalf("zfs get mountpoint %s: %v\n%s", ds, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // SmallFS mounts a tmpfs of sizeKB at a new directory, for tests of a full
 // disk; it is unmounted when the test ends. It needs root (CAP_SYS_ADMIN):
 // SNAPBACK_REQUIRE=root makes its absence a failure.

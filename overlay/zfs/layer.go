@@ -67,7 +67,7 @@ type writer struct {
 // times, and any change moves the ctime.
 func same(v, b *unix.Stat_t) bool {
 	return v.Ino == b.Ino && v.Mode == b.Mode && v.Ctim == b.Ctim && v.Mtim == b.Mtim &&
-		v.Size == b.Size && v.Uid == b.Uid && v.Gid == b.Gid
+		v.Size == b.Size && v.Uid == b.Uid && v.Gid == b.Gid && v.Nlink == b.Nlink
 }
 
 func join(rel, name string) string {

@@ -164,11 +164,13 @@ func (c *Clones) Destroy() error {
 }
 
 // zfsDo runs a zfs command that changes the pool, after the kill test's
-// seam. zfs-fuse lets go of a dataset only a moment after unmounting it,
-// answering "dataset is busy" meanwhile: retried for up to 5 s.
+// seam. zfs-fuse lets go of a dataset only a moment after unmounting it
+// (~50 ms; seconds on a busy machine, once the view's mount namespace is
+// gone too), answering "dataset is busy" meanwhile: retried for up to
+// 30 s.
 func zfsDo(args ...string) (string, error) {
 	fsutil.Mutating()
-	for wait := time.Now().Add(5 * time.Second); ; {
+	for wait := time.Now().Add(30 * time.Second); ; {
 		out, err := zfs(args...)
 		if err == nil || !strings.Contains(err.Error(), "dataset is busy") || time.Now().After(wait) {
 			return out, err
