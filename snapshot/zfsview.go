@@ -58,7 +58,7 @@ func (r *Repo) SettleZFSView(p *ViewRun) error {
 	if c == nil {
 		return nil
 	}
-	there, err := c.Exists()
+	there, err := c.Complete()
 	if err != nil {
 		return fmt.Errorf("run %s: %w", p.ID, err)
 	}

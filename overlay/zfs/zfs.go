@@ -135,14 +135,21 @@ func (c *Clones) Make() error {
 	return err
 }
 
-// Exists reports whether the view clone exists: until it is destroyed,
-// the layer may still have to be written from it.
-func (c *Clones) Exists() (bool, error) {
-	_, err := zfs("list", "-H", "-o", "name", c.View)
-	if err != nil && strings.Contains(err.Error(), "does not exist") {
-		return false, nil
+// Complete reports whether both clones exist: from when [Clones.Make]
+// has made the base (the last) until [Clones.Destroy] destroys the view
+// (the first), the layer may still have to be written from them. Before,
+// no command ran in the view; after, the layer is whole.
+func (c *Clones) Complete() (bool, error) {
+	for _, ds := range []string{c.View, c.Base} {
+		_, err := zfs("list", "-H", "-o", "name", ds)
+		if err != nil && strings.Contains(err.Error(), "does not exist") {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
 	}
-	return err == nil, err
+	return true, nil
 }
 
 // Destroy destroys the view clone, then the base, then the snapshot (the

@@ -27,8 +27,8 @@ func Names(string, string) (*Clones, error) { return nil, errNotLinux }
 // Make fails.
 func (*Clones) Make() error { return errNotLinux }
 
-// Exists reports no clone.
-func (*Clones) Exists() (bool, error) { return false, nil }
+// Complete reports no clones.
+func (*Clones) Complete() (bool, error) { return false, nil }
 
 // Destroy has nothing to destroy.
 func (*Clones) Destroy() error { return nil }
