@@ -500,7 +500,7 @@ if [[ ${BENCH_ZFS:-1} == 1 && $(id -u) == 0 ]] && command -v zpool >/dev/null; t
 		zfs create "$ZFS_POOL/tree"
 		(cd "$TREE" && tar cf - --exclude=./.snapback .) | (cd "$ZTREE" && tar xf -)
 		run_timed "$SB" -C "$ZTREE" snap -m base
-		expect "\\($FILES files" "first snap in the dataset"
+		expect "read $FILES files" "first snap in the dataset"
 		ts=()
 		for i in $(seq "$REPS"); do
 			sync
