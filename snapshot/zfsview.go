@@ -67,7 +67,7 @@ func (r *Repo) SettleZFSView(p *ViewRun) error {
 		if err := emptyDir(upper); err != nil {
 			return fmt.Errorf("run %s: %w", p.ID, err)
 		}
-		if err := zfs.WriteLayer(c.BaseRoot(), c.ViewRoot(), upper); err != nil {
+		if err := zfs.WriteLayer(c.BaseRoot(), c.ViewRoot(), upper, c.Taken); err != nil {
 			return fmt.Errorf("run %s: %w", p.ID, err)
 		}
 		if err := fsutil.SyncDir(upper); err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
@@ -87,9 +88,15 @@ func TestZFSMode(t *testing.T) {
 		t.Fatalf("zfs create: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { // before the dataset it is mounted in
-		if out, err := exec.Command("zfs", "destroy", filepath.Dir(ds)+"/child").CombinedOutput(); err != nil {
-			t.Errorf("zfs destroy: %v\n%s", err, out)
+		var out []byte
+		var err error
+		for i := 0; i < 40; i++ { // zfs-fuse: "dataset is busy" for a moment after a use
+			if out, err = exec.Command("zfs", "destroy", filepath.Dir(ds)+"/child").CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(250 * time.Millisecond)
 		}
+		t.Errorf("zfs destroy: %v\n%s", err, out)
 	})
 	refused("a dataset below the root", root, child+" is a mount point below the root")
 	noZFSLeft(t, "after a refused run", ds)

@@ -3,8 +3,10 @@
 package zfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/snapback/snapback/fsutil"
@@ -23,8 +25,13 @@ import (
 // new inode) gets a whiteout for each name of the old one it lacks:
 // zfs-fuse keeps no xattrs, so no opaque mark. Every entry of view is
 // stat'ed; only what differs is read.
-func WriteLayer(base, view, upper string) error {
-	w := &writer{links: map[uint64]string{}}
+//
+// taken is when the snapshot was taken (Unix seconds): zfs-fuse keeps
+// times in whole seconds, so a file rewritten within the second of the
+// snapshot, to the same size, keeps its stat; a file whose ctime is not
+// older than taken is compared by content too.
+func WriteLayer(base, view, upper string, taken int64) error {
+	w := &writer{links: map[uint64]string{}, taken: taken}
 	var err error
 	if w.base, err = fsutil.OpenRoot(base); err != nil {
 		return err
@@ -60,6 +67,7 @@ func WriteLayer(base, view, upper string) error {
 type writer struct {
 	base, view, upper *fsutil.Dir
 	links             map[uint64]string // view inode → its first path in the layer
+	taken             int64             // the snapshot's second
 }
 
 // same reports whether an entry of the view is untouched since the
@@ -178,7 +186,16 @@ func (w *writer) dir(rel string, bst *unix.Stat_t, ensure func() error, force bo
 			continue
 		}
 		if b != nil && same(&vst, b) {
-			continue
+			if vst.Ctim.Sec < w.taken || vst.Mode&unix.S_IFMT != unix.S_IFREG {
+				continue
+			}
+			eq, err := sameContent(vd, bd, n)
+			if err != nil {
+				return made, err
+			}
+			if eq {
+				continue
+			}
 		}
 		if err := mk(); err != nil {
 			return made, err
@@ -274,4 +291,36 @@ func (w *writer) meta(d *fsutil.Dir, rel, p string, vst *unix.Stat_t) error {
 		return fmt.Errorf("layer: times of %s: %w", p, err)
 	}
 	return nil
+}
+
+// sameContent reports whether the files name of x and y hold the same
+// bytes.
+func sameContent(x, y *fsutil.Dir, name string) (bool, error) {
+	f, err := x.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close() // read-only
+	g, err := y.Open(name, unix.O_RDONLY, 0)
+	if err != nil {
+		return false, err
+	}
+	defer g.Close() // read-only
+	a, b := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		n, errA := io.ReadFull(f, a)
+		m, errB := io.ReadFull(g, b)
+		if n != m || !bytes.Equal(a[:n], b[:m]) {
+			return false, nil
+		}
+		if errA == io.EOF || errA == io.ErrUnexpectedEOF {
+			return errB == io.EOF || errB == io.ErrUnexpectedEOF, nil
+		}
+		if errA != nil {
+			return false, errA
+		}
+		if errB != nil {
+			return false, errB
+		}
+	}
 }

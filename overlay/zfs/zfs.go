@@ -32,6 +32,9 @@ type Clones struct {
 	Snap    string `json:"snap"`          // DATASET@snapback-ID
 	View    string `json:"view"`          // the clone the command writes
 	Base    string `json:"base"`          // the read-only clone it is compared with
+	// Taken is when the snapshot was taken (Unix seconds, from just
+	// before), for [WriteLayer].
+	Taken int64 `json:"taken,omitempty"`
 }
 
 // ViewDir and BaseDir are where the clones are mounted.
@@ -120,7 +123,8 @@ func Names(root, id string) (*Clones, error) {
 	h := sha256.Sum256([]byte(ds))
 	pool, _, _ := strings.Cut(ds, "/")
 	name := fmt.Sprintf("%s/snapback-%s-%s", pool, hex.EncodeToString(h[:4]), id)
-	return &Clones{Dataset: ds, Sub: filepath.ToSlash(sub), Snap: ds + "@snapback-" + id, View: name + "-view", Base: name + "-base"}, nil
+	return &Clones{Dataset: ds, Sub: filepath.ToSlash(sub), Snap: ds + "@snapback-" + id, View: name + "-view", Base: name + "-base",
+		Taken: time.Now().Unix()}, nil
 }
 
 // Make takes the snapshot and makes both clones, mounted under MountDir.

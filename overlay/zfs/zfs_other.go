@@ -16,6 +16,7 @@ type Clones struct {
 	Snap    string `json:"snap"`
 	View    string `json:"view"`
 	Base    string `json:"base"`
+	Taken   int64  `json:"taken,omitempty"`
 }
 
 // Check reports that the zfs mode does not work here.
@@ -38,4 +39,4 @@ func (*Clones) ViewRoot() string { return "" }
 func (*Clones) BaseRoot() string { return "" }
 
 // WriteLayer fails.
-func WriteLayer(string, string, string) error { return errNotLinux }
+func WriteLayer(string, string, string, int64) error { return errNotLinux }
