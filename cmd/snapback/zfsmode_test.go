@@ -52,6 +52,16 @@ func TestZFSMode(t *testing.T) {
 	if d := sb(t, bin, root, "diff"); !strings.Contains(d, "new/n") || !strings.Contains(d, "b") {
 		t.Errorf("the pending run's diff lacks its changes:\n%s", d)
 	}
+	// Its clones are gone: no second command in them.
+	runs, err := os.ReadDir(filepath.Join(root, snapshot.StoreDir, "runs"))
+	treetest.Must(t, err)
+	if len(runs) != 1 {
+		t.Fatalf("want one pending run, have %d", len(runs))
+	}
+	cont := exec.Command(bin, "-C", root, "run", "--continue", runs[0].Name(), "--", "true")
+	if out, _ := cont.CombinedOutput(); cont.ProcessState.ExitCode() != 125 || !strings.Contains(string(out), "a zfs run keeps no view between commands") {
+		t.Errorf("run --continue of a zfs run: want status 125 saying why, got %d:\n%s", cont.ProcessState.ExitCode(), out)
+	}
 	sb(t, bin, root, "discard")
 	treetest.Equal(t, "after discard", before, treetest.Capture(t, root, snapshot.StoreDir))
 	noZFSLeft(t, "after discard", ds)
