@@ -341,10 +341,10 @@ func ZFS(t testing.TB) string {
 	}
 	t.Cleanup(func() {
 		// zfs-fuse can answer "dataset is busy" for a moment after an
-		// unmount: retried.
+		// unmount (seconds on a busy machine): retried for 30 s.
 		var out []byte
 		var err error
-		for i := 0; i < 20; i++ {
+		for i := 0; i < 120; i++ {
 			if out, err = exec.Command("zfs", "destroy", "-r", "-R", parent).CombinedOutput(); err == nil {
 				return
 			}
