@@ -1,7 +1,11 @@
 package snapshot
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/snapback/snapback/fsutil"
@@ -101,18 +105,33 @@ func emptyDir(dir string) error {
 }
 
 // settleDeadZFSViews settles the zfs views of runs whose processes are
-// all gone (recover), and returns how many it settled.
+// all gone (recover), and returns how many it settled. A run record that
+// cannot be read is passed over: the verbs that list runs report it.
 func (r *Repo) settleDeadZFSViews() (int, error) {
-	runs, err := r.PendingRuns()
+	ents, err := os.ReadDir(r.path("runs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("list runs: %w", err)
 	}
 	n := 0
-	for _, p := range runs {
-		if p.ZFS == nil || p.State == StateRunning {
-			continue // none, or a process of the run still works in it
+	for _, e := range ents {
+		b, err := r.readFile(r.pendingPath(e.Name()), maxRunSize)
+		if err != nil {
+			continue // none (a tree run's lock), or damaged
 		}
-		if err := r.SettleZFSView(p); err != nil {
+		var p ViewRun
+		if json.Unmarshal(b, &p) != nil || p.ID != e.Name() || !ValidID(p.ID) || p.ZFS == nil {
+			continue
+		}
+		if r.alive(p.ID) {
+			continue // a process of the run still works in its clone
+		}
+		if p.State == StateRunning {
+			p.State = StatePending // its snapback died (as PendingRuns says)
+		}
+		if err := r.SettleZFSView(&p); err != nil {
 			return n, err
 		}
 		n++
