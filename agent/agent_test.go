@@ -2,8 +2,11 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -202,7 +205,7 @@ func TestSettingsKept(t *testing.T) {
 	// The same with lines ending in CR LF: new lines end so too.
 	for _, user := range []string{user, strings.ReplaceAll(user, "\n", "\r\n")} {
 		for _, h := range Harnesses {
-			c, err := change(h.Settings, []byte(user), h.install)
+			c, err := h.change(h.Settings, []byte(user), h.install)
 			if err != nil || !c.Changed() {
 				t.Fatalf("%s install: %v %v", h.Name, c, err)
 			}
@@ -217,14 +220,14 @@ func TestSettingsKept(t *testing.T) {
 			if strings.Contains(user, "\r") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
 				t.Errorf("%s install mixed line ends into a CR LF file:\n%q", h.Name, c.New)
 			}
-			back, err := change(h.Settings, c.New, h.uninstall)
+			back, err := h.change(h.Settings, c.New, h.uninstall)
 			if err != nil || string(back.New) != user {
 				t.Fatalf("%s uninstall after install: %v\n%s\nwant\n%s", h.Name, err, back.New, user)
 			}
 		}
 	}
 	dup := "{\n  \"hooks\": {},\n  \"model\": \"x\",\n  \"hooks\": {\"Stop\": []}\n}\n"
-	if _, err := change(".claude/settings.json", []byte(dup), ClaudeCode.install); err == nil || err.Error() != `.claude/settings.json:4: duplicate key "hooks"` {
+	if _, err := ClaudeCode.change(".claude/settings.json", []byte(dup), ClaudeCode.install); err == nil || err.Error() != `.claude/settings.json:4: duplicate key "hooks"` {
 		t.Fatalf("duplicate hooks: %v", err)
 	}
 }
@@ -245,20 +248,24 @@ func FuzzSettings(f *testing.F) {
 		`{"hooks": {}, "hooks": {"Stop": []}}`, `{"a": {"b": 1, "b": 2}}`, `{"hooks": {"Stop": [], "Stop": []}}`,
 		"{\n\t\"x\": [1,2],\n\t\"hooks\": {\"PreToolUse\": [ ]}\n}\n",
 		"{\r\n  \"a\": 1,\r\n  \"hooks\": {\r\n    \"Stop\": [\r\n      {\"hooks\": []}\r\n    ]\r\n  }\r\n}\r\n",
+		// JSONC (Gemini CLI's): comments and trailing commas.
+		"// top\n{\n  // a\n  \"a\": 1, // one\n  /* b */ \"hooks\": { // none\n  },\n}\n",
+		"{ /* x */ }", "{\"a\": [1, 2,], \"s\": \"// not a comment\", \"hooks\": {\"AfterAgent\": [ /* later */ ]}}",
+		"// only a comment\n",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, h := range Harnesses {
 			rel := h.Settings
-			c, err := change(rel, data, h.install)
+			c, err := h.change(rel, data, h.install)
 			if err != nil {
 				if !strings.HasPrefix(err.Error(), rel+":") || strings.Contains(err.Error(), "\n") {
 					t.Fatalf("the error is not one line naming the file: %v", err)
 				}
 				continue
 			}
-			doc, _ := parseSettings(data, rel)
+			doc, _, _ := parseSettingsText(data, rel, h.Comments)
 			hooks := doc.get("hooks")
 			if hooks != nil && c.Changed() {
 				// Every byte outside the hooks is the user's, as it was.
@@ -266,24 +273,24 @@ func FuzzSettings(f *testing.F) {
 					t.Fatalf("install changed bytes outside the hooks:\n%s\nbecame\n%s", data, c.New)
 				}
 			}
-			again, err := change(rel, c.New, h.install)
+			again, err := h.change(rel, c.New, h.install)
 			if err != nil || again.Changed() {
 				t.Fatalf("a second install: %v %v", again, err)
 			}
-			back, err := change(rel, c.New, h.uninstall)
+			back, err := h.change(rel, c.New, h.uninstall)
 			if err != nil {
 				t.Fatalf("uninstall after install: %v", err)
 			}
 			// What uninstall alone makes of the original.
-			alone, err := change(rel, data, h.uninstall)
+			alone, err := h.change(rel, data, h.uninstall)
 			if err != nil {
 				t.Fatalf("uninstall of the original: %v", err)
 			}
-			want, err := parseSettings(alone.New, rel)
+			want, _, err := parseSettingsText(alone.New, rel, h.Comments)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := parseSettings(back.New, rel)
+			got, _, err := parseSettingsText(back.New, rel, h.Comments)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -353,5 +360,198 @@ func TestInstallInPlace(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("install blocked on a FIFO")
+	}
+}
+
+// TestPatchPaths: the files a Codex CLI apply_patch call names, from the
+// headers of its patch (tool_input.command), and which lie outside the
+// project.
+func TestPatchPaths(t *testing.T) {
+	patch := "*** Begin Patch\n*** Add File: new.txt\n+hi\n*** Delete File: /abs/gone.txt\n" +
+		"*** Update File: old/name.txt\n*** Move to: ../elsewhere/name.txt\n@@\n-a\n+b\n" +
+		"  *** Update File: new.txt\n*** End Patch\n"
+	in, _ := json.Marshal(map[string]string{"command": patch})
+	p := &Payload{Tool: "apply_patch", Input: in}
+	got := PatchPaths(p)
+	want := []string{"new.txt", "/abs/gone.txt", "old/name.txt", "../elsewhere/name.txt"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("PatchPaths = %q, want %q", got, want)
+	}
+	if out := Outside("/p", "/p", got); !slices.Equal(out, []string{"/abs/gone.txt", "/elsewhere/name.txt"}) {
+		t.Fatalf("Outside = %q", out)
+	}
+	if out := Outside("/p", "/p/src", got); !slices.Equal(out, []string{"/abs/gone.txt"}) {
+		t.Fatalf("Outside from a subdirectory = %q", out)
+	}
+	for _, q := range []*Payload{
+		{Tool: "Bash", Input: in},
+		{Tool: "apply_patch", Input: json.RawMessage(`"not an object"`)},
+		{Tool: "apply_patch"},
+	} {
+		if got := PatchPaths(q); got != nil {
+			t.Errorf("PatchPaths(%s %s) = %q, want none", q.Tool, q.Input, got)
+		}
+	}
+}
+
+// TestSettingsJSONC: Gemini CLI's settings may hold comments and trailing
+// commas (JSONC), which it reads; install merges its hooks in keeping
+// every comment and byte of the user's, uninstall gives the file back
+// byte for byte, and a harness that reads plain JSON (Claude Code)
+// refuses such a file naming its line.
+func TestSettingsJSONC(t *testing.T) {
+	for name, user := range map[string]string{
+		"settings": `// Gemini CLI settings for this project.
+{
+  // The model the team uses.
+  "model": {
+    "name": "gemini-2.5-pro", // the fast one is too fast
+  },
+  /* Tools
+     the agent may use. */
+  "tools": {
+    "sandbox": false,
+    "exclude": ["run_shell_command(rm)",], // never rm
+  },
+  "ui": {"theme": "GitHub"} // last
+}
+`,
+		"hooks with comments": `{
+  "general": {"vimMode": true},
+  "hooks": {
+    // Ours come later.
+  },
+}
+`,
+		"an event of the user's": `{
+  "hooks": {
+    "BeforeTool": [
+      // lint before writes, some day
+    ],
+    /* and a notifier */ "AfterAgent": [{"hooks": [{"name": "notify", "type": "command", "command": "notify-send done"}]},],
+  },
+}
+`,
+		"only comments inside": "{ /* nothing yet */ }\n",
+		"crlf":                 "{\r\n  // a comment\r\n  \"a\": 1, // one\r\n}\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := GeminiCLI.change(GeminiCLI.Settings, []byte(user), GeminiCLI.install)
+			if err != nil || !c.Changed() {
+				t.Fatalf("install: %v %v", c, err)
+			}
+			for _, cm := range regexp.MustCompile(`(?s)//[^\r\n]*|/\*.*?\*/`).FindAllString(user, -1) {
+				if !strings.Contains(string(c.New), cm) {
+					t.Errorf("install lost the comment %q:\n%s", cm, c.New)
+				}
+			}
+			doc, _, err := parseSettingsText(c.New, GeminiCLI.Settings, true)
+			if err != nil {
+				t.Fatalf("install wrote what it cannot read: %v\n%s", err, c.New)
+			}
+			if n := len(doc.get("hooks").get("BeforeTool").elems); n == 0 {
+				t.Fatalf("no BeforeTool hook after install:\n%s", c.New)
+			}
+			if strings.Contains(user, "\r") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
+				t.Errorf("install mixed line ends into a CR LF file:\n%q", c.New)
+			}
+			if again, err := GeminiCLI.change(GeminiCLI.Settings, c.New, GeminiCLI.install); err != nil || again.Changed() {
+				t.Fatalf("a second install: %v %v", again, err)
+			}
+			back, err := GeminiCLI.change(GeminiCLI.Settings, c.New, GeminiCLI.uninstall)
+			if err != nil || string(back.New) != user {
+				t.Fatalf("uninstall after install: %v\n%s\nwant\n%s", err, back.New, user)
+			}
+		})
+	}
+	if _, err := ClaudeCode.change(ClaudeCode.Settings, []byte("{\n  // no\n}\n"), ClaudeCode.install); err == nil || !strings.HasPrefix(err.Error(), ".claude/settings.json:2: ") {
+		t.Errorf("Claude Code's settings with a comment: %v", err)
+	}
+	if _, err := GeminiCLI.change(GeminiCLI.Settings, []byte("// nothing but this\n"), GeminiCLI.install); err == nil || err.Error() != ".gemini/settings.json: holds only comments: write {} after them, then install again" {
+		t.Errorf("a file of comments only: %v", err)
+	}
+}
+
+// TestFired: a hook's stamp reads back as written, a fresh one is not
+// rewritten, a harness that never fired has the zero time, and a stamp
+// that is not a regular file of this harness's is an error naming it,
+// never followed.
+func TestFired(t *testing.T) {
+	store := t.TempDir()
+	if at, err := LastFired(store, "codex"); err != nil || !at.IsZero() {
+		t.Fatalf("before any hook: %v %v", at, err)
+	}
+	now := time.Date(2026, 12, 5, 14, 0, 0, 0, time.UTC)
+	treetest.Must(t, MarkFired(store, "codex", now))
+	if at, err := LastFired(store, "codex"); err != nil || !at.Equal(now) {
+		t.Fatalf("after a hook: %v %v", at, err)
+	}
+	if at, err := LastFired(store, "gemini-cli"); err != nil || !at.IsZero() {
+		t.Fatalf("another harness: %v %v", at, err)
+	}
+	// The file was just written (its mtime is now): a stamp a minute
+	// later is not written again.
+	treetest.Must(t, MarkFired(store, "codex", time.Now().Add(time.Minute)))
+	if at, _ := LastFired(store, "codex"); !at.Equal(now) {
+		t.Fatalf("a fresh stamp was rewritten: %v", at)
+	}
+	p := filepath.Join(store, TurnDir, firedName("codex"))
+	treetest.Must(t, os.WriteFile(p, []byte(`{"version":1,"harness":"claude-code","at":"2026-12-05T14:00:00Z"}`), 0o600))
+	if _, err := LastFired(store, "codex"); err == nil || !strings.Contains(err.Error(), "not codex's stamp") {
+		t.Fatalf("another harness's stamp: %v", err)
+	}
+	outside := filepath.Join(t.TempDir(), "victim.json")
+	treetest.Must(t, os.WriteFile(outside, []byte(`{"version":1,"harness":"codex","at":"2026-12-05T14:00:00Z"}`), 0o600))
+	treetest.Must(t, os.Remove(p))
+	treetest.Must(t, os.Symlink(outside, p))
+	if _, err := LastFired(store, "codex"); err == nil {
+		t.Fatal("a stamp that is a symbolic link was followed")
+	}
+}
+
+// TestConfigHooks: a Codex CLI config.toml whose [hooks] tables run
+// snapback's hook is told from one whose hooks are others', or that has
+// none; a config that is not TOML is an error naming it.
+func TestConfigHooks(t *testing.T) {
+	dir := t.TempDir()
+	for name, c := range map[string]struct {
+		toml string
+		want bool
+	}{
+		"snapback's": {`model = "gpt-5-codex"
+
+[[hooks.PreToolUse]]
+matcher = "Bash|apply_patch"
+
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "snapback agent hook codex"
+timeout = 180
+
+[hooks.state."/p/.codex/config.toml:pre_tool_use:0:0"]
+trusted_hash = "abc"
+`, true},
+		"others'": {`[[hooks.Stop]]
+[[hooks.Stop.hooks]]
+type = "command"
+command = "notify-send done"
+`, false},
+		"none":   {"model = \"o3\"\n[features]\nhooks = true\n", false},
+		"absent": {"", false},
+	} {
+		rel := ".codex/config-" + strings.ReplaceAll(name, "'", "") + ".toml"
+		if c.toml != "" {
+			treetest.Write(t, dir, rel, c.toml, 0o644)
+		}
+		if got, err := Codex.ConfigHooks(dir, rel); err != nil || got != c.want {
+			t.Errorf("%s: %v %v, want %v", name, got, err, c.want)
+		}
+	}
+	treetest.Write(t, dir, ".codex/bad.toml", "[hooks\n", 0o644)
+	if _, err := Codex.ConfigHooks(dir, ".codex/bad.toml"); err == nil || !strings.HasPrefix(err.Error(), ".codex/bad.toml: ") {
+		t.Errorf("a config that is not TOML: %v", err)
+	}
+	if got, err := ClaudeCode.ConfigHooks(dir, ClaudeCode.Config); err != nil || got {
+		t.Errorf("a harness without a TOML config: %v %v", got, err)
 	}
 }

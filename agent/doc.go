@@ -7,8 +7,11 @@
 // A [Harness] is one agent's hook interface, as its makers document it:
 // a table from its hook events to an [Action] (note the turn, open the
 // checkpoint lazily, close it), the tools that may change files, its
-// settings file, and how a hook answers. [ClaudeCode] and [GeminiCLI]
-// are listed in [Harnesses]; every harness goes through the same code.
+// settings file, and how a hook answers. [ClaudeCode], [GeminiCLI] and
+// [Codex] are listed in [Harnesses]; every harness goes through the same
+// code. Each hook that acts stamps the time in the store ([MarkFired]),
+// so that hooks installed but never fired (Codex skips hooks the user
+// has not trusted, without a word) can be told ([LastFired]).
 //
 // # A turn
 //
@@ -32,7 +35,9 @@
 // (with the separator the file uses there), uninstall cuts each of
 // snapback's hooks out with its separator, so every byte of the user's
 // (escapes, numbers, layout) stays and install then uninstall gives the
-// file back byte for byte. snapback's hooks are recognised by their
+// file back byte for byte. A harness that reads JSONC (Gemini CLI) has
+// its file parsed through a copy with the comments and trailing commas
+// blanked (jsonc.go), each value at its place, and the comments stay. snapback's hooks are recognised by their
 // command ([Harness.Command]): install is idempotent and uninstall
 // removes exactly them. A file that is not valid JSON, or has a key
 // twice (harnesses disagree on which counts), is an error naming its

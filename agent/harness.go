@@ -3,6 +3,8 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -54,8 +56,24 @@ type Harness struct {
 	// disables hooks by name).
 	NamedHooks bool
 	// TimeoutMillis: a hook's "timeout" is in milliseconds (Gemini CLI),
-	// not seconds (Claude Code).
+	// not seconds (Claude Code, Codex CLI).
 	TimeoutMillis bool
+	// Comments: the settings file may hold comments and trailing commas
+	// (JSONC), which the harness reads (Gemini CLI).
+	Comments bool
+	// UserHome names the harness's directory in the user's home (".codex"),
+	// and UserHomeEnv the variable that moves it (CODEX_HOME): where
+	// `install --user` writes UserSettings. "" when install writes only
+	// the project's file.
+	UserHome, UserHomeEnv, UserSettings string
+	// Config and UserConfig are the harness's TOML config files, in the
+	// project and in UserHome, whose [hooks] tables it runs too (Codex
+	// CLI's config.toml): install does not write them, but names one
+	// that runs snapback's hook already (ConfigHooks).
+	Config, UserConfig string
+	// NextStep is what the user still has to do after install for the
+	// hooks to run.
+	NextStep string
 	// quiet is the answer when all went well: Gemini CLI parses stdout
 	// as JSON and wants an object; Claude Code wants nothing.
 	quiet string
@@ -100,6 +118,7 @@ var ClaudeCode = &Harness{
 	Settings:      ".claude/settings.json",
 	LocalSettings: ".claude/settings.local.json",
 	ProjectEnv:    "CLAUDE_PROJECT_DIR",
+	NextStep:      "start a new Claude Code session, or review the hooks in its /hooks menu: a running session does not take up new hooks",
 }
 
 // Gemini CLI's hooks: https://geminicli.com/docs/hooks/reference
@@ -124,11 +143,54 @@ var GeminiCLI = &Harness{
 	ProjectEnv:    "GEMINI_PROJECT_DIR",
 	NamedHooks:    true,
 	TimeoutMillis: true,
+	Comments:      true,
+	NextStep:      "start a new Gemini CLI session: it reads its hooks when it starts",
 	quiet:         "{}",
 }
 
+// Codex CLI's hooks: https://developers.openai.com/codex/hooks, and its
+// source, openai/codex: codex-rs/config/src/hook_config.rs (the
+// hooks.json shape: {"hooks": {EVENT: [{"matcher", "hooks": [{"type":
+// "command", "command", "timeout" in seconds}]}]}}, the shape Claude
+// Code's settings give "hooks"), codex-rs/hooks/src/schema.rs (the
+// payloads: session_id, turn_id, cwd, hook_event_name, tool_name,
+// tool_input) and codex-rs/hooks/src/events/pre_tool_use.rs (exit 0 with
+// nothing on stdout goes on; JSON with `systemMessage` is shown as a
+// warning). Shell calls arrive as tool "Bash", patch edits as
+// "apply_patch" with the patch in tool_input.command (openai/codex
+// #18391); an MCP tool's call is only looked at. Codex reads hooks.json
+// beside each of its config layers: ~/.codex (CODEX_HOME) and the
+// project's .codex. It runs a hook only once the user has trusted it in
+// its /hooks screen, and skips an untrusted one without a word: install
+// says so, and doctor tells hooks installed but never fired.
+//
+// The events hook_config.rs reads (at commit 7cd4bc1a: PreToolUse,
+// PostToolUse, SessionStart, UserPromptSubmit, Stop; at 012d0aa0 also
+// PermissionRequest, PreCompact, PostCompact) hold none for a session's
+// end or a turn an error ends: a turn that ends without Stop is closed
+// by the next prompt, as an interrupted one. The payload's turn_id is
+// not needed: a turn runs from its prompt to its Stop.
+var Codex = &Harness{
+	Name:  "codex",
+	Title: "Codex CLI",
+	Events: map[string]Action{
+		"UserPromptSubmit": NoteTurn,
+		"PreToolUse":       OpenLazily,
+		"Stop":             Close,
+	},
+	Install:      []string{"UserPromptSubmit", "PreToolUse", "Stop"},
+	Tools:        []string{"Bash", "apply_patch"},
+	Settings:     ".codex/hooks.json",
+	UserHome:     ".codex",
+	UserHomeEnv:  "CODEX_HOME",
+	UserSettings: "hooks.json",
+	Config:       ".codex/config.toml",
+	UserConfig:   "config.toml",
+	NextStep:     "approve them in Codex's /hooks screen (Codex skips a hook not yet trusted, without a word)",
+}
+
 // Harnesses lists the supported harnesses, in the order help shows them.
-var Harnesses = []*Harness{ClaudeCode, GeminiCLI}
+var Harnesses = []*Harness{ClaudeCode, GeminiCLI, Codex}
 
 // Find returns the harness named name.
 func Find(name string) (*Harness, error) {
@@ -165,4 +227,29 @@ func (h *Harness) Answer(message string) []byte {
 	}
 	b, _ := json.Marshal(map[string]string{"systemMessage": "snapback: " + message}) // a string map always marshals
 	return append(b, '\n')
+}
+
+// UserDir is the harness's directory in the user's home, where install
+// --user writes UserSettings: UserHomeEnv's value when set (absolute),
+// else UserHome under the home directory. It must exist: the harness
+// makes it when it first runs.
+func (h *Harness) UserDir() (string, error) {
+	if h.UserSettings == "" {
+		return "", fmt.Errorf("%s has no settings in your home that snapback writes: install in the project", h.Title)
+	}
+	dir := os.Getenv(h.UserHomeEnv)
+	if dir != "" && !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("%s=%q is not an absolute path", h.UserHomeEnv, dir)
+	}
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(home, h.UserHome)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("%s is not a directory: run %s once first (it makes it)", dir, h.Title)
+	}
+	return dir, nil
 }

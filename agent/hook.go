@@ -24,6 +24,9 @@ type Payload struct {
 	Cwd     string `json:"cwd"`
 	Prompt  string `json:"prompt"`
 	Tool    string `json:"tool_name"`
+	// Input is the tool's input, kept whole: only Codex CLI's
+	// apply_patch is looked into (PatchPaths).
+	Input json.RawMessage `json:"tool_input"`
 }
 
 // ReadPayload decodes a hook payload from r.

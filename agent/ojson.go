@@ -293,14 +293,15 @@ type splice struct {
 // bytes, and knows the file's style to write new values in it.
 type editor struct {
 	data    []byte
+	clean   []byte // data with its comments blanked out (blankJSONC); data when it has none
 	unit    string // one level of indentation
 	compact bool   // the file is on one line: new values are too
 	crlf    bool   // the file's lines end in CR LF: new lines too
 	splices []splice
 }
 
-func newEditor(data []byte, doc *node) *editor {
-	e := &editor{data: data, unit: indentUnit(data), crlf: bytes.Contains(data, []byte("\r\n"))}
+func newEditor(data, clean []byte, doc *node) *editor {
+	e := &editor{data: data, clean: clean, unit: indentUnit(data), crlf: bytes.Contains(data, []byte("\r\n"))}
 	if doc.start >= 0 {
 		e.compact = !bytes.Contains(data[doc.start:doc.end], []byte("\n"))
 	}
@@ -361,6 +362,10 @@ func (e *editor) add(c *node, keys []string, vals []*node) {
 	if len(vals) == 0 {
 		return
 	}
+	if c.start >= 0 && children(c) == 0 && e.hasComments(c.start, c.end) {
+		e.addToCommented(c, keys, vals)
+		return
+	}
 	if c.start < 0 || children(c) == 0 {
 		for i, v := range vals {
 			if c.kind == '{' {
@@ -377,9 +382,9 @@ func (e *editor) add(c *node, keys []string, vals []*node) {
 	n := children(c)
 	var sep string
 	if n >= 2 {
-		sep = string(e.data[childEnd(c, n-2):childStart(c, n-1)])
+		sep = e.between(childEnd(c, n-2), childStart(c, n-1))
 	} else {
-		sep = "," + string(e.data[c.start+1:childStart(c, 0)])
+		sep = "," + e.between(c.start+1, childStart(c, 0))
 	}
 	// Children on lines of their own: the new ones too, at their
 	// indentation; children side by side: the new one beside them.
@@ -419,8 +424,13 @@ func (e *editor) remove(c *node, drop []int) {
 	}
 }
 
-// empty cuts every child of c out, leaving `{}` or `[]`.
+// empty cuts every child of c out, leaving `{}` or `[]` (and the
+// comments there).
 func (e *editor) empty(c *node) {
+	if e.hasComments(c.start, c.end) {
+		e.emptyCommented(c)
+		return
+	}
 	e.splices = append(e.splices, splice{c.start + 1, c.end - 1, ""})
 }
 

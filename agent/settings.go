@@ -54,17 +54,33 @@ const maxSettings = 16 << 20
 // parseSettings parses a settings file's contents; an empty one is an
 // empty object. A malformed one is an error naming the file and line.
 func parseSettings(b []byte, name string) (*node, error) {
-	if len(bytes.TrimSpace(b)) == 0 {
-		return object(), nil
+	doc, _, err := parseSettingsText(b, name, false)
+	return doc, err
+}
+
+// parseSettingsText is parseSettings for a file that may hold comments
+// and trailing commas (JSONC) when comments is set: it returns too the
+// bytes parsed, b with those blanked out (b itself when there are none).
+func parseSettingsText(b []byte, name string, comments bool) (*node, []byte, error) {
+	clean := b
+	if comments {
+		clean = blankJSONC(b)
 	}
-	doc, err := parseJSON(b)
+	if len(bytes.TrimSpace(clean)) == 0 {
+		if len(bytes.TrimSpace(b)) != 0 {
+			// Written anew, the comments would go.
+			return nil, nil, fmt.Errorf("%s: holds only comments: write {} after them, then install again", name)
+		}
+		return object(), clean, nil
+	}
+	doc, err := parseJSON(clean)
 	if err != nil {
-		return nil, fmt.Errorf("%s:%w", name, err) // err starts with "LINE: "
+		return nil, nil, fmt.Errorf("%s:%w", name, err) // err starts with "LINE: "
 	}
 	if doc.kind != '{' {
-		return nil, fmt.Errorf("%s:%d: not a JSON object", name, doc.line)
+		return nil, nil, fmt.Errorf("%s:%d: not a JSON object", name, doc.line)
 	}
-	return doc, nil
+	return doc, clean, nil
 }
 
 // hooksOf returns the settings' "hooks" object (nil when there is none),
@@ -228,16 +244,23 @@ func (h *Harness) uninstall(path string, doc *node, e *editor) ([]string, error)
 				e.remove(hs, dropHooks)
 			}
 		}
-		if len(dropGroups) == len(groups.elems) {
-			dropEvents = append(dropEvents, i)
-		} else {
+		switch {
+		case len(dropGroups) < len(groups.elems):
 			e.remove(groups, dropGroups)
+		case e.hasComments(groups.start, groups.end):
+			// The user's (install writes no comment): it stays, with
+			// its comments, as it was before install filled it.
+			e.emptyCommented(groups)
+		default:
+			dropEvents = append(dropEvents, i)
 		}
 	}
 	switch {
 	case len(dropEvents) == 0:
 	case len(dropEvents) < len(hooks.keys):
 		e.remove(hooks, dropEvents)
+	case e.hasComments(hooks.start, hooks.end): // the user's, as above
+		e.emptyCommented(hooks)
 	case len(doc.keys) == 1: // "hooks" was all there was
 		e.empty(doc)
 	default:
@@ -266,7 +289,7 @@ func (h *Harness) edit(root, rel string, write bool, fn func(path string, doc *n
 	if f != nil {
 		defer f.Close() // read-only
 	}
-	c, err := change(rel, old, fn)
+	c, err := h.change(rel, old, fn)
 	if err != nil || !c.Changed() || !write {
 		return c, err
 	}
@@ -448,12 +471,12 @@ func createSettings(root, path, rel string, data []byte) error {
 }
 
 // change applies fn to a settings file's contents old (nil: no file).
-func change(rel string, old []byte, fn func(path string, doc *node, e *editor) ([]string, error)) (*Change, error) {
-	doc, err := parseSettings(old, rel)
+func (h *Harness) change(rel string, old []byte, fn func(path string, doc *node, e *editor) ([]string, error)) (*Change, error) {
+	doc, clean, err := parseSettingsText(old, rel, h.Comments)
 	if err != nil {
 		return nil, err
 	}
-	e := newEditor(old, doc)
+	e := newEditor(old, clean, doc)
 	events, err := fn(rel, doc, e)
 	if err != nil {
 		return nil, err

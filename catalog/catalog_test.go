@@ -16,11 +16,12 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // project makes a project with a snapshot of a tricky tree (outside
 // symlinks removed unless keepOut) and returns its repo and the record.
-func project(t *testing.T, keepOut bool) (*snapshot.Repo, *snapshot.Meta) {
+func project(t *testing.T, keepOut bool) (*snapshot.Repo, *record.Meta) {
 	t.Helper()
 	root := t.TempDir()
 	treetest.Tricky(t, root, 64<<20)
@@ -32,7 +33,7 @@ func project(t *testing.T, keepOut bool) (*snapshot.Repo, *snapshot.Meta) {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
-	m, err := repo.Snap(snapshot.KindSnap, "for the catalog")
+	m, err := repo.Snap(record.KindSnap, "for the catalog")
 	treetest.Must(t, err)
 	return repo, m
 }
@@ -44,7 +45,7 @@ func newCatalog(t *testing.T) *Catalog {
 	return c
 }
 
-func create(t *testing.T, c *Catalog, repo *snapshot.Repo, m *snapshot.Meta) *Summary {
+func create(t *testing.T, c *Catalog, repo *snapshot.Repo, m *record.Meta) *Summary {
 	t.Helper()
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
@@ -321,7 +322,7 @@ func TestPrune(t *testing.T) {
 	ids = append(ids, s1.ID)
 	for i := 0; i < 3; i++ {
 		treetest.Write(t, repo.Root, "plain.txt", strings.Repeat("v", i+2), 0o644)
-		m, err := repo.Snap(snapshot.KindSnap, "")
+		m, err := repo.Snap(record.KindSnap, "")
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}
@@ -424,7 +425,7 @@ func TestPruneFailsHalfWay(t *testing.T) {
 	ids := []string{create(t, c, repo, m).ID}
 	for i := 0; i < 2; i++ {
 		treetest.Write(t, repo.Root, "plain.txt", strings.Repeat("w", i+2), 0o644)
-		m, err := repo.Snap(snapshot.KindSnap, "")
+		m, err := repo.Snap(record.KindSnap, "")
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}

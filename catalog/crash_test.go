@@ -18,6 +18,7 @@ import (
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -149,7 +150,7 @@ func bigArchive(t *testing.T) (*Catalog, string, treetest.State) {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
-	m, err := repo.Snap(snapshot.KindSnap, "big")
+	m, err := repo.Snap(record.KindSnap, "big")
 	treetest.Must(t, err)
 	c := newCatalog(t)
 	s := create(t, c, repo, m)

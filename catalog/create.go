@@ -17,24 +17,24 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Source is what an archive is made from: a project's store.
 type Source interface {
-	ReadObject(id snapshot.ObjectID) ([]byte, error)
-	OpenObject(id snapshot.ObjectID) (io.ReadCloser, error)
+	ReadObject(id record.ObjectID) ([]byte, error)
+	OpenObject(id record.ObjectID) (io.ReadCloser, error)
 	// PayloadDir is the absolute directory of a target payload.
 	PayloadDir(rel string) string
 }
 
 // Plan is what an archive of a snapshot will hold, known before writing.
 type Plan struct {
-	meta     *snapshot.Meta
+	meta     *record.Meta
 	metaJSON []byte
 	manifest []byte
-	objects  []snapshot.ObjectID
-	sizes    map[snapshot.ObjectID]int64
+	objects  []record.ObjectID
+	sizes    map[record.ObjectID]int64
 	payloads []payloadFile
 	files    int
 	// Bytes is how much the archive will hold: for a progress bar.
@@ -48,8 +48,8 @@ type payloadFile struct {
 }
 
 // PlanArchive reads what an archive of m needs from src.
-func PlanArchive(src Source, m *snapshot.Meta) (*Plan, error) {
-	mid, ok := snapshot.ParseObjectID(m.Manifest)
+func PlanArchive(src Source, m *record.Meta) (*Plan, error) {
+	mid, ok := record.ParseObjectID(m.Manifest)
 	if !ok {
 		return nil, errf(CodeBadSummary, "snapshot %s: bad manifest id", m.ID)
 	}
@@ -57,19 +57,19 @@ func PlanArchive(src Source, m *snapshot.Meta) (*Plan, error) {
 	if err != nil {
 		return nil, wrap(CodeIO, err, "snapshot %s: manifest", m.ID)
 	}
-	mf, err := snapshot.DecodeManifest(raw)
+	mf, err := record.DecodeManifest(raw)
 	if err != nil {
 		return nil, wrap(CodeIO, err, "snapshot %s: manifest", m.ID)
 	}
-	metaJSON, err := snapshot.EncodeMeta(m)
+	metaJSON, err := record.EncodeMeta(m)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{meta: m, metaJSON: metaJSON, manifest: raw, sizes: map[snapshot.ObjectID]int64{}}
+	p := &Plan{meta: m, metaJSON: metaJSON, manifest: raw, sizes: map[record.ObjectID]int64{}}
 	p.Bytes = int64(len(raw) + len(metaJSON))
 	for i := range mf {
 		e := &mf[i]
-		if e.Type != snapshot.File {
+		if e.Type != record.File {
 			continue
 		}
 		p.files++

@@ -12,30 +12,31 @@ import (
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
 // forge writes into a fresh catalog a self-consistent archive of m whose
 // manifest edit changed: archives are not signed, so anyone can make one
 // like it, and only what verify and restore check stands in the way.
-func forge(t *testing.T, repo *snapshot.Repo, m *snapshot.Meta, edit func(snapshot.Manifest) snapshot.Manifest) (*Catalog, *Summary) {
+func forge(t *testing.T, repo *snapshot.Repo, m *record.Meta, edit func(record.Manifest) record.Manifest) (*Catalog, *Summary) {
 	t.Helper()
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
-	mf, err := snapshot.DecodeManifest(p.manifest)
+	mf, err := record.DecodeManifest(p.manifest)
 	treetest.Must(t, err)
 	mf = edit(mf)
 	mf.Sort()
-	raw := snapshot.EncodeManifest(mf)
+	raw := record.EncodeManifest(mf)
 	sum := sha256.Sum256(raw)
 	meta := *m
 	meta.Manifest = hex.EncodeToString(sum[:])
 	p.meta, p.manifest = &meta, raw
-	p.metaJSON, err = snapshot.EncodeMeta(&meta)
+	p.metaJSON, err = record.EncodeMeta(&meta)
 	treetest.Must(t, err)
 	p.files = 0
 	for i := range mf {
-		if mf[i].Type == snapshot.File {
+		if mf[i].Type == record.File {
 			p.files++
 		}
 	}
@@ -46,15 +47,15 @@ func forge(t *testing.T, repo *snapshot.Repo, m *snapshot.Meta, edit func(snapsh
 }
 
 // firstFile is a file entry of m, to copy.
-func firstFile(t *testing.T, m snapshot.Manifest) snapshot.Entry {
+func firstFile(t *testing.T, m record.Manifest) record.Entry {
 	t.Helper()
 	for _, e := range m {
-		if e.Type == snapshot.File && e.Link == "" {
+		if e.Type == record.File && e.Link == "" {
 			return e
 		}
 	}
 	t.Fatal("no file in the manifest")
-	return snapshot.Entry{}
+	return record.Entry{}
 }
 
 // An archive never writes a project's store: entries under .snapback/
@@ -63,11 +64,11 @@ func firstFile(t *testing.T, m snapshot.Manifest) snapshot.Entry {
 func TestStoreEntriesRefused(t *testing.T) {
 	repo, m := project(t, false)
 	for _, paths := range [][]string{{".snapback"}, {".snapback", ".snapback/journal"}} {
-		c, s := forge(t, repo, m, func(mf snapshot.Manifest) snapshot.Manifest {
+		c, s := forge(t, repo, m, func(mf record.Manifest) record.Manifest {
 			for i, p := range paths {
 				e := firstFile(t, mf)
 				if i < len(paths)-1 {
-					e = snapshot.Entry{Type: snapshot.Dir, Mode: 0o755}
+					e = record.Entry{Type: record.Dir, Mode: 0o755}
 				}
 				e.Path = p
 				mf = append(mf, e)
@@ -98,13 +99,13 @@ func TestRestoreDropsPrivileges(t *testing.T) {
 	root := os.Geteuid() == 0
 	// A v2 file capability: CAP_NET_BIND_SERVICE, effective.
 	capability := []byte{0x01, 0x00, 0x00, 0x02, 0x00, 0x04, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	c, s := forge(t, repo, m, func(mf snapshot.Manifest) snapshot.Manifest {
+	c, s := forge(t, repo, m, func(mf record.Manifest) record.Manifest {
 		e := firstFile(t, mf)
 		e.Path, e.Mode, e.UID, e.GID = "suid-bin", 0o6755, 4242, 4243
 		if root {
 			e.Xattrs = []fsutil.Xattr{{Name: "security.capability", Value: capability}, {Name: "trusted.overlay.redirect", Value: []byte("/etc")}, {Name: "user.kept", Value: []byte("v")}}
 		}
-		d := snapshot.Entry{Path: "sgid-dir", Type: snapshot.Dir, Mode: 0o2775, UID: 4242, GID: 4243}
+		d := record.Entry{Path: "sgid-dir", Type: record.Dir, Mode: 0o2775, UID: 4242, GID: 4243}
 		return append(mf, e, d)
 	})
 	check := func(into string, keep bool) {

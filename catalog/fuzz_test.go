@@ -11,6 +11,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // FuzzDecodeSummary: any input is either refused or a summary that
@@ -119,10 +120,10 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(f, err)
 	defer repo.Close()
-	m, err := repo.Snap(snapshot.KindSnap, "seed")
+	m, err := repo.Snap(record.KindSnap, "seed")
 	treetest.Must(f, err)
 	c := &Catalog{Dir: f.TempDir(), Limits: DefaultLimits}
-	archive := func(repo *snapshot.Repo, m *snapshot.Meta) []byte {
+	archive := func(repo *snapshot.Repo, m *record.Meta) []byte {
 		p, err := PlanArchive(repo, m)
 		treetest.Must(f, err)
 		s, _, err := c.Create(context.Background(), repo, p, projectOf(f, repo), nil)
@@ -137,7 +138,7 @@ func fuzzSeeds(f *testing.F) [][]byte {
 	treetest.Write(f, root, "sub/.snapback/journal.json", `{"op":"restore"}`, 0o600)
 	treetest.Write(f, root, "journal.json", `{"op":"restore"}`, 0o600)
 	treetest.Write(f, root, "objects/ab/"+strings.Repeat("c", 62), "planted", 0o600)
-	m, err = repo.Snap(snapshot.KindSnap, "nested store")
+	m, err = repo.Snap(record.KindSnap, "nested store")
 	treetest.Must(f, err)
 	nested := archive(repo, m)
 	// The shapes the layout check refuses, for the fuzzer to start from.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // snapTree makes a project of files (path: content), snapshots it and
@@ -22,7 +23,7 @@ func snapTree(t *testing.T, c *Catalog, files map[string]string) *Summary {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
-	m, err := repo.Snap(snapshot.KindSnap, "")
+	m, err := repo.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	return create(t, c, repo, m)
 }
@@ -41,7 +42,7 @@ func TestRestoreNeverIntoAStore(t *testing.T) {
 	treetest.Write(t, victim, "work.txt", "the victim's work\n", 0o644)
 	repo, err := snapshot.Open(victim, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
-	_, err = repo.Snap(snapshot.KindSnap, "")
+	_, err = repo.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	repo.Close()
 	before := treetest.Capture(t, victim)
@@ -100,16 +101,16 @@ func TestRestoreRefusesStoreInPayload(t *testing.T) {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	defer repo.Close()
-	m, err := repo.Snap(snapshot.KindSnap, "")
+	m, err := repo.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	p, err := PlanArchive(repo, m)
 	treetest.Must(t, err)
 	journal := filepath.Join(t.TempDir(), "journal.json")
 	treetest.Write(t, filepath.Dir(journal), "journal.json", `{"op":"restore"}`, 0o600)
 	meta := *m
-	meta.Targets = []snapshot.TargetState{{Name: "db", Backend: "sqlite", Payload: "targets/" + m.ID + "/0", Bytes: 16}}
+	meta.Targets = []record.TargetState{{Name: "db", Backend: "sqlite", Payload: "targets/" + m.ID + "/0", Bytes: 16}}
 	p.meta = &meta
-	p.metaJSON, err = snapshot.EncodeMeta(&meta)
+	p.metaJSON, err = record.EncodeMeta(&meta)
 	treetest.Must(t, err)
 	p.payloads = []payloadFile{{name: targetsDir + "0/.snapback/journal.json", path: journal, size: 16}}
 	c := newCatalog(t)

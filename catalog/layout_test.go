@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // smallArchive makes a real archive of a tiny project and returns its
@@ -26,7 +27,7 @@ func smallArchive(t *testing.T) ([]byte, string) {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
-	m, err := repo.Snap(snapshot.KindSnap, "small")
+	m, err := repo.Snap(record.KindSnap, "small")
 	treetest.Must(t, err)
 	c := newCatalog(t)
 	s := create(t, c, repo, m)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // resticEnv is restic's environment in these tests: a password, and a
@@ -63,7 +64,7 @@ func restRepo(t *testing.T) *Restic {
 }
 
 // smallProject is a project with one snapshot of a few files.
-func smallProject(t *testing.T) (*snapshot.Repo, *snapshot.Meta) {
+func smallProject(t *testing.T) (*snapshot.Repo, *record.Meta) {
 	t.Helper()
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "one\n", 0o644)
@@ -71,7 +72,7 @@ func smallProject(t *testing.T) (*snapshot.Repo, *snapshot.Meta) {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	t.Cleanup(repo.Close)
-	m, err := repo.Snap(snapshot.KindSnap, "for restic")
+	m, err := repo.Snap(record.KindSnap, "for restic")
 	treetest.Must(t, err)
 	return repo, m
 }
@@ -156,7 +157,7 @@ func testRestic(t *testing.T, newRepo func(*testing.T) *Restic) {
 		repo2, err := snapshot.Open(root2, snapshot.Options{Access: snapshot.ForChange, Create: true})
 		treetest.Must(t, err)
 		defer repo2.Close()
-		m2, err := repo2.Snap(snapshot.KindSnap, "other")
+		m2, err := repo2.Snap(record.KindSnap, "other")
 		treetest.Must(t, err)
 		c2 := newCatalog(t)
 		other, err := os.ReadFile(c2.Path(create(t, c2, repo2, m2).ID))

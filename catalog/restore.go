@@ -18,6 +18,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,7 +117,7 @@ func restore(ctx context.Context, r *reader, name, into string, o RestoreOptions
 	}
 	res := &RestoreResult{Summary: r.summary}
 	for i := range m {
-		if m[i].Type == snapshot.File {
+		if m[i].Type == record.File {
 			res.Files++
 		}
 	}
@@ -124,7 +125,7 @@ func restore(ctx context.Context, r *reader, name, into string, o RestoreOptions
 		res.Targets = len(r.meta.Targets)
 	}
 	build := func(stage string) error {
-		open := func(o snapshot.ObjectID) (io.ReadCloser, error) {
+		open := func(o record.ObjectID) (io.ReadCloser, error) {
 			if ctx.Err() != nil {
 				return nil, interrupted(ctx, "restore into "+into)
 			}
@@ -503,8 +504,8 @@ func isEmpty(p string) (bool, error) {
 // not grant: setuid and setgid bits, security.* and trusted.* xattrs
 // (file capabilities, SELinux labels, overlayfs metadata), and owners
 // other than the restoring user.
-func dropPrivileges(m snapshot.Manifest) snapshot.Manifest {
-	out := make(snapshot.Manifest, len(m))
+func dropPrivileges(m record.Manifest) record.Manifest {
+	out := make(record.Manifest, len(m))
 	uid, gid := uint32(os.Geteuid()), uint32(os.Getegid())
 	for i, e := range m {
 		e.Mode &^= unix.S_ISUID | unix.S_ISGID
@@ -524,14 +525,14 @@ func dropPrivileges(m snapshot.Manifest) snapshot.Manifest {
 // checkRestorable refuses a manifest restore cannot write beneath the
 // directory it is restored into. Symlinks are data: they are recreated
 // as archived, wherever they point, and never followed while writing.
-func checkRestorable(m snapshot.Manifest) error {
+func checkRestorable(m record.Manifest) error {
 	for i := range m {
 		e := &m[i]
-		if e.Path != "" && !snapshot.ValidPath(e.Path) {
+		if e.Path != "" && !record.ValidPath(e.Path) {
 			return errf(CodeUnsafe, "path %q: not a relative path beneath the restore directory", e.Path)
 		}
 		switch e.Type {
-		case snapshot.Absent, snapshot.File, snapshot.Dir, snapshot.Fifo, snapshot.Symlink:
+		case record.Absent, record.File, record.Dir, record.Fifo, record.Symlink:
 		default:
 			return errf(CodeUnsafe, "path %q: a %s cannot be restored", e.Path, e.Type)
 		}
@@ -709,7 +710,7 @@ func writeEntry(ctx context.Context, r *reader, l indexLine, p string) error {
 type boundedReader struct {
 	ctx  context.Context // a stop ends the read
 	rc   io.ReadCloser
-	want snapshot.ObjectID
+	want record.ObjectID
 	left int64 // bytes the verified entry holds
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // threeArchives makes a catalog with three archives of one project, each
@@ -24,7 +25,7 @@ func threeArchives(t *testing.T) (*Catalog, []string) {
 	var ids []string
 	for i := 0; i < 3; i++ {
 		treetest.Write(t, root, "a.txt", strings.Repeat("v", i+2), 0o644)
-		m, err := repo.Snap(snapshot.KindSnap, "")
+		m, err := repo.Snap(record.KindSnap, "")
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}
@@ -128,10 +129,10 @@ func TestPruneKeepsNewestSnapshots(t *testing.T) {
 	repo, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
 	defer repo.Close()
-	old, err := repo.Snap(snapshot.KindSnap, "old")
+	old, err := repo.Snap(record.KindSnap, "old")
 	treetest.Must(t, err)
 	treetest.Write(t, root, "a.txt", "new", 0o644)
-	newer, err := repo.Snap(snapshot.KindSnap, "new")
+	newer, err := repo.Snap(record.KindSnap, "new")
 	treetest.Must(t, err)
 	c := newCatalog(t)
 	sNew := create(t, c, repo, newer)

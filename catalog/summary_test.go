@@ -13,6 +13,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // rewrite rebuilds the archive at p as create would, with the summary
@@ -60,7 +61,7 @@ func TestTamperedSummaryRejected(t *testing.T) {
 	ids := []string{create(t, c, repo, m).ID}
 	for i := 0; i < 3; i++ {
 		treetest.Write(t, repo.Root, "plain.txt", strings.Repeat("t", i+2), 0o644)
-		m, err := repo.Snap(snapshot.KindSnap, "")
+		m, err := repo.Snap(record.KindSnap, "")
 		treetest.Must(t, err)
 		ids = append(ids, create(t, c, repo, m).ID)
 	}
@@ -139,7 +140,7 @@ func TestPruneScopedToProject(t *testing.T) {
 		ids := []string{create(t, c, repo, m).ID}
 		for i := 1; i < n; i++ {
 			treetest.Write(t, repo.Root, "plain.txt", strings.Repeat("s", i+2), 0o644)
-			m, err := repo.Snap(snapshot.KindSnap, "")
+			m, err := repo.Snap(record.KindSnap, "")
 			treetest.Must(t, err)
 			ids = append(ids, create(t, c, repo, m).ID)
 		}

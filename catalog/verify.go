@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,8 +47,8 @@ type reader struct {
 	limits  Limits
 	summary *Summary
 	// manifest and meta: the archived snapshot, once check has read them.
-	manifest snapshot.Manifest
-	meta     *snapshot.Meta
+	manifest record.Manifest
+	meta     *record.Meta
 	index    []indexLine
 	rawIdx   []byte
 	layout   *layout
@@ -69,7 +70,7 @@ func validEntryName(n string) bool {
 	case n == metaName, n == manifestNm, n == indexName, n == summaryName:
 		return true
 	case strings.HasPrefix(n, objectsDir):
-		_, ok := snapshot.ParseObjectID(strings.TrimPrefix(n, objectsDir))
+		_, ok := record.ParseObjectID(strings.TrimPrefix(n, objectsDir))
 		return ok
 	case strings.HasPrefix(n, targetsDir):
 		return strings.Count(n, "/") >= 2
@@ -275,7 +276,7 @@ func DecodeSummary(b []byte) (*Summary, error) {
 		return nil, errf(CodeBadSummary, "summary: format %q, want %q", s.Format, Format)
 	case !nameRE.MatchString(FileName(s.ID)):
 		return nil, errf(CodeBadSummary, "summary: bad id %q", s.ID)
-	case !snapshot.ValidID(s.Snapshot):
+	case !record.ValidID(s.Snapshot):
 		return nil, errf(CodeBadSummary, "summary: bad snapshot id %q", s.Snapshot)
 	case !projectIDRE.MatchString(s.ProjectID):
 		return nil, errf(CodeBadSummary, "summary: bad project_id %q", s.ProjectID)
@@ -472,7 +473,7 @@ dispatch:
 		return err
 	}
 	var missing []string
-	m.Objects(func(o snapshot.ObjectID) {
+	m.Objects(func(o record.ObjectID) {
 		if !seen[objectsDir+o.String()] && len(missing) < 3 {
 			missing = append(missing, o.String())
 		}
@@ -513,10 +514,10 @@ func (r *reader) checkEntry(ctx context.Context, l indexLine, buf []byte) (int64
 
 // agrees checks the summary against what the archive holds: its fields
 // are no one's word.
-func agrees(s *Summary, meta *snapshot.Meta, m snapshot.Manifest, index []indexLine) error {
+func agrees(s *Summary, meta *record.Meta, m record.Manifest, index []indexLine) error {
 	files, objects := 0, 0
 	for i := range m {
-		if m[i].Type == snapshot.File {
+		if m[i].Type == record.File {
 			files++
 		}
 		if p := m[i].Path; p == snapshot.StoreDir || strings.HasPrefix(p, snapshot.StoreDir+"/") {
@@ -540,12 +541,12 @@ func agrees(s *Summary, meta *snapshot.Meta, m snapshot.Manifest, index []indexL
 }
 
 // snapshot decodes the archived record and manifest and checks they agree.
-func (r *reader) snapshot() (snapshot.Manifest, *snapshot.Meta, error) {
+func (r *reader) snapshot() (record.Manifest, *record.Meta, error) {
 	mb, err := r.readSmall(metaName, CodeBadSummary)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta, err := snapshot.DecodeMeta(mb)
+	meta, err := record.DecodeMeta(mb)
 	if err != nil {
 		return nil, nil, wrap(CodeBadSummary, err, "snapshot record")
 	}
@@ -556,8 +557,8 @@ func (r *reader) snapshot() (snapshot.Manifest, *snapshot.Meta, error) {
 	if sum := sha256.Sum256(raw); hex.EncodeToString(sum[:]) != meta.Manifest {
 		return nil, nil, errf(CodeChecksum, "the manifest is not the one the record names")
 	}
-	m, err := snapshot.DecodeManifest(raw)
-	if errors.Is(err, snapshot.ErrStorePath) {
+	m, err := record.DecodeManifest(raw)
+	if errors.Is(err, record.ErrStorePath) {
 		return nil, nil, wrap(CodeStoreEntry, err, "manifest: an archive never writes a project's store")
 	}
 	if err != nil {

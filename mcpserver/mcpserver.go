@@ -53,6 +53,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Options say which binary the tools run, where, and which tools exist.
@@ -288,7 +289,7 @@ func checkSession(s string) error {
 	if s == "" {
 		return nil
 	}
-	return snapshot.ValidSession(s)
+	return record.ValidSession(s)
 }
 
 // checkText: free text (a message, a path) that a command line can carry:

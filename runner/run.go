@@ -12,6 +12,7 @@ import (
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/zfs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Then is what becomes of a view's changes once its command ends.
@@ -75,7 +76,7 @@ type Result struct {
 	KeptIgnored, DroppedExcluded []string
 	// Recorded is the record of a run on the tree (copy and btrfs modes):
 	// there is no pending state, what the command did is in the tree.
-	Recorded *snapshot.Meta
+	Recorded *record.Meta
 	// ID is the run's id, Mode its isolation mode and State what became
 	// of it: committed, pending, discarded, or empty (it changed nothing
 	// and left no record).
@@ -83,13 +84,13 @@ type Result struct {
 	// Snapshot is the record undo reverts (committed runs), else "".
 	Snapshot string
 	// Targets are the states outside the tree saved before the command.
-	Targets []snapshot.TargetState
+	Targets []record.TargetState
 	// Changes are the paths the run changed (kept pending, committed or
 	// thrown away), with Options.Count.
-	Changes []snapshot.Change
+	Changes []record.Change
 	// Skipped are the sockets and devices the command left that the
 	// commit (or the copy mode's record) does not carry.
-	Skipped []snapshot.Skipped
+	Skipped []record.Skipped
 }
 
 // BadInputError is a run refused before anything ran or changed.
@@ -175,7 +176,7 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		if err != nil {
 			return res, err
 		}
-		res.Changes = snapshot.DiffManifests(cur, target)
+		res.Changes = record.DiffManifests(cur, target)
 	}
 	switch o.Then {
 	case ThenCommit:
@@ -276,7 +277,7 @@ func findIdle(ctx context.Context, repo *snapshot.Repo, o Options) (*snapshot.Vi
 			}
 			return nil, err
 		}
-		if p.State != snapshot.StateRunning {
+		if p.State != record.StateRunning {
 			return p, nil
 		}
 		if !o.Wait {
@@ -287,7 +288,7 @@ func findIdle(ctx context.Context, repo *snapshot.Repo, o Options) (*snapshot.Vi
 		}
 		told = true
 		repo.Unlock()
-		for p.State == snapshot.StateRunning {
+		for p.State == record.StateRunning {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 func openRepo(t *testing.T, root string) *snapshot.Repo {
@@ -35,7 +36,7 @@ func TestRunOnTree(t *testing.T) {
 	h, err := repo.History()
 	treetest.Must(t, err)
 	last := h.All[len(h.All)-1]
-	if last.Kind != snapshot.KindRun || last.State != snapshot.StateDone || last.Mode != "copy" || *last.ExitStatus != 3 || last.Files != 1 {
+	if last.Kind != record.KindRun || last.State != record.StateDone || last.Mode != "copy" || *last.ExitStatus != 3 || last.Files != 1 {
 		t.Fatalf("recorded %+v; want a done copy run of 1 file, exit 3", last)
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "a.txt")); string(b) != "after\n" {

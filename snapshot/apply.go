@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,8 +27,8 @@ type applier struct {
 	s      *Store
 	root   *fsutil.Dir
 	opID   string
-	target Manifest
-	scope  Scope
+	target record.Manifest
+	scope  record.Scope
 	dirs   map[string]*fsutil.Dir
 	tmpN   int
 	isRoot bool
@@ -62,7 +63,7 @@ type applier struct {
 	cache *statCache
 	// open, when set, is where contents come from instead of the store
 	// (an archive being restored), and rootPath is then the root's path.
-	open     func(ObjectID) (io.ReadCloser, error)
+	open     func(record.ObjectID) (io.ReadCloser, error)
 	rootPath string
 	// progress, when set, hears of each path applied.
 	progress progressFunc
@@ -102,7 +103,7 @@ func (a *applier) dir(p string) (*fsutil.Dir, error) {
 // forget drops cached handles at or below p (it was removed or replaced).
 func (a *applier) forget(p string) {
 	for k, d := range a.dirs {
-		if Under(k, p) && k != "" {
+		if record.Under(k, p) && k != "" {
 			d.Close()
 			delete(a.dirs, k)
 		}
@@ -116,7 +117,7 @@ func (a *applier) tmpName() string {
 
 // covered reports whether the tree's path p is governed by the target.
 func (a *applier) covered(p string) bool {
-	if a.scope == ScopeTree {
+	if a.scope == record.ScopeTree {
 		return true
 	}
 	return a.target.Find(p) != nil || belowRemoved(a.target, p)
@@ -124,7 +125,7 @@ func (a *applier) covered(p string) bool {
 
 // run applies the target given cur, the tree's current state of the
 // covered paths (from a scan with hashes).
-func (a *applier) run(cur Manifest) error {
+func (a *applier) run(cur record.Manifest) error {
 	a.dirs = map[string]*fsutil.Dir{}
 	a.srcDirs = map[string]*fsutil.Dir{}
 	a.touched = map[string]bool{}
@@ -147,18 +148,18 @@ func (a *applier) run(cur Manifest) error {
 	removed := map[string]bool{}
 	for i := len(cur) - 1; i >= 0; i-- {
 		c := &cur[i]
-		if c.Type == Absent || !a.covered(c.Path) {
+		if c.Type == record.Absent || !a.covered(c.Path) {
 			continue
 		}
 		t := a.target.Find(c.Path)
-		if t != nil && t.Type == c.Type && t.Type != Absent {
+		if t != nil && t.Type == c.Type && t.Type != record.Absent {
 			continue
 		}
 		if err := a.remove(c); err != nil {
 			return err
 		}
 		removed[c.Path] = true
-		if t == nil || t.Type == Absent {
+		if t == nil || t.Type == record.Absent {
 			step() // a path that goes: done with it
 		}
 		fsutil.CrashPoint("apply")
@@ -166,11 +167,11 @@ func (a *applier) run(cur Manifest) error {
 	// 2. Create and update, parents first.
 	for i := range a.target {
 		t := &a.target[i]
-		if t.Type == Absent {
+		if t.Type == record.Absent {
 			continue
 		}
 		c := cur.Find(t.Path)
-		if c != nil && (removed[c.Path] || c.Type == Absent) {
+		if c != nil && (removed[c.Path] || c.Type == record.Absent) {
 			c = nil
 		}
 		if err := a.put(t, c); err != nil {
@@ -183,11 +184,11 @@ func (a *applier) run(cur Manifest) error {
 	// afterwards moves a directory's mtime.
 	for i := len(a.target) - 1; i >= 0; i-- {
 		t := &a.target[i]
-		if t.Type != Dir {
+		if t.Type != record.Dir {
 			continue
 		}
 		c := cur.Find(t.Path)
-		if c != nil && !removed[c.Path] && c.Type == Dir && c.SameMeta(t) && !a.touched[t.Path] {
+		if c != nil && !removed[c.Path] && c.Type == record.Dir && c.SameMeta(t) && !a.touched[t.Path] {
 			continue
 		}
 		if err := a.setMeta(t, c); err != nil {
@@ -204,11 +205,11 @@ func (a *applier) run(cur Manifest) error {
 		if a.touched[p] || a.target.Find(p) != nil {
 			continue
 		}
-		d, err := a.dir(Parent(p))
+		d, err := a.dir(record.Parent(p))
 		if err != nil {
 			continue // gone: nothing to put back
 		}
-		if st, err := d.Lstat(Base(p)); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mtim.Nano() != a.knownMtime[p] {
+		if st, err := d.Lstat(record.Base(p)); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mtim.Nano() != a.knownMtime[p] {
 			a.touched[p] = true
 		}
 	}
@@ -220,9 +221,9 @@ func (a *applier) run(cur Manifest) error {
 		if p == "" || !ok || a.target.Find(p) != nil {
 			continue
 		}
-		d, err := a.dir(Parent(p))
+		d, err := a.dir(record.Parent(p))
 		if err == nil {
-			err = d.SetTimes(Base(p), time.Unix(0, old))
+			err = d.SetTimes(record.Base(p), time.Unix(0, old))
 		}
 		if err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("restore the time of %s: %w", p, err)
@@ -231,22 +232,22 @@ func (a *applier) run(cur Manifest) error {
 	return a.sync()
 }
 
-func (a *applier) remove(c *Entry) error {
-	d, err := a.dir(Parent(c.Path))
+func (a *applier) remove(c *record.Entry) error {
+	d, err := a.dir(record.Parent(c.Path))
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil // its parent is gone already
 		}
 		return fmt.Errorf("remove %s: %w", c.Path, err)
 	}
-	name := Base(c.Path)
-	if c.Type == Dir {
+	name := record.Base(c.Path)
+	if c.Type == record.Dir {
 		a.forget(c.Path)
 		err = d.Rmdir(name)
 		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 			// What is left is ignored or excluded content, which no
 			// restore may touch: keep the directory around it.
-			if t := a.target.Find(c.Path); t == nil || t.Type == Absent {
+			if t := a.target.Find(c.Path); t == nil || t.Type == record.Absent {
 				return nil
 			}
 			return fmt.Errorf("remove %s: it holds ignored files; move them away and run `snapback recover`", c.Path)
@@ -257,28 +258,28 @@ func (a *applier) remove(c *Entry) error {
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("remove %s: %w", c.Path, err)
 	}
-	a.touched[Parent(c.Path)] = true
+	a.touched[record.Parent(c.Path)] = true
 	return nil
 }
 
 // put makes path t.Path hold t, given its current (surviving) entry c.
-func (a *applier) put(t, c *Entry) error {
-	d, err := a.dir(Parent(t.Path))
+func (a *applier) put(t, c *record.Entry) error {
+	d, err := a.dir(record.Parent(t.Path))
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
-	name := Base(t.Path)
+	name := record.Base(t.Path)
 	if c != nil && c.SameContent(t) {
-		if t.Type == Dir || c.SameMeta(t) {
+		if t.Type == record.Dir || c.SameMeta(t) {
 			return nil // directory metadata comes in the last pass
 		}
 		return a.setMeta(t, c)
 	}
-	if t.Type == Dir {
+	if t.Type == record.Dir {
 		if err := d.Mkdir(name, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("restore %s: %w", t.Path, err)
 		}
-		a.touched[Parent(t.Path)] = true
+		a.touched[record.Parent(t.Path)] = true
 		a.touched[t.Path] = true
 		return nil
 	}
@@ -302,15 +303,15 @@ func (a *applier) put(t, c *Entry) error {
 			return fmt.Errorf("restore %s: %w", t.Path, err)
 		}
 	}
-	a.touched[Parent(t.Path)] = true
+	a.touched[record.Parent(t.Path)] = true
 	a.written = append(a.written, t.Path)
-	if t.Type != File {
+	if t.Type != record.File {
 		a.written = a.written[:len(a.written)-1] // its rename is synced with its directory
 		a.others++
 	}
 	// Only contents copied from the store may enter the stat cache: the
 	// cache vouches that the store holds them.
-	if a.cache != nil && t.Type == File && !moved {
+	if a.cache != nil && t.Type == record.File && !moved {
 		if st, err := d.Lstat(name); err == nil {
 			// We wrote these bytes ourselves a moment ago, so the entry is
 			// trusted at once (no racy-timestamp wait). The window in which
@@ -324,15 +325,15 @@ func (a *applier) put(t, c *Entry) error {
 }
 
 // create makes tmp in d a complete copy of t, metadata included.
-func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
+func (a *applier) create(d *fsutil.Dir, tmp string, t *record.Entry) error {
 	switch t.Type {
-	case File:
+	case record.File:
 		if t.Link != "" {
-			pd, err := a.dir(Parent(t.Link))
+			pd, err := a.dir(record.Parent(t.Link))
 			if err != nil {
 				return err
 			}
-			if err := pd.Link(Base(t.Link), d, tmp); err != nil {
+			if err := pd.Link(record.Base(t.Link), d, tmp); err != nil {
 				return err
 			}
 			return nil // the inode's metadata came with its first name
@@ -340,7 +341,7 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 		if err := a.writeTemp(d, tmp, t, func(f *os.File) error { return a.fill(f, t) }); err != nil {
 			return err
 		}
-	case Symlink:
+	case record.Symlink:
 		if err := d.Symlink(t.Target, tmp); err != nil {
 			return err
 		}
@@ -349,7 +350,7 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 				return err
 			}
 		}
-	case Fifo:
+	case record.Fifo:
 		if err := d.Mkfifo(tmp, 0o600); err != nil {
 			return err
 		}
@@ -370,7 +371,7 @@ func (a *applier) create(d *fsutil.Dir, tmp string, t *Entry) error {
 
 // fileMeta sets owner, mode and xattrs on an open file (not the mtime:
 // callers set it last, after everything that could move it).
-func (a *applier) fileMeta(f *os.File, t *Entry) error {
+func (a *applier) fileMeta(f *os.File, t *record.Entry) error {
 	fd := int(f.Fd())
 	if a.isRoot {
 		fsutil.Mutating()
@@ -390,17 +391,17 @@ func (a *applier) fileMeta(f *os.File, t *Entry) error {
 }
 
 // setMeta fixes the metadata of an existing entry with the right content.
-func (a *applier) setMeta(t, c *Entry) error {
-	d, err := a.dir(Parent(t.Path))
+func (a *applier) setMeta(t, c *record.Entry) error {
+	d, err := a.dir(record.Parent(t.Path))
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", t.Path, err)
 	}
-	return a.metaIn(d, Base(t.Path), t, c)
+	return a.metaIn(d, record.Base(t.Path), t, c)
 }
 
 // metaIn gives the entry name in d the metadata of t (c: what it had).
-func (a *applier) metaIn(d *fsutil.Dir, name string, t, c *Entry) error {
-	if t.Type != Symlink {
+func (a *applier) metaIn(d *fsutil.Dir, name string, t, c *record.Entry) error {
+	if t.Type != record.Symlink {
 		f, err := d.Open(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err == nil {
 			err = a.fileMeta(f, t)
@@ -425,22 +426,22 @@ func (a *applier) metaIn(d *fsutil.Dir, name string, t, c *Entry) error {
 // fromSource moves t's entry from the upper layer onto name in d, with
 // its metadata made t's first. It reports false when the layer no longer
 // has it (moved by an earlier attempt) or it must be made from the entry.
-func (a *applier) fromSource(d *fsutil.Dir, name string, t *Entry) (bool, error) {
+func (a *applier) fromSource(d *fsutil.Dir, name string, t *record.Entry) (bool, error) {
 	if a.src == nil || t.Link != "" || a.keep[t.Path] {
 		return false, nil
 	}
-	sd, ok := a.srcDirs[Parent(t.Path)]
+	sd, ok := a.srcDirs[record.Parent(t.Path)]
 	if !ok {
 		var err error
-		if sd, err = a.src.OpenDir(Parent(t.Path)); err != nil {
+		if sd, err = a.src.OpenDir(record.Parent(t.Path)); err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				return false, nil
 			}
 			return false, err
 		}
-		a.srcDirs[Parent(t.Path)] = sd
+		a.srcDirs[record.Parent(t.Path)] = sd
 	}
-	src := Base(t.Path)
+	src := record.Base(t.Path)
 	st, err := sd.Lstat(src)
 	if errors.Is(err, unix.ENOENT) {
 		return false, nil
@@ -448,18 +449,18 @@ func (a *applier) fromSource(d *fsutil.Dir, name string, t *Entry) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	want := map[Type]uint32{File: unix.S_IFREG, Symlink: unix.S_IFLNK, Fifo: unix.S_IFIFO}[t.Type]
-	if uint32(st.Mode)&unix.S_IFMT != want || t.Type == File && st.Size != t.Size {
+	want := map[record.Type]uint32{record.File: unix.S_IFREG, record.Symlink: unix.S_IFLNK, record.Fifo: unix.S_IFIFO}[t.Type]
+	if uint32(st.Mode)&unix.S_IFMT != want || t.Type == record.File && st.Size != t.Size {
 		return false, fmt.Errorf("upper layer entry changed since the changeset was read")
 	}
 	// Only overlay xattrs and (for a non-root caller's copy-up) the owner
 	// can differ from t: fixed in the layer, where a repeat is harmless.
-	meta := &Entry{Path: t.Path, Type: t.Type, Mode: t.Mode, UID: t.UID, GID: t.GID, Mtime: t.Mtime, Xattrs: t.Xattrs}
+	meta := &record.Entry{Path: t.Path, Type: t.Type, Mode: t.Mode, UID: t.UID, GID: t.GID, Mtime: t.Mtime, Xattrs: t.Xattrs}
 	if err := a.metaIn(sd, src, meta, nil); err != nil {
 		return false, err
 	}
 	err = sd.Rename(src, d, name)
-	if errors.Is(err, unix.EXDEV) && t.Type == File {
+	if errors.Is(err, unix.EXDEV) && t.Type == record.File {
 		// The tree path is on another filesystem (a mount inside the
 		// root): copy to a temp beside it, then rename. The layer keeps
 		// its entry until the commit is done, so a crash loses nothing.
@@ -481,7 +482,7 @@ func (a *applier) fromSource(d *fsutil.Dir, name string, t *Entry) (bool, error)
 }
 
 // copyFrom copies the regular file name in sd to tmp in d, with meta.
-func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp string, meta *Entry) error {
+func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp string, meta *record.Entry) error {
 	src, err := sd.Open(name, unix.O_RDONLY, 0)
 	if err != nil {
 		return err
@@ -504,7 +505,7 @@ func (a *applier) copyFrom(sd *fsutil.Dir, name string, d *fsutil.Dir, tmp strin
 // from the store: a damaged object of the same content stopped it
 // half-way, and recover could not finish it, with the files' own inodes
 // staged; an undo ending a hard link failed so, and its rollback too.)
-func (a *applier) fill(f *os.File, t *Entry) error {
+func (a *applier) fill(f *os.File, t *record.Entry) error {
 	if a.open != nil {
 		src, err := a.open(t.Object)
 		if err != nil {
@@ -514,11 +515,11 @@ func (a *applier) fill(f *os.File, t *Entry) error {
 		return copyChecked(f, src, t)
 	}
 	type source struct {
-		open   func(ObjectID) (io.ReadCloser, error)
+		open   func(record.ObjectID) (io.ReadCloser, error)
 		object bool
 	}
 	object := source{a.s.OpenObject, true}
-	staged := source{func(id ObjectID) (io.ReadCloser, error) { return a.s.openStaged(a.opID, id) }, false}
+	staged := source{func(id record.ObjectID) (io.ReadCloser, error) { return a.s.openStaged(a.opID, id) }, false}
 	sources := []source{object}
 	switch {
 	case a.staged && a.rollback:
@@ -527,7 +528,7 @@ func (a *applier) fill(f *os.File, t *Entry) error {
 		sources = append(sources, staged)
 	}
 	inTree := func(p string) source {
-		return source{func(ObjectID) (io.ReadCloser, error) { return a.openTree(p) }, false}
+		return source{func(record.ObjectID) (io.ReadCloser, error) { return a.openTree(p) }, false}
 	}
 	sources = append(sources, inTree(t.Path))
 	for i := range a.target {
@@ -558,7 +559,7 @@ func (a *applier) fill(f *os.File, t *Entry) error {
 			}
 		}
 		var de *DamagedError
-		if !errors.As(err, &de) && !errors.Is(err, ErrMissingObject) && !errors.Is(err, ErrCorrupt) && !errors.Is(err, fs.ErrNotExist) {
+		if !errors.As(err, &de) && !errors.Is(err, ErrMissingObject) && !errors.Is(err, record.ErrCorrupt) && !errors.Is(err, fs.ErrNotExist) {
 			return err // not the source's fault: another would fail too
 		}
 		if from.object {
@@ -572,12 +573,12 @@ func (a *applier) fill(f *os.File, t *Entry) error {
 // symlink and never blocking (the directory not cached: reading moves no
 // time the apply keeps).
 func (a *applier) openTree(p string) (*os.File, error) {
-	d, err := a.root.OpenDir(Parent(p))
+	d, err := a.root.OpenDir(record.Parent(p))
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close() // read-only
-	f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, err := d.Open(record.Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -590,7 +591,7 @@ func (a *applier) openTree(p string) (*os.File, error) {
 
 // copyChecked copies src into f, failing with a DamagedError when what
 // was written is not t's content.
-func copyChecked(f *os.File, src io.Reader, t *Entry) error {
+func copyChecked(f *os.File, src io.Reader, t *record.Entry) error {
 	var sum [32]byte
 	var size int64
 	var err error
@@ -601,7 +602,7 @@ func copyChecked(f *os.File, src io.Reader, t *Entry) error {
 		size, err = io.Copy(io.MultiWriter(f, h), src)
 		copy(sum[:], h.Sum(nil))
 	}
-	if err == nil && (ObjectID(sum) != t.Object || size != t.Size) {
+	if err == nil && (record.ObjectID(sum) != t.Object || size != t.Size) {
 		err = &DamagedError{Path: t.Path, Object: t.Object}
 	}
 	return err
@@ -609,7 +610,7 @@ func copyChecked(f *os.File, src io.Reader, t *Entry) error {
 
 // writeTemp creates the file tmp in d, fills it, and gives it t's owner,
 // mode and xattrs (not its mtime: callers set that last).
-func (a *applier) writeTemp(d *fsutil.Dir, tmp string, t *Entry, fill func(*os.File) error) error {
+func (a *applier) writeTemp(d *fsutil.Dir, tmp string, t *record.Entry, fill func(*os.File) error) error {
 	f, err := d.Open(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if err != nil {
 		return err
@@ -634,13 +635,13 @@ func (a *applier) treePath() string {
 // Materialize writes the manifest m beneath root, an empty directory, with
 // contents from open: how an archive is restored, through the same apply
 // as undo (no symlink followed, metadata set deepest-first, synced).
-func Materialize(root string, m Manifest, open func(ObjectID) (io.ReadCloser, error)) error {
+func Materialize(root string, m record.Manifest, open func(record.ObjectID) (io.ReadCloser, error)) error {
 	d, err := fsutil.OpenRoot(root)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	a := &applier{root: d, opID: "materialize", target: m, scope: ScopeTree, open: open, rootPath: root}
+	a := &applier{root: d, opID: "materialize", target: m, scope: record.ScopeTree, open: open, rootPath: root}
 	return a.run(nil)
 }
 
@@ -655,11 +656,11 @@ func (a *applier) sync() error {
 	}
 	needFS := false
 	for _, p := range a.written {
-		d, err := a.dir(Parent(p))
+		d, err := a.dir(record.Parent(p))
 		if err != nil {
 			return fmt.Errorf("sync %s: %w", p, err)
 		}
-		f, err := d.Open(Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		f, err := d.Open(record.Base(p), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		if err != nil {
 			if errors.Is(err, unix.EACCES) {
 				needFS = true // unreadable to us (mode 0000): syncfs covers it
@@ -693,12 +694,12 @@ func (a *applier) sync() error {
 
 // sweepTemps removes temp files an interrupted operation opID left in the
 // directories the target touches.
-func (s *Store) sweepTemps(root *fsutil.Dir, target Manifest, opID string) {
+func (s *Store) sweepTemps(root *fsutil.Dir, target record.Manifest, opID string) {
 	prefix := TempPrefix + opID + "."
 	dirs := map[string]bool{"": true}
 	for i := range target {
-		dirs[Parent(target[i].Path)] = true
-		if target[i].Type == Dir {
+		dirs[record.Parent(target[i].Path)] = true
+		if target[i].Type == record.Dir {
 			dirs[target[i].Path] = true
 		}
 	}

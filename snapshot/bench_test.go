@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Benchmarks of the snapshot store on a tree of small files (see also
@@ -86,7 +87,7 @@ func BenchmarkSnapFirst(b *testing.B) {
 		}
 		repo := openBenchRepo(b, root)
 		b.StartTimer()
-		m, err := repo.Snap(snapshot.KindSnap, "first")
+		m, err := repo.Snap(record.KindSnap, "first")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -135,12 +136,12 @@ func BenchmarkSnapUnchanged(b *testing.B) {
 	root, _ := benchTree(b)
 	repo := openBenchRepo(b, root)
 	defer repo.Close()
-	if _, err := repo.Snap(snapshot.KindSnap, "first"); err != nil {
+	if _, err := repo.Snap(record.KindSnap, "first"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		m, err := repo.Snap(snapshot.KindSnap, "unchanged")
+		m, err := repo.Snap(record.KindSnap, "unchanged")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -168,12 +169,12 @@ func BenchmarkSnapUnchangedProgress(b *testing.B) {
 		last, at = p, time.Now()
 		mu.Unlock()
 	}
-	if _, err := repo.Snap(snapshot.KindSnap, "first"); err != nil {
+	if _, err := repo.Snap(record.KindSnap, "first"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := repo.Snap(snapshot.KindSnap, "unchanged"); err != nil {
+		if _, err := repo.Snap(record.KindSnap, "unchanged"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -208,7 +209,7 @@ func BenchmarkUndo10(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		if _, err := repo.Snap(snapshot.KindSnap, fmt.Sprint("before edit ", i)); err != nil {
+		if _, err := repo.Snap(record.KindSnap, fmt.Sprint("before edit ", i)); err != nil {
 			b.Fatal(err)
 		}
 		want := read()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/overlay/layer"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -62,7 +63,7 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 // target state of every path the layer changes. A path of the layer that
 // equals the tree (a copy-up that wrote nothing, say) is not a change.
 // Paths the ignore rules match are left out: they write through.
-func (r *Reader) Changeset(upper *fsutil.Dir) (Manifest, error) {
+func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
 	inLayer, err := sc.scanTree()
@@ -79,7 +80,7 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (Manifest, error) {
 	var hidden []string
 	for i := range inLayer {
 		// (A non-directory hides what a directory of the tree held there.)
-		if inLayer[i].Type != Dir || sc.opaque[inLayer[i].Path] {
+		if inLayer[i].Type != record.Dir || sc.opaque[inLayer[i].Path] {
 			hidden = append(hidden, inLayer[i].Path)
 		}
 	}
@@ -88,26 +89,26 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	var below Manifest
+	var below record.Manifest
 	if len(hidden) > 0 {
 		if below, err = r.ScanPaths(hidden, true, true); err != nil {
 			return nil, err
 		}
 	}
-	var out Manifest
+	var out record.Manifest
 	for i := range below {
 		b := &below[i]
-		if b.Type != Absent && inLayer.Find(b.Path) == nil {
-			out = append(out, Entry{Path: b.Path, Type: Absent})
+		if b.Type != record.Absent && inLayer.Find(b.Path) == nil {
+			out = append(out, record.Entry{Path: b.Path, Type: record.Absent})
 		}
 	}
 	for i := range inLayer {
 		e := &inLayer[i]
 		t := real.Find(e.Path)
 		if t == nil {
-			t = &Entry{Path: e.Path, Type: Absent}
+			t = &record.Entry{Path: e.Path, Type: record.Absent}
 		}
-		if e.Type == t.Type && (e.Type == Absent || e.SameContent(t) && e.SameMeta(t)) && !sc.opaque[e.Path] {
+		if e.Type == t.Type && (e.Type == record.Absent || e.SameContent(t) && e.SameMeta(t)) && !sc.opaque[e.Path] {
 			continue // no change (a copy-up that wrote nothing; a directory passed through)
 		}
 		// A directory whose mtime alone moved (a child changed) stays in:
@@ -132,24 +133,24 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (Manifest, error) {
 // stored, since the commit that moves them away may delete their origin.
 // A renamed directory then counts as opaque: what the tree has at its new
 // path and the view does not show goes.
-func (r *Reader) followRedirects(inLayer Manifest, sc *scanner) (Manifest, error) {
+func (r *Reader) followRedirects(inLayer record.Manifest, sc *scanner) (record.Manifest, error) {
 	var origin func(p string) string
 	origin = func(p string) string {
 		if p == "" {
 			return ""
 		}
 		if v, ok := sc.redirect[p]; ok {
-			return layer.Origin(v, origin(Parent(p)))
+			return layer.Origin(v, origin(record.Parent(p)))
 		}
-		return joinPath(origin(Parent(p)), Base(p))
+		return joinPath(origin(record.Parent(p)), record.Base(p))
 	}
 	covered := func(d, vp string) bool {
-		for a := vp; a != d && a != ""; a = Parent(a) {
+		for a := vp; a != d && a != ""; a = record.Parent(a) {
 			e := inLayer.Find(a)
 			if e == nil {
 				continue
 			}
-			if a == vp || e.Type != Dir || sc.opaque[a] {
+			if a == vp || e.Type != record.Dir || sc.opaque[a] {
 				return true
 			}
 			if _, ok := sc.redirect[a]; ok {
@@ -158,10 +159,10 @@ func (r *Reader) followRedirects(inLayer Manifest, sc *scanner) (Manifest, error
 		}
 		return false
 	}
-	out := append(Manifest{}, inLayer...)
+	out := append(record.Manifest{}, inLayer...)
 	for d := range sc.redirect {
 		lo := origin(d)
-		if !ValidPath(lo) {
+		if !record.ValidPath(lo) {
 			return nil, fmt.Errorf("read upper layer: %s: bad redirect %q", d, sc.redirect[d])
 		}
 		lower, err := r.ScanPaths([]string{lo}, true, true)
@@ -169,7 +170,7 @@ func (r *Reader) followRedirects(inLayer Manifest, sc *scanner) (Manifest, error
 			return nil, err
 		}
 		for _, le := range lower {
-			if le.Path == lo || le.Type == Absent {
+			if le.Path == lo || le.Type == record.Absent {
 				continue
 			}
 			vp := d + "/" + strings.TrimPrefix(le.Path, lo+"/")
@@ -196,13 +197,13 @@ func joinPath(dir, name string) string {
 // that no commit carries: sockets and devices (whiteouts aside), at paths
 // the ignore rules do not write through. The layer holds only what the
 // command changed, so each of them is the command's.
-func (r *Reader) SkippedIn(p *ViewRun) ([]Skipped, error) {
+func (r *Reader) SkippedIn(p *ViewRun) ([]record.Skipped, error) {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, fmt.Errorf("read upper layer: %w", err)
 	}
 	defer upper.Close()
-	var out []Skipped
+	var out []record.Skipped
 	var walk func(d *fsutil.Dir, dir string) error
 	walk = func(d *fsutil.Dir, dir string) error {
 		names, err := d.ReadDirNames()
@@ -225,9 +226,9 @@ func (r *Reader) SkippedIn(p *ViewRun) ([]Skipped, error) {
 			}
 			switch st.Mode & unix.S_IFMT {
 			case unix.S_IFSOCK:
-				out = append(out, Skipped{Path: path, Type: SkippedSocket})
+				out = append(out, record.Skipped{Path: path, Type: record.SkippedSocket})
 			case unix.S_IFCHR, unix.S_IFBLK:
-				out = append(out, Skipped{Path: path, Type: SkippedDevice})
+				out = append(out, record.Skipped{Path: path, Type: record.SkippedDevice})
 			case unix.S_IFDIR:
 				sub, err := d.OpenDir(name)
 				if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/overlay/layer"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -96,16 +96,16 @@ func TestChangeset(t *testing.T) {
 
 // describe lists a changeset as "path=what": absent, dir (with its xattr
 // names), or file:content (with >link).
-func describe(m snapshot.Manifest) string {
+func describe(m record.Manifest) string {
 	var out []string
 	for _, e := range m {
 		s := e.Path + "="
 		switch e.Type {
-		case snapshot.Absent:
+		case record.Absent:
 			s += "absent"
-		case snapshot.Dir:
+		case record.Dir:
 			s += "dir"
-		case snapshot.File:
+		case record.File:
 			s += "file:" + contentOf(e.Object, e.Size)
 		default:
 			s += fmt.Sprint(e.Type)
@@ -126,9 +126,9 @@ func describe(m snapshot.Manifest) string {
 }
 
 // contentOf names a small content by itself, from its hash.
-var known = map[snapshot.ObjectID]string{}
+var known = map[record.ObjectID]string{}
 
-func contentOf(id snapshot.ObjectID, size int64) string {
+func contentOf(id record.ObjectID, size int64) string {
 	for _, s := range []string{"", "1", "2", "22", "f", "hi", "k", "l", "newer", "same", "x"} {
 		known[sha256.Sum256([]byte(s))] = s
 	}

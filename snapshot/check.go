@@ -8,11 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -132,11 +134,11 @@ type checker struct {
 	r   *Reader
 	rep *CheckReport
 
-	present   map[ObjectID]bool   // every object, loose by its file's name or packed
-	packOf    map[ObjectID]string // the pack a content is read from (not loose)
-	packAside map[string]string   // packs --repair set aside, and where
-	damaged   map[ObjectID]string // objects whose content is not their name, and why
-	reported  map[ObjectID]bool   // damaged objects already reported (as a manifest)
+	present   map[record.ObjectID]bool   // every object, loose by its file's name or packed
+	packOf    map[record.ObjectID]string // the pack a content is read from (not loose)
+	packAside map[string]string          // packs --repair set aside, and where
+	damaged   map[record.ObjectID]string // objects whose content is not their name, and why
+	reported  map[record.ObjectID]bool   // damaged objects already reported (as a manifest)
 	// moveRecords: records --repair moves aside because the state they
 	// return to is gone (their manifest missing or damaged).
 	moveRecords map[string]bool
@@ -171,7 +173,7 @@ func (c *checker) runs() ([]*ViewRun, error) {
 		if err == nil {
 			err = json.Unmarshal(b, &p)
 		}
-		if err == nil && (p.ID != e.Name() || !ValidID(p.ID)) {
+		if err == nil && (p.ID != e.Name() || !record.ValidID(p.ID)) {
 			err = fmt.Errorf("it names run %q", p.ID)
 		}
 		if err != nil {
@@ -185,7 +187,7 @@ func (c *checker) runs() ([]*ViewRun, error) {
 
 // objects lists every object file and, with readData, hashes each.
 func (c *checker) objects(readData bool) error {
-	c.present, c.damaged, c.reported = map[ObjectID]bool{}, map[ObjectID]string{}, map[ObjectID]bool{}
+	c.present, c.damaged, c.reported = map[record.ObjectID]bool{}, map[record.ObjectID]string{}, map[record.ObjectID]bool{}
 	dir := c.r.path("objects")
 	subs, err := os.ReadDir(dir)
 	if err != nil {
@@ -209,7 +211,7 @@ func (c *checker) objects(readData bool) error {
 		defer c.r.working(fmt.Sprintf("reading %d objects", len(names)))()
 	}
 	for _, n := range names {
-		id, ok := ParseObjectID(strings.Replace(n, string(filepath.Separator), "", 1))
+		id, ok := record.ParseObjectID(strings.Replace(n, string(filepath.Separator), "", 1))
 		if !ok {
 			c.add(Damage{Kind: DamageFile, ID: filepath.Join(dir, n), Problem: "not an object name (left in place)"})
 			continue
@@ -235,7 +237,7 @@ func (c *checker) objects(readData bool) error {
 // earlier pack holds too are never read from it) and, with readData,
 // hashes each; a pack whose index cannot be read is damage.
 func (c *checker) packs(readData bool) error {
-	c.packOf = map[ObjectID]string{}
+	c.packOf = map[record.ObjectID]string{}
 	r := c.r
 	names, err := r.packNames()
 	if err != nil {
@@ -296,7 +298,7 @@ func hashObject(path string) ([32]byte, int64, error) {
 // the tree by hash (it is what a commit moved into the tree, without a
 // copy), so its manifest must be readable but its contents need not be
 // stored; those that are and are damaged are still reported.
-func (c *checker) manifests(metas []*Meta) {
+func (c *checker) manifests(metas []*record.Meta) {
 	c.moveRecords = map[string]bool{}
 	users := map[string][]string{} // manifest id -> records
 	returnsTo := map[string][]string{}
@@ -307,16 +309,16 @@ func (c *checker) manifests(metas []*Meta) {
 			users[m.After] = append(users[m.After], m.ID)
 		}
 	}
-	objUsers := map[ObjectID]map[string]bool{}
+	objUsers := map[record.ObjectID]map[string]bool{}
 	ids := make([]string, 0, len(users))
 	for id := range users {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		oid, _ := ParseObjectID(id) // validated with the record
+		oid, _ := record.ParseObjectID(id) // validated with the record
 		problem := ""
-		var mf Manifest
+		var mf record.Manifest
 		switch {
 		case !c.present[oid]:
 			problem = "missing"
@@ -335,7 +337,7 @@ func (c *checker) manifests(metas []*Meta) {
 			}
 			continue
 		}
-		mf.Objects(func(o ObjectID) {
+		mf.Objects(func(o record.ObjectID) {
 			if objUsers[o] == nil {
 				objUsers[o] = map[string]bool{}
 			}
@@ -369,7 +371,7 @@ func (c *checker) manifests(metas []*Meta) {
 
 // loadManifest reads a manifest as LoadManifest does, saying what is
 // wrong in check's terms.
-func (c *checker) loadManifest(oid ObjectID) (Manifest, string) {
+func (c *checker) loadManifest(oid record.ObjectID) (record.Manifest, string) {
 	b, err := c.r.readObject(oid, maxManifestSize)
 	if err != nil {
 		return nil, err.Error()
@@ -377,7 +379,7 @@ func (c *checker) loadManifest(oid ObjectID) (Manifest, string) {
 	if sha256.Sum256(b) != oid {
 		return nil, "content does not match its hash"
 	}
-	mf, err := DecodeManifest(b)
+	mf, err := record.DecodeManifest(b)
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -386,7 +388,7 @@ func (c *checker) loadManifest(oid ObjectID) (Manifest, string) {
 
 // payloads checks that every target payload a record or a run names is
 // there with readable settings and its data directory.
-func (c *checker) payloads(metas []*Meta, runs []*ViewRun) {
+func (c *checker) payloads(metas []*record.Meta, runs []*ViewRun) {
 	users := map[string][]string{}
 	for _, m := range metas {
 		for _, t := range m.Targets {
@@ -469,7 +471,7 @@ func (c *checker) repair(r *Repo) error {
 		moved[id] = to
 		return to, nil
 	}
-	want := map[ObjectID]*Damage{} // contents to store again from the tree
+	want := map[record.ObjectID]*Damage{} // contents to store again from the tree
 	for i := range c.rep.Damaged {
 		d := &c.rep.Damaged[i]
 		switch d.Kind {
@@ -487,7 +489,7 @@ func (c *checker) repair(r *Repo) error {
 			d.Repair = fmt.Sprintf("moved to %s; the run's changes stay in %s", to, r.UpperDir(d.ID))
 		case DamageManifest:
 			var notes []string
-			oid, _ := ParseObjectID(d.ID)
+			oid, _ := record.ParseObjectID(d.ID)
 			if c.present[oid] {
 				to, err := c.setAside(oid)
 				if err != nil {
@@ -513,7 +515,7 @@ func (c *checker) repair(r *Repo) error {
 			}
 			d.Repair = strings.Join(notes, "; ")
 		case DamageObject:
-			oid, _ := ParseObjectID(d.ID)
+			oid, _ := record.ParseObjectID(d.ID)
 			d.Repair = "missing"
 			if c.present[oid] {
 				// Aside, it no longer passes for the content: the next
@@ -568,7 +570,7 @@ func (c *checker) repair(r *Repo) error {
 // setAside moves a damaged object out of the way, into damaged/: a loose
 // one's file, or, for a packed one, its whole pack, once the pack's
 // intact contents are packed again. It says where it went.
-func (c *checker) setAside(oid ObjectID) (string, error) {
+func (c *checker) setAside(oid record.ObjectID) (string, error) {
 	pack := c.packOf[oid]
 	if pack == "" {
 		return c.r.moveAside(c.r.objectPath(oid), "object-"+oid.String())
@@ -576,7 +578,7 @@ func (c *checker) setAside(oid ObjectID) (string, error) {
 	if to, ok := c.packAside[pack]; ok {
 		return to, nil
 	}
-	went, _, _, err := c.r.repack([]string{pack}, func(id ObjectID, b []byte) bool {
+	went, _, _, err := c.r.repack([]string{pack}, func(id record.ObjectID, b []byte) bool {
 		return sha256.Sum256(b) == id
 	}, true)
 	if err != nil {
@@ -591,22 +593,22 @@ func (c *checker) setAside(oid ObjectID) (string, error) {
 
 // restoreFromTree stores again the wanted contents that a file of the
 // tree still holds, and returns, for each, the path it was read from.
-func (r *Repo) restoreFromTree(want map[ObjectID]*Damage) (map[ObjectID]string, error) {
+func (r *Repo) restoreFromTree(want map[record.ObjectID]*Damage) (map[record.ObjectID]string, error) {
 	m, err := r.ScanTree(false)
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	found := map[ObjectID]string{}
+	found := map[record.ObjectID]string{}
 	for i := range m {
 		e := &m[i]
-		if e.Type != File || want[e.Object] == nil || found[e.Object] != "" {
+		if e.Type != record.File || want[e.Object] == nil || found[e.Object] != "" {
 			continue
 		}
-		d, err := r.treeDir.OpenDir(Parent(e.Path))
+		d, err := r.treeDir.OpenDir(record.Parent(e.Path))
 		if err != nil {
 			continue // gone since the scan: another file may hold it
 		}
-		f, err := d.Open(Base(e.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		f, err := d.Open(record.Base(e.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 		d.Close()
 		if err != nil {
 			continue
@@ -622,3 +624,6 @@ func (r *Repo) restoreFromTree(want map[ObjectID]*Damage) (map[ObjectID]string, 
 	}
 	return found, r.Flush()
 }
+
+// payloadPath is the form of a target payload's directory in the store.
+var payloadPath = regexp.MustCompile(`^targets/[0-9]{8}-[0-9]{6}-[0-9a-f]{6}/[0-9]+$`)

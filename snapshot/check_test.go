@@ -11,6 +11,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A target payload that lost its settings is damage, named with the
@@ -27,9 +28,9 @@ func TestCheckPayloads(t *testing.T) {
 	treetest.Write(t, root, "a.txt", "alpha\n", 0o644)
 	r := openRepo(t, root)
 	r.Targets = []config.Target{{Name: "app", Backend: "sqlite", Path: "app.db"}}
-	s1, err := r.Snap(snapshot.KindSnap, "one")
+	s1, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
-	s2, err := r.Snap(snapshot.KindSnap, "two")
+	s2, err := r.Snap(record.KindSnap, "two")
 	treetest.Must(t, err)
 
 	rep, err := r.Check(snapshot.CheckOptions{ReadData: true})
@@ -73,12 +74,12 @@ func TestCheckPayloads(t *testing.T) {
 // restores would read and write there.
 func TestMetaPayloadOutsideStore(t *testing.T) {
 	for _, p := range []string{"../../etc", "targets/20200101-000000-aaaaaa/../../x", "/tmp/x", "targets/x/0"} {
-		m := &snapshot.Meta{ID: "20200101-000000-aaaaaa", Kind: snapshot.KindSnap, Scope: snapshot.ScopeTree,
-			Manifest: strings.Repeat("0", 64), Targets: []snapshot.TargetState{{Name: "t", Backend: "sqlite", Payload: p}}}
+		m := &record.Meta{ID: "20200101-000000-aaaaaa", Kind: record.KindSnap, Scope: record.ScopeTree,
+			Manifest: strings.Repeat("0", 64), Targets: []record.TargetState{{Name: "t", Backend: "sqlite", Payload: p}}}
 		m.CreatedAt = m.CreatedAt.AddDate(2020, 0, 0)
-		b, err := snapshot.EncodeMeta(m)
+		b, err := record.EncodeMeta(m)
 		treetest.Must(t, err)
-		if _, err := snapshot.DecodeMeta(b); err == nil {
+		if _, err := record.DecodeMeta(b); err == nil {
 			t.Errorf("payload %q: decoded", p)
 		}
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A checkpoint records a stretch of time instead of a command: for tools
@@ -34,7 +34,7 @@ var ErrCheckpointOpen = errors.New("a checkpoint is open")
 // CheckpointOpenError refuses an operation while a checkpoint is open.
 type CheckpointOpenError struct {
 	Op         string
-	Checkpoint *Meta
+	Checkpoint *record.Meta
 }
 
 func (e *CheckpointOpenError) Error() string {
@@ -46,7 +46,7 @@ func (e *CheckpointOpenError) Unwrap() error { return ErrCheckpointOpen }
 
 // DescribeCheckpoint says when a checkpoint began, for which session and
 // why: "since 12:03:04, session abc, "fix the tests"".
-func DescribeCheckpoint(m *Meta) string {
+func DescribeCheckpoint(m *record.Meta) string {
 	since := m.CreatedAt.Local()
 	format := "15:04:05"
 	if time.Since(since) > 20*time.Hour {
@@ -62,63 +62,10 @@ func DescribeCheckpoint(m *Meta) string {
 	return strings.Join(parts, ", ")
 }
 
-// maxSession bounds a session's name: harnesses name theirs with a UUID.
-const maxSession = 128
-
-// ValidSession checks a session's name ("" is none): printable UTF-8, at
-// most 128 bytes, no space at either end.
-func ValidSession(s string) error {
-	switch {
-	case len(s) > maxSession:
-		return fmt.Errorf("session %.20q…: longer than %d bytes", s, maxSession)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("session %q: not UTF-8", s)
-	case strings.TrimSpace(s) != s:
-		return fmt.Errorf("session %q: space at an end", s)
-	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
-		return fmt.Errorf("session %q: a control character", s)
-	}
-	return nil
-}
-
-// validateCheckpoint checks what a record says about checkpoints: only a
-// checkpoint has a session, and an open one is a tree snapshot while a
-// closed one holds its paths before and after.
-func (m *Meta) validateCheckpoint() error {
-	if m.Session != "" && m.Kind != KindCheckpoint {
-		return fmt.Errorf("kind %s with a session", m.Kind)
-	}
-	if err := ValidSession(m.Session); err != nil {
-		return err
-	}
-	if m.Kind != KindCheckpoint {
-		if m.State == StateOpen {
-			return fmt.Errorf("kind %s with state open", m.Kind)
-		}
-		return nil
-	}
-	switch m.State {
-	case StateOpen:
-		if m.Scope != ScopeTree || m.After != "" {
-			return fmt.Errorf("open checkpoint of scope %s", m.Scope)
-		}
-	case StateDone:
-		if m.Scope != ScopePaths || m.After == "" {
-			return fmt.Errorf("closed checkpoint of scope %s without after", m.Scope)
-		}
-	default:
-		return fmt.Errorf("checkpoint in state %q", m.State)
-	}
-	if m.Command != nil || m.ExitStatus != nil || m.Mode != "" {
-		return fmt.Errorf("checkpoint with a command")
-	}
-	return nil
-}
-
 // OpenCheckpoint returns the open checkpoint, or nil when none is. A
 // damaged record is an error as for [Store.List], but skipped without a
 // warning with SkipDamaged: the verb that reads the history warns.
-func (r *Reader) OpenCheckpoint() (*Meta, error) {
+func (r *Reader) OpenCheckpoint() (*record.Meta, error) {
 	all, damaged, err := r.records()
 	if err != nil {
 		return nil, err
@@ -127,7 +74,7 @@ func (r *Reader) OpenCheckpoint() (*Meta, error) {
 		return nil, damagedError(damaged)
 	}
 	for i := len(all) - 1; i >= 0; i-- {
-		if m := all[i]; m.Kind == KindCheckpoint && m.State == StateOpen {
+		if m := all[i]; m.Kind == record.KindCheckpoint && m.State == record.StateOpen {
 			return m, nil
 		}
 	}
@@ -152,8 +99,8 @@ func (r *Repo) refuseOpen(op string) error {
 // and opened is false: beginning is re-entrant, and parallel callers (each
 // holding the store lock in turn) open exactly one. It refuses while a run
 // works on the tree itself (its changes would be recorded twice).
-func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, err error) {
-	if err := ValidSession(session); err != nil {
+func (r *Repo) BeginCheckpoint(session, message string) (m *record.Meta, opened bool, err error) {
+	if err := record.ValidSession(session); err != nil {
 		return nil, false, fmt.Errorf("checkpoint begin: %w", err)
 	}
 	if m, err := r.OpenCheckpoint(); err != nil || m != nil {
@@ -171,10 +118,10 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 		return nil, false, err
 	}
 	defer tl.Unlock()
-	if m, err = r.newMeta(KindCheckpoint, ScopeTree); err != nil {
+	if m, err = r.newMeta(record.KindCheckpoint, record.ScopeTree); err != nil {
 		return nil, false, err
 	}
-	m.Message, m.Session, m.State = message, session, StateOpen
+	m.Message, m.Session, m.State = message, session, record.StateOpen
 	m.Git = r.seeGit()
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {
 		return nil, false, err
@@ -191,7 +138,7 @@ func (r *Repo) BeginCheckpoint(session, message string) (m *Meta, opened bool, e
 // from its beginning; dropped is set when nothing changed (and no target
 // was saved): then no record is left. With session set, only a checkpoint
 // of that session is closed. When none is to close, m is nil.
-func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) {
+func (r *Repo) EndCheckpoint(session string) (m *record.Meta, dropped bool, err error) {
 	if m, err = r.OpenCheckpoint(); err != nil || m == nil {
 		return nil, false, err
 	}
@@ -201,7 +148,7 @@ func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) 
 	if err := r.narrowRun(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
-	m.State = StateDone
+	m.State = record.StateDone
 	if dropped, err = r.closeRecord(m); err != nil {
 		return nil, false, fmt.Errorf("checkpoint end: %w", err)
 	}
@@ -210,10 +157,10 @@ func (r *Repo) EndCheckpoint(session string) (m *Meta, dropped bool, err error) 
 
 // sessionSteps lists the closed checkpoints of session not undone, oldest
 // first.
-func (h *History) sessionSteps(session string) []*Meta {
-	var out []*Meta
+func (h *History) sessionSteps(session string) []*record.Meta {
+	var out []*record.Meta
 	for _, m := range h.All {
-		if m.Kind == KindCheckpoint && m.Session == session && m.State == StateDone && !h.Undone[m.ID] {
+		if m.Kind == record.KindCheckpoint && m.Session == session && m.State == record.StateDone && !h.Undone[m.ID] {
 			out = append(out, m)
 		}
 	}
@@ -226,7 +173,7 @@ func (h *History) sessionSteps(session string) []*Meta {
 // changed it, each target to its state before the session's first step.
 // A path changed since by someone else (after its last step of the
 // session) is a conflict, as for [Repo.Undo]; edits to other paths stay.
-func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Meta, err error) {
+func (r *Repo) UndoSession(session string, force bool) (steps []*record.Meta, saved *record.Meta, err error) {
 	if err := r.refuseOpen("undo"); err != nil {
 		return nil, nil, err
 	}
@@ -242,7 +189,7 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 		return nil, nil, fmt.Errorf("undo: %w", err)
 	}
 	newest := steps[len(steps)-1]
-	s := &Meta{ID: newest.ID, Kind: KindCheckpoint, Scope: ScopePaths, Session: session}
+	s := &record.Meta{ID: newest.ID, Kind: record.KindCheckpoint, Scope: record.ScopePaths, Session: session}
 	if s.Manifest, err = r.record(target); err != nil {
 		return nil, nil, err
 	}
@@ -274,7 +221,7 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 	if err := r.checkGit("undo", s, true, force); err != nil {
 		return nil, nil, err
 	}
-	rec, err := r.newMeta(KindPreUndo, ScopePaths)
+	rec, err := r.newMeta(record.KindPreUndo, record.ScopePaths)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -291,9 +238,9 @@ func (r *Repo) UndoSession(session string, force bool) (steps []*Meta, saved *Me
 // mergeSteps makes one change of several paths records (oldest first):
 // target holds each path as the first record that has it saved it, after
 // as the last one left it.
-func (r *Repo) mergeSteps(steps []*Meta) (target, after Manifest, err error) {
+func (r *Repo) mergeSteps(steps []*record.Meta) (target, after record.Manifest, err error) {
 	type pick struct {
-		e    Entry
+		e    record.Entry
 		from int
 	}
 	before, last := map[string]pick{}, map[string]pick{}
@@ -315,8 +262,8 @@ func (r *Repo) mergeSteps(steps []*Meta) (target, after Manifest, err error) {
 			last[e.Path] = pick{e, i}
 		}
 	}
-	build := func(picks map[string]pick) Manifest {
-		m := make(Manifest, 0, len(picks))
+	build := func(picks map[string]pick) record.Manifest {
+		m := make(record.Manifest, 0, len(picks))
 		for _, p := range picks {
 			e := p.e
 			// A hard link names another path of its own record; taken

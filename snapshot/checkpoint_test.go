@@ -13,6 +13,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A checkpoint records what changed between begin and end, whoever
@@ -28,19 +29,19 @@ func TestCheckpointExact(t *testing.T) {
 	before := capture(t, root)
 	m, opened, err := r.BeginCheckpoint("s1", "turn 1")
 	treetest.Must(t, err)
-	if !opened || m.State != snapshot.StateOpen || m.Session != "s1" || m.Message != "turn 1" {
+	if !opened || m.State != record.StateOpen || m.Session != "s1" || m.Message != "turn 1" {
 		t.Fatalf("begin: opened=%v %+v", opened, m)
 	}
 	mutate(t, root)
 	after := capture(t, root)
 	end, dropped, err := r.EndCheckpoint("s1")
 	treetest.Must(t, err)
-	if dropped || end == nil || end.ID != m.ID || end.State != snapshot.StateDone || end.Scope != snapshot.ScopePaths {
+	if dropped || end == nil || end.ID != m.ID || end.State != record.StateDone || end.Scope != record.ScopePaths {
 		t.Fatalf("end: dropped=%v %+v", dropped, end)
 	}
 	got, err := r.ReadMeta(m.ID)
 	treetest.Must(t, err)
-	if got.State != snapshot.StateDone || got.Session != "s1" || got.Message != "turn 1" {
+	if got.State != record.StateDone || got.Session != "s1" || got.Message != "turn 1" {
 		t.Fatalf("record after end: %+v", got)
 	}
 	// An edit after the checkpoint is no part of it.
@@ -104,7 +105,7 @@ func TestCheckpointReentrantAndDropped(t *testing.T) {
 	if _, _, err := r.Undo("", false); !errors.Is(err, snapshot.ErrNothingToUndo) {
 		t.Fatalf("undo after a dropped checkpoint: %v", err)
 	}
-	if err := snapshot.ValidSession("bad\nname"); err == nil {
+	if err := record.ValidSession("bad\nname"); err == nil {
 		t.Fatal("a session with a newline is valid")
 	}
 	if _, _, err := r.BeginCheckpoint(strings.Repeat("x", 200), ""); err == nil {
@@ -119,7 +120,7 @@ func TestCheckpointRefusals(t *testing.T) {
 	root := t.TempDir()
 	treetest.Write(t, root, "a.txt", "a\n", 0o644)
 	r := openRepo(t, root)
-	base, err := r.Snap(snapshot.KindSnap, "base")
+	base, err := r.Snap(record.KindSnap, "base")
 	treetest.Must(t, err)
 	m, _, err := r.BeginCheckpoint("s", "")
 	treetest.Must(t, err)
@@ -131,7 +132,7 @@ func TestCheckpointRefusals(t *testing.T) {
 			t.Errorf("%s while a checkpoint is open: %v", what, err)
 		}
 	}
-	_, err = r.Snap(snapshot.KindSnap, "")
+	_, err = r.Snap(record.KindSnap, "")
 	refused("snap", err)
 	_, _, err = r.Undo("", false)
 	refused("undo", err)
@@ -156,7 +157,7 @@ func TestCheckpointRefusals(t *testing.T) {
 	if dropped || end.Files != 1 {
 		t.Fatalf("end: dropped=%v files=%d", dropped, end.Files)
 	}
-	if _, err := r.Snap(snapshot.KindSnap, ""); err != nil {
+	if _, err := r.Snap(record.KindSnap, ""); err != nil {
 		t.Fatalf("snap once the checkpoint has ended: %v", err)
 	}
 }
@@ -345,12 +346,12 @@ func TestUndoSession(t *testing.T) {
 // the date, so that status shows how old it is.
 func TestDescribeCheckpoint(t *testing.T) {
 	old := time.Now().Add(-72 * time.Hour)
-	got := snapshot.DescribeCheckpoint(&snapshot.Meta{CreatedAt: old, Session: "s1", Message: "turn 4"})
+	got := snapshot.DescribeCheckpoint(&record.Meta{CreatedAt: old, Session: "s1", Message: "turn 4"})
 	want := fmt.Sprintf("since %s, session s1, %q", old.Local().Format("2006-01-02 15:04:05"), "turn 4")
 	if got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
-	if got := snapshot.DescribeCheckpoint(&snapshot.Meta{CreatedAt: time.Now()}); !strings.HasPrefix(got, "since ") || strings.Contains(got, "-") {
+	if got := snapshot.DescribeCheckpoint(&record.Meta{CreatedAt: time.Now()}); !strings.HasPrefix(got, "since ") || strings.Contains(got, "-") {
 		t.Fatalf("a checkpoint of today: %q", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // ErrDamaged: a snapshot record cannot be read. Verbs that only look skip
@@ -42,9 +43,9 @@ func damagedError(d []DamagedRecord) error {
 // skipped with a warning where damaged records may be, else the error.
 func (r *Reader) damagedRun(id string, why error) error {
 	if why == nil {
-		why = fmt.Errorf("%w: it names another run", ErrCorrupt)
-	} else if !errors.Is(why, ErrCorrupt) {
-		why = fmt.Errorf("%w: %w", ErrCorrupt, why)
+		why = fmt.Errorf("%w: it names another run", record.ErrCorrupt)
+	} else if !errors.Is(why, record.ErrCorrupt) {
+		why = fmt.Errorf("%w: %w", record.ErrCorrupt, why)
 	}
 	if r.SkipDamaged {
 		r.warn(fmt.Sprintf("skipping damaged run record %s (%v); `snapback check --repair` moves it aside", r.pendingPath(id), why))
@@ -132,8 +133,8 @@ var (
 // appears in their bytes, and their own ids. gc and the payload sweep keep
 // all of it: a damaged record's contents are deleted only when the user
 // deletes the record from damaged/.
-func (s *Store) salvage() (objects map[ObjectID]bool, owners map[string]bool, err error) {
-	objects, owners = map[ObjectID]bool{}, map[string]bool{}
+func (s *Store) salvage() (objects map[record.ObjectID]bool, owners map[string]bool, err error) {
+	objects, owners = map[record.ObjectID]bool{}, map[string]bool{}
 	var paths []string
 	d, err := s.DamagedRecords()
 	if err != nil {
@@ -151,7 +152,7 @@ func (s *Store) salvage() (objects map[ObjectID]bool, owners map[string]bool, er
 	}
 	for _, p := range paths {
 		name := filepath.Base(p)
-		if i := strings.IndexByte(name, '.'); i >= 0 && ValidID(name[:i]) {
+		if i := strings.IndexByte(name, '.'); i >= 0 && record.ValidID(name[:i]) {
 			owners[name[:i]] = true
 		}
 		b, err := s.readFile(p, maxRunSize)
@@ -159,7 +160,7 @@ func (s *Store) salvage() (objects map[ObjectID]bool, owners map[string]bool, er
 			continue // a FIFO, a huge file: nothing in it can be read anyway
 		}
 		for _, h := range hexIDPattern.FindAll(b, -1) {
-			if id, ok := ParseObjectID(string(h)); ok {
+			if id, ok := record.ParseObjectID(string(h)); ok {
 				objects[id] = true
 			}
 		}
@@ -181,13 +182,13 @@ func syncDirs(dirs ...string) error {
 
 // isManifest reports whether a stored object starts as a manifest does
 // (without reading the rest: it may be a large content).
-func (s *Store) isManifest(id ObjectID) bool {
+func (s *Store) isManifest(id record.ObjectID) bool {
 	f, err := s.OpenObject(id) // no symlink followed, no FIFO waited on
 	if err != nil {
 		return false
 	}
 	defer f.Close() // read-only
-	b := make([]byte, len(manifestMagic))
+	b := make([]byte, len(record.ManifestMagic))
 	_, err = io.ReadFull(f, b)
-	return err == nil && string(b) == manifestMagic
+	return err == nil && string(b) == record.ManifestMagic
 }

@@ -6,63 +6,9 @@ import (
 	"io"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
-
-// Change is one path that differs between a snapshot and the tree.
-// Op is A (added since), D (deleted since), T (type changed) or M
-// (content, mode or xattrs changed).
-type Change struct {
-	Path string
-	Op   string
-	Old  *Entry // nil when added
-	New  *Entry // nil when deleted
-}
-
-// zip walks two sorted manifests together, calling fn once per path with
-// its entry in each (nil where a manifest lacks the path).
-func zip(x, y Manifest, fn func(a, b *Entry)) {
-	i, j := 0, 0
-	for i < len(x) || j < len(y) {
-		switch {
-		case j >= len(y) || i < len(x) && x[i].Path < y[j].Path:
-			fn(&x[i], nil)
-			i++
-		case i >= len(x) || y[j].Path < x[i].Path:
-			fn(nil, &y[j])
-			j++
-		default:
-			fn(&x[i], &y[j])
-			i++
-			j++
-		}
-	}
-}
-
-// DiffManifests compares two states of the same scope.
-func DiffManifests(old, cur Manifest) []Change {
-	var out []Change
-	zip(old, cur, func(o, c *Entry) {
-		if o != nil && o.Type == Absent {
-			o = nil
-		}
-		if c != nil && c.Type == Absent {
-			c = nil
-		}
-		switch {
-		case o == nil && c == nil:
-		case o == nil:
-			out = append(out, Change{Path: c.Path, Op: "A", New: c})
-		case c == nil:
-			out = append(out, Change{Path: o.Path, Op: "D", Old: o})
-		case o.Type != c.Type:
-			out = append(out, Change{Path: o.Path, Op: "T", Old: o, New: c})
-		case o.Changed(c):
-			out = append(out, Change{Path: o.Path, Op: "M", Old: o, New: c})
-		}
-	})
-	return out
-}
 
 // Comparison is what `diff` shows: the changes between a pending run or
 // a snapshot and the tree, and the paths they leave out.
@@ -72,16 +18,16 @@ type Comparison struct {
 	// Run is the pending run compared (its changes as its commit would
 	// make them), or nil: then Snapshot is compared with the tree.
 	Run      *ViewRun
-	Snapshot *Meta
-	Changes  []Change
+	Snapshot *record.Meta
+	Changes  []record.Change
 	// Targets are the states outside the tree Base holds.
-	Targets []TargetState
+	Targets []record.TargetState
 	// WroteThrough and Excluded are paths written that no diff shows:
 	// ignored ones (written through) and excluded ones (moved by a
 	// commit).
 	WroteThrough, Excluded []string
 	// Skipped are sockets and devices a run left, which nothing carries.
-	Skipped []Skipped
+	Skipped []record.Skipped
 }
 
 // Compare chooses what `diff` compares with the tree, and compares it:
@@ -91,7 +37,7 @@ type Comparison struct {
 // names.
 func (r *Reader) Compare(ref string) (*Comparison, error) {
 	var p *ViewRun
-	var m *Meta
+	var m *record.Meta
 	var err error
 	if ref == "" {
 		if p, err = r.FindViewRun(""); err != nil && !errors.Is(err, ErrNoPending) {
@@ -105,7 +51,7 @@ func (r *Reader) Compare(ref string) (*Comparison, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := &Comparison{Base: p.ID, Run: p, Changes: DiffManifests(cur, target), Targets: p.Targets, WroteThrough: p.WroteThrough}
+		c := &Comparison{Base: p.ID, Run: p, Changes: record.DiffManifests(cur, target), Targets: p.Targets, WroteThrough: p.WroteThrough}
 		if c.Excluded, err = r.ExcludedIn(p, nil); err != nil {
 			return nil, err
 		}
@@ -130,12 +76,12 @@ func (r *Reader) Compare(ref string) (*Comparison, error) {
 // `undo` would revert, else (all undone) the newest of those undo takes;
 // never a pre-undo or pre-redo record, bookkeeping `list` shows only
 // with -a.
-func (r *Reader) DefaultDiffBase() (*Meta, error) {
+func (r *Reader) DefaultDiffBase() (*record.Meta, error) {
 	h, err := r.History()
 	if err != nil {
 		return nil, err
 	}
-	var newest *Meta
+	var newest *record.Meta
 	for i := len(h.All) - 1; i >= 0; i-- {
 		m := h.All[i]
 		if !m.Kind.Undoable() {
@@ -156,7 +102,7 @@ func (r *Reader) DefaultDiffBase() (*Meta, error) {
 
 // Diff compares snapshot m with the tree as it is now (reading, never
 // storing, changed contents).
-func (r *Reader) Diff(m *Meta) ([]Change, error) {
+func (r *Reader) Diff(m *record.Meta) ([]record.Change, error) {
 	old, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return nil, err
@@ -165,13 +111,13 @@ func (r *Reader) Diff(m *Meta) ([]Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diff: %w", err)
 	}
-	return DiffManifests(old, cur), nil
+	return record.DiffManifests(old, cur), nil
 }
 
 // DiffRecorded is what the operation that saved m changed: from m's
 // manifest (what it replaced) to m.After (what it put in place), read
 // from the store alone.
-func (r *Reader) DiffRecorded(m *Meta) ([]Change, error) {
+func (r *Reader) DiffRecorded(m *record.Meta) ([]record.Change, error) {
 	old, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return nil, err
@@ -183,7 +129,7 @@ func (r *Reader) DiffRecorded(m *Meta) ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	return DiffManifests(old, after), nil
+	return record.DiffManifests(old, after), nil
 }
 
 // ReadTreeFile reads up to limit bytes of the tree's file at path, never
@@ -204,12 +150,12 @@ func ReadFileBeneath(root, path string, limit int64) ([]byte, error) {
 }
 
 func readBeneath(root *fsutil.Dir, path string, limit int64) ([]byte, error) {
-	d, err := root.OpenDir(Parent(path))
+	d, err := root.OpenDir(record.Parent(path))
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	f, err := d.Open(Base(path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, err := d.Open(record.Base(path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +164,7 @@ func readBeneath(root *fsutil.Dir, path string, limit int64) ([]byte, error) {
 }
 
 // ReadObjectPrefix reads up to limit bytes of a stored object.
-func (r *Reader) ReadObjectPrefix(id ObjectID, limit int64) ([]byte, error) {
+func (r *Reader) ReadObjectPrefix(id record.ObjectID, limit int64) ([]byte, error) {
 	f, err := r.OpenObject(id)
 	if err != nil {
 		return nil, err

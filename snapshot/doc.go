@@ -16,10 +16,11 @@
 //	lock              flock held by the snapback that changes the store (lock.go)
 //	treerun.lock      flock held by a run on the tree (a tree mode) from its
 //	                  snapshot to its record: such runs take turns (treerun.go)
-//	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go, codec.go)
+//	objects/ab/cdef…  contents and manifests, named by their SHA-256 (store.go; their
+//	                  encoding: package record)
 //	packs/<sha256>.pack  contents of up to 16 KiB, many to a file, with an
 //	                  index (pack.go); a store made before packs has none
-//	snapshots/ID.json one record (Meta) per snapshot (meta.go); an open
+//	snapshots/ID.json one record (record.Meta) per snapshot; an open
 //	                  checkpoint is one too, until its end (checkpoint.go)
 //	index             the stat cache, checksummed (statcache.go)
 //	journal.json      the plan of the tree change in progress (journal.go)
@@ -89,6 +90,6 @@
 // The package never prints. Long work reports how far it has got through
 // [Reader.Progress] (the scanner's paths and bytes, the applier's paths of
 // the target: progress.go); what snapshots do not hold, sockets and
-// devices, is reported as [Skipped] (ScanStats.Skipped, Meta.Skipped,
+// devices, is reported as record.Skipped (ScanStats.Skipped, Meta.Skipped,
 // Reader.SkippedIn) rather than dropped unseen.
 package snapshot

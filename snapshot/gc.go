@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // GCStats says what gc removed.
@@ -91,7 +92,7 @@ func (r *Repo) collect(h *History, kept map[string]bool) (GCStats, error) {
 	if err != nil {
 		return st, err
 	}
-	var keptMetas []*Meta
+	var keptMetas []*record.Meta
 	for _, m := range h.All {
 		if kept[m.ID] {
 			keptMetas = append(keptMetas, m)
@@ -182,7 +183,7 @@ func keepNeeded(h *History, kept map[string]bool) {
 			if kept[m.ID] {
 				continue
 			}
-			if m.Kind == KindPreUndo && undoesKept(m, kept, h) || m.Kind == KindPreRedo && kept[m.Redoes] {
+			if m.Kind == record.KindPreUndo && undoesKept(m, kept, h) || m.Kind == record.KindPreRedo && kept[m.Redoes] {
 				kept[m.ID] = true
 				changed = true
 			}
@@ -191,7 +192,7 @@ func keepNeeded(h *History, kept map[string]bool) {
 }
 
 // undoesKept: a pre-undo reverted a kept snapshot still undone.
-func undoesKept(m *Meta, kept map[string]bool, h *History) bool {
+func undoesKept(m *record.Meta, kept map[string]bool, h *History) bool {
 	for _, id := range append([]string{m.Undoes}, m.UndoesMore...) {
 		if kept[id] && h.Undone[id] {
 			return true
@@ -202,8 +203,8 @@ func undoesKept(m *Meta, kept map[string]bool, h *History) bool {
 
 // liveObjects lists the objects the kept records reference (their
 // manifests and every content in them), and those damaged records may.
-func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[ObjectID]bool, error) {
-	live := map[ObjectID]bool{}
+func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[record.ObjectID]bool, error) {
+	live := map[record.ObjectID]bool{}
 	for _, m := range h.All {
 		if !kept[m.ID] {
 			continue
@@ -212,13 +213,13 @@ func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[ObjectID]bool,
 			if id == "" {
 				continue
 			}
-			oid, _ := ParseObjectID(id)
+			oid, _ := record.ParseObjectID(id)
 			live[oid] = true
 			mf, err := r.LoadManifest(id)
 			if err != nil {
 				return nil, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
 			}
-			mf.Objects(func(o ObjectID) { live[o] = true })
+			mf.Objects(func(o record.ObjectID) { live[o] = true })
 		}
 	}
 	// What damaged records may name stays until the user deletes them
@@ -234,7 +235,7 @@ func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[ObjectID]bool,
 		live[id] = true
 		if r.isManifest(id) {
 			if mf, err := r.LoadManifest(id.String()); err == nil {
-				mf.Objects(func(o ObjectID) { live[o] = true })
+				mf.Objects(func(o record.ObjectID) { live[o] = true })
 			}
 		}
 	}
@@ -242,7 +243,7 @@ func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[ObjectID]bool,
 }
 
 // sweepObjects deletes every object not live, counting them in st.
-func (r *Repo) sweepObjects(live map[ObjectID]bool, st *GCStats) error {
+func (r *Repo) sweepObjects(live map[record.ObjectID]bool, st *GCStats) error {
 	objDir := r.path("objects")
 	subs, err := os.ReadDir(objDir)
 	if err != nil {
@@ -257,7 +258,7 @@ func (r *Repo) sweepObjects(live map[ObjectID]bool, st *GCStats) error {
 			return fmt.Errorf("gc: %w", err)
 		}
 		for _, e := range ents {
-			oid, ok := ParseObjectID(sub.Name() + e.Name())
+			oid, ok := record.ParseObjectID(sub.Name() + e.Name())
 			if !ok || live[oid] {
 				continue
 			}
@@ -278,7 +279,7 @@ func (r *Repo) sweepObjects(live map[ObjectID]bool, st *GCStats) error {
 // is written again without them (pack.go's repack), and small packs are
 // merged on the way, so that many small snapshots do not leave many
 // small packs. A pack whose index cannot be read is left for check.
-func (r *Repo) sweepPacks(live map[ObjectID]bool, st *GCStats) error {
+func (r *Repo) sweepPacks(live map[record.ObjectID]bool, st *GCStats) error {
 	names, err := r.packNames()
 	if err != nil {
 		return fmt.Errorf("gc: %w", err)
@@ -305,7 +306,7 @@ func (r *Repo) sweepPacks(live map[ObjectID]bool, st *GCStats) error {
 		return nil
 	}
 	dead = append(dead, small...) // written together with the others
-	_, n, b, err := r.repack(dead, func(id ObjectID, _ []byte) bool { return live[id] }, false)
+	_, n, b, err := r.repack(dead, func(id record.ObjectID, _ []byte) bool { return live[id] }, false)
 	if err != nil {
 		return fmt.Errorf("gc: %w", err)
 	}

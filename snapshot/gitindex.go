@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing/format/index"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Git rewrites its index for reasons that change nothing a user sees:
@@ -25,7 +26,7 @@ const maxGitIndex = 512 << 20
 // isGitIndex reports whether p is a git index: the project's, a nested
 // repository's, or that of a worktree or submodule kept in a .git dir.
 func isGitIndex(p string) bool {
-	if Base(p) != "index" {
+	if record.Base(p) != "index" {
 		return false
 	}
 	q := "/" + p
@@ -63,7 +64,7 @@ func decodeGitIndex(b []byte) (idx *index.Index) {
 
 // sameIndexContent reports whether the tree's present file at a git
 // index path stages what the stored object want does.
-func (r *Repo) sameIndexContent(p string, want ObjectID) bool {
+func (r *Repo) sameIndexContent(p string, want record.ObjectID) bool {
 	if sz, err := r.objectSize(want); err != nil || sz > maxGitIndex {
 		return false
 	}

@@ -3,59 +3,17 @@ package snapshot
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/snapback/snapback/internal/gitdirs"
+	"github.com/snapback/snapback/snapshot/record"
 )
-
-// GitHead is the HEAD of a git dir outside the tree (a linked worktree's,
-// a submodule's: see package gitdirs) as an undo step saw it: before
-// the step's change and after it. No snapshot holds that git dir, so undo
-// cannot put it back; what it can do is see that the step moved HEAD and
-// refuse to leave the files reverted under a HEAD that names the step's
-// commit ([GitMovedError]).
-type GitHead struct {
-	GitDir string       `json:"git_dir"`
-	Before gitdirs.Head `json:"before"`
-	// After is unset while the step is open.
-	After *gitdirs.Head `json:"after,omitempty"`
-}
-
-// Moved reports whether the step moved HEAD: another commit, or another
-// branch.
-func (g GitHead) Moved() bool { return g.After != nil && *g.After != g.Before }
-
-func (g GitHead) validate() error {
-	if !filepath.IsAbs(g.GitDir) || filepath.Clean(g.GitDir) != g.GitDir {
-		return fmt.Errorf("git head: bad git dir %q", g.GitDir)
-	}
-	for _, h := range []*gitdirs.Head{&g.Before, g.After} {
-		if h == nil {
-			continue
-		}
-		if h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) {
-			return fmt.Errorf("git head %s: bad ref %q or object id %q", g.GitDir, h.Ref, h.OID)
-		}
-	}
-	return nil
-}
-
-// validateGit checks the git heads of a record read from the store.
-func (m *Meta) validateGit() error {
-	for _, g := range m.Git {
-		if err := g.validate(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // seeGit reads, at the start of a step, the HEAD of the git dir outside
 // the root the project depends on, if there is one. It returns nil for a
 // plain repository (its git dir is in the snapshots) and when HEAD cannot
 // be read: the verb has said already, naming the path, that the git dir
 // is not covered (see [gitdirs.Repo.Uncovered]).
-func (r *Repo) seeGit() []GitHead {
+func (r *Repo) seeGit() []record.GitHead {
 	g, err := gitdirs.Find(r.Root, os.Getenv)
 	if err != nil || g == nil || !g.HeadUncovered(r.Root) {
 		return nil
@@ -65,15 +23,15 @@ func (r *Repo) seeGit() []GitHead {
 		r.warn(fmt.Sprintf("HEAD of %s: %v: undo will not see whether this step moves it", g.GitDir, err))
 		return nil
 	}
-	return []GitHead{{GitDir: g.GitDir, Before: h}}
+	return []record.GitHead{{GitDir: g.GitDir, Before: h}}
 }
 
 // sawGit fills in, at the end of a step, what HEAD became. A HEAD that
 // can no longer be read is left with no After: nothing is claimed.
-func (r *Repo) sawGit(gs []GitHead) []GitHead {
-	out := make([]GitHead, 0, len(gs))
+func (r *Repo) sawGit(gs []record.GitHead) []record.GitHead {
+	out := make([]record.GitHead, 0, len(gs))
 	for _, g := range gs {
-		if g.validate() != nil {
+		if g.Validate() != nil {
 			continue // a pending run's record is input too: a bad entry says nothing
 		}
 		g.After = nil
@@ -130,7 +88,7 @@ func putBack(want, now gitdirs.Head) string {
 // checkGit refuses, unless force, to move the tree to what step s
 // recorded before it (toBefore, an undo) or after it (a redo) while a HEAD
 // outside the root that s moved is elsewhere. Forced, it warns instead.
-func (r *Repo) checkGit(op string, s *Meta, toBefore, force bool) error {
+func (r *Repo) checkGit(op string, s *record.Meta, toBefore, force bool) error {
 	if toBefore {
 		if err := r.checkGitTargets(op, s.Targets, force); err != nil {
 			return err
@@ -163,8 +121,8 @@ func (r *Repo) checkGit(op string, s *Meta, toBefore, force bool) error {
 
 // mergeGit is the HEAD moves of several steps (oldest first) as one:
 // each git dir from its first step's before to its last step's after.
-func mergeGit(steps []*Meta) []GitHead {
-	var out []GitHead
+func mergeGit(steps []*record.Meta) []record.GitHead {
+	var out []record.GitHead
 	at := map[string]int{}
 	for _, st := range steps {
 		for _, g := range st.Git {
@@ -182,11 +140,11 @@ func mergeGit(steps []*Meta) []GitHead {
 // checkRedoGit is checkGit for a redo of the pre-undo p: the files go
 // back to what the undone steps left (a session's: UndoesMore, oldest
 // first, then Undoes), which HEAD must then match.
-func (r *Repo) checkRedoGit(p *Meta, force bool) error {
+func (r *Repo) checkRedoGit(p *record.Meta, force bool) error {
 	if err := r.checkGitTargets("redo", p.Targets, force); err != nil {
 		return err
 	}
-	var steps []*Meta
+	var steps []*record.Meta
 	for _, id := range append(append([]string(nil), p.UndoesMore...), p.Undoes) {
 		s, err := r.ReadMeta(id)
 		if err != nil {

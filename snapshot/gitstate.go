@@ -18,6 +18,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/gitdirs"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -227,11 +228,11 @@ func readGitState(t config.Target, dir string) (gitState, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
-		return st, fmt.Errorf("%s: payload: %w: %v", t.Name, ErrCorrupt, err)
+		return st, fmt.Errorf("%s: payload: %w: %v", t.Name, record.ErrCorrupt, err)
 	}
 	h := st.Head
 	if st.GitDir != t.Path || h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) || h.Ref == "" && h.OID == "" || !validRefs(st.Refs, false) {
-		return st, fmt.Errorf("%s: payload: %w: bad git dir, ref or object id", t.Name, ErrCorrupt)
+		return st, fmt.Errorf("%s: payload: %w: bad git dir, ref or object id", t.Name, record.ErrCorrupt)
 	}
 	return st, nil
 }
@@ -277,7 +278,7 @@ func readGitMoves(t config.Target, dir string) (m gitMoves, sealed bool, err err
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil || !validRefs(m.Moves, true) || !validConfig(m.Config) {
-		return m, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref, object id or config key", t.Name, ErrCorrupt)
+		return m, false, fmt.Errorf("%s: payload: %w: moves.json: bad ref, object id or config key", t.Name, record.ErrCorrupt)
 	}
 	return m, true, nil
 }
@@ -324,7 +325,7 @@ func configKeys(g *gitdirs.Repo, root, file string) (map[string][]string, error)
 		cfg[k] = append(cfg[k], v)
 	}
 	if !validConfig(cfg) {
-		return nil, fmt.Errorf("%s: %w: a key git config cannot take back", file, ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w: a key git config cannot take back", file, record.ErrCorrupt)
 	}
 	return cfg, nil
 }
@@ -350,7 +351,7 @@ func configChanged(g *gitdirs.Repo, dir string) (bool, error) {
 
 // sealGit writes, into each git payload of a closing step that has none
 // yet, what the step moved: the refs now that differ from those saved.
-func (r *Repo) sealGit(states []TargetState) error {
+func (r *Repo) sealGit(states []record.TargetState) error {
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
@@ -443,7 +444,7 @@ func writeGitMoves(g *gitdirs.Repo, root string, t config.Target, dir string, af
 // sealGitAs writes the moves of the git payloads among states (the
 // pre-undo, pre-redo or pre-restore record's, taken just now) as the
 // operation will leave the refs (planGit's result).
-func (r *Repo) sealGitAs(states []TargetState, after map[string]*gitAfter) error {
+func (r *Repo) sealGitAs(states []record.TargetState, after map[string]*gitAfter) error {
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			continue
@@ -670,7 +671,7 @@ func (e *GitRefsError) Error() string {
 // never names a missing object). A ref moved by someone else is a
 // conflict (refs). It returns, per git dir, the refs as they will be
 // after (the opposite operation's moves: see sealGitAs).
-func (r *Repo) planGit(op string, states []TargetState) (sims map[string]*gitAfter, refs []*GitRefsError, err error) {
+func (r *Repo) planGit(op string, states []record.TargetState) (sims map[string]*gitAfter, refs []*GitRefsError, err error) {
 	sims = map[string]*gitAfter{}
 	for _, s := range states {
 		if s.Backend != gitBackendName {
@@ -797,7 +798,7 @@ func missingObjects(g *gitdirs.Repo, root string, oids []string) []string {
 // the refs not.
 // A ref someone else moved since is refused unless force, then warned
 // of and left as it is.
-func (r *Repo) checkGitTargets(op string, states []TargetState, force bool) error {
+func (r *Repo) checkGitTargets(op string, states []record.TargetState, force bool) error {
 	_, refs, err := r.planGit(op, states)
 	if err != nil {
 		return err
@@ -858,7 +859,7 @@ func restoreIndex(gitDir, dir string, had bool) error {
 	}
 	var sig [4]byte
 	if _, err := src.ReadAt(sig[:], 0); err != nil || string(sig[:]) != "DIRC" {
-		return fmt.Errorf("saved index: %w: not a git index", ErrCorrupt)
+		return fmt.Errorf("saved index: %w: not a git index", record.ErrCorrupt)
 	}
 	fsutil.Mutating()
 	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
@@ -1063,7 +1064,7 @@ func sameRefs(a, b map[string]string) bool {
 // UnchangedGitOnly reports whether states are none, or only git states
 // that are the state now: a run that left them so changed nothing of
 // what they save.
-func (r *Repo) UnchangedGitOnly(states []TargetState) bool {
+func (r *Repo) UnchangedGitOnly(states []record.TargetState) bool {
 	for _, s := range states {
 		if s.Backend != gitBackendName {
 			return false
@@ -1079,7 +1080,7 @@ func (r *Repo) UnchangedGitOnly(states []TargetState) bool {
 // dropUnchangedGit drops from a closing step the git state it saved when
 // that state is unchanged: a step that changed neither files nor git
 // leaves no record, and undo has nothing of git's to put back.
-func (r *Repo) dropUnchangedGit(m *Meta) error {
+func (r *Repo) dropUnchangedGit(m *record.Meta) error {
 	kept, dropped := m.Targets[:0], false
 	for _, s := range m.Targets {
 		if s.Backend == gitBackendName {
@@ -1107,7 +1108,7 @@ func (r *Repo) dropUnchangedGit(m *Meta) error {
 
 // coveredGit reports whether the step s saved the git state of gitDir
 // (its undo puts HEAD back).
-func coveredGit(s *Meta, gitDir string) bool {
+func coveredGit(s *record.Meta, gitDir string) bool {
 	for _, t := range s.Targets {
 		if t.Backend == gitBackendName && t.Name == gitTarget(gitDir).Name {
 			return true
@@ -1118,10 +1119,10 @@ func coveredGit(s *Meta, gitDir string) bool {
 
 // SavesGit reports whether step m saved the git state outside the root
 // (so that its undo puts HEAD, the index and the refs back).
-func SavesGit(m *Meta) bool { return GitSaved(m.Targets) }
+func SavesGit(m *record.Meta) bool { return GitSaved(m.Targets) }
 
 // GitSaved reports whether states hold the git state outside the root.
-func GitSaved(states []TargetState) bool {
+func GitSaved(states []record.TargetState) bool {
 	for _, t := range states {
 		if t.Backend == gitBackendName {
 			return true

@@ -3,15 +3,17 @@ package snapshot
 import (
 	"fmt"
 	"strings"
+
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // History is the snapshot list with undo state derived from it: which
 // snapshots are undone, and which undos redo would reapply (newest last).
 // It is derived, never stored, so it cannot disagree with the records.
 type History struct {
-	All    []*Meta // oldest first
+	All    []*record.Meta // oldest first
 	Undone map[string]bool
-	Redo   []*Meta // pre-undo records, the one redo takes is last
+	Redo   []*record.Meta // pre-undo records, the one redo takes is last
 }
 
 // History reads the records and derives undo state: a pre-undo undoes its
@@ -23,11 +25,11 @@ func (r *Reader) History() (*History, error) {
 		return nil, err
 	}
 	h := &History{All: all, Undone: map[string]bool{}}
-	byID := map[string]*Meta{}
+	byID := map[string]*record.Meta{}
 	for _, m := range all {
 		byID[m.ID] = m
 		switch m.Kind {
-		case KindPreUndo:
+		case record.KindPreUndo:
 			if len(m.UndoesPaths) > 0 { // part of a step: the step is not undone
 				h.Redo = append(h.Redo, m)
 				continue
@@ -37,7 +39,7 @@ func (r *Reader) History() (*History, error) {
 				h.Undone[id] = true
 			}
 			h.Redo = append(h.Redo, m)
-		case KindPreRedo:
+		case record.KindPreRedo:
 			if p := byID[m.Redoes]; p != nil && len(p.UndoesPaths) == 0 {
 				delete(h.Undone, p.Undoes)
 				for _, id := range p.UndoesMore {
@@ -57,7 +59,7 @@ func (r *Reader) History() (*History, error) {
 // Undo reverts the newest undoable snapshot not yet undone, or ref. It
 // returns the reverted snapshot and the pre-undo record that saved what
 // the undo replaced.
-func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
+func (r *Repo) Undo(ref string, force bool) (undone, saved *record.Meta, err error) {
 	if err := r.refuseOpen("undo"); err != nil {
 		return nil, nil, err
 	}
@@ -65,7 +67,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var s *Meta
+	var s *record.Meta
 	if ref != "" {
 		if s, err = r.Resolve(ref); err != nil {
 			return nil, nil, err
@@ -98,7 +100,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 	if err := r.checkGit("undo", s, true, force); err != nil {
 		return nil, nil, err
 	}
-	rec, err := r.newMeta(KindPreUndo, s.Scope)
+	rec, err := r.newMeta(record.KindPreUndo, s.Scope)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -115,7 +117,7 @@ func (r *Repo) Undo(ref string, force bool) (undone, saved *Meta, err error) {
 // history, not undone: a later undo takes the rest of it (the paths put
 // back already are no conflict), and redo reapplies this part. A path
 // changed since by someone else is a conflict, as for [Repo.Undo].
-func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *Meta, err error) {
+func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *record.Meta, err error) {
 	if err := r.refuseOpen("undo"); err != nil {
 		return nil, nil, err
 	}
@@ -136,7 +138,7 @@ func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *
 	case s.InProgress():
 		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is %s: its changes are not known yet", s.ID, s.ID, s.State)
 	}
-	if s.Scope != ScopePaths || s.After == "" {
+	if s.Scope != record.ScopePaths || s.After == "" {
 		return nil, nil, fmt.Errorf("undo %s -- PATH: %s is a snapshot of the whole tree, not a step of changed paths (`restore` takes a whole snapshot)", s.ID, s.ID)
 	}
 	before, err := r.LoadManifest(s.Manifest)
@@ -152,14 +154,14 @@ func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *
 		return nil, nil, err
 	}
 	b, a := Subset(before, after, keep)
-	part := &Meta{ID: s.ID, Kind: s.Kind, Scope: ScopePaths}
+	part := &record.Meta{ID: s.ID, Kind: s.Kind, Scope: record.ScopePaths}
 	if part.Manifest, err = r.record(b); err != nil {
 		return nil, nil, err
 	}
 	if part.After, err = r.record(a); err != nil {
 		return nil, nil, err
 	}
-	rec, err := r.newMeta(KindPreUndo, ScopePaths)
+	rec, err := r.newMeta(record.KindPreUndo, record.ScopePaths)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,14 +175,14 @@ func (r *Repo) UndoPaths(ref string, only []string, force bool) (undone, saved *
 // pickStepPaths picks the paths of a step (its before and after states) at
 // or below each of only, each of which must name one, and the
 // directories above them the step removed (put back with them).
-func pickStepPaths(id string, before, after Manifest, only []string) (map[string]bool, error) {
+func pickStepPaths(id string, before, after record.Manifest, only []string) (map[string]bool, error) {
 	keep := map[string]bool{}
 	for _, o := range only {
 		n := len(keep)
 		found := false
-		for _, m := range []Manifest{before, after} {
+		for _, m := range []record.Manifest{before, after} {
 			for i := range m {
-				if Under(m[i].Path, o) {
+				if record.Under(m[i].Path, o) {
 					keep[m[i].Path], found = true, true
 				}
 			}
@@ -190,9 +192,9 @@ func pickStepPaths(id string, before, after Manifest, only []string) (map[string
 		}
 	}
 	for p := range keep {
-		for q := Parent(p); q != ""; q = Parent(q) {
-			if b := before.Find(q); b != nil && b.Type == Dir {
-				if a := after.Find(q); a == nil || a.Type != Dir {
+		for q := record.Parent(p); q != ""; q = record.Parent(q) {
+			if b := before.Find(q); b != nil && b.Type == record.Dir {
+				if a := after.Find(q); a == nil || a.Type != record.Dir {
 					keep[q] = true
 				}
 			}
@@ -220,7 +222,7 @@ func (e *PendingError) Error() string {
 }
 
 // Redo reapplies the most recent undo not yet redone.
-func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
+func (r *Repo) Redo(force bool) (redone, saved *record.Meta, err error) {
 	if err := r.refuseOpen("redo"); err != nil {
 		return nil, nil, err
 	}
@@ -235,7 +237,7 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 	if err := r.checkRedoGit(p, force); err != nil {
 		return nil, nil, err
 	}
-	rec, err := r.newMeta(KindPreRedo, p.Scope)
+	rec, err := r.newMeta(record.KindPreRedo, p.Scope)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -249,7 +251,7 @@ func (r *Repo) Redo(force bool) (redone, saved *Meta, err error) {
 // Restore puts back the state recorded by ref (all of the tree for a tree
 // snapshot, its paths for a paths one), saving the current state first in
 // a pre-restore snapshot that `undo` reverts.
-func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
+func (r *Repo) Restore(ref string) (restored, saved *record.Meta, err error) {
 	if err := r.refuseOpen("restore"); err != nil {
 		return nil, nil, err
 	}
@@ -260,7 +262,7 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 	if err := r.checkGitTargets("restore", s.Targets, true); err != nil {
 		return nil, nil, err
 	}
-	rec, err := r.newMeta(KindPreRestore, s.Scope)
+	rec, err := r.newMeta(record.KindPreRestore, s.Scope)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -274,7 +276,7 @@ func (r *Repo) Restore(ref string) (restored, saved *Meta, err error) {
 // saving the present state of what it governs in rec. afterID, when set,
 // is the state those paths should be in now; a path that differs was
 // edited by someone else and is a conflict unless force is set.
-func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool) error {
+func (r *Repo) revert(op string, s *record.Meta, afterID string, rec *record.Meta, force bool) error {
 	to, scope := s.Manifest, s.Scope
 	target, err := r.LoadManifest(to)
 	if err != nil {
@@ -284,7 +286,7 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if afterID != "" && scope == ScopePaths && !force {
+	if afterID != "" && scope == record.ScopePaths && !force {
 		after, err := r.LoadManifest(afterID)
 		if err != nil {
 			return fmt.Errorf("%s: %w", op, err)
@@ -336,7 +338,7 @@ func (r *Repo) revert(op string, s *Meta, afterID string, rec *Meta, force bool)
 // lists is expected absent below what target removes, and is not touched
 // otherwise. same, when set, may still find two files of different contents the
 // same (see sameGitIndex).
-func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []string {
+func conflicts(after, target, cur record.Manifest, same func(want, now *record.Entry) bool) []string {
 	var out []string
 	for i := range cur {
 		c := &cur[i]
@@ -344,11 +346,11 @@ func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []
 		switch {
 		case a != nil:
 		case belowRemoved(after, c.Path):
-			a = &Entry{Path: c.Path, Type: Absent} // the change removed what held it
+			a = &record.Entry{Path: c.Path, Type: record.Absent} // the change removed what held it
 		case target.Find(c.Path) != nil:
 			a = target.Find(c.Path) // recorded, but the change left it as it was (another name of a hard link)
 		case belowRemoved(target, c.Path):
-			a = &Entry{Path: c.Path, Type: Absent} // below what the operation removes: someone else made it
+			a = &record.Entry{Path: c.Path, Type: record.Absent} // below what the operation removes: someone else made it
 		default:
 			continue // the operation does not touch it
 		}
@@ -362,30 +364,30 @@ func conflicts(after, target, cur Manifest, same func(want, now *Entry) bool) []
 // alreadyThere reports whether c is already as the operation leaves it
 // (the person put it back by hand): writing it again loses nothing, so it
 // is no conflict.
-func alreadyThere(target Manifest, c *Entry, same func(want, now *Entry) bool) bool {
+func alreadyThere(target record.Manifest, c *record.Entry, same func(want, now *record.Entry) bool) bool {
 	t := target.Find(c.Path)
 	if t == nil {
 		if !belowRemoved(target, c.Path) {
 			return false
 		}
-		t = &Entry{Path: c.Path, Type: Absent}
+		t = &record.Entry{Path: c.Path, Type: record.Absent}
 	}
 	return sameState(t, c) || same != nil && same(t, c)
 }
 
 // sameState reports whether a path is as recorded in what a user sees:
 // type, mode (a symbolic link has none), content and link target.
-func sameState(a, c *Entry) bool {
+func sameState(a, c *record.Entry) bool {
 	switch {
 	case a.Type != c.Type:
 		return false
-	case a.Type == Absent:
+	case a.Type == record.Absent:
 		return true
-	case a.Type != Symlink && a.Mode != c.Mode:
+	case a.Type != record.Symlink && a.Mode != c.Mode:
 		return false
-	case a.Type == File:
+	case a.Type == record.File:
 		return a.Object == c.Object
-	case a.Type == Symlink:
+	case a.Type == record.Symlink:
 		return a.Target == c.Target
 	}
 	return true
@@ -394,15 +396,15 @@ func sameState(a, c *Entry) bool {
 // sameGitIndex finds a git index that differs from the recorded one only
 // in what git caches (stat data, extensions) the same: it stages the same
 // entries.
-func (r *Repo) sameGitIndex(a, c *Entry) bool {
-	return a.Type == File && c.Type == File && a.Mode == c.Mode && isGitIndex(c.Path) && r.sameIndexContent(c.Path, a.Object)
+func (r *Repo) sameGitIndex(a, c *record.Entry) bool {
+	return a.Type == record.File && c.Type == record.File && a.Mode == c.Mode && isGitIndex(c.Path) && r.sameIndexContent(c.Path, a.Object)
 }
 
 // belowRemoved reports whether an ancestor of p is, in m, absent or not a
 // directory.
-func belowRemoved(m Manifest, p string) bool {
-	for q := Parent(p); ; q = Parent(q) {
-		if e := m.Find(q); e != nil && e.Type != Dir {
+func belowRemoved(m record.Manifest, p string) bool {
+	for q := record.Parent(p); ; q = record.Parent(q) {
+		if e := m.Find(q); e != nil && e.Type != record.Dir {
 			return true
 		}
 		if q == "" {

@@ -4,21 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-)
 
-// IDNames reports whether ref names id, by the one rule every verb
-// uses: ref is a prefix of id (20261201-03), or a suffix of its random
-// part (aadd13, d13), the part people copy from the end of a line.
-func IDNames(id, ref string) bool {
-	if ref == "" {
-		return false
-	}
-	if strings.HasPrefix(id, ref) {
-		return true
-	}
-	i := strings.LastIndexByte(id, '-')
-	return i >= 0 && strings.HasSuffix(id[i+1:], ref)
-}
+	"github.com/snapback/snapback/snapshot/record"
+)
 
 // UnknownIDError: ref names no snapshot (Run false) or no pending run.
 type UnknownIDError struct {
@@ -60,8 +48,8 @@ func (e *AmbiguousIDError) Error() string {
 // alike, so that every verb reads an id the same way: exactly one of
 // the results is set. A verb that takes only one kind says so (Resolve,
 // FindViewRun) rather than finding another match of the other kind.
-func (r *Reader) Lookup(ref string) (*Meta, *ViewRun, error) {
-	if ValidID(ref) {
+func (r *Reader) Lookup(ref string) (*record.Meta, *ViewRun, error) {
+	if record.ValidID(ref) {
 		// A whole id names only itself: read it without listing.
 		m, err := r.ReadMeta(ref)
 		if err == nil {
@@ -79,19 +67,19 @@ func (r *Reader) Lookup(ref string) (*Meta, *ViewRun, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var metas []*Meta
+	var metas []*record.Meta
 	var pending []*ViewRun
 	var cands []string
 	seen := map[string]bool{}
 	for _, m := range all {
-		if IDNames(m.ID, ref) {
+		if record.IDNames(m.ID, ref) {
 			metas = append(metas, m)
 			cands = append(cands, fmt.Sprintf("%s (%s)", m.ID, m.Kind))
 			seen[m.ID] = true
 		}
 	}
 	for _, p := range runs {
-		if IDNames(p.ID, ref) && !seen[p.ID] {
+		if record.IDNames(p.ID, ref) && !seen[p.ID] {
 			pending = append(pending, p)
 			cands = append(cands, fmt.Sprintf("%s (pending run)", p.ID))
 		}
@@ -107,8 +95,8 @@ func (r *Reader) Lookup(ref string) (*Meta, *ViewRun, error) {
 	return nil, pending[0], nil
 }
 
-// Resolve finds the snapshot ref names (see IDNames).
-func (r *Reader) Resolve(ref string) (*Meta, error) {
+// Resolve finds the snapshot ref names (see record.IDNames).
+func (r *Reader) Resolve(ref string) (*record.Meta, error) {
 	m, p, err := r.Lookup(ref)
 	if err != nil {
 		return nil, err
@@ -119,7 +107,7 @@ func (r *Reader) Resolve(ref string) (*Meta, error) {
 	return m, nil
 }
 
-// FindViewRun finds the pending run ref names (see IDNames); "" means
+// FindViewRun finds the pending run ref names (see record.IDNames); "" means
 // the newest.
 func (r *Reader) FindViewRun(ref string) (*ViewRun, error) {
 	if ref == "" {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,9 +25,9 @@ type journal struct {
 	OpID string `json:"op_id"`
 	// Apply is the manifest (object id) the tree is brought to. (Targets,
 	// below, are the states outside the tree.)
-	Apply  string `json:"target"`
-	Scope  Scope  `json:"scope"`
-	Record *Meta  `json:"record"`
+	Apply  string       `json:"target"`
+	Scope  record.Scope `json:"scope"`
+	Record *record.Meta `json:"record"`
 	// Source, for a commit, is the upper layer (relative to the store)
 	// whose entries are moved into the tree.
 	Source string `json:"source,omitempty"`
@@ -40,7 +41,7 @@ type journal struct {
 	// staging area, adopted as objects once the apply has run.
 	Staged bool `json:"staged,omitempty"`
 	// Targets are restored to these states after the tree is applied.
-	Targets []TargetState `json:"targets,omitempty"`
+	Targets []record.TargetState `json:"targets,omitempty"`
 	// Rollback: the operation found damaged content half-way and now
 	// puts the tree back as it was (Apply is its record's manifest);
 	// Failed says why, for the user.
@@ -89,23 +90,23 @@ func (j *journal) validate() error {
 	default:
 		return bad("op " + strconv.Quote(j.Op))
 	}
-	if !ValidID(j.OpID) {
+	if !record.ValidID(j.OpID) {
 		return bad("op_id")
 	}
-	if _, ok := ParseObjectID(j.Apply); !ok {
+	if _, ok := record.ParseObjectID(j.Apply); !ok {
 		return bad("target")
 	}
-	if j.Scope != ScopeTree && j.Scope != ScopePaths {
+	if j.Scope != record.ScopeTree && j.Scope != record.ScopePaths {
 		return bad("scope")
 	}
-	if j.Done != "" && !ValidID(j.Done) {
+	if j.Done != "" && !record.ValidID(j.Done) {
 		return bad("done")
 	}
 	if j.Source != "" && (j.Done == "" && j.Op != "commit" || !validSource(j.Source)) {
 		return bad("source")
 	}
 	for _, p := range j.Kept {
-		if j.Source == "" || !ValidPath(p) || Under(p, StoreDir) {
+		if j.Source == "" || !record.ValidPath(p) || record.Under(p, StoreDir) {
 			return bad("kept path " + strconv.Quote(p))
 		}
 	}
@@ -122,17 +123,17 @@ func (j *journal) validate() error {
 		if j.Record == nil {
 			return bad("record")
 		}
-		if err := j.Record.validate(); err != nil {
+		if err := j.Record.Validate(); err != nil {
 			return bad("record: " + err.Error())
 		}
 	}
 	for i := range j.Targets {
-		if err := j.Targets[i].validate(); err != nil {
+		if err := j.Targets[i].Validate(); err != nil {
 			return bad("target state: " + err.Error())
 		}
 	}
 	for p := range j.DirTimes {
-		if !ValidPath(p) || Under(p, StoreDir) {
+		if !record.ValidPath(p) || record.Under(p, StoreDir) {
 			return bad("dir_times path " + strconv.Quote(p))
 		}
 	}
@@ -151,7 +152,7 @@ func (j *journal) kept() map[string]bool {
 // validSource: a commit's source is a run's upper layer, runs/<id>/upper.
 func validSource(s string) bool {
 	parts := strings.Split(s, "/")
-	return len(parts) == 3 && parts[0] == "runs" && ValidID(parts[1]) && parts[2] == "upper"
+	return len(parts) == 3 && parts[0] == "runs" && record.ValidID(parts[1]) && parts[2] == "upper"
 }
 
 // HasJournal reports whether an interrupted operation awaits recovery.
@@ -164,7 +165,7 @@ func (r *Repo) HasJournal() bool {
 // step: cur is the current state, which j's record saves. It saves what
 // the apply replaces, writes the journal, applies, writes the record, and
 // drops the journal. (A commit names its upper layer in j.)
-func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
+func (r *Repo) transitionFrom(j *journal, target, cur record.Manifest) error {
 	op := j.Op
 	tid, err := r.record(target)
 	if err != nil {
@@ -193,7 +194,7 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 	}
 	for i := range target {
 		t := &target[i]
-		if t.Type != File || t.Link != "" || layer != nil && !kept[t.Path] && layerHolds(layer, t.Path) {
+		if t.Type != record.File || t.Link != "" || layer != nil && !kept[t.Path] && layerHolds(layer, t.Path) {
 			continue
 		}
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
@@ -227,7 +228,7 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 		return err
 	}
 	j.Apply = tid
-	if j.Scope == ScopePaths {
+	if j.Scope == record.ScopePaths {
 		j.DirTimes = r.dirTimes(target, cur)
 	}
 	if j.Staged {
@@ -248,18 +249,18 @@ func (r *Repo) transitionFrom(j *journal, target, cur Manifest) error {
 // layerHolds reports whether an upper layer holds a regular file at
 // path, which a commit moves into place rather than reading the store.
 func layerHolds(layer *fsutil.Dir, path string) bool {
-	d, err := layer.OpenDir(Parent(path))
+	d, err := layer.OpenDir(record.Parent(path))
 	if err != nil {
 		return false
 	}
 	defer d.Close() // read-only
-	st, err := d.Lstat(Base(path))
+	st, err := d.Lstat(record.Base(path))
 	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 // verifyObject reads t's content from the store in full and checks it
 // against its hash: a DamagedError when it does not match.
-func (r *Repo) verifyObject(t *Entry) error {
+func (r *Repo) verifyObject(t *record.Entry) error {
 	f, err := r.OpenObject(t.Object)
 	if err != nil {
 		return err
@@ -270,7 +271,7 @@ func (r *Repo) verifyObject(t *Entry) error {
 	if err != nil {
 		return err
 	}
-	if ObjectID(h.Sum(nil)) != t.Object || size != t.Size {
+	if record.ObjectID(h.Sum(nil)) != t.Object || size != t.Size {
 		return &DamagedError{Path: t.Path, Object: t.Object}
 	}
 	return nil
@@ -279,12 +280,12 @@ func (r *Repo) verifyObject(t *Entry) error {
 // dirTimes reads the mtimes of the directories holding paths of target
 // or cur that target does not hold (see journal.DirTimes). A directory
 // not there yet has none: the apply makes it.
-func (r *Repo) dirTimes(target, cur Manifest) map[string]int64 {
+func (r *Repo) dirTimes(target, cur record.Manifest) map[string]int64 {
 	out := map[string]int64{}
 	seen := map[string]bool{}
-	for _, m := range []Manifest{target, cur} {
+	for _, m := range []record.Manifest{target, cur} {
 		for i := range m {
-			p := Parent(m[i].Path)
+			p := record.Parent(m[i].Path)
 			if p == "" || seen[p] || target.Find(p) != nil {
 				continue
 			}
@@ -307,20 +308,20 @@ func (r *Repo) dirTimes(target, cur Manifest) map[string]int64 {
 // state the operation replaces, which its record keeps). A file the apply
 // replaces or removes is staged as a hard link, to become an object when
 // its tree name has gone: no copy. Anything else is copied now.
-func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool, error) {
-	staged := map[ObjectID]bool{}
+func (r *Repo) saveCurrent(j *journal, target, cur record.Manifest) (map[record.ObjectID]bool, error) {
+	staged := map[record.ObjectID]bool{}
 	a := &applier{target: target, scope: j.Scope}
 	// Which contents the store holds: for a large state, one listing of
 	// objects/ instead of a stat per file (100,000 stats took ~0.2 s of a
 	// 10-file undo of a whole tree). An object missing from the listing
 	// is looked up anyway: it may have been written since.
-	var listed map[ObjectID]bool
+	var listed map[record.ObjectID]bool
 	if len(cur) > 4096 {
 		listed = r.listObjects()
 	}
 	for i := range cur {
 		c := &cur[i]
-		if c.Type != File || c.Link != "" || staged[c.Object] {
+		if c.Type != record.File || c.Link != "" || staged[c.Object] {
 			continue
 		}
 		// A file the apply replaces is staged even when the store holds
@@ -332,7 +333,7 @@ func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool,
 		if stored && !replaced {
 			continue
 		}
-		d, err := r.treeDir.OpenDir(Parent(c.Path))
+		d, err := r.treeDir.OpenDir(record.Parent(c.Path))
 		if err != nil {
 			return nil, fmt.Errorf("save %s: %w", c.Path, err)
 		}
@@ -363,11 +364,11 @@ func (r *Repo) saveCurrent(j *journal, target, cur Manifest) (map[ObjectID]bool,
 // but only once space is freed, and the tree would wait half-changed.
 // (Clones need no space: on a filesystem that has them the estimate is
 // pessimistic.)
-func (r *Repo) checkSpace(j *journal, target, cur Manifest) error {
+func (r *Repo) checkSpace(j *journal, target, cur record.Manifest) error {
 	var need int64
 	for i := range target {
 		t := &target[i]
-		if t.Type != File || t.Link != "" {
+		if t.Type != record.File || t.Link != "" {
 			continue
 		}
 		if c := cur.Find(t.Path); c != nil && c.SameContent(t) {
@@ -390,8 +391,8 @@ func (r *Repo) checkSpace(j *journal, target, cur Manifest) error {
 
 // copyIn stores the content of the tree's file c (in d), checking it is
 // still what the scan saw.
-func (r *Repo) copyIn(d *fsutil.Dir, c *Entry) error {
-	f, err := d.Open(Base(c.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
+func (r *Repo) copyIn(d *fsutil.Dir, c *record.Entry) error {
+	f, err := d.Open(record.Base(c.Path), unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("save %s: %w", c.Path, err)
 	}
@@ -408,7 +409,7 @@ func (r *Repo) copyIn(d *fsutil.Dir, c *Entry) error {
 
 // finish applies a journal's target and completes it. Idempotent. cur is
 // the tree's state as just scanned, or nil to scan it (recover).
-func (r *Repo) finish(j *journal, target, cur Manifest) error {
+func (r *Repo) finish(j *journal, target, cur record.Manifest) error {
 	if cur == nil {
 		// Recovering. Temps of the interrupted attempt go first: they must
 		// not collide with this attempt's names, and removing them moves
@@ -527,14 +528,14 @@ func (r *Reader) readJournal() (*journal, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: journal %s: %w", ErrCorrupt, r.journalPath(), err)
+		return nil, fmt.Errorf("%w: journal %s: %w", record.ErrCorrupt, r.journalPath(), err)
 	}
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("%w: journal %s: %v", ErrCorrupt, r.journalPath(), err)
+		return nil, fmt.Errorf("%w: journal %s: %v", record.ErrCorrupt, r.journalPath(), err)
 	}
 	if err := j.validate(); err != nil {
-		return nil, fmt.Errorf("%w: journal %s: %w", ErrCorrupt, r.journalPath(), err)
+		return nil, fmt.Errorf("%w: journal %s: %w", record.ErrCorrupt, r.journalPath(), err)
 	}
 	return &j, nil
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // Where a store lives. The store is <root>/.snapback unless it lives
@@ -133,7 +135,7 @@ func outsideTree(root, dir string) error {
 		}
 	}
 	r, d := real(root), real(dir)
-	if Under(strings.TrimPrefix(r, "/"), strings.TrimPrefix(d, "/")) || Under(strings.TrimPrefix(d, "/"), strings.TrimPrefix(r, "/")) {
+	if record.Under(strings.TrimPrefix(r, "/"), strings.TrimPrefix(d, "/")) || record.Under(strings.TrimPrefix(d, "/"), strings.TrimPrefix(r, "/")) {
 		return fmt.Errorf("snapback.toml: [snapshot] store %s: %w", dir, errStoreInTree)
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // TestOpenAccess: each access level deals with a journal it cannot follow
@@ -28,7 +29,7 @@ func TestOpenAccess(t *testing.T) {
 	}
 	w, err := snapshot.Open(root, snapshot.Options{Access: snapshot.ForChange, Create: true})
 	treetest.Must(t, err)
-	_, err = w.Snap(snapshot.KindSnap, "one")
+	_, err = w.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
 	w.Close()
 	treetest.Write(t, filepath.Join(root, snapshot.StoreDir), "journal.json", "not a journal", 0o600)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -70,7 +71,7 @@ var (
 
 // packEntry is one content of a pack: where it is in the file.
 type packEntry struct {
-	id       ObjectID
+	id       record.ObjectID
 	off, len int64
 }
 
@@ -86,22 +87,22 @@ type packLoc struct {
 type packBuf struct {
 	data []byte
 	ents []packEntry
-	at   map[ObjectID]int // index in ents
+	at   map[record.ObjectID]int // index in ents
 }
 
-func (p *packBuf) has(id ObjectID) bool { _, ok := p.at[id]; return ok }
+func (p *packBuf) has(id record.ObjectID) bool { _, ok := p.at[id]; return ok }
 
-func (p *packBuf) add(id ObjectID, b []byte) {
+func (p *packBuf) add(id record.ObjectID, b []byte) {
 	if p.data == nil {
 		p.data = append(make([]byte, 0, 1<<20), packMagic...)
-		p.at = map[ObjectID]int{}
+		p.at = map[record.ObjectID]int{}
 	}
 	p.at[id] = len(p.ents)
 	p.ents = append(p.ents, packEntry{id: id, off: int64(len(p.data)), len: int64(len(b))})
 	p.data = append(p.data, b...)
 }
 
-func (p *packBuf) content(id ObjectID) ([]byte, bool) {
+func (p *packBuf) content(id record.ObjectID) ([]byte, bool) {
 	i, ok := p.at[id]
 	if !ok {
 		return nil, false
@@ -127,7 +128,7 @@ func (s *Store) loadPacksLocked() {
 	if s.packed != nil {
 		return
 	}
-	s.packed, s.badPacks = map[ObjectID]packLoc{}, map[string]error{}
+	s.packed, s.badPacks = map[record.ObjectID]packLoc{}, map[string]error{}
 	names, err := s.packNames()
 	if err != nil {
 		s.badPacks[packsDir] = err
@@ -253,7 +254,7 @@ func (s *Store) readPackIndex(name string) ([]packEntry, error) {
 // parsePackIndex reads the index of a pack of size bytes from r and
 // checks every entry against the file.
 func parsePackIndex(r io.ReaderAt, size int64) ([]packEntry, error) {
-	bad := func(why string) error { return fmt.Errorf("%w: pack: %s", ErrCorrupt, why) }
+	bad := func(why string) error { return fmt.Errorf("%w: pack: %s", record.ErrCorrupt, why) }
 	if size < packHeaderLen+packTrailerLen || size > maxPackFile {
 		return nil, bad(fmt.Sprintf("%d bytes", size))
 	}
@@ -364,8 +365,8 @@ func (s *Store) writePackNamed(p *packBuf) (string, error) {
 
 // putPacked stores the small content b: in the pack being made, unless
 // the store holds it already.
-func (s *Store) putPacked(b []byte) (ObjectID, error) {
-	id := ObjectID(sha256.Sum256(b))
+func (s *Store) putPacked(b []byte) (record.ObjectID, error) {
+	id := record.ObjectID(sha256.Sum256(b))
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
 	s.loadPacksLocked()
@@ -390,7 +391,7 @@ func (s *Store) flushPack() error {
 }
 
 // packedSize returns the length of a packed (or waiting) content.
-func (s *Store) packedSize(id ObjectID) (int64, bool) {
+func (s *Store) packedSize(id record.ObjectID) (int64, bool) {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
 	s.loadPacksLocked()
@@ -405,7 +406,7 @@ func (s *Store) packedSize(id ObjectID) (int64, bool) {
 // ok is false when no pack holds it. A verb that only reads holds no
 // lock: a gc may have packed the content again and removed the pack this
 // process read the index of, so a pack gone is looked for once more.
-func (s *Store) readPacked(id ObjectID) ([]byte, bool, error) {
+func (s *Store) readPacked(id record.ObjectID) ([]byte, bool, error) {
 	b, ok, err := s.readPackedOnce(id)
 	if errors.Is(err, fs.ErrNotExist) {
 		s.forgetPacks()
@@ -414,7 +415,7 @@ func (s *Store) readPacked(id ObjectID) ([]byte, bool, error) {
 	return b, ok, err
 }
 
-func (s *Store) readPackedOnce(id ObjectID) ([]byte, bool, error) {
+func (s *Store) readPackedOnce(id record.ObjectID) ([]byte, bool, error) {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
 	s.loadPacksLocked()
@@ -427,7 +428,7 @@ func (s *Store) readPackedOnce(id ObjectID) ([]byte, bool, error) {
 	}
 	b, err := s.readAtLocked(loc.pack, loc.off, loc.len)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		err = fmt.Errorf("%w: object %s in pack %s: %w", ErrCorrupt, id, loc.pack, err)
+		err = fmt.Errorf("%w: object %s in pack %s: %w", record.ErrCorrupt, id, loc.pack, err)
 	}
 	return b, true, err
 }
@@ -447,7 +448,7 @@ func (s *Store) readAtLocked(name string, off, n int64) ([]byte, error) {
 }
 
 // packedIDs adds the packed (and waiting) contents to set.
-func (s *Store) packedIDs(set map[ObjectID]bool) {
+func (s *Store) packedIDs(set map[record.ObjectID]bool) {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
 	s.loadPacksLocked()
@@ -490,7 +491,7 @@ func (s *Store) readEntry(name string, e packEntry) ([]byte, error) {
 // The new packs are durable before an old one goes, so a crash between
 // leaves contents twice, never missing. It returns where each old pack
 // went ("" when removed) and what it dropped: entries and bytes.
-func (s *Store) repack(from []string, keep func(id ObjectID, b []byte) bool, aside bool) (map[string]string, int, int64, error) {
+func (s *Store) repack(from []string, keep func(id record.ObjectID, b []byte) bool, aside bool) (map[string]string, int, int64, error) {
 	var p packBuf
 	dropped, bytesDropped := 0, int64(0)
 	made := map[string]bool{} // a new pack may be byte for byte an old one

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"testing"
+
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // FuzzPackIndex: a pack's index is input from outside. Whatever the bytes,
@@ -14,7 +16,7 @@ func FuzzPackIndex(f *testing.F) {
 	var p packBuf
 	for _, s := range []string{"alpha\n", "", "beta\n"} {
 		b := []byte(s)
-		p.add(ObjectID(sha256.Sum256(b)), b)
+		p.add(record.ObjectID(sha256.Sum256(b)), b)
 	}
 	good := encodePack(&p)
 	f.Add(good)

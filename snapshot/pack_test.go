@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // packTree writes n small files (100 B to 8 KiB, distinct) and one of
@@ -89,7 +90,7 @@ func TestPackSmallContents(t *testing.T) {
 	root := t.TempDir()
 	files := packTree(t, root, 300)
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "one")
+	_, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
 	if n, p := looseObjects(t, r.Dir), len(snapshot.PackedObjects(r.Store)); n != 2 || p != 300 {
 		t.Fatalf("%d loose objects and %d packed, want 2 (the manifest and big.bin) and 300", n, p)
@@ -109,7 +110,7 @@ func TestPackSmallContents(t *testing.T) {
 	// A new process reads the packs from disk.
 	r.Close()
 	r = openRepo(t, root)
-	_, err = r.Snap(snapshot.KindSnap, "again")
+	_, err = r.Snap(record.KindSnap, "again")
 	treetest.Must(t, err)
 	for p := range files {
 		treetest.Must(t, os.Remove(filepath.Join(root, p)))
@@ -131,10 +132,10 @@ func TestPackDamaged(t *testing.T) {
 	root := t.TempDir()
 	files := packTree(t, root, 20)
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "one")
+	_, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
 	victim := "d3/f010.txt"
-	id := snapshot.ObjectID(sha256.Sum256(files[victim]))
+	id := record.ObjectID(sha256.Sum256(files[victim]))
 	pack, off, ok := snapshot.PackedAt(r.Store, id)
 	if !ok {
 		t.Fatalf("%s is not packed", victim)
@@ -174,7 +175,7 @@ func TestPackUnreadable(t *testing.T) {
 	root := t.TempDir()
 	files := packTree(t, root, 20)
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "one")
+	_, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
 	packs, _ := filepath.Glob(filepath.Join(r.Dir, "packs", "*.pack"))
 	if len(packs) != 1 {
@@ -205,13 +206,13 @@ func TestPackGC(t *testing.T) {
 	root := t.TempDir()
 	files := packTree(t, root, 10)
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "one")
+	_, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
-	old := snapshot.ObjectID(sha256.Sum256(files["d0/f000.txt"]))
+	old := record.ObjectID(sha256.Sum256(files["d0/f000.txt"]))
 	for i := 0; i < 3; i++ {
 		files["d0/f000.txt"] = []byte(fmt.Sprint("version ", i, "\n"))
 		treetest.Write(t, root, "d0/f000.txt", string(files["d0/f000.txt"]), 0o644)
-		_, err = r.Snap(snapshot.KindSnap, fmt.Sprint("v", i))
+		_, err = r.Snap(record.KindSnap, fmt.Sprint("v", i))
 		treetest.Must(t, err)
 	}
 	if packs, _ := filepath.Glob(filepath.Join(r.Dir, "packs", "*.pack")); len(packs) != 4 {
@@ -243,7 +244,7 @@ func TestPackLooseStore(t *testing.T) {
 		treetest.Must(t, os.MkdirAll(filepath.Join(r.Dir, "objects", h[:2]), 0o700))
 		treetest.Must(t, os.WriteFile(filepath.Join(r.Dir, "objects", h[:2], h[2:]), b, 0o400))
 	}
-	_, err := r.Snap(snapshot.KindSnap, "one")
+	_, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
 	if p := len(snapshot.PackedObjects(r.Store)); p != 0 {
 		t.Fatalf("%d contents packed again", p)
@@ -287,7 +288,7 @@ func TestPackBeforeStatCache(t *testing.T) {
 	treetest.Must(t, err)
 	r.Close() // no Flush: as if killed here
 	r = openRepo(t, root)
-	_, err = r.Snap(snapshot.KindSnap, "one")
+	_, err = r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
 	if r.LastScan.FilesRead != 0 {
 		t.Fatalf("the snap read %d files: the stat cache was not trusted, the test tests nothing", r.LastScan.FilesRead)
@@ -310,7 +311,7 @@ func TestPackMany(t *testing.T) {
 		p := fmt.Sprintf("f%02d.txt", i)
 		files[p] = []byte(fmt.Sprintf("content %d\n", i))
 		treetest.Write(t, root, p, string(files[p]), 0o644)
-		_, err := r.Snap(snapshot.KindSnap, p)
+		_, err := r.Snap(record.KindSnap, p)
 		treetest.Must(t, err)
 	}
 	if packs, _ := filepath.Glob(filepath.Join(r.Dir, "packs", "*.pack")); len(packs) != 70 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/overlay/layer"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +30,7 @@ type Pick struct {
 // checked before anything changes.
 type Part struct {
 	Path      string
-	Base, New ObjectID
+	Base, New record.ObjectID
 	Content   []byte
 }
 
@@ -38,7 +39,7 @@ type Part struct {
 // part's content is stored and written to the tree from the store, its
 // hash checked, while the layer keeps the file with the changes not
 // taken. The directories the picked paths are in come with them.
-func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*Meta, error) {
+func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*record.Meta, error) {
 	all, err := r.commitable(p)
 	if err != nil {
 		return nil, err
@@ -52,8 +53,8 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*Meta, error) {
 	// not name); a directory the tree has keeps its own changes pending.
 	var dirs []string
 	for i := range sel {
-		for d := Parent(sel[i].Path); d != ""; d = Parent(d) {
-			if e := all.Find(d); e != nil && e.Type == Dir && sel.Find(d) == nil && !slices.Contains(dirs, d) {
+		for d := record.Parent(sel[i].Path); d != ""; d = record.Parent(d) {
+			if e := all.Find(d); e != nil && e.Type == record.Dir && sel.Find(d) == nil && !slices.Contains(dirs, d) {
 				dirs = append(dirs, d)
 			}
 		}
@@ -63,7 +64,7 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*Meta, error) {
 		return nil, err
 	}
 	for _, d := range dirs {
-		if c := tree.Find(d); c == nil || c.Type != Dir {
+		if c := tree.Find(d); c == nil || c.Type != record.Dir {
 			sel = append(sel, *all.Find(d))
 		}
 	}
@@ -77,9 +78,9 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*Meta, error) {
 // picked is the part of the changeset all that pick takes: its whole
 // entries, and each part as its file's entry with the part's content
 // (stored now). It maps each part's path to its base.
-func (r *Repo) picked(p *ViewRun, all Manifest, pick Pick, op string) (Manifest, map[string]ObjectID, error) {
-	var sel Manifest
-	bases := map[string]ObjectID{}
+func (r *Repo) picked(p *ViewRun, all record.Manifest, pick Pick, op string) (record.Manifest, map[string]record.ObjectID, error) {
+	var sel record.Manifest
+	bases := map[string]record.ObjectID{}
 	for _, path := range pick.Paths {
 		e := all.Find(path)
 		if e == nil {
@@ -89,7 +90,7 @@ func (r *Repo) picked(p *ViewRun, all Manifest, pick Pick, op string) (Manifest,
 	}
 	for _, pt := range pick.Parts {
 		e := all.Find(pt.Path)
-		if e == nil || e.Type != File || e.Object != pt.New {
+		if e == nil || e.Type != record.File || e.Object != pt.New {
 			return nil, nil, fmt.Errorf("%s %s: %s changed in the run since its hunks were read; nothing was changed, try again", op, p.ID, pt.Path)
 		}
 		if e.Link != "" || linkedTo(all, pt.Path) {
@@ -122,7 +123,7 @@ func (r *Repo) picked(p *ViewRun, all Manifest, pick Pick, op string) (Manifest,
 }
 
 // linkedTo reports whether an entry of m is a hard link to path.
-func linkedTo(m Manifest, path string) bool {
+func linkedTo(m record.Manifest, path string) bool {
 	for i := range m {
 		if m[i].Link == path {
 			return true
@@ -140,7 +141,7 @@ func linkedTo(m Manifest, path string) bool {
 // atomic step: a crash leaves every path either discarded or pending. A
 // run left with nothing is dropped.
 func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
-	if p.State == StateRunning {
+	if p.State == record.StateRunning {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
@@ -165,7 +166,7 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 		return err
 	}
 	for path, base := range bases {
-		if c := tree.Find(path); c == nil || c.Type != File || c.Object != base {
+		if c := tree.Find(path); c == nil || c.Type != record.File || c.Object != base {
 			return fmt.Errorf("discard %s: %s changed in the tree since its hunks were read; nothing was changed, try again", p.ID, path)
 		}
 	}
@@ -181,7 +182,7 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 		picked[path] = true
 	}
 	goneWith := func(path string) bool { // an ancestor is picked too
-		for d := Parent(path); d != ""; d = Parent(d) {
+		for d := record.Parent(path); d != ""; d = record.Parent(d) {
 			if picked[d] {
 				return true
 			}
@@ -220,12 +221,12 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 // directory too is given the tree's owner and mode (its change was
 // those). A deletion the layer holds no entry for went with its
 // directory, which must be picked too (withDir).
-func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, c *Entry, withDir bool) error {
-	d, err := upper.OpenDir(Parent(path))
+func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, c *record.Entry, withDir bool) error {
+	d, err := upper.OpenDir(record.Parent(path))
 	var st unix.Stat_t
 	if err == nil {
 		defer d.Close()
-		st, err = d.Lstat(Base(path))
+		st, err = d.Lstat(record.Base(path))
 	}
 	switch {
 	case errors.Is(err, unix.ENOENT) && withDir:
@@ -235,26 +236,26 @@ func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, c *Entry, withDir b
 	case err != nil:
 		return err
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
-		err := d.Rmdir(Base(path))
+		err := d.Rmdir(record.Base(path))
 		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
 			if err != nil {
 				return err
 			}
 			break
 		}
-		if c == nil || c.Type != Dir {
+		if c == nil || c.Type != record.Dir {
 			return fmt.Errorf("%s holds changes not discarded: a directory goes with what is in it", path)
 		}
 		if os.Geteuid() == 0 {
-			if err := d.Lchown(Base(path), int(c.UID), int(c.GID)); err != nil {
+			if err := d.Lchown(record.Base(path), int(c.UID), int(c.GID)); err != nil {
 				return err
 			}
 		}
-		if err := d.Chmod(Base(path), c.Mode); err != nil {
+		if err := d.Chmod(record.Base(path), c.Mode); err != nil {
 			return err
 		}
 	default:
-		if err := d.Unlink(Base(path)); err != nil {
+		if err := d.Unlink(record.Base(path)); err != nil {
 			return err
 		}
 	}
@@ -266,11 +267,11 @@ func (r *Repo) dropFromLayer(upper *fsutil.Dir, path string, c *Entry, withDir b
 // there (one the tree does not have, or has as it is but for its mtime);
 // an opaque directory (one that hides the tree's) stays, as its deletions
 // are changes.
-func (r *Repo) dropEmptied(upper *fsutil.Dir, all Manifest, dropped []string) error {
+func (r *Repo) dropEmptied(upper *fsutil.Dir, all record.Manifest, dropped []string) error {
 	seen := map[string]bool{}
 	var dirs []string
 	for _, path := range dropped {
-		for d := Parent(path); d != "" && !seen[d]; d = Parent(d) {
+		for d := record.Parent(path); d != "" && !seen[d]; d = record.Parent(d) {
 			seen[d] = true
 			dirs = append(dirs, d)
 		}
@@ -281,18 +282,18 @@ func (r *Repo) dropEmptied(upper *fsutil.Dir, all Manifest, dropped []string) er
 		return err
 	}
 	for _, dir := range dirs {
-		pd, err := upper.OpenDir(Parent(dir))
+		pd, err := upper.OpenDir(record.Parent(dir))
 		if err != nil {
 			continue
 		}
-		xs, _ := pd.Xattrs(Base(dir))
+		xs, _ := pd.Xattrs(record.Base(dir))
 		e, c := all.Find(dir), tree.Find(dir)
 		if layer.IsOpaque(layer.ListGetter(xs)) ||
-			c != nil && c.Type == Dir && e != nil && (e.Type != Dir || e.Mode != c.Mode || e.UID != c.UID || e.GID != c.GID) {
+			c != nil && c.Type == record.Dir && e != nil && (e.Type != record.Dir || e.Mode != c.Mode || e.UID != c.UID || e.GID != c.GID) {
 			pd.Close()
 			continue // a change of its own: kept
 		}
-		err = pd.Rmdir(Base(dir))
+		err = pd.Rmdir(record.Base(dir))
 		if err == nil {
 			err = pd.Sync()
 		}
@@ -309,19 +310,19 @@ func (r *Repo) dropEmptied(upper *fsutil.Dir, all Manifest, dropped []string) er
 // among them): written as a temp in the store's tmp/ (on the layer's
 // filesystem; recover sweeps it) and renamed over the file.
 func (r *Repo) rewriteInLayer(upper *fsutil.Dir, path string, content []byte) error {
-	d, err := upper.OpenDir(Parent(path))
+	d, err := upper.OpenDir(record.Parent(path))
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	st, err := d.Lstat(Base(path))
+	st, err := d.Lstat(record.Base(path))
 	if err != nil {
 		return err
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("not a regular file in the run's layer")
 	}
-	xs, err := d.Xattrs(Base(path))
+	xs, err := d.Xattrs(record.Base(path))
 	if err != nil {
 		return err
 	}
@@ -368,7 +369,7 @@ func (r *Repo) rewriteInLayer(upper *fsutil.Dir, path string, content []byte) er
 		return err
 	}
 	defer td.Close()
-	if err := td.Rename(filepath.Base(tmp), d, Base(path)); err != nil {
+	if err := td.Rename(filepath.Base(tmp), d, record.Base(path)); err != nil {
 		os.Remove(tmp)
 		return err
 	}

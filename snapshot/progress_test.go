@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // TestProgressReports: a snapshot reports its scan (paths and bytes so
@@ -28,7 +29,7 @@ func TestProgressReports(t *testing.T) {
 		got = append(got, p)
 		mu.Unlock()
 	}
-	if _, err := r.Snap(snapshot.KindSnap, "base"); err != nil {
+	if _, err := r.Snap(record.KindSnap, "base"); err != nil {
 		t.Fatal(err)
 	}
 	last := got[len(got)-1]
@@ -67,12 +68,12 @@ func TestSkippedSocket(t *testing.T) {
 	treetest.Must(t, err)
 	defer l.Close()
 	r := openRepo(t, root)
-	m, err := r.Snap(snapshot.KindSnap, "")
+	m, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	if m.Files != 1 {
 		t.Errorf("snapshot holds %d files, want 1 (the socket is not one)", m.Files)
 	}
-	want := []snapshot.Skipped{{Path: "sock", Type: snapshot.SkippedSocket}}
+	want := []record.Skipped{{Path: "sock", Type: record.SkippedSocket}}
 	if fmt.Sprint(r.LastScan.Skipped) != fmt.Sprint(want) {
 		t.Errorf("skipped %v, want %v", r.LastScan.Skipped, want)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // ErrTargetsPending: an interrupted operation has changed the tree but
@@ -97,19 +98,19 @@ func (r *Reader) Close() {
 
 // ScanTree reads the whole tree; with store set, contents not yet in the
 // store are added to it.
-func (r *Reader) ScanTree(store bool) (Manifest, error) {
+func (r *Reader) ScanTree(store bool) (record.Manifest, error) {
 	return r.scan(store, (*scanner).scanTree)
 }
 
 // ScanPaths reads the listed paths; below each path for which deep says
 // so, everything is read too.
-func (r *Reader) ScanPaths(paths []string, store bool, deep bool) (Manifest, error) {
-	return r.scan(store, func(sc *scanner) (Manifest, error) { return sc.scanPaths(paths, deep) })
+func (r *Reader) ScanPaths(paths []string, store bool, deep bool) (record.Manifest, error) {
+	return r.scan(store, func(sc *scanner) (record.Manifest, error) { return sc.scanPaths(paths, deep) })
 }
 
 // scan runs one scan of the tree, notes what it read, and keeps what it
 // learned in the stat cache when it stored contents.
-func (r *Reader) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest, error) {
+func (r *Reader) scan(store bool, fn func(*scanner) (record.Manifest, error)) (record.Manifest, error) {
 	sc := r.newScanner(r.treeDir, r.ign, store)
 	sc.progress = r.Progress
 	sc.ctx = r.Ctx
@@ -128,7 +129,7 @@ func (r *Reader) scan(store bool, fn func(*scanner) (Manifest, error)) (Manifest
 }
 
 // record stores a manifest and returns its id as a string.
-func (r *Repo) record(m Manifest) (string, error) {
+func (r *Repo) record(m record.Manifest) (string, error) {
 	id, err := r.PutManifest(m)
 	if err != nil {
 		return "", err
@@ -136,9 +137,9 @@ func (r *Repo) record(m Manifest) (string, error) {
 	return id.String(), nil
 }
 
-func counts(m Manifest) (files int, bytes int64) {
+func counts(m record.Manifest) (files int, bytes int64) {
 	for i := range m {
-		if m[i].Type == File {
+		if m[i].Type == record.File {
 			files++
 			if m[i].Link == "" {
 				bytes += m[i].Size
@@ -149,13 +150,13 @@ func counts(m Manifest) (files int, bytes int64) {
 }
 
 // Snap records a tree snapshot of the current state.
-func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
+func (r *Repo) Snap(kind record.Kind, message string) (*record.Meta, error) {
 	// In the middle of a checkpoint, a tree snapshot would come after it
 	// in the history while its stretch goes on: undo would take it first.
 	if err := r.refuseOpen("snap"); err != nil {
 		return nil, err
 	}
-	meta, err := r.newMeta(kind, ScopeTree)
+	meta, err := r.newMeta(kind, record.ScopeTree)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func (r *Repo) Snap(kind Kind, message string) (*Meta, error) {
 }
 
 // snapInto scans the tree into m's manifest and writes m.
-func (r *Repo) snapInto(meta *Meta) error {
+func (r *Repo) snapInto(meta *record.Meta) error {
 	m, err := r.ScanTree(true)
 	if err != nil {
 		return fmt.Errorf("snapshot: %w", err)
@@ -187,19 +188,19 @@ func (r *Repo) snapInto(meta *Meta) error {
 }
 
 // current reads the tree's present state of what target governs.
-func (r *Reader) current(target Manifest, scope Scope, store bool) (Manifest, error) {
-	if scope == ScopeTree {
+func (r *Reader) current(target record.Manifest, scope record.Scope, store bool) (record.Manifest, error) {
+	if scope == record.ScopeTree {
 		return r.ScanTree(store)
 	}
 	deep := map[string]bool{}
 	for i := range target {
-		if target[i].Type != Dir {
+		if target[i].Type != record.Dir {
 			deep[target[i].Path] = true
 		}
 	}
 	paths := target.Paths()
-	scan := func() (Manifest, error) {
-		return r.scan(store, func(sc *scanner) (Manifest, error) {
+	scan := func() (record.Manifest, error) {
+		return r.scan(store, func(sc *scanner) (record.Manifest, error) {
 			return sc.scanPathsDeep(paths, func(p string) bool { return deep[p] })
 		})
 	}
@@ -212,7 +213,7 @@ func (r *Reader) current(target Manifest, scope Scope, store bool) (Manifest, er
 	// restore links them again instead of making separate copies.
 	linked := map[[2]uint64]bool{}
 	for i := range m {
-		if m[i].Type == File && m[i].Nlink > 1 {
+		if m[i].Type == record.File && m[i].Nlink > 1 {
 			linked[m[i].Inode] = true
 		}
 	}
@@ -225,7 +226,7 @@ func (r *Reader) current(target Manifest, scope Scope, store bool) (Manifest, er
 	}
 	n := len(paths)
 	for i := range all {
-		if all[i].Type == File && linked[all[i].Inode] && m.Find(all[i].Path) == nil {
+		if all[i].Type == record.File && linked[all[i].Inode] && m.Find(all[i].Path) == nil {
 			paths = append(paths, all[i].Path)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,7 +76,7 @@ func TestUndoRedoExact(t *testing.T) {
 	treetest.Tricky(t, root, sparse)
 	r := openRepo(t, root)
 	before := capture(t, root)
-	s, err := r.Snap(snapshot.KindSnap, "before")
+	s, err := r.Snap(record.KindSnap, "before")
 	treetest.Must(t, err)
 	mutate(t, root)
 	after := capture(t, root)
@@ -114,18 +115,18 @@ func TestSecondSnapReadsNothing(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // past the racy-timestamp margin
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "")
+	_, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	if r.LastScan.FilesRead == 0 {
 		t.Fatal("first snap read nothing")
 	}
-	_, err = r.Snap(snapshot.KindSnap, "")
+	_, err = r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	if r.LastScan.FilesRead != 0 || r.LastScan.BytesRead != 0 {
 		t.Fatalf("second snap of an unchanged tree read %d files, %d bytes", r.LastScan.FilesRead, r.LastScan.BytesRead)
 	}
 	treetest.Write(t, root, "d/a/f0.txt", "changed", 0o644)
-	_, err = r.Snap(snapshot.KindSnap, "")
+	_, err = r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	if r.LastScan.FilesRead != 1 {
 		t.Fatalf("snap after one change read %d files, want 1", r.LastScan.FilesRead)
@@ -138,7 +139,7 @@ func TestContentStoredOnce(t *testing.T) {
 		treetest.Write(t, root, filepath.Join("copies", "c"+string(rune('a'+i%26))+string(rune('a'+i/26))), "same content\n", 0o644)
 	}
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "")
+	_, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	n := 0
 	filepath.Walk(filepath.Join(root, snapshot.StoreDir, "objects"), func(p string, info os.FileInfo, err error) error {
@@ -153,7 +154,7 @@ func TestContentStoredOnce(t *testing.T) {
 }
 
 // runChange simulates a copy-mode run: fn is the command.
-func runChange(t *testing.T, r *snapshot.Repo, fn func()) *snapshot.Meta {
+func runChange(t *testing.T, r *snapshot.Repo, fn func()) *record.Meta {
 	t.Helper()
 	run, err := r.BeginTreeRun([]string{"cmd"}, "copy")
 	treetest.Must(t, err)
@@ -237,7 +238,7 @@ func TestRestoreNeverFollowsSymlinks(t *testing.T) {
 	treetest.Write(t, outside, "x", "outside, must stay", 0o644)
 	treetest.Write(t, root, "d/x", "inside", 0o644)
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "")
+	_, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	outsideBefore := treetest.Capture(t, outside)
 	// Replace d with a symlink to the outside directory: a restore that
@@ -262,11 +263,11 @@ func TestSnapshotDoesNotReadThroughSymlinks(t *testing.T) {
 	treetest.Must(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "link")))
 	treetest.Must(t, os.Symlink(outside, filepath.Join(root, "dirlink")))
 	r := openRepo(t, root)
-	m, err := r.Snap(snapshot.KindSnap, "")
+	m, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	mf, err := r.LoadManifest(m.Manifest)
 	treetest.Must(t, err)
-	if len(mf) != 2 || mf[0].Type != snapshot.Symlink || mf[1].Type != snapshot.Symlink {
+	if len(mf) != 2 || mf[0].Type != record.Symlink || mf[1].Type != record.Symlink {
 		t.Fatalf("manifest %+v, want two symlinks", mf)
 	}
 	if m.Files != 0 {
@@ -279,7 +280,7 @@ func TestIgnoredPathsSurviveUndo(t *testing.T) {
 	treetest.Write(t, root, "src.go", "v1", 0o644)
 	treetest.Write(t, root, "trace.jsonl", "log1\n", 0o644)
 	r := openRepo(t, root, "trace.jsonl", "node_modules")
-	_, err := r.Snap(snapshot.KindSnap, "")
+	_, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	treetest.Write(t, root, "src.go", "v2", 0o644)
 	treetest.Write(t, root, "trace.jsonl", "log1\nlog2\n", 0o644)
@@ -305,7 +306,7 @@ func TestGCKeepsWhatUndoNeeds(t *testing.T) {
 		treetest.Write(t, root, "f", strings.Repeat("v", i+1)+"\n", 0o644)
 		treetest.Write(t, root, "only"+string(rune('0'+i)), "unique content "+string(rune('0'+i)), 0o644)
 		states = append(states, capture(t, root))
-		_, err := r.Snap(snapshot.KindSnap, "")
+		_, err := r.Snap(record.KindSnap, "")
 		treetest.Must(t, err)
 	}
 	treetest.Write(t, root, "f", "latest\n", 0o644)
@@ -326,7 +327,7 @@ func TestGCKeepsWhatUndoNeeds(t *testing.T) {
 	for _, m := range h.All {
 		mf, err := r.LoadManifest(m.Manifest)
 		treetest.Must(t, err)
-		mf.Objects(func(o snapshot.ObjectID) {
+		mf.Objects(func(o record.ObjectID) {
 			if !r.HasObject(o) {
 				t.Fatalf("snapshot %s lost object %s to gc", m.ID, o)
 			}
@@ -334,11 +335,11 @@ func TestGCKeepsWhatUndoNeeds(t *testing.T) {
 	}
 	// And a snap after gc does not reference objects gc removed.
 	treetest.Write(t, root, "f", "v\n", 0o644) // content of a collected object
-	m, err := r.Snap(snapshot.KindSnap, "")
+	m, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	mf, err := r.LoadManifest(m.Manifest)
 	treetest.Must(t, err)
-	mf.Objects(func(o snapshot.ObjectID) {
+	mf.Objects(func(o record.ObjectID) {
 		if !r.HasObject(o) {
 			t.Fatalf("snap after gc references missing object %s", o)
 		}
@@ -371,7 +372,7 @@ func TestStoreIsPrivate(t *testing.T) {
 	root := t.TempDir()
 	treetest.Write(t, root, "f", "x", 0o644)
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "")
+	_, err := r.Snap(record.KindSnap, "")
 	treetest.Must(t, err)
 	fi, err := os.Stat(filepath.Join(root, snapshot.StoreDir))
 	treetest.Must(t, err)
@@ -391,12 +392,12 @@ func TestFullDisk(t *testing.T) {
 	treetest.Write(t, root, "a", big, 0o644)
 	treetest.Write(t, root, "b", "small", 0o644)
 	r := openRepo(t, root)
-	s, err := r.Snap(snapshot.KindSnap, "fits")
+	s, err := r.Snap(record.KindSnap, "fits")
 	treetest.Must(t, err)
 	// A second large file does not fit twice (tree and store).
 	treetest.Write(t, root, "c", strings.Repeat("y", 600<<10), 0o644)
 	before := capture(t, root)
-	if _, err := r.Snap(snapshot.KindSnap, "too big"); !errors.Is(err, unix.ENOSPC) {
+	if _, err := r.Snap(record.KindSnap, "too big"); !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("snap on a full disk: %v, want ENOSPC", err)
 	}
 	treetest.Equal(t, "tree after a failed snap", before, capture(t, root))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // snaps records n snapshots, each with a content of its own, and returns
@@ -18,7 +19,7 @@ func snaps(t *testing.T, r *snapshot.Repo, root string, n int) []treetest.State 
 	for i := 0; i < n; i++ {
 		treetest.Write(t, root, "f", strings.Repeat("v", i+1)+"\n", 0o644)
 		states = append(states, capture(t, root))
-		_, err := r.Snap(snapshot.KindSnap, "")
+		_, err := r.Snap(record.KindSnap, "")
 		treetest.Must(t, err)
 	}
 	return states

@@ -45,10 +45,5 @@ package snapshot
 //	(none) ──BeginCheckpoint──> open   a tree snapshot of the state before
 //	open ──EndCheckpoint──> done       narrowed to the paths changed since
 //	open ──EndCheckpoint──> (none)     nothing changed: no undo step
-const (
-	StateRunning     = "running"
-	StatePending     = "pending"
-	StateDone        = "done"
-	StateInterrupted = "interrupted"
-	StateOpen        = "open"
-)
+//
+// The state names are package record's (record.StateRunning, …).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/layout"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +53,7 @@ func (si statInfo) key() statKey {
 // restore) and restore temps.
 func excluded(path string) bool {
 	return path == StoreDir || strings.HasPrefix(path, UntrustedPrefix) && !strings.Contains(path, "/") ||
-		strings.HasPrefix(Base(path), TempPrefix)
+		strings.HasPrefix(record.Base(path), TempPrefix)
 }
 
 // scanner reads the tree into manifests, storing (or only hashing) the
@@ -89,8 +90,8 @@ type scanner struct {
 
 	progress    progressFunc // hears of each path seen and file read
 	stats       ScanStats
-	skipped     []Skipped    // guarded by mu
-	hashed      atomic.Int64 // files whose content was read
+	skipped     []record.Skipped // guarded by mu
+	hashed      atomic.Int64     // files whose content was read
 	bytesHashed atomic.Int64
 }
 
@@ -102,30 +103,11 @@ type ScanStats struct {
 	BytesRead int64 // their bytes
 	// Skipped are the paths seen that snapshots do not hold (sockets,
 	// devices), sorted.
-	Skipped []Skipped
-}
-
-// Skipped is a path that snapshots, and so commits, undo and redo, do
-// not carry: a Unix socket (as tar and git skip them: it is a live
-// endpoint, not data) or a device file.
-type Skipped struct {
-	Path string `json:"path"`
-	Type string `json:"type"` // SkippedSocket or SkippedDevice
-}
-
-// The types of Skipped.
-const (
-	SkippedSocket = "socket"
-	SkippedDevice = "device"
-)
-
-// Reason says why the path is not carried, for a person to read.
-func (s Skipped) Reason() string {
-	return "a " + s.Type + " is not carried"
+	Skipped []record.Skipped
 }
 
 type scanned struct {
-	Entry
+	record.Entry
 	st     statInfo
 	cached bool // the stat cache vouched for the content
 	gone   bool // removed between the listing and the read: not in the snapshot
@@ -190,7 +172,7 @@ func (sc *scanner) start() {
 
 // finish waits for the workers and returns the sorted manifest, with hard
 // links grouped.
-func (sc *scanner) finish() (Manifest, error) {
+func (sc *scanner) finish() (record.Manifest, error) {
 	sc.walkers.Wait()
 	close(sc.jobs)
 	sc.wg.Wait()
@@ -200,17 +182,17 @@ func (sc *scanner) finish() (Manifest, error) {
 	if sc.listed {
 		for _, e := range sc.entries {
 			if e.gone { // a listed path is in the result, as absent
-				e.Entry = Entry{Path: e.Path, Type: Absent}
+				e.Entry = record.Entry{Path: e.Path, Type: record.Absent}
 			}
 		}
 	} else {
 		sc.entries = slices.DeleteFunc(sc.entries, func(e *scanned) bool { return e.gone })
 	}
 	slices.SortFunc(sc.entries, func(a, b *scanned) int { return strings.Compare(a.Path, b.Path) })
-	m := make(Manifest, len(sc.entries))
+	m := make(record.Manifest, len(sc.entries))
 	first := map[[2]uint64]string{}
 	for i, e := range sc.entries {
-		if e.Type == File && e.st.Nlink > 1 {
+		if e.Type == record.File && e.st.Nlink > 1 {
 			k := [2]uint64{e.st.Dev, e.st.Ino}
 			if p, ok := first[k]; ok {
 				e.Link = p
@@ -237,12 +219,12 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 	e.Ctime, e.Inode, e.Nlink = si.Ctime, [2]uint64{si.Dev, si.Ino}, si.Nlink
 	switch si.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		e.Type = File
+		e.Type = record.File
 		e.Size = si.Size
 	case unix.S_IFDIR:
-		e.Type = Dir
+		e.Type = record.Dir
 	case unix.S_IFLNK:
-		e.Type = Symlink
+		e.Type = record.Symlink
 		t, err := d.Readlink(name)
 		if errors.Is(err, unix.ENOENT) {
 			return nil, false, nil // removed since it was listed
@@ -253,18 +235,18 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 		e.Target = t
 		e.Mode = 0o777
 	case unix.S_IFIFO:
-		e.Type = Fifo
+		e.Type = record.Fifo
 	default:
-		kind := SkippedDevice
+		kind := record.SkippedDevice
 		if si.Mode&unix.S_IFMT == unix.S_IFSOCK {
-			kind = SkippedSocket
+			kind = record.SkippedSocket
 		}
 		sc.mu.Lock()
-		sc.skipped = append(sc.skipped, Skipped{Path: path, Type: kind})
+		sc.skipped = append(sc.skipped, record.Skipped{Path: path, Type: kind})
 		sc.mu.Unlock()
 		return nil, false, nil
 	}
-	if e.Type == File && !sc.noCache {
+	if e.Type == record.File && !sc.noCache {
 		if ce, ok := sc.cache.lookup(path, si.key()); ok {
 			e.Object, e.cached = ce.Object, true
 			if ce.NoXattrs {
@@ -272,7 +254,7 @@ func (sc *scanner) entryOf(d *fsutil.Dir, name, path string, st *unix.Stat_t) (*
 			}
 		}
 	}
-	if e.Type != Symlink {
+	if e.Type != record.Symlink {
 		xs, err := d.Xattrs(name)
 		if errors.Is(err, unix.ENOENT) {
 			return nil, false, nil // removed since it was listed
@@ -297,7 +279,7 @@ func (sc *scanner) add(ref *dirRef, e *scanned) {
 	if sc.progress != nil {
 		sc.progress(Progress{Step: StepScan, Paths: int64(n), Bytes: sc.bytesHashed.Load()})
 	}
-	if e.Type != File {
+	if e.Type != record.File {
 		return
 	}
 	if e.cached {
@@ -312,7 +294,7 @@ func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
 	if err := sc.stopped(); err != nil {
 		return err
 	}
-	name := Base(e.Path)
+	name := record.Base(e.Path)
 	if beforeHash != nil {
 		beforeHash(e.Path)
 	}
@@ -336,7 +318,7 @@ func (sc *scanner) hash(d *fsutil.Dir, e *scanned) error {
 		return fmt.Errorf("read %s: replaced by something else during the snapshot", e.Path)
 	}
 	hashedAt := time.Now().UnixNano()
-	var obj ObjectID
+	var obj record.ObjectID
 	var size int64
 	if sc.store {
 		obj, size, err = sc.s.PutFile(f)
@@ -401,7 +383,7 @@ func (sc *scanner) walk(ref *dirRef, path string) error {
 		}
 		if sc.upper && isWhiteout(ref.d, name, &st) {
 			sc.mu.Lock()
-			sc.entries = append(sc.entries, &scanned{Entry: Entry{Path: p, Type: Absent}})
+			sc.entries = append(sc.entries, &scanned{Entry: record.Entry{Path: p, Type: record.Absent}})
 			sc.mu.Unlock()
 			continue
 		}
@@ -454,7 +436,7 @@ func (sc *scanner) walkSub(d *fsutil.Dir, name, p string) error {
 }
 
 // scanTree reads every path of the tree (but ignored and excluded ones).
-func (sc *scanner) scanTree() (Manifest, error) {
+func (sc *scanner) scanTree() (record.Manifest, error) {
 	sc.start()
 	top, err := sc.root.OpenDir("")
 	if err != nil {
@@ -474,11 +456,11 @@ func (sc *scanner) scanTree() (Manifest, error) {
 
 // scanPaths reads the listed paths (absent ones as Absent entries), and
 // everything below those that are directories when deep is set.
-func (sc *scanner) scanPaths(paths []string, deep bool) (Manifest, error) {
+func (sc *scanner) scanPaths(paths []string, deep bool) (record.Manifest, error) {
 	return sc.scanPathsDeep(paths, func(string) bool { return deep })
 }
 
-func (sc *scanner) scanPathsDeep(paths []string, deep func(string) bool) (Manifest, error) {
+func (sc *scanner) scanPathsDeep(paths []string, deep func(string) bool) (record.Manifest, error) {
 	sc.listed = true
 	sc.start()
 	var err error
@@ -513,10 +495,10 @@ func (sc *scanner) scanPathsDeep(paths []string, deep func(string) bool) (Manife
 func (sc *scanner) scanOne(p string, deep bool) error {
 	absent := func() {
 		sc.mu.Lock()
-		sc.entries = append(sc.entries, &scanned{Entry: Entry{Path: p, Type: Absent}})
+		sc.entries = append(sc.entries, &scanned{Entry: record.Entry{Path: p, Type: record.Absent}})
 		sc.mu.Unlock()
 	}
-	d, err := sc.root.OpenDir(Parent(p))
+	d, err := sc.root.OpenDir(record.Parent(p))
 	if err != nil {
 		// A parent that is missing, a file, or a symlink: the path does not
 		// exist as a path of this tree.
@@ -529,7 +511,7 @@ func (sc *scanner) scanOne(p string, deep bool) error {
 	ref := &dirRef{d: d}
 	ref.n.Store(1)
 	defer ref.release()
-	name := Base(p)
+	name := record.Base(p)
 	st, err := d.Lstat(name)
 	if errors.Is(err, unix.ENOENT) {
 		absent()
@@ -547,7 +529,7 @@ func (sc *scanner) scanOne(p string, deep bool) error {
 		return nil
 	}
 	sc.add(ref, e)
-	if deep && e.Type == Dir {
+	if deep && e.Type == record.Dir {
 		return sc.walkSub(d, name, p)
 	}
 	return nil

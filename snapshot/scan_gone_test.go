@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // TestScanFileRemovedWhileRead: a file removed between the scan's listing
@@ -28,7 +29,7 @@ func TestScanFileRemovedWhileRead(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { snapshot.SetBeforeHash(nil) })
-	m, err := r.Snap(snapshot.KindSnap, "")
+	m, err := r.Snap(record.KindSnap, "")
 	if err != nil {
 		t.Fatalf("snap with a file removed while it was read: %v", err)
 	}
@@ -38,7 +39,7 @@ func TestScanFileRemovedWhileRead(t *testing.T) {
 		t.Fatalf("the removed file is in the snapshot: %+v", e)
 	}
 	for _, p := range []string{"keep.txt", ".git/objects/pack/p.pack"} {
-		if e := mf.Find(p); e == nil || e.Type != snapshot.File {
+		if e := mf.Find(p); e == nil || e.Type != record.File {
 			t.Fatalf("%s missing from the snapshot: %+v", p, e)
 		}
 	}
@@ -51,7 +52,7 @@ func TestScanFileRemovedWhileRead(t *testing.T) {
 	})
 	pm, err := r.ScanPaths([]string{"again.txt", "keep.txt"}, true, false)
 	treetest.Must(t, err)
-	if e := pm.Find("again.txt"); e == nil || e.Type != snapshot.Absent {
+	if e := pm.Find("again.txt"); e == nil || e.Type != record.Absent {
 		t.Fatalf("a listed path removed while read: %+v, want absent", e)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,7 +26,7 @@ import (
 func (r *Repo) seenPath(id string) string { return r.path("runs", id, "seen") }
 
 // loadSeen reads the run's seen record (none: an empty one).
-func (r *Repo) loadSeen(id string) (Manifest, error) {
+func (r *Repo) loadSeen(id string) (record.Manifest, error) {
 	b, err := r.readFile(r.seenPath(id), maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -33,7 +34,7 @@ func (r *Repo) loadSeen(id string) (Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
-	m, err := DecodeManifest(b)
+	m, err := record.DecodeManifest(b)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %s: %w", id, r.seenPath(id), err)
 	}
@@ -81,7 +82,7 @@ func (r *Repo) noteSeen(p *ViewRun) error {
 			continue
 		}
 		want[e.Path] = false // once
-		if e.Type == Absent && !r.absentSince(e.Path, start) || e.Type != Absent && e.Ctime >= start {
+		if e.Type == record.Absent && !r.absentSince(e.Path, start) || e.Type != record.Absent && e.Ctime >= start {
 			continue // changed since: unknown
 		}
 		e.Link = "" // its own content, whatever its other names
@@ -91,13 +92,13 @@ func (r *Repo) noteSeen(p *ViewRun) error {
 		return nil
 	}
 	seen.Sort()
-	return fsutil.WriteFileAtomic(r.seenPath(p.ID), EncodeManifest(seen), 0o600)
+	return fsutil.WriteFileAtomic(r.seenPath(p.ID), record.EncodeManifest(seen), 0o600)
 }
 
 // absentSince reports whether an absent path was absent at start too:
 // its nearest existing ancestor is unchanged since.
 func (r *Repo) absentSince(path string, start int64) bool {
-	for d := Parent(path); ; d = Parent(d) {
+	for d := record.Parent(path); ; d = record.Parent(d) {
 		dir, err := r.treeDir.OpenDir(d) // following no symlink
 		if err == nil {
 			var st unix.Stat_t
@@ -114,22 +115,22 @@ func (r *Repo) absentSince(path string, start int64) bool {
 // sameAsSeen reports whether the tree's entry c is what seen noted at
 // its path when the run started (type, mode, content, link target); ok
 // is false when seen has no entry there.
-func sameAsSeen(seen, cur Manifest, c *Entry) (same, ok bool) {
+func sameAsSeen(seen, cur record.Manifest, c *record.Entry) (same, ok bool) {
 	s := seen.Find(c.Path)
 	if s == nil {
 		return false, false
 	}
-	if s.Type != c.Type || s.Type != Symlink && s.Type != Absent && s.Mode != c.Mode {
+	if s.Type != c.Type || s.Type != record.Symlink && s.Type != record.Absent && s.Mode != c.Mode {
 		return false, true
 	}
 	switch c.Type {
-	case File:
+	case record.File:
 		obj := c.Object
 		if l := cur.Find(c.Link); c.Link != "" && l != nil && obj.IsZero() {
 			obj = l.Object
 		}
 		return obj == s.Object && c.Size == s.Size, true
-	case Symlink:
+	case record.Symlink:
 		return c.Target == s.Target, true
 	}
 	return true, true

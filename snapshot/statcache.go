@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // The stat cache (the store's "index", as git calls its own): for each file
@@ -41,7 +42,7 @@ type statKey struct {
 
 type cacheEntry struct {
 	statKey
-	Object   ObjectID
+	Object   record.ObjectID
 	HashedAt int64
 	// NoXattrs: the file had no xattrs. Setting one changes the ctime, so
 	// while the key matches the scan need not list them (most files have
@@ -90,7 +91,7 @@ func (c *statCache) lookup(path string, k statKey) (cacheEntry, bool) {
 	return e, true
 }
 
-func (c *statCache) put(path string, k statKey, obj ObjectID, hashedAt int64, noXattrs bool) {
+func (c *statCache) put(path string, k statKey, obj record.ObjectID, hashedAt int64, noXattrs bool) {
 	c.ensure()
 	c.mu.Lock()
 	if c.over == nil {
@@ -220,48 +221,48 @@ func (s *Store) decodeCache() (*cacheTable, error) {
 		return m, nil
 	}
 	if len(b) < len(indexMagic)+sha256.Size || string(b[:len(indexMagic)]) != indexMagic {
-		return nil, fmt.Errorf("%w: bad header or truncated", ErrCorrupt)
+		return nil, fmt.Errorf("%w: bad header or truncated", record.ErrCorrupt)
 	}
 	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
 	if sha256.Sum256(body) != [sha256.Size]byte(sum) {
-		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorrupt)
+		return nil, fmt.Errorf("%w: checksum mismatch", record.ErrCorrupt)
 	}
 	// Entries take about 70 bytes: sized once, the slices are not grown
 	// (and copied) a dozen times while 100,000 entries go in.
 	m = &cacheTable{paths: make([]string, 0, len(body)/64), vals: make([]cacheEntry, 0, len(body)/64), dirs: map[string]span{}}
 	var dir, name string // of the entry before
 	lo := int32(-1)      // where dir's entries begin; -1: no entry yet
-	d := &decoder{b: body[len(indexMagic):], what: "stat cache"}
+	d := record.NewDecoder(body[len(indexMagic):], "stat cache")
 	// The paths are cut from one string of the whole body: one
 	// allocation instead of one per entry.
-	whole := string(d.b)
-	for len(d.b) > 0 && d.err == nil {
-		n := d.uvarint("path")
-		at := len(whole) - len(d.b)
-		d.bytes(n, "path")
-		if d.err != nil {
+	whole := string(d.Rest())
+	for len(d.Rest()) > 0 && d.Err() == nil {
+		n := d.Uvarint("path")
+		at := len(whole) - len(d.Rest())
+		d.Bytes(n, "path")
+		if d.Err() != nil {
 			break
 		}
 		p := whole[at : at+int(n)]
 		var e cacheEntry
-		e.Size = d.varint("size")
-		e.Mtime = d.varint("mtime")
-		e.Ctime = d.varint("ctime")
-		e.Ino = d.uvarint("ino")
-		e.Dev = d.uvarint("dev")
-		e.Mode = d.u32("mode")
-		copy(e.Object[:], d.bytes(32, "object"))
-		e.HashedAt = d.varint("hashed")
-		x := d.bytes(1, "flags")
-		if d.err != nil {
+		e.Size = d.Varint("size")
+		e.Mtime = d.Varint("mtime")
+		e.Ctime = d.Varint("ctime")
+		e.Ino = d.Uvarint("ino")
+		e.Dev = d.Uvarint("dev")
+		e.Mode = d.U32("mode")
+		copy(e.Object[:], d.Bytes(32, "object"))
+		e.HashedAt = d.Varint("hashed")
+		x := d.Bytes(1, "flags")
+		if d.Err() != nil {
 			break
 		}
-		if !ValidPath(p) {
-			return nil, fmt.Errorf("%w: invalid path %q", ErrCorrupt, p)
+		if !record.ValidPath(p) {
+			return nil, fmt.Errorf("%w: invalid path %q", record.ErrCorrupt, p)
 		}
 		e.NoXattrs = x[0]&1 != 0
 		if len(m.vals) == 1<<31-1 {
-			return nil, fmt.Errorf("%w: too many entries", ErrCorrupt)
+			return nil, fmt.Errorf("%w: too many entries", record.ErrCorrupt)
 		}
 		// In order, each path once: a directory's entries form one
 		// span, which get can search.
@@ -270,10 +271,10 @@ func (s *Store) decodeCache() (*cacheTable, error) {
 		switch {
 		case lo >= 0 && pd == dir:
 			if p[off:] <= name {
-				return nil, fmt.Errorf("%w: %q out of order", ErrCorrupt, p)
+				return nil, fmt.Errorf("%w: %q out of order", record.ErrCorrupt, p)
 			}
 		case lo >= 0 && pd < dir:
-			return nil, fmt.Errorf("%w: %q out of order", ErrCorrupt, p)
+			return nil, fmt.Errorf("%w: %q out of order", record.ErrCorrupt, p)
 		default:
 			if lo >= 0 {
 				m.dirs[dir] = span{lo, n32}
@@ -284,8 +285,8 @@ func (s *Store) decodeCache() (*cacheTable, error) {
 		m.paths = append(m.paths, p)
 		m.vals = append(m.vals, e)
 	}
-	if d.err != nil {
-		return nil, d.err
+	if d.Err() != nil {
+		return nil, d.Err()
 	}
 	if lo >= 0 {
 		m.dirs[dir] = span{lo, int32(len(m.vals))}
@@ -352,7 +353,7 @@ func (s *Store) saveCache(c *statCache) error {
 	b = append(b, indexMagic...)
 	for _, p := range paths {
 		e := m[p]
-		b = appendString(b, p)
+		b = record.AppendString(b, p)
 		b = binary.AppendVarint(b, e.Size)
 		b = binary.AppendVarint(b, e.Mtime)
 		b = binary.AppendVarint(b, e.Ctime)

@@ -12,12 +12,13 @@ import (
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
 // cacheTree writes a small tree, waits until the stat cache will trust
 // it, and takes a first snapshot, which writes the cache.
-func cacheTree(t *testing.T) (root string, r *snapshot.Repo, first *snapshot.Meta, warnings *[]string) {
+func cacheTree(t *testing.T) (root string, r *snapshot.Repo, first *record.Meta, warnings *[]string) {
 	t.Helper()
 	root = t.TempDir()
 	treetest.Write(t, root, "a.txt", "alpha\n", 0o644)
@@ -29,7 +30,7 @@ func cacheTree(t *testing.T) (root string, r *snapshot.Repo, first *snapshot.Met
 	r = openRepo(t, root)
 	warnings = new([]string)
 	r.Warn = func(msg string) { *warnings = append(*warnings, msg) }
-	first, err := r.Snap(snapshot.KindSnap, "first")
+	first, err := r.Snap(record.KindSnap, "first")
 	treetest.Must(t, err)
 	// The cache is believed from here on: a second scan reads nothing.
 	if _, err := r.ScanTree(true); err != nil {
@@ -47,10 +48,10 @@ func cacheTree(t *testing.T) (root string, r *snapshot.Repo, first *snapshot.Met
 // checkSnapAfterDamage takes a snapshot after the cache was damaged: it
 // must warn, read every file again, and record the tree exactly as the
 // first snapshot did, naming only objects the store holds.
-func checkSnapAfterDamage(t *testing.T, r *snapshot.Repo, first *snapshot.Meta, warnings *[]string, what string) {
+func checkSnapAfterDamage(t *testing.T, r *snapshot.Repo, first *record.Meta, warnings *[]string, what string) {
 	t.Helper()
 	*warnings = nil
-	m, err := r.Snap(snapshot.KindSnap, what)
+	m, err := r.Snap(record.KindSnap, what)
 	if err != nil {
 		t.Fatalf("%s: snap: %v", what, err)
 	}
@@ -65,7 +66,7 @@ func checkSnapAfterDamage(t *testing.T, r *snapshot.Repo, first *snapshot.Meta, 
 	}
 	mf, err := r.LoadManifest(m.Manifest)
 	treetest.Must(t, err)
-	mf.Objects(func(o snapshot.ObjectID) {
+	mf.Objects(func(o record.ObjectID) {
 		if !r.HasObject(o) {
 			t.Fatalf("%s: the snapshot names object %s, which the store lacks", what, o)
 		}
@@ -188,7 +189,7 @@ func TestStatCacheDefersFewChanges(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // until the cache trusts them
 	r := openRepo(t, root)
-	_, err := r.Snap(snapshot.KindSnap, "first")
+	_, err := r.Snap(record.KindSnap, "first")
 	treetest.Must(t, err)
 	index := filepath.Join(r.Dir, "index")
 	saved, err := os.ReadFile(index)

@@ -10,39 +10,9 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
-
-// Step is one command of a run's session: the first, then one more for
-// each `run --continue` (and each `shell`). The run's record keeps them
-// all, so that a session of several commands is not shown as its first.
-type Step struct {
-	Command    []string  `json:"command"`
-	StartedAt  time.Time `json:"started_at"`
-	ExitStatus *int      `json:"exit_status,omitempty"` // nil while it runs, or if its end was not seen
-	DurationMS int64     `json:"duration_ms"`
-	// Paths are the paths of the upper layer the step wrote, created or
-	// removed (at most maxStepPaths of them, sorted); Changes counts them
-	// all.
-	Paths   []string `json:"paths,omitempty"`
-	Changes int      `json:"changes"`
-}
-
-// maxStepPaths bounds the paths a step keeps: an `npm install` writes
-// tens of thousands, and the record is read by every `list`.
-const maxStepPaths = 50
-
-func (s *Step) validate() error {
-	if len(s.Command) == 0 || s.StartedAt.IsZero() || s.DurationMS < 0 || s.Changes < len(s.Paths) {
-		return errors.New("bad step")
-	}
-	for _, p := range s.Paths {
-		if !ValidPath(p) {
-			return fmt.Errorf("bad step path %q", p)
-		}
-	}
-	return nil
-}
 
 // layerStamp is what a step's changes are seen by in the upper layer: a
 // path the step writes is copied up or changed, so its ctime moves; one
@@ -111,7 +81,7 @@ func (r *Repo) BeginStep(p *ViewRun, command []string) error {
 	if p.stamp, err = r.stampLayer(p.ID); err != nil {
 		return err
 	}
-	p.Steps = append(p.Steps, Step{Command: command, StartedAt: time.Now()})
+	p.Steps = append(p.Steps, record.Step{Command: command, StartedAt: time.Now()})
 	return r.SaveViewRun(p)
 }
 
@@ -129,8 +99,8 @@ func (r *Repo) endStep(p *ViewRun, status int) error {
 	}
 	paths := stepPaths(p.stamp, after)
 	s.Changes = len(paths)
-	if len(paths) > maxStepPaths {
-		paths = paths[:maxStepPaths]
+	if len(paths) > record.MaxStepPaths {
+		paths = paths[:record.MaxStepPaths]
 	}
 	s.Paths, p.stamp = paths, nil
 	return nil

@@ -18,6 +18,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/layout"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,14 +76,14 @@ var (
 // found while it was being written back to Path. It is an [ErrCorrupt].
 type DamagedError struct {
 	Path   string
-	Object ObjectID
+	Object record.ObjectID
 }
 
 func (e *DamagedError) Error() string {
 	return fmt.Sprintf("the stored content of %q (object %s) is damaged: it does not match its hash; `snapback check` lists what is damaged", e.Path, e.Object)
 }
 
-func (e *DamagedError) Unwrap() error { return ErrCorrupt }
+func (e *DamagedError) Unwrap() error { return record.ErrCorrupt }
 
 // Store is a project's .snapback directory: content-addressed objects,
 // snapshot records, the stat cache, the journal and the lock.
@@ -111,10 +112,10 @@ type Store struct {
 
 	// Small contents are packed (pack.go): packMu guards the rest.
 	packMu    sync.Mutex
-	packed    map[ObjectID]packLoc // every pack's index; nil until read
-	badPacks  map[string]error     // packs whose index cannot be read
-	packFiles map[string]*os.File  // packs open for reading
-	pend      packBuf              // the pack being made
+	packed    map[record.ObjectID]packLoc // every pack's index; nil until read
+	badPacks  map[string]error            // packs whose index cannot be read
+	packFiles map[string]*os.File         // packs open for reading
+	pend      packBuf                     // the pack being made
 }
 
 // syncEachLimit: up to this many new files, Flush fsyncs each one; beyond
@@ -275,13 +276,13 @@ func (s *Store) path(parts ...string) string {
 	return filepath.Join(append([]string{s.Dir}, parts...)...)
 }
 
-func (s *Store) objectPath(id ObjectID) string {
+func (s *Store) objectPath(id record.ObjectID) string {
 	h := id.String()
 	return s.path("objects", h[:2], h[2:])
 }
 
 // HasObject reports whether the object is stored (loose or packed).
-func (s *Store) HasObject(id ObjectID) bool {
+func (s *Store) HasObject(id record.ObjectID) bool {
 	if _, err := os.Lstat(s.objectPath(id)); err == nil {
 		return true
 	}
@@ -291,12 +292,12 @@ func (s *Store) HasObject(id ObjectID) bool {
 
 // listObjects returns the ids of the objects the store holds, from a
 // listing of objects/ (nil where it cannot be read: callers then stat).
-func (s *Store) listObjects() map[ObjectID]bool {
+func (s *Store) listObjects() map[record.ObjectID]bool {
 	subs, err := os.ReadDir(s.path("objects"))
 	if err != nil {
 		return nil
 	}
-	out := map[ObjectID]bool{}
+	out := map[record.ObjectID]bool{}
 	for _, sub := range subs {
 		if len(sub.Name()) != 2 || !sub.IsDir() {
 			continue
@@ -308,7 +309,7 @@ func (s *Store) listObjects() map[ObjectID]bool {
 		names, _ := f.Readdirnames(-1) // what it could read; the rest is stat'ed
 		f.Close()                      // read-only
 		for _, n := range names {
-			if id, ok := ParseObjectID(sub.Name() + n); ok {
+			if id, ok := record.ParseObjectID(sub.Name() + n); ok {
 				out[id] = true
 			}
 		}
@@ -319,7 +320,7 @@ func (s *Store) listObjects() map[ObjectID]bool {
 
 // objectSize returns the size of a stored object (fs.ErrNotExist when it is
 // missing).
-func (s *Store) objectSize(id ObjectID) (int64, error) {
+func (s *Store) objectSize(id record.ObjectID) (int64, error) {
 	st, err := os.Lstat(s.objectPath(id))
 	if errors.Is(err, fs.ErrNotExist) {
 		if n, ok := s.packedSize(id); ok {
@@ -330,7 +331,7 @@ func (s *Store) objectSize(id ObjectID) (int64, error) {
 		return 0, err
 	}
 	if !st.Mode().IsRegular() {
-		return 0, fmt.Errorf("%w: object %s is not a regular file", ErrCorrupt, id)
+		return 0, fmt.Errorf("%w: object %s is not a regular file", record.ErrCorrupt, id)
 	}
 	return st.Size(), nil
 }
@@ -338,7 +339,7 @@ func (s *Store) objectSize(id ObjectID) (int64, error) {
 // OpenObject opens a stored object for reading: a loose object's file
 // (an *os.File), or a packed content read into memory. Either is read as
 // stored: the caller checks it against its hash as it copies it.
-func (s *Store) OpenObject(id ObjectID) (io.ReadCloser, error) {
+func (s *Store) OpenObject(id record.ObjectID) (io.ReadCloser, error) {
 	// Never through a symlink, never blocking on a FIFO planted there.
 	f, err := os.OpenFile(s.objectPath(id), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -356,7 +357,7 @@ func (s *Store) OpenObject(id ObjectID) (io.ReadCloser, error) {
 	}
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		f.Close() // read-only
-		return nil, fmt.Errorf("%w: object %s is not a regular file", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: object %s is not a regular file", record.ErrCorrupt, id)
 	}
 	return f, nil
 }
@@ -364,16 +365,16 @@ func (s *Store) OpenObject(id ObjectID) (io.ReadCloser, error) {
 // ReadObject reads a whole object (of at most 1 GiB: a manifest, a git
 // index) and checks it against its name. The object is read as every
 // store file is: no symlink followed, a FIFO refused without blocking.
-func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
+func (s *Store) ReadObject(id record.ObjectID) ([]byte, error) {
 	b, err := s.readObject(id, maxReadObject)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrMissingObject, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: object %s: %w", ErrCorrupt, id, err)
+		return nil, fmt.Errorf("%w: object %s: %w", record.ErrCorrupt, id, err)
 	}
 	if sha256.Sum256(b) != id {
-		return nil, fmt.Errorf("%w: object %s does not match its hash", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: object %s does not match its hash", record.ErrCorrupt, id)
 	}
 	return b, nil
 }
@@ -381,7 +382,7 @@ func (s *Store) ReadObject(id ObjectID) ([]byte, error) {
 // readObject reads a whole object of at most max bytes, loose or packed,
 // as stored (the caller checks its hash); fs.ErrNotExist when neither
 // holds it.
-func (s *Store) readObject(id ObjectID, max int64) ([]byte, error) {
+func (s *Store) readObject(id record.ObjectID, max int64) ([]byte, error) {
 	b, err := s.readFile(s.objectPath(id), max)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return b, err
@@ -402,14 +403,14 @@ func (s *Store) readObject(id ObjectID, max int64) ([]byte, error) {
 // never written again, and copied only when new (the copy's own hash
 // names it, so a source changing meanwhile cannot make an object lie
 // about its content; a small one is named by the bytes read).
-func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
+func (s *Store) PutFile(src *os.File) (record.ObjectID, int64, error) {
 	if st, err := src.Stat(); err == nil && st.Size() <= packMaxObject {
 		// Small: packed (pack.go), unless it grew since the stat (then
 		// stored as any content is).
 		b := make([]byte, st.Size()+1)
 		n, err := io.ReadFull(io.NewSectionReader(src, 0, st.Size()+1), b)
 		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
-			return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+			return record.ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 		}
 		if n <= int(st.Size()) {
 			id, err := s.putPacked(b[:n])
@@ -422,13 +423,13 @@ func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
 			return id, size, nil
 		}
 		if !errors.Is(err, errNoClone) {
-			return ObjectID{}, 0, err
+			return record.ObjectID{}, 0, err
 		}
 		s.noClone.Store(true)
 	}
 	sum, size, err := fsutil.HashFile(src)
 	if err != nil {
-		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+		return record.ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 	}
 	if s.HasObject(sum) {
 		return sum, size, nil
@@ -438,7 +439,7 @@ func (s *Store) PutFile(src *os.File) (ObjectID, int64, error) {
 
 var errNoClone = errors.New("filesystem cannot clone")
 
-func (s *Store) putClone(src *os.File) (ObjectID, int64, error) {
+func (s *Store) putClone(src *os.File) (record.ObjectID, int64, error) {
 	return s.putTemp(src, func(tmp *os.File) ([32]byte, int64, error) {
 		if err := fsutil.Clone(tmp, src); err != nil {
 			return [32]byte{}, 0, errNoClone
@@ -448,11 +449,11 @@ func (s *Store) putClone(src *os.File) (ObjectID, int64, error) {
 }
 
 // putTemp fills a temp file with fill and adopts it under its hash.
-func (s *Store) putTemp(src *os.File, fill func(*os.File) ([32]byte, int64, error)) (ObjectID, int64, error) {
+func (s *Store) putTemp(src *os.File, fill func(*os.File) ([32]byte, int64, error)) (record.ObjectID, int64, error) {
 	fsutil.Mutating()
 	tmp, err := os.CreateTemp(s.path("tmp"), "obj-*")
 	if err != nil {
-		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+		return record.ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 	}
 	sum, size, err := fill(tmp)
 	if cerr := tmp.Close(); err == nil && cerr != nil {
@@ -461,20 +462,20 @@ func (s *Store) putTemp(src *os.File, fill func(*os.File) ([32]byte, int64, erro
 	if err != nil {
 		os.Remove(tmp.Name()) // best effort: tmp/ is emptied by recover anyway
 		if errors.Is(err, errNoClone) {
-			return ObjectID{}, 0, err
+			return record.ObjectID{}, 0, err
 		}
-		return ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
+		return record.ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 	}
-	id := ObjectID(sum)
+	id := record.ObjectID(sum)
 	if err := s.adopt(tmp.Name(), id); err != nil {
-		return ObjectID{}, 0, err
+		return record.ObjectID{}, 0, err
 	}
 	return id, size, nil
 }
 
 // PutBytes stores b (a manifest, say) and syncs it at once.
-func (s *Store) PutBytes(b []byte) (ObjectID, error) {
-	id := ObjectID(sha256.Sum256(b))
+func (s *Store) PutBytes(b []byte) (record.ObjectID, error) {
+	id := record.ObjectID(sha256.Sum256(b))
 	if s.HasObject(id) {
 		return id, nil
 	}
@@ -501,7 +502,7 @@ func (s *Store) PutBytes(b []byte) (ObjectID, error) {
 
 // adopt renames a finished temp file to its object name (or drops it when
 // the object exists: contents are deduplicated by hash).
-func (s *Store) adopt(tmp string, id ObjectID) error {
+func (s *Store) adopt(tmp string, id record.ObjectID) error {
 	dst := s.objectPath(id)
 	if s.HasObject(id) {
 		os.Remove(tmp) // a duplicate: the stored copy (loose or packed) is identical
@@ -539,8 +540,8 @@ func (s *Store) stagingDir(opID string) string { return s.path("tmp", "stage-"+o
 // nothing, when a link would not do: a file with other names (an object
 // must never change), one that changed since the scan, or one on another
 // filesystem.
-func (s *Store) stageLink(opID string, d *fsutil.Dir, e *Entry) (bool, error) {
-	st, err := d.Lstat(Base(e.Path))
+func (s *Store) stageLink(opID string, d *fsutil.Dir, e *record.Entry) (bool, error) {
+	st, err := d.Lstat(record.Base(e.Path))
 	if err != nil {
 		return false, nil // gone or unreadable: the caller's copy reports it
 	}
@@ -558,7 +559,7 @@ func (s *Store) stageLink(opID string, d *fsutil.Dir, e *Entry) (bool, error) {
 		return false, err
 	}
 	defer sd.Close()
-	err = d.Link(Base(e.Path), sd, e.Object.String())
+	err = d.Link(record.Base(e.Path), sd, e.Object.String())
 	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EPERM) {
 		return false, nil // another filesystem, or links not allowed: copy
 	}
@@ -569,7 +570,7 @@ func (s *Store) stageLink(opID string, d *fsutil.Dir, e *Entry) (bool, error) {
 }
 
 // openStaged opens a staged object (before adoptStaged).
-func (s *Store) openStaged(opID string, id ObjectID) (*os.File, error) {
+func (s *Store) openStaged(opID string, id record.ObjectID) (*os.File, error) {
 	return os.Open(filepath.Join(s.stagingDir(opID), id.String()))
 }
 
@@ -589,7 +590,7 @@ func (s *Store) adoptStaged(opID string) error {
 		return fmt.Errorf("adopt staged contents: %w", err)
 	}
 	for _, e := range ents {
-		id, ok := ParseObjectID(e.Name())
+		id, ok := record.ParseObjectID(e.Name())
 		if !ok {
 			continue
 		}
@@ -617,7 +618,7 @@ func (s *Store) adoptStaged(opID string) error {
 }
 
 // copyStaged stores a copy of the staged file p, which must hold id.
-func (s *Store) copyStaged(p string, id ObjectID) error {
+func (s *Store) copyStaged(p string, id record.ObjectID) error {
 	if s.HasObject(id) {
 		return nil
 	}
@@ -679,32 +680,32 @@ func syncFile(p string) error {
 }
 
 // PutManifest stores an encoded manifest.
-func (s *Store) PutManifest(m Manifest) (ObjectID, error) {
-	return s.PutBytes(EncodeManifest(m))
+func (s *Store) PutManifest(m record.Manifest) (record.ObjectID, error) {
+	return s.PutBytes(record.EncodeManifest(m))
 }
 
 // LoadManifest reads and decodes a stored manifest.
-func (s *Store) LoadManifest(id string) (Manifest, error) {
-	oid, ok := ParseObjectID(id)
+func (s *Store) LoadManifest(id string) (record.Manifest, error) {
+	oid, ok := record.ParseObjectID(id)
 	if !ok {
-		return nil, fmt.Errorf("%w: manifest id %q", ErrCorrupt, id)
+		return nil, fmt.Errorf("%w: manifest id %q", record.ErrCorrupt, id)
 	}
 	b, err := s.readObject(oid, maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("load manifest: %w: %s", ErrMissingObject, oid)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load manifest %s: %w: %w", oid, ErrCorrupt, err)
+		return nil, fmt.Errorf("load manifest %s: %w: %w", oid, record.ErrCorrupt, err)
 	}
 	if sha256.Sum256(b) != oid {
-		return nil, fmt.Errorf("load manifest: %w: object %s does not match its hash", ErrCorrupt, oid)
+		return nil, fmt.Errorf("load manifest: %w: object %s does not match its hash", record.ErrCorrupt, oid)
 	}
-	return DecodeManifest(b)
+	return record.DecodeManifest(b)
 }
 
 // WriteMeta writes a snapshot record atomically and durably.
-func (s *Store) WriteMeta(m *Meta) error {
-	b, err := EncodeMeta(m)
+func (s *Store) WriteMeta(m *record.Meta) error {
+	b, err := record.EncodeMeta(m)
 	if err != nil {
 		return err
 	}
@@ -712,8 +713,8 @@ func (s *Store) WriteMeta(m *Meta) error {
 }
 
 // ReadMeta reads the record of one snapshot.
-func (s *Store) ReadMeta(id string) (*Meta, error) {
-	if !ValidID(id) {
+func (s *Store) ReadMeta(id string) (*record.Meta, error) {
+	if !record.ValidID(id) {
 		return nil, fmt.Errorf("snapshot %q: %w", id, ErrNotFound)
 	}
 	m, err := s.readRecord(id)
@@ -728,20 +729,20 @@ func (s *Store) ReadMeta(id string) (*Meta, error) {
 
 // readRecord reads and checks one record; what is wrong with a damaged
 // one is an ErrCorrupt.
-func (s *Store) readRecord(id string) (*Meta, error) {
+func (s *Store) readRecord(id string) (*record.Meta, error) {
 	b, err := s.readFile(s.recordPath(id), maxRecordSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", record.ErrCorrupt, err)
 	}
-	m, err := DecodeMeta(b)
+	m, err := record.DecodeMeta(b)
 	if err != nil {
 		return nil, err
 	}
 	if m.ID != id {
-		return nil, fmt.Errorf("%w: it says it is %s", ErrCorrupt, m.ID)
+		return nil, fmt.Errorf("%w: it says it is %s", record.ErrCorrupt, m.ID)
 	}
 	return m, nil
 }
@@ -761,7 +762,7 @@ func (s *Store) deleteMeta(id string) error {
 // List returns every snapshot record, oldest first. A damaged record is
 // an error ([ErrDamaged]) unless SkipDamaged is set; then it is left out,
 // with a warning.
-func (s *Store) List() ([]*Meta, error) {
+func (s *Store) List() ([]*record.Meta, error) {
 	out, damaged, err := s.records()
 	if err != nil {
 		return nil, err
@@ -777,16 +778,16 @@ func (s *Store) List() ([]*Meta, error) {
 
 // records reads every snapshot record, oldest first, and lists apart
 // those that cannot be read.
-func (s *Store) records() ([]*Meta, []DamagedRecord, error) {
+func (s *Store) records() ([]*record.Meta, []DamagedRecord, error) {
 	ents, err := os.ReadDir(s.path("snapshots"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	var out []*Meta
+	var out []*record.Meta
 	var damaged []DamagedRecord
 	for _, e := range ents {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !ValidID(id) {
+		if !ok || !record.ValidID(id) {
 			continue // a temp file of an interrupted write, or not ours
 		}
 		m, err := s.readRecord(id)
@@ -810,7 +811,7 @@ func (s *Store) records() ([]*Meta, []DamagedRecord, error) {
 
 // newMeta starts a record with an id and a creation time later than every
 // existing snapshot's, so that creation order is total.
-func (s *Store) newMeta(kind Kind, scope Scope) (*Meta, error) {
+func (s *Store) newMeta(kind record.Kind, scope record.Scope) (*record.Meta, error) {
 	all, err := s.List()
 	if err != nil {
 		return nil, err
@@ -819,5 +820,5 @@ func (s *Store) newMeta(kind Kind, scope Scope) (*Meta, error) {
 	if n := len(all); n > 0 && !now.After(all[n-1].CreatedAt) {
 		now = all[n-1].CreatedAt.Add(time.Microsecond)
 	}
-	return &Meta{ID: NewID(now), Kind: kind, Scope: scope, CreatedAt: now}, nil
+	return &record.Meta{ID: record.NewID(now), Kind: kind, Scope: scope, CreatedAt: now}, nil
 }

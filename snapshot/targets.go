@@ -14,34 +14,8 @@ import (
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 )
-
-// TargetState is one target's saved state, as a snapshot records it: a
-// payload directory in the store, targets/<owner id>/<n>/, holding the
-// target's settings (target.json) and what its backend wrote (data/).
-type TargetState struct {
-	Name    string `json:"name"`
-	Backend string `json:"backend"`
-	Payload string `json:"payload"` // relative to the store
-	Bytes   int64  `json:"bytes"`
-	Millis  int64  `json:"millis"` // how long the snapshot took
-}
-
-// validate checks a target state read from the store: its payload must be
-// a payload directory of the store, targets/<owner id>/<n>.
-func (s *TargetState) validate() error {
-	parts := strings.Split(s.Payload, "/")
-	if len(parts) != 3 || parts[0] != "targets" || !ValidID(parts[1]) {
-		return fmt.Errorf("payload %q", s.Payload)
-	}
-	if n, err := strconv.Atoi(parts[2]); err != nil || n < 0 || strconv.Itoa(n) != parts[2] {
-		return fmt.Errorf("payload %q", s.Payload)
-	}
-	if s.Bytes < 0 {
-		return fmt.Errorf("payload %q: negative size", s.Payload)
-	}
-	return nil
-}
 
 // Backend is a target's backend as the store drives it: package backends
 // implements it (its contract is backends.Backend's), and cmd/snapback
@@ -148,7 +122,7 @@ func (r *Repo) targetsDir(owner string) string { return r.path("targets", owner)
 
 // snapTargets saves the state of each target into payloads owned by the
 // record owner. On error nothing is left behind.
-func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, error) {
+func (r *Repo) snapTargets(owner string, ts []config.Target) ([]record.TargetState, error) {
 	if len(ts) == 0 {
 		return nil, nil
 	}
@@ -159,8 +133,8 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 	if err := os.MkdirAll(r.targetsDir(owner), 0o700); err != nil {
 		return nil, fmt.Errorf("targets: %w", err)
 	}
-	var out []TargetState
-	fail := func(err error) ([]TargetState, error) {
+	var out []record.TargetState
+	fail := func(err error) ([]record.TargetState, error) {
 		r.releasePayloads(owner)
 		return nil, err
 	}
@@ -197,7 +171,7 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]TargetState, err
 		if err := fsutil.SyncDir(data); err != nil {
 			return fail(err)
 		}
-		out = append(out, TargetState{Name: TargetName(t), Backend: t.Backend, Payload: rel, Bytes: duBytes(data), Millis: time.Since(start).Milliseconds()})
+		out = append(out, record.TargetState{Name: TargetName(t), Backend: t.Backend, Payload: rel, Bytes: duBytes(data), Millis: time.Since(start).Milliseconds()})
 	}
 	if err := fsutil.SyncDir(r.targetsDir(owner)); err != nil {
 		return fail(err)
@@ -213,7 +187,7 @@ func (r *Reader) payloadTarget(rel string) (config.Target, error) {
 		return t, fmt.Errorf("target payload %s: target.json: %w", rel, err)
 	}
 	if err := json.Unmarshal(b, &t); err != nil {
-		return t, fmt.Errorf("target payload %s: %w: %v", rel, ErrCorrupt, err)
+		return t, fmt.Errorf("target payload %s: %w: %v", rel, record.ErrCorrupt, err)
 	}
 	return t, nil
 }
@@ -228,7 +202,7 @@ func (r *Reader) payloadTarget(rel string) (config.Target, error) {
 // naming the record and the field. The implicit git target is not
 // declared: its backend checks that it names the git dir found from the
 // root (repoFor).
-func (r *Repo) declaredTarget(s TargetState) (config.Target, error) {
+func (r *Repo) declaredTarget(s record.TargetState) (config.Target, error) {
 	t, err := r.payloadTarget(s.Payload)
 	if err != nil {
 		return t, err
@@ -259,7 +233,7 @@ func (r *Repo) declaredTarget(s TargetState) (config.Target, error) {
 }
 
 // undeclared is declaredTarget's refusal of state s.
-func (r *Repo) undeclared(s TargetState, field, what string) error {
+func (r *Repo) undeclared(s record.TargetState, field, what string) error {
 	owner := s.Payload
 	if parts := strings.Split(s.Payload, "/"); len(parts) == 3 {
 		owner = parts[1]
@@ -288,7 +262,7 @@ func sameTarget(a, b config.Target, root string) bool {
 
 // stateTargets lists the declared targets states were taken of
 // (declaredTarget).
-func (r *Repo) stateTargets(states []TargetState) ([]config.Target, error) {
+func (r *Repo) stateTargets(states []record.TargetState) ([]config.Target, error) {
 	var ts []config.Target
 	for _, s := range states {
 		t, err := r.declaredTarget(s)
@@ -305,7 +279,7 @@ func (r *Repo) stateTargets(states []TargetState) ([]config.Target, error) {
 // runs once the tree has moved, so a Ctrl-C (r.Ctx cancelled) does not
 // stop it: the operation completes rather than leave the tree restored
 // and its targets not.
-func (r *Repo) restoreTargets(states []TargetState) error {
+func (r *Repo) restoreTargets(states []record.TargetState) error {
 	ctx := context.WithoutCancel(r.ctx())
 	for _, s := range states {
 		t, err := r.declaredTarget(s)
@@ -344,7 +318,7 @@ func (r *Repo) releasePayloads(owner string) error {
 		// backend (which may drop a copy on a server): one naming
 		// anything else is only removed.
 		if t, err := r.payloadTarget(rel); err == nil {
-			t, err = r.declaredTarget(TargetState{Backend: t.Backend, Payload: rel})
+			t, err = r.declaredTarget(record.TargetState{Backend: t.Backend, Payload: rel})
 			if b, berr := backendOf(t.Backend); err == nil && berr == nil {
 				if err := b.Release(r.ctx(), t, r.Root, r.path(rel, "data")); err != nil {
 					return fmt.Errorf("release target %s: %w", TargetName(t), err)
@@ -360,7 +334,7 @@ func (r *Repo) releasePayloads(owner string) error {
 }
 
 // owners lists the records whose payloads a list of states lives in.
-func owners(states []TargetState) map[string]bool {
+func owners(states []record.TargetState) map[string]bool {
 	out := map[string]bool{}
 	for _, s := range states {
 		parts := strings.Split(filepath.ToSlash(s.Payload), "/")
@@ -413,7 +387,7 @@ func (r *Repo) sweepPayloads(keep map[string]bool) error {
 
 // livePayloads lists the owners of payloads referred to by records in all,
 // damaged records, run directories and the journal.
-func (r *Repo) livePayloads(all []*Meta) (map[string]bool, error) {
+func (r *Repo) livePayloads(all []*record.Meta) (map[string]bool, error) {
 	_, keep, err := r.salvage()
 	if err != nil {
 		return nil, err
@@ -471,7 +445,7 @@ func (r *Repo) PayloadDir(rel string) string { return r.path(rel) }
 // the tree, like ignored paths, but the target's backend restores them on
 // discard and undo.
 type TargetWrite struct {
-	TargetState
+	record.TargetState
 	Paths []string
 }
 
@@ -481,7 +455,7 @@ type TargetWrite struct {
 // rolls back. A state's settings come from its payload, else (a payload
 // released by a discard) from the target of the same name in
 // snapback.toml.
-func (r *Reader) TargetWrites(states []TargetState, paths []string) (writes []TargetWrite, ignored []string) {
+func (r *Reader) TargetWrites(states []record.TargetState, paths []string) (writes []TargetWrite, ignored []string) {
 	prefixes := make([]string, len(states))
 	for i, s := range states {
 		writes = append(writes, TargetWrite{TargetState: s})

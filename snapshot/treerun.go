@@ -7,6 +7,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/isolation"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,14 +18,14 @@ var ErrRunning = errors.New("its command is still running")
 // its snapshot and the lock that tells other snapback processes the
 // command is still alive. (A run in a view is a [ViewRun].)
 type TreeRun struct {
-	Meta *Meta
+	Meta *record.Meta
 	// Dropped is set by FinishTreeRun when the command changed nothing: the
 	// run left no record, so that `undo` reverts the last change that did
 	// something.
 	Dropped bool
 	// Skipped, set by FinishTreeRun, are the sockets and devices the command
 	// left in the tree: no record carries them (Meta.Skipped).
-	Skipped []Skipped
+	Skipped []record.Skipped
 	lock    *os.File
 	// skipped: what the tree held before the command that snapshots do
 	// not carry; FinishTreeRun reports only what the command left.
@@ -67,11 +68,11 @@ func (r *Repo) BeginTreeRun(command []string, mode string) (*TreeRun, error) {
 	if err := r.refuseOpen("run"); err != nil {
 		return nil, err
 	}
-	m, err := r.newMeta(KindRun, ScopeTree)
+	m, err := r.newMeta(record.KindRun, record.ScopeTree)
 	if err != nil {
 		return nil, err
 	}
-	m.Command, m.Mode, m.State = command, mode, StateRunning
+	m.Command, m.Mode, m.State = command, mode, record.StateRunning
 	m.Git = r.seeGit()
 	f, err := r.lockRun(m.ID)
 	if err != nil {
@@ -147,13 +148,13 @@ func (l *TreeLock) Unlock() {
 }
 
 // TreeRunning returns the run on the tree in progress, if one is found.
-func (r *Repo) TreeRunning() *Meta {
+func (r *Repo) TreeRunning() *record.Meta {
 	all, _, err := r.records()
 	if err != nil {
 		return nil
 	}
 	for i := len(all) - 1; i >= 0; i-- {
-		if m := all[i]; m.Kind == KindRun && m.State == StateRunning && m.Scope == ScopeTree {
+		if m := all[i]; m.Kind == record.KindRun && m.State == record.StateRunning && m.Scope == record.ScopeTree {
 			return m
 		}
 	}
@@ -200,9 +201,9 @@ func (r *Repo) FinishTreeRun(run *TreeRun, exitStatus *int) error {
 		run.Skipped = m.Skipped
 	}
 	m.ExitStatus = exitStatus
-	m.State = StateDone
+	m.State = record.StateDone
 	if exitStatus == nil {
-		m.State = StateInterrupted
+		m.State = record.StateInterrupted
 	}
 	var err error
 	if run.Dropped, err = r.closeRecord(m); err != nil {
@@ -221,7 +222,7 @@ func (r *Repo) FinishTreeRun(run *TreeRun, exitStatus *int) error {
 // its changes were being made; when it holds no change (and no target: what
 // was done to them cannot be seen, so a record with targets always stays),
 // it removes the record instead and reports dropped: no undo step.
-func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
+func (r *Repo) closeRecord(m *record.Meta) (dropped bool, err error) {
 	m.Git = r.sawGit(m.Git)
 	if err := r.sealGit(m.Targets); err != nil {
 		return false, err
@@ -239,7 +240,7 @@ func (r *Repo) closeRecord(m *Meta) (dropped bool, err error) {
 	return false, r.WriteMeta(m)
 }
 
-func (r *Repo) narrowRun(m *Meta) error {
+func (r *Repo) narrowRun(m *record.Meta) error {
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
@@ -249,7 +250,7 @@ func (r *Repo) narrowRun(m *Meta) error {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
 	}
 	changed := map[string]bool{}
-	zip(before, after, func(x, y *Entry) {
+	record.Zip(before, after, func(x, y *record.Entry) {
 		switch {
 		case x == nil:
 			changed[y.Path] = true
@@ -262,7 +263,7 @@ func (r *Repo) narrowRun(m *Meta) error {
 
 // recordNarrowed makes m a paths record of the changed paths: their state
 // before the run (Manifest) and after it (After).
-func (r *Repo) recordNarrowed(m *Meta, before, after Manifest, changed map[string]bool) error {
+func (r *Repo) recordNarrowed(m *record.Meta, before, after record.Manifest, changed map[string]bool) error {
 	b, a := Subset(before, after, changed)
 	var err error
 	if m.Manifest, err = r.record(b); err != nil {
@@ -274,7 +275,7 @@ func (r *Repo) recordNarrowed(m *Meta, before, after Manifest, changed map[strin
 	if err := r.Flush(); err != nil {
 		return err
 	}
-	m.Scope = ScopePaths
+	m.Scope = record.ScopePaths
 	m.Files, m.Bytes = counts(a)
 	return nil
 }
@@ -288,7 +289,7 @@ func (r *Repo) finishDeadRuns() (int, error) {
 	}
 	n := 0
 	for _, m := range all {
-		if m.State != StateRunning || r.alive(m.ID) {
+		if m.State != record.StateRunning || r.alive(m.ID) {
 			continue
 		}
 		if err := r.FinishTreeRun(&TreeRun{Meta: m}, nil); err != nil {
@@ -303,10 +304,10 @@ func (r *Repo) finishDeadRuns() (int, error) {
 // Subset cuts two states of the tree down to the same set of paths (those
 // in keep, plus the first names of hard links they share), with absent
 // entries where a state lacks a path.
-func Subset(x, y Manifest, keep map[string]bool) (Manifest, Manifest) {
+func Subset(x, y record.Manifest, keep map[string]bool) (record.Manifest, record.Manifest) {
 	for grew := true; grew; {
 		grew = false
-		for _, m := range []Manifest{x, y} {
+		for _, m := range []record.Manifest{x, y} {
 			for i := range m {
 				if keep[m[i].Path] && m[i].Link != "" && !keep[m[i].Link] {
 					keep[m[i].Link] = true
@@ -315,13 +316,13 @@ func Subset(x, y Manifest, keep map[string]bool) (Manifest, Manifest) {
 			}
 		}
 	}
-	pick := func(m Manifest) Manifest {
-		out := Manifest{}
+	pick := func(m record.Manifest) record.Manifest {
+		out := record.Manifest{}
 		for p := range keep {
 			if e := m.Find(p); e != nil {
 				out = append(out, *e)
 			} else {
-				out = append(out, Entry{Path: p, Type: Absent})
+				out = append(out, record.Entry{Path: p, Type: record.Absent})
 			}
 		}
 		out.Sort()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/isolation"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,7 +32,7 @@ func treeMode(name string) *isolation.Tree {
 func (r *Repo) beforeCoW(id string) string { return r.path("runs", id, "before") }
 
 // snapCoW takes a run's snapshot of the root.
-func (r *Repo) snapCoW(m *Meta, tree *isolation.Tree) error {
+func (r *Repo) snapCoW(m *record.Meta, tree *isolation.Tree) error {
 	if tree.Check != nil {
 		if ok, why := tree.Check(r.Root); !ok {
 			return fmt.Errorf("run: --mode %s: %s", m.Mode, why)
@@ -76,7 +77,7 @@ func statWalk(root string, ign Ignorer) (map[string]statInfo, error) {
 
 // narrowCoW makes the record of a run with a snapshot from the snapshot
 // and the tree.
-func (r *Repo) narrowCoW(m *Meta) error {
+func (r *Repo) narrowCoW(m *record.Meta) error {
 	snap := r.beforeCoW(m.ID)
 	if _, err := os.Lstat(snap); err != nil {
 		return fmt.Errorf("finish run %s: its snapshot: %w", m.ID, err)

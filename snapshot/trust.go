@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -179,7 +180,7 @@ func (s *Store) checkLayout() error {
 	if err := s.checkEach("targets", func(string) (bool, int64, bool) { return true, 0, true }); err != nil {
 		return err
 	}
-	return s.checkEach("runs", func(name string) (bool, int64, bool) { return true, 0, ValidID(name) })
+	return s.checkEach("runs", func(name string) (bool, int64, bool) { return true, 0, record.ValidID(name) })
 }
 
 // checkEach checks the entries of the store directory dir: want says,

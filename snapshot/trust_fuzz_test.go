@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,7 +105,7 @@ func exerciseStore(root string) []error {
 	note("pending runs", err)
 	_, err = r.History()
 	note("history", err)
-	_, err = r.Snap(KindSnap, "fuzz")
+	_, err = r.Snap(record.KindSnap, "fuzz")
 	note("snap", err)
 	_, err = r.GC(1000, nil)
 	note("gc", err)
@@ -328,10 +329,10 @@ func newStoreTemplate(f *testing.F) *storeTemplate {
 	r, err := openRepo(root, "", nil, true)
 	must(err)
 	must(r.Lock(time.Second, "fuzz template"))
-	_, err = r.Snap(KindSnap, "one")
+	_, err = r.Snap(record.KindSnap, "one")
 	must(err)
 	must(os.WriteFile(filepath.Join(root, "a.txt"), []byte("alpha 2\n"), 0o644))
-	_, err = r.Snap(KindSnap, "two")
+	_, err = r.Snap(record.KindSnap, "two")
 	must(err)
 	r.Close()
 

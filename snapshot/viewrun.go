@@ -12,6 +12,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/overlay/zfs"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,17 +32,17 @@ type ViewRun struct {
 	Committed map[string]int64 `json:"committed,omitempty"`
 	// Targets are the states of the targets before the command ran; the
 	// first commit takes them into its record, a discard restores them.
-	Targets []TargetState `json:"targets,omitempty"`
+	Targets []record.TargetState `json:"targets,omitempty"`
 	// Then is what the session's first command was to become of (commit,
 	// review or discard): `run --continue` keeps it unless told otherwise.
 	Then string `json:"then,omitempty"`
 	// Steps are the session's commands, one per command run in the view.
-	Steps []Step `json:"steps,omitempty"`
+	Steps []record.Step `json:"steps,omitempty"`
 	// WroteThrough are the topmost ignored paths its commands wrote: in
 	// the tree already, kept whatever becomes of the run.
 	WroteThrough []string `json:"wrote_through,omitempty"`
 	// Git is what HEAD outside the root was when the run began (gitseen.go).
-	Git []GitHead `json:"git,omitempty"`
+	Git []record.GitHead `json:"git,omitempty"`
 	// ZFS names the zfs view's clones while they exist (zfsview.go).
 	ZFS *zfs.Clones `json:"zfs,omitempty"`
 
@@ -75,11 +76,11 @@ func (r *Repo) saveGitIndex(id string) error {
 // StartViewRun makes a new overlay run and takes its lock (held until
 // [Repo.Release] or the process ends).
 func (r *Repo) StartViewRun(command []string, mode string) (*ViewRun, error) {
-	m, err := r.newMeta(KindRun, ScopePaths)
+	m, err := r.newMeta(record.KindRun, record.ScopePaths)
 	if err != nil {
 		return nil, err
 	}
-	p := &ViewRun{ID: m.ID, Command: command, Mode: mode, State: StateRunning, StartedAt: time.Now(), Git: r.seeGit()}
+	p := &ViewRun{ID: m.ID, Command: command, Mode: mode, State: record.StateRunning, StartedAt: time.Now(), Git: r.seeGit()}
 	if p.lock, err = r.lockRun(p.ID); err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (r *Repo) Resume(p *ViewRun) error {
 		return err
 	}
 	p.lock = f
-	p.State = StateRunning
+	p.State = record.StateRunning
 	return r.SaveViewRun(p)
 }
 
@@ -157,7 +158,7 @@ func (r *Repo) EndCommand(p *ViewRun, status int) error {
 	if err := r.noteSeen(p); err != nil {
 		return err
 	}
-	p.ExitStatus, p.State = &status, StatePending
+	p.ExitStatus, p.State = &status, record.StatePending
 	r.Release(p)
 	if err := r.SaveViewRun(p); err != nil {
 		return err
@@ -194,14 +195,14 @@ func (r *Reader) PendingRuns() ([]*ViewRun, error) {
 		if err == nil {
 			err = json.Unmarshal(b, &p)
 		}
-		if err != nil || p.ID != e.Name() || !ValidID(p.ID) {
+		if err != nil || p.ID != e.Name() || !record.ValidID(p.ID) {
 			if err := r.damagedRun(e.Name(), err); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		if p.State == StateRunning && !r.alive(p.ID) {
-			p.State = StatePending // its snapback died; the layer is intact
+		if p.State == record.StateRunning && !r.alive(p.ID) {
+			p.State = record.StatePending // its snapback died; the layer is intact
 		}
 		out = append(out, &p)
 	}
@@ -211,7 +212,7 @@ func (r *Reader) PendingRuns() ([]*ViewRun, error) {
 
 // PendingChanges reads a pending run's changeset and the tree's state of
 // the same paths.
-func (r *Reader) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
+func (r *Reader) PendingChanges(p *ViewRun) (target, cur record.Manifest, err error) {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return nil, nil, err
@@ -220,7 +221,7 @@ func (r *Reader) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 	if target, err = r.Changeset(upper); err != nil {
 		return nil, nil, err
 	}
-	if cur, err = r.current(target, ScopePaths, false); err != nil {
+	if cur, err = r.current(target, record.ScopePaths, false); err != nil {
 		return nil, nil, err
 	}
 	// current adds the other names of hard-linked files, which the run
@@ -246,7 +247,7 @@ func (r *Reader) PendingChanges(p *ViewRun) (target, cur Manifest, err error) {
 // step, first saving what they replace as a run snapshot that `undo`
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
-func (r *Repo) CommitViewRun(p *ViewRun, only []string, force bool) (*Meta, error) {
+func (r *Repo) CommitViewRun(p *ViewRun, only []string, force bool) (*record.Meta, error) {
 	target, err := r.commitable(p)
 	if err != nil {
 		return nil, err
@@ -272,8 +273,8 @@ func (r *Repo) CommitViewRun(p *ViewRun, only []string, force bool) (*Meta, erro
 }
 
 // commitable reads the changeset of a pending run about to be committed.
-func (r *Repo) commitable(p *ViewRun) (Manifest, error) {
-	if p.State == StateRunning {
+func (r *Repo) commitable(p *ViewRun) (record.Manifest, error) {
+	if p.State == record.StateRunning {
 		return nil, fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	// Its paths would land in the open checkpoint as well.
@@ -295,14 +296,14 @@ func (r *Repo) commitable(p *ViewRun) (Manifest, error) {
 // which only some changes are taken to the tree content they were made
 // from (target holds the content made: its layer entry stays, and no
 // excluded path moves).
-func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts map[string]ObjectID, force bool) (*Meta, error) {
+func (r *Repo) commitSelected(p *ViewRun, target record.Manifest, only []string, parts map[string]record.ObjectID, force bool) (*record.Meta, error) {
 	partial := len(only) > 0 || parts != nil
-	cur, err := r.current(target, ScopePaths, false) // saved by the transition, linked where it can
+	cur, err := r.current(target, record.ScopePaths, false) // saved by the transition, linked where it can
 	if err != nil {
 		return nil, err
 	}
 	for path, base := range parts {
-		if c := cur.Find(path); c == nil || c.Type != File || c.Object != base {
+		if c := cur.Find(path); c == nil || c.Type != record.File || c.Object != base {
 			return nil, fmt.Errorf("commit %s: %s changed in the tree since its hunks were read; nothing was changed, try again", p.ID, path)
 		}
 	}
@@ -328,11 +329,11 @@ func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts 
 			return nil, err
 		}
 	}
-	rec, err := r.newMeta(KindRun, ScopePaths)
+	rec, err := r.newMeta(record.KindRun, record.ScopePaths)
 	if err != nil {
 		return nil, err
 	}
-	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, StateDone
+	rec.Command, rec.Mode, rec.ExitStatus, rec.State = p.Command, p.Mode, p.ExitStatus, record.StateDone
 	rec.Targets, rec.Steps = p.Targets, p.Steps
 	rec.WroteThrough, rec.Excluded = p.WroteThrough, excl
 	rec.Git = r.sawGit(p.Git)
@@ -347,7 +348,7 @@ func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts 
 		return nil, err
 	}
 	rec.AfterHashesOnly = true // moved into the tree, not copied (but for git indexes and parts)
-	j := &journal{Op: "commit", OpID: rec.ID, Scope: ScopePaths, Record: rec, Source: filepath.Join("runs", p.ID, "upper")}
+	j := &journal{Op: "commit", OpID: rec.ID, Scope: record.ScopePaths, Record: rec, Source: filepath.Join("runs", p.ID, "upper")}
 	for path := range parts {
 		j.Kept = append(j.Kept, path)
 	}
@@ -370,17 +371,17 @@ func (r *Repo) commitSelected(p *ViewRun, target Manifest, only []string, parts 
 // keepGitIndexes stores the git indexes the run wrote: the commit moves
 // its other contents into the tree without a copy, but undo compares an
 // index by its entries (see sameGitIndex), so it needs the bytes.
-func (r *Repo) keepGitIndexes(id string, target Manifest) error {
+func (r *Repo) keepGitIndexes(id string, target record.Manifest) error {
 	for i := range target {
 		e := &target[i]
-		if e.Type != File || !isGitIndex(e.Path) {
+		if e.Type != record.File || !isGitIndex(e.Path) {
 			continue
 		}
-		d, err := fsutil.OpenRoot(filepath.Join(r.UpperDir(id), filepath.FromSlash(Parent(e.Path))))
+		d, err := fsutil.OpenRoot(filepath.Join(r.UpperDir(id), filepath.FromSlash(record.Parent(e.Path))))
 		if err != nil {
 			continue // (a redirect's source elsewhere: judged by its bytes)
 		}
-		f, err := d.Open(Base(e.Path), unix.O_RDONLY, 0)
+		f, err := d.Open(record.Base(e.Path), unix.O_RDONLY, 0)
 		d.Close()
 		if err != nil {
 			continue
@@ -397,13 +398,13 @@ func (r *Repo) keepGitIndexes(id string, target Manifest) error {
 // selectPaths keeps of a changeset what is at or below the given paths,
 // each of which the run must have changed (or written excluded paths
 // at or below: those it returns).
-func (r *Repo) selectPaths(p *ViewRun, target Manifest, only []string) (Manifest, []string, error) {
-	var sel Manifest
+func (r *Repo) selectPaths(p *ViewRun, target record.Manifest, only []string) (record.Manifest, []string, error) {
+	var sel record.Manifest
 	var excl []string
 	for _, o := range only {
 		n := len(sel)
 		for i := range target {
-			if Under(target[i].Path, o) {
+			if record.Under(target[i].Path, o) {
 				sel = append(sel, target[i])
 			}
 		}
@@ -446,7 +447,7 @@ func (r *Reader) excludedWalk(only []string) *layerWalk {
 			return true
 		}
 		for _, o := range only {
-			if Under(path, o) {
+			if record.Under(path, o) {
 				return true
 			}
 		}
@@ -503,7 +504,7 @@ func (r *Reader) excludedWrites(p *ViewRun, only []string, walk func(*fsutil.Dir
 // deletes it too. The project's git index is judged by its entries
 // against its copy from the run's start: a `git status` meanwhile only
 // refreshed what it caches.
-func (r *Repo) changedSince(p *ViewRun, target, cur Manifest) ([]string, error) {
+func (r *Repo) changedSince(p *ViewRun, target, cur record.Manifest) ([]string, error) {
 	seen, err := r.loadSeen(p.ID)
 	if err != nil {
 		return nil, err
@@ -512,12 +513,12 @@ func (r *Repo) changedSince(p *ViewRun, target, cur Manifest) ([]string, error) 
 	start := p.StartedAt.UnixNano()
 	for i := range cur {
 		c := &cur[i]
-		if c.Type == Absent {
+		if c.Type == record.Absent {
 			// Deleted since the run started, if the run noted it there:
 			// the commit would bring it back. (One deleted before the
 			// command's end has no note: the documented limit.)
 			s, t := seen.Find(c.Path), target.Find(c.Path)
-			if s != nil && s.Type != Absent && t != nil && t.Type != Absent {
+			if s != nil && s.Type != record.Absent && t != nil && t.Type != record.Absent {
 				conflicts = append(conflicts, c.Path)
 			}
 			continue
@@ -529,7 +530,7 @@ func (r *Repo) changedSince(p *ViewRun, target, cur Manifest) ([]string, error) 
 		if committed && c.Ctime == at {
 			continue // changed by this run's own earlier commit
 		}
-		if c.Path == gitIndexPath && c.Type == File && r.sameAsGitIndexCopy(p.ID) {
+		if c.Path == gitIndexPath && c.Type == record.File && r.sameAsGitIndexCopy(p.ID) {
 			continue
 		}
 		if same, ok := sameAsSeen(seen, cur, c); ok && !committed {
@@ -542,7 +543,7 @@ func (r *Repo) changedSince(p *ViewRun, target, cur Manifest) ([]string, error) 
 		// an older snapback). A directory's ctime moves with any child:
 		// one made since the run started (its birth time says so) is
 		// someone else's, and the run's entry would replace it.
-		if c.Type == Dir && (committed || !bornSince(filepath.Join(r.Root, c.Path), start)) {
+		if c.Type == record.Dir && (committed || !bornSince(filepath.Join(r.Root, c.Path), start)) {
 			continue // an old directory, or one this run's earlier commit made
 		}
 		conflicts = append(conflicts, c.Path)
@@ -566,7 +567,7 @@ func (r *Repo) sameAsGitIndexCopy(id string) bool {
 // the files of parts stay, with what was not taken of them) and
 // notes the paths, so a later commit of the rest does not see them as
 // conflicts.
-func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest, parts map[string]ObjectID) error {
+func (r *Repo) afterPartialCommit(p *ViewRun, done record.Manifest, parts map[string]record.ObjectID) error {
 	if p.Committed == nil {
 		p.Committed = map[string]int64{}
 	}
@@ -581,20 +582,20 @@ func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest, parts map[string]Ob
 	}
 	for i := len(done) - 1; i >= 0; i-- {
 		e := &done[i]
-		if c := now.Find(e.Path); c != nil && c.Type != Absent {
+		if c := now.Find(e.Path); c != nil && c.Type != record.Absent {
 			p.Committed[e.Path] = c.Ctime
 		}
 		if _, ok := parts[e.Path]; ok {
 			continue // the layer keeps the changes not taken
 		}
-		d, err := upper.OpenDir(Parent(e.Path))
+		d, err := upper.OpenDir(record.Parent(e.Path))
 		if err != nil {
 			continue // its directory went with an earlier removal
 		}
-		if e.Type == Dir {
-			d.Rmdir(Base(e.Path)) // only if emptied: what remains is still pending
+		if e.Type == record.Dir {
+			d.Rmdir(record.Base(e.Path)) // only if emptied: what remains is still pending
 		} else {
-			d.Unlink(Base(e.Path)) // a whiteout, or a hard link left behind
+			d.Unlink(record.Base(e.Path)) // a whiteout, or a hard link left behind
 		}
 		d.Close()
 	}
@@ -617,7 +618,7 @@ func (r *Repo) afterPartialCommit(p *ViewRun, done Manifest, parts map[string]Ob
 // DiscardViewRun throws a pending run's changes away and brings its
 // targets back to their state before the command, as one crash-safe step.
 func (r *Repo) DiscardViewRun(p *ViewRun) error {
-	if p.State == StateRunning {
+	if p.State == record.StateRunning {
 		return fmt.Errorf("run %s: %w", p.ID, ErrRunning)
 	}
 	if len(p.Targets) == 0 {
@@ -640,14 +641,14 @@ func (r *Repo) DiscardViewRun(p *ViewRun) error {
 	if err != nil {
 		return err
 	}
-	j := &journal{Op: "discard", OpID: p.ID, Apply: tid, Scope: ScopePaths, Done: p.ID, Targets: p.Targets}
+	j := &journal{Op: "discard", OpID: p.ID, Apply: tid, Scope: record.ScopePaths, Done: p.ID, Targets: p.Targets}
 	if err := r.Flush(); err != nil {
 		return err
 	}
 	if err := r.writeJournal(j); err != nil {
 		return err
 	}
-	return r.finish(j, nil, Manifest{})
+	return r.finish(j, nil, record.Manifest{})
 }
 
 // dropRun removes a run's directory (its upper layer included). The

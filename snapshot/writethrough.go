@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/overlay/layer"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -193,21 +194,21 @@ func (r *Repo) moveThrough(pr *ViewRun, upper, ud *fsutil.Dir, dir, name string,
 // too is simply renamed; a tracked one is copied, since it stays the
 // run's to commit or discard.
 func (r *Repo) bringOver(from, to string, w *layerWalk) error {
-	if !ValidPath(from) {
+	if !record.ValidPath(from) {
 		return fmt.Errorf("bad redirect %q", from)
 	}
 	if w.match(from, true) {
-		fd, err := r.treeDir.OpenDir(Parent(from))
+		fd, err := r.treeDir.OpenDir(record.Parent(from))
 		if err != nil {
 			return nil // gone already: nothing to bring
 		}
 		defer fd.Close()
-		td, err := r.treeDir.OpenDir(Parent(to))
+		td, err := r.treeDir.OpenDir(record.Parent(to))
 		if err != nil {
 			return err
 		}
 		defer td.Close()
-		if err := fd.Rename(Base(from), td, Base(to)); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := fd.Rename(record.Base(from), td, record.Base(to)); err != nil && !errors.Is(err, unix.ENOENT) {
 			return err
 		}
 		return nil
@@ -216,16 +217,16 @@ func (r *Repo) bringOver(from, to string, w *layerWalk) error {
 	if err != nil {
 		return err
 	}
-	var target Manifest
+	var target record.Manifest
 	for _, e := range src {
-		if e.Type == Absent {
+		if e.Type == record.Absent {
 			return nil
 		}
 		e.Path, e.Link = to+strings.TrimPrefix(e.Path, from), ""
 		target = append(target, e)
 	}
 	target.Sort()
-	a := &applier{s: r.Store, root: r.treeDir, opID: NewID(time.Now()), target: target, scope: ScopePaths}
+	a := &applier{s: r.Store, root: r.treeDir, opID: record.NewID(time.Now()), target: target, scope: record.ScopePaths}
 	return a.run(nil)
 }
 
@@ -241,25 +242,25 @@ func (r *Repo) makeParents(pr *ViewRun, upper *fsutil.Dir, dir string) error {
 		d.Close()
 		return nil
 	}
-	if err := r.makeParents(pr, upper, Parent(dir)); err != nil {
+	if err := r.makeParents(pr, upper, record.Parent(dir)); err != nil {
 		return err
 	}
-	pd, err := r.treeDir.OpenDir(Parent(dir))
+	pd, err := r.treeDir.OpenDir(record.Parent(dir))
 	if err != nil {
 		return err
 	}
 	defer pd.Close()
 	mode := uint32(0o755)
-	if ud, err := upper.OpenDir(Parent(dir)); err == nil {
-		if st, err := ud.Lstat(Base(dir)); err == nil {
+	if ud, err := upper.OpenDir(record.Parent(dir)); err == nil {
+		if st, err := ud.Lstat(record.Base(dir)); err == nil {
 			mode = uint32(st.Mode) & 0o7777
 		}
 		ud.Close()
 	}
-	if err := pd.Mkdir(Base(dir), mode); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := pd.Mkdir(record.Base(dir), mode); err != nil && !errors.Is(err, unix.EEXIST) {
 		return err
 	}
-	st, err := pd.Lstat(Base(dir))
+	st, err := pd.Lstat(record.Base(dir))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/layout"
 	"github.com/snapback/snapback/overlay/zfs"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A run in the zfs view (package overlay/zfs) keeps the command's writes
@@ -122,14 +123,14 @@ func (r *Repo) settleDeadZFSViews() (int, error) {
 			continue // none (a tree run's lock), or damaged
 		}
 		var p ViewRun
-		if json.Unmarshal(b, &p) != nil || p.ID != e.Name() || !ValidID(p.ID) || p.ZFS == nil {
+		if json.Unmarshal(b, &p) != nil || p.ID != e.Name() || !record.ValidID(p.ID) || p.ZFS == nil {
 			continue
 		}
 		if r.alive(p.ID) {
 			continue // a process of the run still works in its clone
 		}
-		if p.State == StateRunning {
-			p.State = StatePending // its snapback died (as PendingRuns says)
+		if p.State == record.StateRunning {
+			p.State = record.StatePending // its snapback died (as PendingRuns says)
 		}
 		if err := r.SettleZFSView(&p); err != nil {
 			return n, err

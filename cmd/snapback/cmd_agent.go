@@ -40,7 +40,7 @@ func newAgentCmd(g *globals) *cobra.Command {
 }
 
 type agentInstallOptions struct {
-	shared, local, dryRun bool
+	shared, local, user, dryRun, command bool
 }
 
 func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command {
@@ -54,24 +54,49 @@ func newAgentInstallCmd(g *globals, names []string, install bool) *cobra.Command
 		"nothing, and uninstall after install gives the file back as it was. The file is changed in\n" +
 		"place (its owner, mode and hard links stay) after a backup beside it; one that is not valid\n" +
 		"JSON, or has a key twice, is refused naming its line, and left as it is. The hooks run\n" +
-		"`snapback agent hook HARNESS` with a timeout of " + fmt.Sprint(int(agent.HookTimeout.Seconds())) + " s: snapback must be on the agent's PATH."
+		"`snapback agent hook HARNESS` with a timeout of " + fmt.Sprint(int(agent.HookTimeout.Seconds())) + " s: snapback must be on the agent's PATH.\n\n" +
+		"Gemini CLI's settings may hold comments and trailing commas, as Gemini CLI reads them:\n" +
+		"they stay where they are. Codex CLI's hooks go in .codex/hooks.json, or with --user in\n" +
+		"~/.codex/hooks.json ($CODEX_HOME), for every project Codex works in; Codex runs them only\n" +
+		"once you approve them in its /hooks screen. Install ends with what the harness still\n" +
+		"needs from you."
 	if !install {
 		verb, short = "uninstall", "Remove the hooks install wrote from the project's settings for HARNESS"
 		long = short + ":\nthe hooks whose command is `snapback agent hook HARNESS`, wherever\n" +
 			"they are, and nothing else (a group or event left empty goes too); the same file as\n" +
-			"install (--shared: the committed one)."
+			"install (--shared: the committed one; --user: the one in your home)."
+	}
+	if install {
+		long += "\n\n" +
+			"--command, with no HARNESS: for a harness snapback has no table for (aider, opencode, a\n" +
+			"loop of your own) that can run a command before each tool that may change files and one\n" +
+			"at the end of each turn: print the two commands, `snapback checkpoint begin` and\n" +
+			"`snapback checkpoint end`, with the agent's session and the turn's prompt as shell\n" +
+			"variables; nothing is written."
 	}
 	c := &cobra.Command{
-		Use:       verb + " HARNESS [--shared] [--dry-run]",
+		Use:       verb + " HARNESS [--shared | --user] [--dry-run]",
 		Short:     short,
 		Long:      long,
-		Args:      cobra.ExactArgs(1),
+		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: names,
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(c *cobra.Command, args []string) error {
+			switch {
+			case o.command && len(args) > 0:
+				return usageErr("agent: --command is the recipe for any harness: give no HARNESS")
+			case o.command:
+				return runAgentCommand(g, o)
+			case len(args) == 0:
+				return usageErr("agent %s: HARNESS is missing (usage: snapback agent %s; known: %s)", verb, c.Use, strings.Join(names, ", "))
+			}
 			return runAgentInstall(g, args[0], install, o)
 		},
 	}
+	if install {
+		c.Flags().BoolVar(&o.command, "command", false, "print the commands any harness with pre-tool and end-of-turn hooks runs; write nothing")
+	}
 	c.Flags().BoolVar(&o.shared, "shared", false, "the committed settings file (Claude Code: .claude/settings.json), shared with everyone who clones the project")
+	c.Flags().BoolVar(&o.user, "user", false, "the settings in your home (Codex CLI: ~/.codex/hooks.json, or in $CODEX_HOME), for every project the harness works in")
 	c.Flags().BoolVar(&o.local, "local", false, "the settings file kept out of version control: the default")
 	c.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the change as a diff, write nothing")
 	_ = c.Flags().MarkHidden("local") // kept for the scripts written when it was not the default
@@ -83,8 +108,11 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	if err != nil {
 		return usageErr("agent: %v", err)
 	}
-	if o.shared && o.local {
-		return usageErr("agent: --shared and --local name different files: give one")
+	if o.shared && o.local || o.user && (o.shared || o.local) {
+		return usageErr("agent: --shared, --local and --user name different files: give one")
+	}
+	if o.user {
+		return runAgentInstallUser(g, h, install, o)
 	}
 	rel := h.SettingsFile(o.shared)
 	root, err := g.rootDir()
@@ -132,6 +160,9 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 	}
 	if g.json {
 		out := agentInstallJSON{Harness: h.Name, File: c.File, Changed: c.Changed(), DryRun: o.dryRun, Events: nonNil(c.Events), Store: store}
+		if install && c.Changed() && !o.dryRun {
+			out.Next = h.NextStep
+		}
 		if o.dryRun {
 			out.Diff = &diff
 		}
@@ -146,6 +177,7 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		fmt.Fprintf(g.stdout, "%s holds no hook of snapback's (%s)\n", c.File, h.Title)
 	case install:
 		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+		fmt.Fprintf(g.stdout, "next: %s\n", h.NextStep)
 		if !o.shared && git == gitUntracked {
 			// Claude Code makes git ignore its local file when it makes
 			// it; one install made is not, and `git add -A` would share it.
@@ -157,6 +189,7 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 				fmt.Fprintf(g.stdout, "%s runs snapback's hooks too: `snapback agent uninstall %s%s` removes them there\n", other, h.Name, map[bool]string{true: "", false: " --shared"}[o.shared])
 			}
 		}
+		configHooksToo(g, h, root, h.Config)
 		if store != "" {
 			fmt.Fprintf(g.stdout, "the store (undo history): %s\n", store)
 		}
@@ -165,6 +198,94 @@ func runAgentInstall(g *globals, name string, install bool, o agentInstallOption
 		}
 	default:
 		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", c.File, h.Title, strings.Join(c.Events, ", "))
+		configHooksToo(g, h, root, h.Config)
+	}
+	return nil
+}
+
+// configHooksToo says when the harness's TOML config (rel under dir)
+// runs snapback's hooks too, in tables install does not write: the
+// harness would run both. A config that cannot be read is passed over:
+// the harness says what is wrong with it.
+func configHooksToo(g *globals, h *agent.Harness, dir, rel string) {
+	if ok, err := h.ConfigHooks(dir, rel); err == nil && ok {
+		fmt.Fprintf(g.stdout, "%s runs snapback's hooks too, in its [hooks] tables, which agent uninstall does not change: %s runs both; keep one\n", filepath.Join(dir, rel), h.Title)
+	}
+}
+
+// The generic recipe: what a harness's hooks run, in the project's
+// directory, with SESSION and PROMPT set by the harness.
+const (
+	agentBeginCommand = `snapback checkpoint begin --session "$SESSION" -m "$PROMPT"`
+	agentEndCommand   = `snapback checkpoint end --session "$SESSION"`
+)
+
+// runAgentCommand prints the generic recipe (install --command).
+func runAgentCommand(g *globals, o agentInstallOptions) error {
+	if o.shared || o.local || o.user || o.dryRun {
+		return usageErr("agent: --command writes no file: it takes no --shared, --local, --user or --dry-run")
+	}
+	if g.json {
+		return g.printJSON(agentCommandJSON{Begin: agentBeginCommand, End: agentEndCommand})
+	}
+	fmt.Fprintf(g.stdout, "before each tool that may change files: %s\n", agentBeginCommand)
+	fmt.Fprintf(g.stdout, "at the end of each turn:                %s\n", agentEndCommand)
+	fmt.Fprintln(g.stdout, "run them in the project's directory (or give snapback -C DIR), SESSION the agent's session, PROMPT the turn's prompt: each turn becomes one undo step (`snapback undo`), a whole session's `snapback undo --session SESSION`; begin does nothing when the checkpoint is open already, end when none is")
+	return nil
+}
+
+// runAgentInstallUser installs or uninstalls the hooks in the settings
+// in the user's home (--user): no project, no store (each project's is
+// made by its first turn that writes), no git.
+func runAgentInstallUser(g *globals, h *agent.Harness, install bool, o agentInstallOptions) error {
+	dir, err := h.UserDir()
+	if err != nil {
+		return usageErr("agent: %v", err)
+	}
+	edit := h.InstallHooks
+	if !install {
+		edit = h.UninstallHooks
+	}
+	c, err := edit(dir, h.UserSettings, !o.dryRun)
+	if err != nil {
+		// Each error starts with the file's name: put its directory before it.
+		return &exitError{code: 2, kind: "bad_settings", err: fmt.Errorf("%s/%w", dir, err)}
+	}
+	file := filepath.Join(dir, c.File)
+	diff := ""
+	if o.dryRun && c.Changed() {
+		diff, _ = difflib.GetUnifiedDiffString(difflib.UnifiedDiff{ // writes to a string: no error
+			A: difflib.SplitLines(string(c.Old)), B: difflib.SplitLines(string(c.New)),
+			FromFile: "a" + file, ToFile: "b" + file, Context: 3,
+		})
+	}
+	if g.json {
+		out := agentInstallJSON{Harness: h.Name, File: file, Changed: c.Changed(), DryRun: o.dryRun, Events: nonNil(c.Events)}
+		if o.dryRun {
+			out.Diff = &diff
+		}
+		if install && c.Changed() && !o.dryRun {
+			out.Next = h.NextStep
+		}
+		return g.printJSON(out)
+	}
+	switch {
+	case o.dryRun && c.Changed():
+		fmt.Fprint(g.stdout, diff)
+	case !c.Changed() && install:
+		fmt.Fprintf(g.stdout, "%s already runs snapback's hooks (%s)\n", file, h.Title)
+	case !c.Changed():
+		fmt.Fprintf(g.stdout, "%s holds no hook of snapback's (%s)\n", file, h.Title)
+	case install:
+		fmt.Fprintf(g.stdout, "added snapback's hooks to %s for %s: %s\n", file, h.Title, strings.Join(c.Events, ", "))
+		fmt.Fprintf(g.stdout, "next: %s\n", h.NextStep)
+		configHooksToo(g, h, dir, h.UserConfig)
+		if _, err := exec.LookPath("snapback"); err != nil {
+			g.warn(h.Title + " runs `" + h.Command() + "`, but snapback is not on this PATH: install it where the agent finds it")
+		}
+	default:
+		fmt.Fprintf(g.stdout, "removed snapback's hooks from %s for %s: %s\n", file, h.Title, strings.Join(c.Events, ", "))
+		configHooksToo(g, h, dir, h.UserConfig)
 	}
 	return nil
 }
@@ -327,9 +448,30 @@ func agentHook(g *globals, h *agent.Harness, in io.Reader) (msg string) {
 		return failed(err)
 	}
 	defer repo.Close()
+	// Housekeeping for doctor: a stamp that cannot be written leaves
+	// "never fired" said of hooks that run, nothing worse.
+	_ = agent.MarkFired(repo.Dir, h.Name, time.Now())
 	note, err := h.Act(repo, p, act)
 	if err != nil {
 		return failed(err)
 	}
+	if w := patchOutside(repo.Store.Root, p); w != "" && note == "" {
+		note = w
+	}
 	return note
+}
+
+// patchOutside warns of the files an apply_patch call (Codex CLI) names
+// outside the project: its undo steps do not hold them. "" when there
+// are none.
+func patchOutside(root string, p *agent.Payload) string {
+	dir := p.Cwd
+	if dir == "" {
+		dir, _ = os.Getwd() // the hook moved to the project: the payload's cwd is the same
+	}
+	out := agent.Outside(root, dir, agent.PatchPaths(p))
+	if len(out) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("warning: this patch writes %s, outside the project %s: no undo step holds it", strings.Join(out, ", "), root)
 }

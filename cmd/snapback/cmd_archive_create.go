@@ -6,6 +6,7 @@ import (
 
 	"github.com/snapback/snapback/catalog"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -24,7 +25,7 @@ func newArchiveCreateCmd(g *globals, openCat catalogOpener) *cobra.Command {
 				return err
 			}
 			defer repo.Close()
-			var m *snapshot.Meta
+			var m *record.Meta
 			if len(args) == 1 {
 				if m, err = repo.Resolve(args[0]); err != nil {
 					return err

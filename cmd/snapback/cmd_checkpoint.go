@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -81,7 +83,7 @@ func newCheckpointStatusCmd(g *globals) *cobra.Command {
 
 // checkSession refuses a session name the store would refuse, as bad input.
 func checkSession(verb, s string) error {
-	if err := snapshot.ValidSession(s); err != nil {
+	if err := record.ValidSession(s); err != nil {
 		return usageErr("checkpoint %s: --session: %v", verb, err)
 	}
 	return nil
@@ -213,11 +215,17 @@ func runCheckpointStatus(g *globals) error {
 		Session   string     `json:"session,omitempty"`
 		Message   string     `json:"message,omitempty"`
 		CreatedAt *time.Time `json:"created_at,omitempty"`
+		// Agents: the harnesses' hooks installed for the project.
+		Agents []agentHooksJSON `json:"agents,omitempty"`
 	}
+	var hooks []agentHooksJSON
 	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
-	var m *snapshot.Meta
+	var m *record.Meta
 	switch {
 	case errors.Is(err, snapshot.ErrNoStore):
+		if root, err := g.rootDir(); err == nil {
+			hooks = agentHooks(root, "")
+		}
 	case err != nil:
 		return err
 	default:
@@ -225,17 +233,25 @@ func runCheckpointStatus(g *globals) error {
 		if m, err = repo.OpenCheckpoint(); err != nil {
 			return err
 		}
+		hooks = agentHooks(repo.Store.Root, repo.Dir)
 	}
 	if g.json {
 		if m == nil {
-			return g.printJSON(statusJSON{})
+			return g.printJSON(statusJSON{Agents: hooks})
 		}
-		return g.printJSON(statusJSON{Open: true, ID: m.ID, Session: m.Session, Message: m.Message, CreatedAt: &m.CreatedAt})
+		return g.printJSON(statusJSON{Open: true, ID: m.ID, Session: m.Session, Message: m.Message, CreatedAt: &m.CreatedAt, Agents: hooks})
 	}
 	if m == nil {
 		fmt.Fprintln(g.stdout, "no checkpoint open")
-		return nil
+	} else {
+		fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
 	}
-	fmt.Fprintf(g.stdout, "checkpoint %s is open (%s)\n", m.ID, oneLine(snapshot.DescribeCheckpoint(m)))
+	for _, e := range hooks {
+		// Hooks in the user's home (absolute) run in every project:
+		// never fired in this one is no news, doctor says it.
+		if e.NeverFired && !filepath.IsAbs(e.File) {
+			g.warn(neverFired(e))
+		}
+	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -69,7 +70,7 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	var skipped []snapshot.Skipped
+	var skipped []record.Skipped
 	for _, sk := range all {
 		if underAny(sk.Path, rel) {
 			skipped = append(skipped, sk)

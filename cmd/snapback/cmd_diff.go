@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdiff"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -93,7 +94,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			}
 			return &exitError{code: 2, kind: "not_found", err: fmt.Errorf("diff: %s: no such path in the tree or the diff", quote(paths[bad]))}
 		}
-		var kept []snapshot.Skipped
+		var kept []record.Skipped
 		for _, sk := range skipped {
 			if underAny(sk.Path, limits) {
 				kept = append(kept, sk)
@@ -129,7 +130,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 			WroteThrough []string `json:"wrote_through"`
 			Excluded     []string `json:"excluded"`
 			// Skipped: sockets and devices the run left, not carried.
-			Skipped []snapshot.Skipped `json:"skipped"`
+			Skipped []record.Skipped `json:"skipped"`
 			// Git: what git did in each git directory of the tree (its
 			// paths are then not in Changes; with --git-raw they are,
 			// and Git is empty).
@@ -166,7 +167,7 @@ func runDiff(g *globals, ids, paths []string, o diffOptions) error {
 // the root). A path that is not in the tree and that no change names is
 // a mistake (a mistyped path or id): bad is its index, and the result
 // nothing, rather than an empty diff.
-func limitDiff(root string, limits []string, changes []snapshot.Change, through, excluded []string) (kept []snapshot.Change, keptThrough, keptExcluded []string, bad int) {
+func limitDiff(root string, limits []string, changes []record.Change, through, excluded []string) (kept []record.Change, keptThrough, keptExcluded []string, bad int) {
 	for i, l := range limits {
 		if _, err := os.Lstat(filepath.Join(root, filepath.FromSlash(l))); err == nil {
 			continue
@@ -201,7 +202,7 @@ func limitDiff(root string, limits []string, changes []snapshot.Change, through,
 
 // targetDiffJSON is a target in diff --json: its saved state.
 type targetDiffJSON struct {
-	snapshot.TargetState
+	record.TargetState
 	State string `json:"state"` // "saved": the snapshot can bring it back
 	// Paths are the target's own paths in the tree the run wrote (a
 	// SQLite database and its journal files): in the tree at once, and
@@ -209,14 +210,14 @@ type targetDiffJSON struct {
 	Paths []string `json:"paths"`
 }
 
-func entryType(c snapshot.Change) string {
+func entryType(c record.Change) string {
 	if c.New != nil {
 		return c.New.Type.String()
 	}
 	return c.Old.Type.String()
 }
 
-func displayPath(c snapshot.Change) string {
+func displayPath(c record.Change) string {
 	p := quote(c.Path)
 	if entryType(c) == "dir" {
 		p += "/"
@@ -237,11 +238,11 @@ type differ struct {
 
 // text returns a side's content when it is a text file small enough to
 // diff; ok is false for binary or large files.
-func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
+func (d *differ) text(e *record.Entry, old bool, path string) (string, bool) {
 	if e == nil {
 		return "", true
 	}
-	if e.Type != snapshot.File || e.Size > textLimit {
+	if e.Type != record.File || e.Size > textLimit {
 		return "", false
 	}
 	b, err := d.read(e, old, path, textLimit+1)
@@ -253,7 +254,7 @@ func (d *differ) text(e *snapshot.Entry, old bool, path string) (string, bool) {
 }
 
 // read reads up to limit bytes of a file side.
-func (d *differ) read(e *snapshot.Entry, old bool, path string, limit int64) ([]byte, error) {
+func (d *differ) read(e *record.Entry, old bool, path string, limit int64) ([]byte, error) {
 	switch {
 	case d.recorded:
 		return d.readStored(e, path, limit)
@@ -267,13 +268,13 @@ func (d *differ) read(e *snapshot.Entry, old bool, path string, limit int64) ([]
 	return d.repo.ReadTreeFile(path, limit)
 }
 
-func (d *differ) sides(c snapshot.Change) (a, b string, ok bool) {
+func (d *differ) sides(c record.Change) (a, b string, ok bool) {
 	a, okA := d.text(c.Old, true, c.Path)
 	b, okB := d.text(c.New, false, c.Path)
 	return a, b, okA && okB
 }
 
-func (d *differ) lineCounts(c snapshot.Change) (added, removed int, ok bool) {
+func (d *differ) lineCounts(c record.Change) (added, removed int, ok bool) {
 	a, b, ok := d.sides(c)
 	if !ok {
 		return 0, 0, false
@@ -284,7 +285,7 @@ func (d *differ) lineCounts(c snapshot.Change) (added, removed int, ok bool) {
 
 // splitGitChanges takes the paths under git directories out of changes
 // and sums them up, unless --git-raw asks for them.
-func splitGitChanges(d *differ, changes []snapshot.Change, o diffOptions) ([]snapshot.Change, []gitSummaryJSON) {
+func splitGitChanges(d *differ, changes []record.Change, o diffOptions) ([]record.Change, []gitSummaryJSON) {
 	if o.gitRaw {
 		return changes, []gitSummaryJSON{}
 	}
@@ -293,7 +294,7 @@ func splitGitChanges(d *differ, changes []snapshot.Change, o diffOptions) ([]sna
 }
 
 // changesJSON is changes as diff and show --json give them.
-func (d *differ) changesJSON(changes []snapshot.Change, gits []gitSummaryJSON, o diffOptions) ([]diffChangeJSON, []gitSummaryJSON) {
+func (d *differ) changesJSON(changes []record.Change, gits []gitSummaryJSON, o diffOptions) ([]diffChangeJSON, []gitSummaryJSON) {
 	out := []diffChangeJSON{}
 	for _, c := range changes {
 		j := diffChangeJSON{jsonPath: mkJSONPath(c.Path), Op: c.Op, Type: entryType(c)}
@@ -314,15 +315,15 @@ func (d *differ) changesJSON(changes []snapshot.Change, gits []gitSummaryJSON, o
 // --stat, or a line per path; what git did in a git directory is a
 // line of its own ("G\tgit: …"), on stderr beside a patch or a --stat
 // (which git's own output would not have).
-func (d *differ) writeChanges(g *globals, changes []snapshot.Change, gits []gitSummaryJSON, o diffOptions) {
+func (d *differ) writeChanges(g *globals, changes []record.Change, gits []gitSummaryJSON, o diffOptions) {
 	switch {
 	case o.patch:
 		// git's format, which `git apply` takes; what a patch cannot say
 		// (a fifo) is named on stderr rather than dropped unseen.
 		for _, c := range changes {
 			fmt.Fprint(g.stdout, d.gitPatch(c))
-			for _, e := range []*snapshot.Entry{c.Old, c.New} {
-				if e != nil && e.Type == snapshot.Fifo {
+			for _, e := range []*record.Entry{c.Old, c.New} {
+				if e != nil && e.Type == record.Fifo {
 					g.warn(fmt.Sprintf("diff -p: %s is a fifo: a patch cannot hold it", quote(c.Path)))
 					break
 				}

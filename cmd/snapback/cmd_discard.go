@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -50,7 +51,7 @@ discarded. -p takes no --json.`,
 				if err != nil {
 					return err
 				}
-				n = len(snapshot.DiffManifests(cur, target))
+				n = len(record.DiffManifests(cur, target))
 			}
 			if err := repo.DiscardViewRun(p); err != nil {
 				return err

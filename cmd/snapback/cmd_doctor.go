@@ -47,8 +47,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			hooks := agentHooks(root, st.existing)
 			if g.json {
-				return g.printJSON(doctorJSON{Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
+				return g.printJSON(doctorJSON{Agents: nonNil(hooks), Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
@@ -80,6 +81,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if st.Warning != "" {
 				fmt.Fprintf(g.stdout, "warning: %s\n", st.Warning)
 			}
+			if len(hooks) > 0 {
+				fmt.Fprintln(g.stdout)
+				printAgentHooks(g.stdout, hooks)
+			}
 			return printProtection(g, pr)
 		},
 	}
@@ -87,9 +92,10 @@ func newDoctorCmd(g *globals) *cobra.Command {
 
 // doctorStore is what doctor says of the project's store.
 type doctorStore struct {
-	Path    string // where it is, or is to be made
-	Text    string // the line for a person
-	Warning string // what may take the history, and the remedy ("" when nothing)
+	Path     string // where it is, or is to be made
+	existing string // Path when the store is there, else ""
+	Text     string // the line for a person
+	Warning  string // what may take the history, and the remedy ("" when nothing)
 }
 
 // storeReport says where the store of the project at root is
@@ -101,6 +107,9 @@ func storeReport(root string) (doctorStore, error) {
 		return doctorStore{}, err
 	}
 	r := doctorStore{Path: loc.Dir}
+	if loc.Exists {
+		r.existing = loc.Dir
+	}
 	switch {
 	case !loc.Exists && loc.InTree:
 		r.Text = loc.Dir + " (none yet: the first snap or run makes it there, in the tree)"

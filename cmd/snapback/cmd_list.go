@@ -9,6 +9,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -42,14 +43,14 @@ type snapshotJSON struct {
 	// Session is a checkpoint's session.
 	Session string `json:"session,omitempty"`
 	// Targets are the states outside the tree the snapshot holds.
-	Targets []snapshot.TargetState `json:"targets,omitempty"`
+	Targets []record.TargetState `json:"targets,omitempty"`
 	// Steps are a session's commands (a run of several run --continue).
-	Steps []snapshot.Step `json:"steps,omitempty"`
+	Steps []record.Step `json:"steps,omitempty"`
 	// Git is HEAD outside the root before and after the step.
-	Git []snapshot.GitHead `json:"git,omitempty"`
+	Git []record.GitHead `json:"git,omitempty"`
 }
 
-func snapJSON(m *snapshot.Meta, undone bool) snapshotJSON {
+func snapJSON(m *record.Meta, undone bool) snapshotJSON {
 	return snapshotJSON{ID: m.ID, Kind: string(m.Kind), Message: m.Message, CreatedAt: m.CreatedAt,
 		Scope: string(m.Scope), Undone: undone, Command: m.Command, ExitStatus: m.ExitStatus,
 		State: m.State, Files: m.Files, Bytes: m.Bytes, Undoes: m.Undoes, UndoesMore: m.UndoesMore, Redoes: m.Redoes, Session: m.Session,
@@ -117,7 +118,7 @@ func runList(g *globals, all bool) error {
 		state := ""
 		if s.Undone {
 			state = "undone"
-		} else if s.State == "running" || s.State == snapshot.StateOpen {
+		} else if s.State == "running" || s.State == record.StateOpen {
 			state = s.State
 		}
 		msg := s.Message

@@ -13,6 +13,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdiff"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/term"
 )
 
@@ -25,13 +26,13 @@ import (
 
 // pickUnit is one file's questions: its changes whole, or its hunks.
 type pickUnit struct {
-	changes []snapshot.Change
+	changes []record.Change
 	diff    *textDiff // set when asked by hunk
 	hunks   []hunk
 }
 
 // pickUnits turns a run's changes into the questions to ask.
-func pickUnits(d *differ, changes []snapshot.Change) ([]*pickUnit, error) {
+func pickUnits(d *differ, changes []record.Change) ([]*pickUnit, error) {
 	linked := map[string]bool{}
 	for _, c := range changes {
 		if c.New != nil && c.New.Link != "" {
@@ -42,28 +43,28 @@ func pickUnits(d *differ, changes []snapshot.Change) ([]*pickUnit, error) {
 	for i := 0; i < len(changes); i++ {
 		c := changes[i]
 		below := i + 1
-		for below < len(changes) && snapshot.Under(changes[below].Path, c.Path) {
+		for below < len(changes) && record.Under(changes[below].Path, c.Path) {
 			below++
 		}
 		switch {
-		case c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
+		case c.Old != nil && c.Old.Type == record.Dir && (c.New == nil || c.New.Type != record.Dir):
 			// A directory deleted or replaced: one question for all of it.
 			out = append(out, &pickUnit{changes: changes[i:below]})
 			i = below - 1
 			continue
-		case c.New != nil && c.New.Type == snapshot.Dir && (c.Old == nil || c.Old.Type != snapshot.Dir) && below > i+1:
+		case c.New != nil && c.New.Type == record.Dir && (c.Old == nil || c.Old.Type != record.Dir) && below > i+1:
 			continue // a new directory: it comes with what is picked in it
 		}
 		u := &pickUnit{changes: changes[i : i+1]}
 		out = append(out, u)
-		if c.Op != "M" || c.Old.Type != snapshot.File || linked[c.Path] || metaChanged(c.Old, c.New) {
+		if c.Op != "M" || c.Old.Type != record.File || linked[c.Path] || metaChanged(c.Old, c.New) {
 			continue
 		}
 		a, b, ok := d.sides(c)
 		if !ok {
 			continue // binary, or too large to diff
 		}
-		if snapshot.ObjectID(sha256.Sum256([]byte(a))) != c.Old.Object || snapshot.ObjectID(sha256.Sum256([]byte(b))) != c.New.Object {
+		if record.ObjectID(sha256.Sum256([]byte(a))) != c.Old.Object || record.ObjectID(sha256.Sum256([]byte(b))) != c.New.Object {
 			return nil, fmt.Errorf("%s changed while it was read; try again", quote(c.Path))
 		}
 		u.diff = newTextDiff(gitdiff.Lines(a), gitdiff.Lines(b))
@@ -73,7 +74,7 @@ func pickUnits(d *differ, changes []snapshot.Change) ([]*pickUnit, error) {
 }
 
 // metaChanged: what a hunk cannot carry (mode, owner, xattrs) differs.
-func metaChanged(a, b *snapshot.Entry) bool {
+func metaChanged(a, b *record.Entry) bool {
 	x := *b
 	x.Object, x.Size = a.Object, a.Size
 	return a.UID != b.UID || a.GID != b.GID || a.Changed(&x)
@@ -216,7 +217,7 @@ func (a *asker) askWhole(d *differ, u *pickUnit) (yes, quit bool, err error) {
 	var what string
 	c := u.changes[0]
 	switch {
-	case len(u.changes) > 1 || c.Old != nil && c.Old.Type == snapshot.Dir && (c.New == nil || c.New.Type != snapshot.Dir):
+	case len(u.changes) > 1 || c.Old != nil && c.Old.Type == record.Dir && (c.New == nil || c.New.Type != record.Dir):
 		what = "directory"
 	case c.Op == "A":
 		what = "addition"
@@ -306,8 +307,8 @@ func runPick(g *globals, verb string, args []string, force bool) error {
 	if err != nil {
 		return err
 	}
-	var changes []snapshot.Change
-	for _, c := range snapshot.DiffManifests(cur, target) {
+	var changes []record.Change
+	for _, c := range record.DiffManifests(cur, target) {
 		if underAny(c.Path, rel) {
 			changes = append(changes, c)
 		}

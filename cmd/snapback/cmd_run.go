@@ -14,6 +14,7 @@ import (
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/runner"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 )
@@ -183,14 +184,14 @@ func precheckRoot(g *globals, o runOptions) error {
 
 // runResult is run's result under --json and --result (docs/json.md).
 type runResult struct {
-	ID         string                 `json:"id"`
-	Mode       string                 `json:"mode"`
-	ExitStatus int                    `json:"exit_status"`
-	State      string                 `json:"state"`
-	Snapshot   *string                `json:"snapshot"`
-	Changes    map[string]int         `json:"changes"`
-	Targets    []snapshot.TargetState `json:"targets"`
-	Skipped    []snapshot.Skipped     `json:"skipped"`
+	ID         string               `json:"id"`
+	Mode       string               `json:"mode"`
+	ExitStatus int                  `json:"exit_status"`
+	State      string               `json:"state"`
+	Snapshot   *string              `json:"snapshot"`
+	Changes    map[string]int       `json:"changes"`
+	Targets    []record.TargetState `json:"targets"`
+	Skipped    []record.Skipped     `json:"skipped"`
 	// Uncovered are the directories the run's protection does not hold.
 	Uncovered uncoveredJSON `json:"uncovered,omitempty"`
 }
@@ -206,7 +207,7 @@ func runResultJSON(res runner.Result, unc uncoveredJSON) runResult {
 		r.Snapshot = &res.Snapshot
 	}
 	if r.Targets == nil {
-		r.Targets = []snapshot.TargetState{}
+		r.Targets = []record.TargetState{}
 	}
 	for _, c := range res.Changes {
 		r.Changes[changeKinds[c.Op]]++

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -45,7 +46,7 @@ func runShow(g *globals, args []string, o diffOptions) error {
 		return err
 	}
 	defer repo.Close()
-	var m *snapshot.Meta
+	var m *record.Meta
 	if len(args) == 1 {
 		var p *snapshot.ViewRun
 		if m, p, err = repo.Lookup(args[0]); err != nil {
@@ -61,7 +62,7 @@ func runShow(g *globals, args []string, o diffOptions) error {
 	if err != nil {
 		return err
 	}
-	var changes []snapshot.Change
+	var changes []record.Change
 	if m.After != "" {
 		if changes, err = repo.DiffRecorded(m); err != nil {
 			return err
@@ -100,7 +101,7 @@ func runShow(g *globals, args []string, o diffOptions) error {
 
 // writeStepHeader writes a step's header as git show writes a commit's,
 // and the blank line after it.
-func writeStepHeader(g *globals, m *snapshot.Meta, undone bool) {
+func writeStepHeader(g *globals, m *record.Meta, undone bool) {
 	w := g.stdout
 	fmt.Fprintf(w, "step %s\n", m.ID)
 	kind := string(m.Kind)
@@ -143,7 +144,7 @@ func writeStepHeader(g *globals, m *snapshot.Meta, undone bool) {
 // content the store does not hold (a run's commit moves it into the
 // tree without a copy) is read from the tree while the tree still has
 // it unchanged.
-func (d *differ) readStored(e *snapshot.Entry, path string, limit int64) ([]byte, error) {
+func (d *differ) readStored(e *record.Entry, path string, limit int64) ([]byte, error) {
 	b, err := d.repo.ReadObjectPrefix(e.Object, limit)
 	if err == nil {
 		return b, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -27,7 +28,7 @@ func runSnap(g *globals, o snapOptions) error {
 		return err
 	}
 	defer repo.Close()
-	m, err := repo.Snap(snapshot.KindSnap, o.message)
+	m, err := repo.Snap(record.KindSnap, o.message)
 	if err != nil {
 		return err
 	}

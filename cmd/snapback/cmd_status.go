@@ -8,6 +8,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -29,11 +30,11 @@ type runJSON struct {
 	ExitStatus *int     `json:"exit_status,omitempty"`
 	// Targets are the states from before the command that commit keeps
 	// for undo and discard restores.
-	Targets []snapshot.TargetState `json:"targets,omitempty"`
+	Targets []record.TargetState `json:"targets,omitempty"`
 	// Then is what the session's commands become of unless told otherwise.
 	Then string `json:"then,omitempty"`
 	// Steps are the commands run in the view, first to last.
-	Steps []snapshot.Step `json:"steps,omitempty"`
+	Steps []record.Step `json:"steps,omitempty"`
 }
 
 func runStatus(g *globals) error {
@@ -78,7 +79,7 @@ func runStatus(g *globals) error {
 			if err != nil {
 				return err
 			}
-			j.Changes = len(snapshot.DiffManifests(cur, target))
+			j.Changes = len(record.DiffManifests(cur, target))
 		}
 		out.Runs = append(out.Runs, j)
 	}
@@ -129,7 +130,7 @@ type checkpointJSON struct {
 
 // describeStep says what a step of a session ran and how it ended:
 // "$ make test  (exit 2, 1.4s)", or "(running)".
-func describeStep(st snapshot.Step) string {
+func describeStep(st record.Step) string {
 	end := "running"
 	if st.ExitStatus != nil {
 		end = fmt.Sprintf("exit %d, %s", *st.ExitStatus, (time.Duration(st.DurationMS) * time.Millisecond).String())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 )
 
@@ -115,7 +116,7 @@ func runUndoPaths(g *globals, ref string, paths []string, o undoOptions) error {
 	return nil
 }
 
-func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *snapshot.Meta) error {
+func reportRevert(g *globals, repo *snapshot.Repo, verb string, s, saved *record.Meta) error {
 	unc := g.noteUncovered(repo.Root, savedBy(s))
 	if g.json {
 		return g.printJSON(revertJSON{Snapshot: snapJSON(s, verb == "undid"), Saved: snapJSON(saved, false), Uncovered: unc})

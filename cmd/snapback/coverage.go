@@ -10,6 +10,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // uncoveredJSON is what a verb's --json result says its protection does
@@ -32,7 +33,7 @@ func uncovered(root string, saved gitdirs.Saved) uncoveredJSON {
 }
 
 // savedBy says what step s saved of the git state outside the root.
-func savedBy(s *snapshot.Meta) gitdirs.Saved {
+func savedBy(s *record.Meta) gitdirs.Saved {
 	if snapshot.SavesGit(s) {
 		return gitdirs.SavedHead
 	}

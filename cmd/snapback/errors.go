@@ -10,6 +10,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/internal/suggest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -180,7 +181,7 @@ func classify(err error) (int, string) {
 		return 2, "untrusted_store"
 	case errors.Is(err, snapshot.ErrDamaged):
 		return 2, "damaged"
-	case errors.Is(err, snapshot.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
+	case errors.Is(err, record.ErrCorrupt), errors.Is(err, snapshot.ErrMissingObject):
 		return 2, "corrupt"
 	case errors.Is(err, config.ErrTarget):
 		return 2, "target"

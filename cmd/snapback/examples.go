@@ -41,7 +41,7 @@ var examples = map[string]string{
 	"archive push":          "snapback archive --catalog ~/backups push --repo /srv/restic",
 	"archive pull":          "snapback archive --catalog ~/backups pull all --repo /srv/restic",
 	"agent":                 "snapback agent install claude-code   # each turn of Claude Code: one undo step\nsnapback undo                        # reverts the last turn",
-	"agent install":         "snapback agent install claude-code --dry-run   # show the change\nsnapback agent install claude-code             # .claude/settings.local.json\nsnapback agent install claude-code --shared    # .claude/settings.json, for every clone\nsnapback agent install gemini-cli",
+	"agent install":         "snapback agent install claude-code --dry-run   # show the change\nsnapback agent install claude-code             # .claude/settings.local.json\nsnapback agent install claude-code --shared    # .claude/settings.json, for every clone\nsnapback agent install gemini-cli\nsnapback agent install codex --user            # ~/.codex/hooks.json, every project\nsnapback agent install --command               # the commands for any other harness",
 	"agent uninstall":       "snapback agent uninstall claude-code\nsnapback agent uninstall gemini-cli --dry-run",
 	"agent hook":            "echo '{\"hook_event_name\": \"Stop\", \"session_id\": \"5f1c\", \"cwd\": \"'$PWD'\"}' | snapback agent hook claude-code",
 	"checkpoint":            "snapback checkpoint begin -m 'turn 3: fix the tests' --session 5f1c\n# ... tools change the tree ...\nsnapback checkpoint end --session 5f1c\nsnapback undo   # reverts exactly the turn",

@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/internal/gitdiff"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // What diff -p, --stat and show print of a change, in git's format (the
@@ -15,13 +15,13 @@ import (
 
 // gitMode is the mode git records for an entry ("" for what git cannot
 // track).
-func gitMode(e *snapshot.Entry) string {
+func gitMode(e *record.Entry) string {
 	switch {
 	case e == nil:
 		return ""
-	case e.Type == snapshot.Symlink:
+	case e.Type == record.Symlink:
 		return "120000"
-	case e.Type != snapshot.File:
+	case e.Type != record.File:
 		return ""
 	case e.Mode&0o100 != 0:
 		return "100755"
@@ -33,7 +33,7 @@ func gitMode(e *snapshot.Entry) string {
 // nothing to say about it: a directory, a fifo, a mode bit git does not
 // track). A change of type is a deletion followed by a creation, as git
 // writes it.
-func (d *differ) gitPatch(c snapshot.Change) string {
+func (d *differ) gitPatch(c record.Change) string {
 	om, nm := gitMode(c.Old), gitMode(c.New)
 	if om != "" && nm != "" && (c.Old.Type != c.New.Type) {
 		return d.gitFilePatch(c.Path, c.Old, nil, om, "") + d.gitFilePatch(c.Path, nil, c.New, "", nm)
@@ -52,7 +52,7 @@ func (d *differ) gitPatch(c snapshot.Change) string {
 }
 
 // gitFilePatch writes the patch taking path from old to new (either nil).
-func (d *differ) gitFilePatch(path string, old, new *snapshot.Entry, om, nm string) string {
+func (d *differ) gitFilePatch(path string, old, new *record.Entry, om, nm string) string {
 	same := old != nil && new != nil && old.SameContent(new)
 	var sb strings.Builder
 	gitdiff.FilePatch(&sb, path, d.gitSideOf(old, om, true, path, !same), d.gitSideOf(new, nm, false, path, !same), same)
@@ -61,7 +61,7 @@ func (d *differ) gitFilePatch(path string, old, new *snapshot.Entry, om, nm stri
 
 // gitSideOf is what git knows of one side of a patch (nil for none); the
 // blob id is read only when withID (it means reading the content).
-func (d *differ) gitSideOf(e *snapshot.Entry, mode string, old bool, path string, withID bool) *gitdiff.Side {
+func (d *differ) gitSideOf(e *record.Entry, mode string, old bool, path string, withID bool) *gitdiff.Side {
 	if e == nil {
 		return nil
 	}
@@ -79,11 +79,11 @@ const blobLimit = 64 << 20
 
 // blobID is the id git gives a side's content (all zeros for no side);
 // ok is false when it cannot be read or is larger than blobLimit.
-func (d *differ) blobID(e *snapshot.Entry, old bool, path string) (string, bool) {
+func (d *differ) blobID(e *record.Entry, old bool, path string) (string, bool) {
 	if e == nil {
 		return strings.Repeat("0", 40), true
 	}
-	if e.Type == snapshot.Symlink {
+	if e.Type == record.Symlink {
 		return gitdiff.BlobID([]byte(e.Target)), true
 	}
 	if e.Size > blobLimit {
@@ -98,8 +98,8 @@ func (d *differ) blobID(e *snapshot.Entry, old bool, path string) (string, bool)
 
 // gitSide is one side's content as git sees it: a file's bytes, a
 // symlink's target; ok is false for a binary or large file.
-func (d *differ) gitSide(e *snapshot.Entry, old bool, path string) (string, bool) {
-	if e != nil && e.Type == snapshot.Symlink {
+func (d *differ) gitSide(e *record.Entry, old bool, path string) (string, bool) {
+	if e != nil && e.Type == record.Symlink {
 		return e.Target, true
 	}
 	return d.text(e, old, path)
@@ -107,7 +107,7 @@ func (d *differ) gitSide(e *snapshot.Entry, old bool, path string) (string, bool
 
 // gitStat is a change's line of `git diff --stat`; ok is false when git
 // would not list it (a directory, a fifo).
-func (d *differ) gitStat(c snapshot.Change) (gitdiff.StatLine, bool) {
+func (d *differ) gitStat(c record.Change) (gitdiff.StatLine, bool) {
 	old, new := c.Old, c.New
 	if gitMode(old) == "" {
 		old = nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapback/snapback/internal/gitdirs"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // A step that runs git changes files under .git/: loose objects, refs,
@@ -61,8 +62,8 @@ func gitDirOf(p string) string {
 
 // splitGit takes the changes under git directories out of changes,
 // grouped by directory (the directory's own entry goes with them).
-func splitGit(changes []snapshot.Change) (rest []snapshot.Change, byDir map[string][]snapshot.Change) {
-	byDir = map[string][]snapshot.Change{}
+func splitGit(changes []record.Change) (rest []record.Change, byDir map[string][]record.Change) {
+	byDir = map[string][]record.Change{}
 	for _, c := range changes {
 		if dir := gitDirOf(c.Path); dir != "" {
 			byDir[dir] = append(byDir[dir], c)
@@ -82,7 +83,7 @@ func splitGit(changes []snapshot.Change) (rest []snapshot.Change, byDir map[stri
 }
 
 // gitSummaries summarizes each git directory's changes, in path order.
-func (d *differ) gitSummaries(byDir map[string][]snapshot.Change) []gitSummaryJSON {
+func (d *differ) gitSummaries(byDir map[string][]record.Change) []gitSummaryJSON {
 	dirs := make([]string, 0, len(byDir))
 	for dir := range byDir {
 		dirs = append(dirs, dir)
@@ -95,10 +96,10 @@ func (d *differ) gitSummaries(byDir map[string][]snapshot.Change) []gitSummaryJS
 	return out
 }
 
-func (d *differ) gitSummary(dir string, changes []snapshot.Change) gitSummaryJSON {
+func (d *differ) gitSummary(dir string, changes []record.Change) gitSummaryJSON {
 	s := gitSummaryJSON{GitDir: dir, Refs: []refMoveJSON{}, Paths: len(changes)}
-	side := func(e *snapshot.Entry, old bool, path string) string {
-		if e == nil || e.Type != snapshot.File {
+	side := func(e *record.Entry, old bool, path string) string {
+		if e == nil || e.Type != record.File {
 			return ""
 		}
 		b, err := d.read(e, old, path, 1<<20)
@@ -117,7 +118,7 @@ func (d *differ) gitSummary(dir string, changes []snapshot.Change) gitSummaryJSO
 		case rel == "HEAD":
 			headOld, headNew, headChanged = side(c.Old, true, c.Path), side(c.New, false, c.Path), true
 		case strings.HasPrefix(rel, "refs/"):
-			if (c.Old == nil || c.Old.Type == snapshot.File) && (c.New == nil || c.New.Type == snapshot.File) {
+			if (c.Old == nil || c.Old.Type == record.File) && (c.New == nil || c.New.Type == record.File) {
 				refs[rel] = [2]string{gitLine(side(c.Old, true, c.Path)), gitLine(side(c.New, false, c.Path))}
 			}
 		case rel == "packed-refs":
@@ -221,7 +222,7 @@ func looseObject(rel string) string {
 }
 
 // commitParents reads a loose object; ok when it is a commit.
-func commitParents(d *differ, c snapshot.Change) (parents []string, ok bool) {
+func commitParents(d *differ, c record.Change) (parents []string, ok bool) {
 	b, err := d.read(c.New, false, c.Path, 1<<20)
 	if err != nil {
 		return nil, false

@@ -16,6 +16,7 @@ import (
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/term"
 )
 
@@ -219,7 +220,7 @@ func (g *globals) warn(msg string) {
 // noteSkipped names, on stderr, each socket or device a run left that
 // verb (a commit, a diff) does not carry: dropped without a word, it
 // would look carried.
-func (g *globals) noteSkipped(skipped []snapshot.Skipped) {
+func (g *globals) noteSkipped(skipped []record.Skipped) {
 	g.bar.end("")
 	for _, sk := range skipped {
 		fmt.Fprintf(g.stderr, "snapback: skipped %s (%s)\n", oneLine(quote(sk.Path)), sk.Reason())

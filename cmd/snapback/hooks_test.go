@@ -31,6 +31,13 @@ import (
 //     "Common input fields", "Event-specific fields") and
 //     https://geminicli.com/docs/hooks/reference ("Base input schema",
 //     AfterAgent's fields; "Common output fields": only JSON on stdout).
+//   - Codex CLI: openai/codex at commit bde5e187f2f45b3e473c213c12cd4f4c5f3bcc47,
+//     codex-rs/hooks/src/schema.rs and the schemas generated from it,
+//     codex-rs/hooks/schema/generated/*.command.input.schema.json
+//     (UserPromptSubmit, PreToolUse for Bash, apply_patch and an MCP
+//     tool, Stop); the answer: codex-rs/hooks/src/events/pre_tool_use.rs,
+//     exit status 0 with nothing on stdout, or JSON whose "systemMessage"
+//     is shown. testdata/hooks/README.md says more.
 //
 // Only "cwd" is changed, to the test's project.
 
@@ -122,7 +129,7 @@ func hookEnv(t *testing.T, bin, harness string, payload []byte, env ...string) s
 // and returns the message it shows the user.
 func answer(t *testing.T, harness, out string) string {
 	t.Helper()
-	quiet := "" // Claude Code adds a UserPromptSubmit hook's stdout to the model's context
+	quiet := "" // Claude Code and Codex CLI add a UserPromptSubmit hook's stdout to the model's context
 	if harness == "gemini-cli" {
 		quiet = "{}\n" // Gemini CLI parses stdout as JSON, always
 	}
@@ -162,12 +169,15 @@ func checkpointOpen(t *testing.T, bin, root string) (session, message string) {
 // note; undo reverts the turn.
 func TestHookPayloads(t *testing.T) {
 	bin := snapbackBinary(t)
-	type events struct{ prompt, read, write, more, substop, stop, end, message string }
+	type events struct{ prompt, read, write, more, substop, stop, end, message, session string }
 	for harness, ev := range map[string]events{
 		"claude-code": {"UserPromptSubmit", "PreToolUse-Read", "PreToolUse-Write", "PreToolUse-Bash", "SubagentStop", "Stop", "SessionEnd",
-			"Write a function to calculate the factorial of a number"},
+			"Write a function to calculate the factorial of a number", "abc123"},
 		"gemini-cli": {"BeforeAgent", "BeforeTool-read_file", "BeforeTool-write_file", "", "", "AfterAgent", "SessionEnd",
-			"Fix the authentication bug"},
+			"Fix the authentication bug", "abc123"},
+		// Codex CLI: no session end event.
+		"codex": {"UserPromptSubmit", "PreToolUse-mcp", "PreToolUse-Bash", "PreToolUse-apply_patch", "", "Stop", "",
+			"Rename old/name.txt to renamed/dir/name.txt", "019a3c5e-7f1d-7b20-9c41-2f6d8e0a1b3c"},
 	} {
 		t.Run(harness, func(t *testing.T) {
 			root := t.TempDir()
@@ -192,7 +202,7 @@ func TestHookPayloads(t *testing.T) {
 			if msg := send(ev.write); msg != "" {
 				t.Fatalf("the first writing tool: %q", msg)
 			}
-			if s, m := checkpointOpen(t, bin, root); s != "abc123" || m != ev.message {
+			if s, m := checkpointOpen(t, bin, root); s != ev.session || m != ev.message {
 				t.Fatalf("after the first writing tool, open checkpoint: session %q message %q", s, m)
 			}
 			treetest.Write(t, root, "src/a.txt", "two\n", 0o644) // what the tool does
@@ -206,7 +216,7 @@ func TestHookPayloads(t *testing.T) {
 				if msg := send(ev.substop); msg != "" {
 					t.Fatalf("a subagent's end: %q", msg)
 				}
-				if s, _ := checkpointOpen(t, bin, root); s != "abc123" {
+				if s, _ := checkpointOpen(t, bin, root); s != ev.session {
 					t.Fatal("a subagent's end closed the turn's checkpoint")
 				}
 			}
@@ -220,16 +230,18 @@ func TestHookPayloads(t *testing.T) {
 			var list struct{ Snapshots []snapshotJSON }
 			treetest.Must(t, json.Unmarshal([]byte(sb(t, bin, root, "--json", "list")), &list))
 			if len(list.Snapshots) != 1 || list.Snapshots[0].ID != m[1] || list.Snapshots[0].Kind != "checkpoint" ||
-				list.Snapshots[0].Session != "abc123" || list.Snapshots[0].Message != ev.message || list.Snapshots[0].Files != 2 {
+				list.Snapshots[0].Session != ev.session || list.Snapshots[0].Message != ev.message || list.Snapshots[0].Files != 2 {
 				t.Fatalf("list after the turn: %+v", list.Snapshots)
 			}
-			if msg := send(ev.end); msg != "" {
-				t.Fatalf("the session's end: %q", msg)
+			if ev.end != "" {
+				if msg := send(ev.end); msg != "" {
+					t.Fatalf("the session's end: %q", msg)
+				}
 			}
 			if _, err := os.Lstat(filepath.Join(root, snapshot.StoreDir)); err == nil {
 				t.Fatal("the hooks made the store in the tree: `git clean -fdx` would take it")
 			}
-			if notes, _ := os.ReadDir(filepath.Join(testStore(t, root), "agent")); len(notes) != 0 {
+			if notes, _ := filepath.Glob(filepath.Join(testStore(t, root), "agent", "turn-*")); ev.end != "" && len(notes) != 0 {
 				t.Fatalf("the session's end left its note: %v", notes)
 			}
 			sb(t, bin, root, "undo")
@@ -245,8 +257,8 @@ func TestHookFailsOpen(t *testing.T) {
 	bin := snapbackBinary(t)
 	root := t.TempDir()
 	treetest.Write(t, root, "snapback.toml", "[snapshot]\nkeep = \"many\"\n", 0o644)
-	for _, harness := range []string{"claude-code", "gemini-cli"} {
-		write := map[string]string{"claude-code": "PreToolUse-Write", "gemini-cli": "BeforeTool-write_file"}[harness]
+	for _, harness := range []string{"claude-code", "gemini-cli", "codex"} {
+		write := map[string]string{"claude-code": "PreToolUse-Write", "gemini-cli": "BeforeTool-write_file", "codex": "PreToolUse-apply_patch"}[harness]
 		for what, c := range map[string]struct {
 			payload []byte
 			want    string
@@ -497,5 +509,30 @@ func TestHookAgentDirLink(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 1 || ents[0].Name() != filepath.Base(old) {
 		t.Fatalf("the directory outside changed: %v", ents)
+	}
+}
+
+// TestHookCodexPatchOutside: a Codex CLI apply_patch that names a file
+// outside the project opens the turn's checkpoint as any write does, and
+// says that no undo step holds that file; one inside says nothing.
+func TestHookCodexPatchOutside(t *testing.T) {
+	bin := snapbackBinary(t)
+	root := t.TempDir()
+	treetest.Write(t, root, "snapback.toml", "", 0o644)
+	var m map[string]any
+	treetest.Must(t, json.Unmarshal(golden(t, "codex", "PreToolUse-apply_patch", root), &m))
+	m["tool_input"] = map[string]string{"command": "*** Begin Patch\n*** Add File: ../sibling/notes.txt\n+hi\n*** Update File: a.txt\n@@\n-a\n+b\n*** End Patch\n"}
+	b, err := json.Marshal(m)
+	treetest.Must(t, err)
+	want := "^snapback: warning: this patch writes " + regexp.QuoteMeta(filepath.Join(filepath.Dir(root), "sibling", "notes.txt")) +
+		", outside the project " + regexp.QuoteMeta(root) + ": no undo step holds it$"
+	if msg := hook(t, bin, "codex", b); !regexp.MustCompile(want).MatchString(msg) {
+		t.Fatalf("a patch writing outside the project: %q, want %s", msg, want)
+	}
+	if s, _ := checkpointOpen(t, bin, root); s == "" {
+		t.Fatal("the patch did not open the turn's checkpoint")
+	}
+	if msg := hook(t, bin, "codex", golden(t, "codex", "PreToolUse-apply_patch", root)); msg != "" {
+		t.Fatalf("a patch inside the project: %q", msg)
 	}
 }

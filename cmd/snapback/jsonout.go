@@ -5,7 +5,7 @@ import (
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // What the verbs print under --json, one named type per verb's object
@@ -88,6 +88,22 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
+// agentHooksJSON: a harness's hooks install wrote, in doctor and
+// checkpoint status.
+type agentHooksJSON struct {
+	File       string     `json:"file"` // relative to the root, or absolute (in the user's home)
+	Harness    string     `json:"harness"`
+	LastFired  *time.Time `json:"last_fired,omitempty"`
+	NeverFired bool       `json:"never_fired"`
+	NextStep   string     `json:"next_step,omitempty"` // with never_fired: what the user has to do
+}
+
+// agentCommandJSON: agent install --command.
+type agentCommandJSON struct {
+	Begin string `json:"begin"` // before each tool that may change files
+	End   string `json:"end"`   // at the end of each turn
+}
+
 // agentInstallJSON: agent install and uninstall.
 type agentInstallJSON struct {
 	Changed bool     `json:"changed"`
@@ -96,15 +112,16 @@ type agentInstallJSON struct {
 	Events  []string `json:"events"`
 	File    string   `json:"file"`
 	Harness string   `json:"harness"`
-	Store   string   `json:"store,omitempty"` // where install made the project's first store
+	Next    string   `json:"next_step,omitempty"` // what the user still has to do for the hooks to run
+	Store   string   `json:"store,omitempty"`     // where install made the project's first store
 }
 
 // commitJSON: commit, and run --then commit's commit.
 type commitJSON struct {
-	Partial  bool               `json:"partial"`
-	Run      string             `json:"run"`
-	Skipped  []snapshot.Skipped `json:"skipped"`
-	Snapshot *snapshotJSON      `json:"snapshot"` // null: the run changed nothing
+	Partial  bool             `json:"partial"`
+	Run      string           `json:"run"`
+	Skipped  []record.Skipped `json:"skipped"`
+	Snapshot *snapshotJSON    `json:"snapshot"` // null: the run changed nothing
 }
 
 // discardJSON: discard.
@@ -125,12 +142,13 @@ type restoredTarget struct {
 
 // doctorJSON: doctor.
 type doctorJSON struct {
-	Covered      []coveredJSON `json:"covered"`
-	Modes        []modeJSON    `json:"modes"`
-	Root         string        `json:"root"`
-	Store        string        `json:"store"`
-	StoreWarning string        `json:"store_warning"`
-	Uncovered    uncoveredJSON `json:"uncovered"`
+	Agents       []agentHooksJSON `json:"agents"`
+	Covered      []coveredJSON    `json:"covered"`
+	Modes        []modeJSON       `json:"modes"`
+	Root         string           `json:"root"`
+	Store        string           `json:"store"`
+	StoreWarning string           `json:"store_warning"`
+	Uncovered    uncoveredJSON    `json:"uncovered"`
 }
 
 // snapResultJSON: snap.

@@ -23,6 +23,7 @@ import (
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -283,9 +284,9 @@ func buildPosixTree(t testing.TB, root string, op *posixOp) {
 	}))
 	ts := []unix.Timespec{unix.NsecToTimespec(posixT0.UnixNano()), unix.NsecToTimespec(posixT0.UnixNano())}
 	for i := len(paths) - 1; i >= 0; i-- { // children before their directories; the root's own time does not count
-		d, err := top.OpenDir(snapshot.Parent(paths[i]))
+		d, err := top.OpenDir(record.Parent(paths[i]))
 		treetest.Must(t, err)
-		treetest.Must(t, unix.UtimesNanoAt(d.Fd(), snapshot.Base(paths[i]), ts, unix.AT_SYMLINK_NOFOLLOW))
+		treetest.Must(t, unix.UtimesNanoAt(d.Fd(), record.Base(paths[i]), ts, unix.AT_SYMLINK_NOFOLLOW))
 		d.Close()
 	}
 }

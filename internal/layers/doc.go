@@ -18,8 +18,11 @@ var Rank = map[string]int{
 	"internal/gitdirs":   1,
 	"internal/treetest":  1,
 	"overlay/layer":      1,
-	// The config (it names the modes).
-	"config": 2,
+	// The config (it names the modes), and the store's data types:
+	// entries, manifests, records and ids, and their codec (what the
+	// catalog and the command read without opening a store).
+	"config":          2,
+	"snapshot/record": 2,
 	// The views.
 	"overlay":      3,
 	"overlay/fuse": 4,

@@ -18,6 +18,7 @@ import (
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
 
@@ -304,37 +305,37 @@ func TestOverlay(t *testing.T) {
 	treetest.Must(t, err)
 	var got []string
 	for _, e := range cs {
-		if e.Type == snapshot.Dir && e.Path == "dir" {
+		if e.Type == record.Dir && e.Path == "dir" {
 			continue // parents whose entries changed: times only
 		}
 		got = append(got, fmt.Sprintf("%s %v", e.Path, e.Type))
 	}
 	want := []string{
-		"a-link " + snapshot.File.String(),
-		"a.txt " + snapshot.File.String(),
-		"app.txt " + snapshot.File.String(),
-		"chmod.sh " + snapshot.File.String(),
-		"del.txt " + snapshot.Absent.String(),
-		"deldir " + snapshot.Absent.String(),
-		"deldir/x " + snapshot.Absent.String(),
-		"dir/b.txt " + snapshot.Absent.String(),
-		"dir/b2.txt " + snapshot.File.String(),
-		"dir/sub " + snapshot.Absent.String(),
-		"dir/sub/c.txt " + snapshot.Absent.String(),
-		"sub2 " + snapshot.Dir.String(),
-		"fifo " + snapshot.Fifo.String(),
-		"hard1 " + snapshot.File.String(),
-		"held.txt " + snapshot.File.String(),
-		"mm.bin " + snapshot.File.String(),
-		"newdir2 " + snapshot.Dir.String(),
-		"newdir2/n.txt " + snapshot.File.String(),
-		"newsym " + snapshot.Symlink.String(),
-		"redo " + snapshot.Dir.String(),
-		"redo/y " + snapshot.Absent.String(),
-		"redo/z " + snapshot.File.String(),
-		"trunc.txt " + snapshot.File.String(),
+		"a-link " + record.File.String(),
+		"a.txt " + record.File.String(),
+		"app.txt " + record.File.String(),
+		"chmod.sh " + record.File.String(),
+		"del.txt " + record.Absent.String(),
+		"deldir " + record.Absent.String(),
+		"deldir/x " + record.Absent.String(),
+		"dir/b.txt " + record.Absent.String(),
+		"dir/b2.txt " + record.File.String(),
+		"dir/sub " + record.Absent.String(),
+		"dir/sub/c.txt " + record.Absent.String(),
+		"sub2 " + record.Dir.String(),
+		"fifo " + record.Fifo.String(),
+		"hard1 " + record.File.String(),
+		"held.txt " + record.File.String(),
+		"mm.bin " + record.File.String(),
+		"newdir2 " + record.Dir.String(),
+		"newdir2/n.txt " + record.File.String(),
+		"newsym " + record.Symlink.String(),
+		"redo " + record.Dir.String(),
+		"redo/y " + record.Absent.String(),
+		"redo/z " + record.File.String(),
+		"trunc.txt " + record.File.String(),
 	}
-	want = append(want, "sub2/c.txt "+snapshot.File.String())
+	want = append(want, "sub2/c.txt "+record.File.String())
 	sort.Strings(want)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("changeset:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -378,7 +379,7 @@ func TestXWhiteout(t *testing.T) {
 	for _, e := range cs {
 		got = append(got, fmt.Sprintf("%s %v", e.Path, e.Type))
 	}
-	if want := "empty " + snapshot.File.String() + ",gone " + snapshot.Absent.String(); strings.Join(got, ",") != want {
+	if want := "empty " + record.File.String() + ",gone " + record.Absent.String(); strings.Join(got, ",") != want {
 		t.Errorf("changeset %q, want %q", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package snapshot
+package record
 
 import (
 	"encoding/binary"
@@ -6,16 +6,17 @@ import (
 	"fmt"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/internal/layout"
 )
 
 // The manifest encoding: a magic line, then a uvarint count and the
 // entries, each a sequence of length-prefixed byte strings and varints.
 // Paths are bytes, so every name the OS allows round-trips exactly. The
 // store addresses a manifest by its SHA-256, which guards its integrity;
-// the decoder still checks every length against the input so that a
+// the Decoder still checks every length against the input so that a
 // damaged or hostile file yields an error, never a panic or a huge
 // allocation.
-const manifestMagic = "snapback-manifest-1\n"
+const ManifestMagic = "snapback-manifest-1\n"
 
 // ErrCorrupt is returned for a manifest, meta or index that does not decode.
 var ErrCorrupt = errors.New("corrupt data")
@@ -27,11 +28,11 @@ var ErrStorePath = errors.New("a path inside the store")
 // EncodeManifest serializes m (which must be sorted).
 func EncodeManifest(m Manifest) []byte {
 	b := make([]byte, 0, 64+len(m)*96)
-	b = append(b, manifestMagic...)
+	b = append(b, ManifestMagic...)
 	b = binary.AppendUvarint(b, uint64(len(m)))
 	for i := range m {
 		e := &m[i]
-		b = appendString(b, e.Path)
+		b = AppendString(b, e.Path)
 		b = append(b, byte(e.Type))
 		b = binary.AppendUvarint(b, uint64(e.Mode))
 		b = binary.AppendUvarint(b, uint64(e.UID))
@@ -41,29 +42,42 @@ func EncodeManifest(m Manifest) []byte {
 		if e.Type == File {
 			b = append(b, e.Object[:]...)
 		}
-		b = appendString(b, e.Target)
-		b = appendString(b, e.Link)
+		b = AppendString(b, e.Target)
+		b = AppendString(b, e.Link)
 		b = binary.AppendUvarint(b, uint64(len(e.Xattrs)))
 		for _, x := range e.Xattrs {
-			b = appendString(b, x.Name)
-			b = appendString(b, string(x.Value))
+			b = AppendString(b, x.Name)
+			b = AppendString(b, string(x.Value))
 		}
 	}
 	return b
 }
 
-func appendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
 
-type decoder struct {
+// Decoder reads the varint-framed fields of the store's binary formats
+// (manifests here, the stat cache in package snapshot): each read names
+// what it reads, and the first bad one is the Decoder's error, after
+// which every read returns zero.
+type Decoder struct {
 	b    []byte
 	err  error
 	what string // what is decoded, for errors ("" for a manifest)
 }
 
-func (d *decoder) fail(what string) {
+// NewDecoder reads b, a format called what in errors.
+func NewDecoder(b []byte, what string) *Decoder { return &Decoder{b: b, what: what} }
+
+// Rest is what is left to read.
+func (d *Decoder) Rest() []byte { return d.b }
+
+// Err is the first bad read's error, or nil.
+func (d *Decoder) Err() error { return d.err }
+
+func (d *Decoder) fail(what string) {
 	if d.err == nil {
 		of := d.what
 		if of == "" {
@@ -73,7 +87,7 @@ func (d *decoder) fail(what string) {
 	}
 }
 
-func (d *decoder) uvarint(what string) uint64 {
+func (d *Decoder) Uvarint(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
@@ -86,7 +100,7 @@ func (d *decoder) uvarint(what string) uint64 {
 	return v
 }
 
-func (d *decoder) varint(what string) int64 {
+func (d *Decoder) Varint(what string) int64 {
 	if d.err != nil {
 		return 0
 	}
@@ -99,15 +113,15 @@ func (d *decoder) varint(what string) int64 {
 	return v
 }
 
-func (d *decoder) u32(what string) uint32 {
-	v := d.uvarint(what)
+func (d *Decoder) U32(what string) uint32 {
+	v := d.Uvarint(what)
 	if v > 1<<32-1 {
 		d.fail(what)
 	}
 	return uint32(v)
 }
 
-func (d *decoder) bytes(n uint64, what string) []byte {
+func (d *Decoder) Bytes(n uint64, what string) []byte {
 	if d.err != nil {
 		return nil
 	}
@@ -120,8 +134,8 @@ func (d *decoder) bytes(n uint64, what string) []byte {
 	return v
 }
 
-func (d *decoder) str(what string) string {
-	return string(d.bytes(d.uvarint(what), what))
+func (d *Decoder) Str(what string) string {
+	return string(d.Bytes(d.Uvarint(what), what))
 }
 
 // isFile reports whether e is a file that is no link: what a link names.
@@ -131,11 +145,11 @@ func isFile(e *Entry) bool { return e != nil && e.Type == File && e.Link == "" }
 // valid relative paths, sorted and unique; every link names an earlier
 // file; field values are in range.
 func DecodeManifest(b []byte) (Manifest, error) {
-	if len(b) < len(manifestMagic) || string(b[:len(manifestMagic)]) != manifestMagic {
+	if len(b) < len(ManifestMagic) || string(b[:len(ManifestMagic)]) != ManifestMagic {
 		return nil, fmt.Errorf("%w: manifest: bad magic", ErrCorrupt)
 	}
-	d := &decoder{b: b[len(manifestMagic):]}
-	n := d.uvarint("count")
+	d := &Decoder{b: b[len(ManifestMagic):]}
+	n := d.Uvarint("count")
 	// Every entry takes at least 10 bytes: a bound that keeps a hostile
 	// count from allocating more than the input justifies.
 	if n > uint64(len(d.b))/10+1 {
@@ -144,39 +158,39 @@ func DecodeManifest(b []byte) (Manifest, error) {
 	m := make(Manifest, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var e Entry
-		e.Path = d.str("path")
+		e.Path = d.Str("path")
 		if d.err == nil && !ValidPath(e.Path) {
 			return nil, fmt.Errorf("%w: manifest: invalid path %q", ErrCorrupt, e.Path)
 		}
-		if d.err == nil && Under(e.Path, StoreDir) {
+		if d.err == nil && Under(e.Path, layout.StoreDir) {
 			return nil, fmt.Errorf("%w: manifest: path %q: %w", ErrCorrupt, e.Path, ErrStorePath)
 		}
 		if len(m) > 0 && d.err == nil && m[len(m)-1].Path >= e.Path {
 			return nil, fmt.Errorf("%w: manifest: paths not sorted at %q", ErrCorrupt, e.Path)
 		}
-		t := d.bytes(1, "type")
+		t := d.Bytes(1, "type")
 		if d.err == nil {
 			e.Type = Type(t[0])
 			if e.Type >= numTypes {
 				d.fail("type")
 			}
 		}
-		e.Mode = d.u32("mode")
+		e.Mode = d.U32("mode")
 		if e.Mode > 07777 {
 			d.fail("mode")
 		}
-		e.UID = d.u32("uid")
-		e.GID = d.u32("gid")
-		e.Mtime = d.varint("mtime")
-		e.Size = d.varint("size")
+		e.UID = d.U32("uid")
+		e.GID = d.U32("gid")
+		e.Mtime = d.Varint("mtime")
+		e.Size = d.Varint("size")
 		if e.Size < 0 {
 			d.fail("size")
 		}
 		if e.Type == File {
-			copy(e.Object[:], d.bytes(32, "object"))
+			copy(e.Object[:], d.Bytes(32, "object"))
 		}
-		e.Target = d.str("target")
-		e.Link = d.str("link")
+		e.Target = d.Str("target")
+		e.Link = d.Str("link")
 		// A link names an earlier file that is no link itself. (m is
 		// sorted: searched, rather than a map of every file filled,
 		// which took half of the decoding of 100,000 entries.)
@@ -186,13 +200,13 @@ func DecodeManifest(b []byte) (Manifest, error) {
 		if d.err == nil && e.Target != "" && e.Type != Symlink {
 			d.fail("target")
 		}
-		nx := d.uvarint("xattr count")
+		nx := d.Uvarint("xattr count")
 		if nx > uint64(len(d.b))/2 {
 			d.fail("xattr count")
 		}
 		for j := uint64(0); j < nx && d.err == nil; j++ {
-			x := fsutil.Xattr{Name: d.str("xattr name")}
-			x.Value = []byte(d.str("xattr value"))
+			x := fsutil.Xattr{Name: d.Str("xattr name")}
+			x.Value = []byte(d.Str("xattr value"))
 			e.Xattrs = append(e.Xattrs, x)
 		}
 		for k := range e.Xattrs {

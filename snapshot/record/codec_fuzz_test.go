@@ -1,4 +1,4 @@
-package snapshot_test
+package record_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/snapback/snapback/snapshot"
+	"github.com/snapback/snapback/snapshot/record"
 )
 
 // FuzzDecodeManifest checks that no input makes DecodeManifest panic, and
@@ -15,22 +15,22 @@ import (
 // has one encoding, so its hash is its identity.
 func FuzzDecodeManifest(f *testing.F) {
 	m := codecManifest()
-	f.Add(snapshot.EncodeManifest(m))
-	f.Add(snapshot.EncodeManifest(nil))
+	f.Add(record.EncodeManifest(m))
+	f.Add(record.EncodeManifest(nil))
 	for i := range m {
-		f.Add(snapshot.EncodeManifest(m[i : i+1 : i+1]))
+		f.Add(record.EncodeManifest(m[i : i+1 : i+1]))
 	}
-	f.Add([]byte(manifestMagic))
+	f.Add([]byte(record.ManifestMagic))
 	f.Add([]byte("snapback-manifest-1"))
 	// Directory "d" with its mode 0 written in two bytes (0x80 0x00): the
 	// same manifest as the one-byte form, under a second hash.
-	f.Add([]byte(manifestMagic + "\x01\x01d\x02\x80\x00" + "\x00\x00\x00\x00\x00\x00\x00"))
+	f.Add([]byte(record.ManifestMagic + "\x01\x01d\x02\x80\x00" + "\x00\x00\x00\x00\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := snapshot.DecodeManifest(b)
+		m, err := record.DecodeManifest(b)
 		if err != nil {
 			return
 		}
-		if b2 := snapshot.EncodeManifest(m); !bytes.Equal(b2, b) {
+		if b2 := record.EncodeManifest(m); !bytes.Equal(b2, b) {
 			t.Fatalf("decoded %+v, which encodes differently:\n got %q\nwant %q", m, b2, b)
 		}
 		for i := 1; i < len(m); i++ {
@@ -46,18 +46,18 @@ func FuzzDecodeManifest(f *testing.F) {
 func FuzzDecodeMeta(f *testing.F) {
 	status := 130
 	created := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
-	for _, m := range []*snapshot.Meta{
-		{ID: "20240506-070809-abcdef", Kind: snapshot.KindSnap, Message: "before \"migrate\"\n\xff", CreatedAt: created, Scope: snapshot.ScopeTree,
+	for _, m := range []*record.Meta{
+		{ID: "20240506-070809-abcdef", Kind: record.KindSnap, Message: "before \"migrate\"\n\xff", CreatedAt: created, Scope: record.ScopeTree,
 			Manifest: sha(1), Files: 3, Bytes: 1 << 40},
-		{ID: "20240506-070810-000001", Kind: snapshot.KindRun, Command: []string{"sh", "-c", "echo \u2028 <&>"}, ExitStatus: &status,
-			Mode: "overlayfs", State: "done", CreatedAt: created.In(time.FixedZone("", -7*3600)), Scope: snapshot.ScopePaths,
+		{ID: "20240506-070810-000001", Kind: record.KindRun, Command: []string{"sh", "-c", "echo \u2028 <&>"}, ExitStatus: &status,
+			Mode: "overlayfs", State: "done", CreatedAt: created.In(time.FixedZone("", -7*3600)), Scope: record.ScopePaths,
 			Manifest: sha(2), After: sha(3)},
-		{ID: "20240506-070811-000002", Kind: snapshot.KindPreUndo, CreatedAt: created, Scope: snapshot.ScopePaths,
+		{ID: "20240506-070811-000002", Kind: record.KindPreUndo, CreatedAt: created, Scope: record.ScopePaths,
 			Manifest: sha(4), Undoes: "20240506-070810-000001"},
-		{ID: "20240506-070812-000003", Kind: snapshot.KindPreRedo, CreatedAt: created, Scope: snapshot.ScopePaths,
+		{ID: "20240506-070812-000003", Kind: record.KindPreRedo, CreatedAt: created, Scope: record.ScopePaths,
 			Manifest: sha(5), Redoes: "20240506-070811-000002"},
 	} {
-		b, err := snapshot.EncodeMeta(m)
+		b, err := record.EncodeMeta(m)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -67,15 +67,15 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add([]byte(`{"id":"20240506-070809-abcdef"} {}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m1, err := snapshot.DecodeMeta(b)
+		m1, err := record.DecodeMeta(b)
 		if err != nil {
 			return
 		}
-		b1, err := snapshot.EncodeMeta(m1)
+		b1, err := record.EncodeMeta(m1)
 		if err != nil {
 			t.Fatalf("accepted %q, which does not encode: %v", b, err)
 		}
-		m2, err := snapshot.DecodeMeta(b1)
+		m2, err := record.DecodeMeta(b1)
 		if err != nil {
 			t.Fatalf("accepted %q, but not its encoding %q: %v", b, b1, err)
 		}
@@ -87,12 +87,12 @@ func FuzzDecodeMeta(f *testing.F) {
 
 // sha returns a valid object id.
 func sha(n byte) string {
-	return snapshot.ObjectID{31: n}.String()
+	return record.ObjectID{31: n}.String()
 }
 
 // sameMeta compares records as their readers do: the same instant written
 // with the same offset, an empty command the same as none.
-func sameMeta(a, b *snapshot.Meta) bool {
+func sameMeta(a, b *record.Meta) bool {
 	if !a.CreatedAt.Equal(b.CreatedAt) || a.CreatedAt.Format(time.RFC3339Nano) != b.CreatedAt.Format(time.RFC3339Nano) {
 		return false
 	}

@@ -1,13 +1,21 @@
-package snapshot
+package record
 
 import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/snapback/snapback/internal/gitdirs"
 )
 
 // Kind says why a snapshot was taken.
@@ -20,7 +28,7 @@ const (
 	KindSnap Kind = "snap"
 	KindRun  Kind = "run"
 	// KindCheckpoint is a stretch of time between `checkpoint begin` and
-	// `checkpoint end` (checkpoint.go).
+	// `checkpoint end` (package snapshot's checkpoint.go).
 	KindCheckpoint Kind = "checkpoint"
 	KindPreUndo    Kind = "pre-undo"
 	KindPreRedo    Kind = "pre-redo"
@@ -59,7 +67,7 @@ type Meta struct {
 	Command    []string `json:"command,omitempty"`
 	ExitStatus *int     `json:"exit_status,omitempty"`
 	Mode       string   `json:"mode,omitempty"`  // run: the isolation mode
-	State      string   `json:"state,omitempty"` // run: running, done or interrupted; checkpoint: open or done (runstate.go)
+	State      string   `json:"state,omitempty"` // run: running, done or interrupted; checkpoint: open or done (the State constants)
 	// Session, for a checkpoint, is the session (an agent's, say) whose
 	// stretch it records: `undo --session` reverts all of a session's.
 	Session   string    `json:"session,omitempty"`
@@ -105,7 +113,7 @@ type Meta struct {
 	Skipped []Skipped `json:"skipped,omitempty"`
 	// Git, for a step taken where HEAD lives outside the root (a linked
 	// worktree, a submodule), is what HEAD was before and after it
-	// (gitseen.go): undo refuses to leave the files disagreeing with it.
+	// (package snapshot's gitseen.go): undo refuses to leave the files disagreeing with it.
 	Git []GitHead `json:"git,omitempty"`
 }
 
@@ -144,13 +152,13 @@ func DecodeMeta(b []byte) (*Meta, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("%w: meta: trailing data", ErrCorrupt)
 	}
-	if err := m.validate(); err != nil {
+	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: meta %q: %v", ErrCorrupt, m.ID, err)
 	}
 	return &m, nil
 }
 
-func (m *Meta) validate() error {
+func (m *Meta) Validate() error {
 	if !ValidID(m.ID) {
 		return fmt.Errorf("bad id")
 	}
@@ -208,7 +216,7 @@ func (m *Meta) validate() error {
 	for i := range m.Targets {
 		// Restores read and write below the payload: it must be one of
 		// the store's own, never a path out of it.
-		if err := m.Targets[i].validate(); err != nil {
+		if err := m.Targets[i].Validate(); err != nil {
 			return fmt.Errorf("target %d: %w", i, err)
 		}
 	}
@@ -230,4 +238,186 @@ func (m *Meta) validate() error {
 	return nil
 }
 
-var payloadPath = regexp.MustCompile(`^targets/[0-9]{8}-[0-9]{6}-[0-9a-f]{6}/[0-9]+$`)
+// Step is one command of a run's session: the first, then one more for
+// each `run --continue` (and each `shell`). The run's record keeps them
+// all, so that a session of several commands is not shown as its first.
+type Step struct {
+	Command    []string  `json:"command"`
+	StartedAt  time.Time `json:"started_at"`
+	ExitStatus *int      `json:"exit_status,omitempty"` // nil while it runs, or if its end was not seen
+	DurationMS int64     `json:"duration_ms"`
+	// Paths are the paths of the upper layer the step wrote, created or
+	// removed (at most MaxStepPaths of them, sorted); Changes counts them
+	// all.
+	Paths   []string `json:"paths,omitempty"`
+	Changes int      `json:"changes"`
+}
+
+// MaxStepPaths bounds the paths a step keeps: an `npm install` writes
+// tens of thousands, and the record is read by every `list`.
+const MaxStepPaths = 50
+
+func (s *Step) validate() error {
+	if len(s.Command) == 0 || s.StartedAt.IsZero() || s.DurationMS < 0 || s.Changes < len(s.Paths) {
+		return errors.New("bad step")
+	}
+	for _, p := range s.Paths {
+		if !ValidPath(p) {
+			return fmt.Errorf("bad step path %q", p)
+		}
+	}
+	return nil
+}
+
+// TargetState is one target's saved state, as a snapshot records it: a
+// payload directory in the store, targets/<owner id>/<n>/, holding the
+// target's settings (target.json) and what its backend wrote (data/).
+type TargetState struct {
+	Name    string `json:"name"`
+	Backend string `json:"backend"`
+	Payload string `json:"payload"` // relative to the store
+	Bytes   int64  `json:"bytes"`
+	Millis  int64  `json:"millis"` // how long the snapshot took
+}
+
+// validate checks a target state read from the store: its payload must be
+// a payload directory of the store, targets/<owner id>/<n>.
+func (s *TargetState) Validate() error {
+	parts := strings.Split(s.Payload, "/")
+	if len(parts) != 3 || parts[0] != "targets" || !ValidID(parts[1]) {
+		return fmt.Errorf("payload %q", s.Payload)
+	}
+	if n, err := strconv.Atoi(parts[2]); err != nil || n < 0 || strconv.Itoa(n) != parts[2] {
+		return fmt.Errorf("payload %q", s.Payload)
+	}
+	if s.Bytes < 0 {
+		return fmt.Errorf("payload %q: negative size", s.Payload)
+	}
+	return nil
+}
+
+// GitHead is the HEAD of a git dir outside the tree (a linked worktree's,
+// a submodule's: see package gitdirs) as an undo step saw it: before
+// the step's change and after it. No snapshot holds that git dir, so undo
+// cannot put it back; what it can do is see that the step moved HEAD and
+// refuse to leave the files reverted under a HEAD that names the step's
+// commit (snapshot.GitMovedError).
+type GitHead struct {
+	GitDir string       `json:"git_dir"`
+	Before gitdirs.Head `json:"before"`
+	// After is unset while the step is open.
+	After *gitdirs.Head `json:"after,omitempty"`
+}
+
+// Moved reports whether the step moved HEAD: another commit, or another
+// branch.
+func (g GitHead) Moved() bool { return g.After != nil && *g.After != g.Before }
+
+func (g GitHead) Validate() error {
+	if !filepath.IsAbs(g.GitDir) || filepath.Clean(g.GitDir) != g.GitDir {
+		return fmt.Errorf("git head: bad git dir %q", g.GitDir)
+	}
+	for _, h := range []*gitdirs.Head{&g.Before, g.After} {
+		if h == nil {
+			continue
+		}
+		if h.Ref != "" && !gitdirs.ValidRefName(h.Ref) || h.OID != "" && !gitdirs.ValidOID(h.OID) {
+			return fmt.Errorf("git head %s: bad ref %q or object id %q", g.GitDir, h.Ref, h.OID)
+		}
+	}
+	return nil
+}
+
+// validateGit checks the git heads of a record read from the store.
+func (m *Meta) validateGit() error {
+	for _, g := range m.Git {
+		if err := g.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Skipped is a path that snapshots, and so commits, undo and redo, do
+// not carry: a Unix socket (as tar and git skip them: it is a live
+// endpoint, not data) or a device file.
+type Skipped struct {
+	Path string `json:"path"`
+	Type string `json:"type"` // SkippedSocket or SkippedDevice
+}
+
+// The types of Skipped.
+const (
+	SkippedSocket = "socket"
+	SkippedDevice = "device"
+)
+
+// Reason says why the path is not carried, for a person to read.
+func (s Skipped) Reason() string {
+	return "a " + s.Type + " is not carried"
+}
+
+// maxSession bounds a session's name: harnesses name theirs with a UUID.
+const maxSession = 128
+
+// ValidSession checks a session's name ("" is none): printable UTF-8, at
+// most 128 bytes, no space at either end.
+func ValidSession(s string) error {
+	switch {
+	case len(s) > maxSession:
+		return fmt.Errorf("session %.20q…: longer than %d bytes", s, maxSession)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("session %q: not UTF-8", s)
+	case strings.TrimSpace(s) != s:
+		return fmt.Errorf("session %q: space at an end", s)
+	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return fmt.Errorf("session %q: a control character", s)
+	}
+	return nil
+}
+
+// validateCheckpoint checks what a record says about checkpoints: only a
+// checkpoint has a session, and an open one is a tree snapshot while a
+// closed one holds its paths before and after.
+func (m *Meta) validateCheckpoint() error {
+	if m.Session != "" && m.Kind != KindCheckpoint {
+		return fmt.Errorf("kind %s with a session", m.Kind)
+	}
+	if err := ValidSession(m.Session); err != nil {
+		return err
+	}
+	if m.Kind != KindCheckpoint {
+		if m.State == StateOpen {
+			return fmt.Errorf("kind %s with state open", m.Kind)
+		}
+		return nil
+	}
+	switch m.State {
+	case StateOpen:
+		if m.Scope != ScopeTree || m.After != "" {
+			return fmt.Errorf("open checkpoint of scope %s", m.Scope)
+		}
+	case StateDone:
+		if m.Scope != ScopePaths || m.After == "" {
+			return fmt.Errorf("closed checkpoint of scope %s without after", m.Scope)
+		}
+	default:
+		return fmt.Errorf("checkpoint in state %q", m.State)
+	}
+	if m.Command != nil || m.ExitStatus != nil || m.Mode != "" {
+		return fmt.Errorf("checkpoint with a command")
+	}
+	return nil
+}
+
+// The states of a run and of a checkpoint (their transitions are in
+// package snapshot's runstate.go). A run is running, then pending (in a
+// view, its changes waiting), then done or interrupted; a checkpoint is
+// open, then done.
+const (
+	StateRunning     = "running"
+	StatePending     = "pending"
+	StateDone        = "done"
+	StateInterrupted = "interrupted"
+	StateOpen        = "open"
+)
