@@ -66,6 +66,13 @@ func mount(spec Spec) error {
 		if err := unix.Mount(spec.Bind, spec.Root, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mount the view %s on %s: %w", spec.Bind, spec.Root, err)
 		}
+		// This namespace's copies of the mounts under Cover (this run's
+		// clones, and other runs' made before it) go: a copy keeps its
+		// filesystem mounted, and zfs would refuse to destroy a clone
+		// while any namespace holds one ("dataset is busy").
+		for _, p := range Submounts(spec.Cover) {
+			_ = unix.Unmount(p, unix.MNT_DETACH) // one not detached is covered by the init
+		}
 		return nil
 	}
 	opts := options(spec.Root, spec.Upper, spec.Work, spec.UserNS)
