@@ -64,6 +64,14 @@ func sparseCopy(dst, src *os.File, h hash.Hash) (int64, error) {
 		return 0, fmt.Errorf("stat %s: %w", src.Name(), err)
 	}
 	end := st.Size
+	dstEnd := int64(0) // dst's size before the copy
+	if dst != nil {
+		var dt unix.Stat_t
+		if err := unix.Fstat(int(dst.Fd()), &dt); err != nil {
+			return 0, fmt.Errorf("stat %s: %w", dst.Name(), err)
+		}
+		dstEnd = dt.Size
+	}
 	var off int64
 	for {
 		data := off
@@ -91,7 +99,7 @@ func sparseCopy(dst, src *os.File, h hash.Hash) (int64, error) {
 				hole = hs
 			}
 		}
-		n, err := copyRange(dst, src, h, buf, off, hole)
+		n, err := copyRange(dst, src, h, buf, off, hole, dstEnd)
 		off += n
 		if err != nil {
 			return 0, err
@@ -111,7 +119,7 @@ func sparseCopy(dst, src *os.File, h hash.Hash) (int64, error) {
 
 // copyRange copies [off, limit) (limit < 0: to EOF) and returns the bytes
 // copied; it stops early at EOF.
-func copyRange(dst, src *os.File, h hash.Hash, buf []byte, off, limit int64) (int64, error) {
+func copyRange(dst, src *os.File, h hash.Hash, buf []byte, off, limit, dstEnd int64) (int64, error) {
 	var n int64
 	for limit < 0 || off+n < limit {
 		want := int64(len(buf))
@@ -121,7 +129,10 @@ func copyRange(dst, src *os.File, h hash.Hash, buf []byte, off, limit int64) (in
 		r, err := src.ReadAt(buf[:want], off+n)
 		if r > 0 {
 			h.Write(buf[:r])
-			if dst != nil {
+			// Past dst's old end, a block of zeros is left a hole (the
+			// final truncate makes it read as zeros): where SEEK_DATA is
+			// missing (zfs-fuse), a sparse file stays sparse.
+			if dst != nil && !(off+n >= dstEnd && allZero(buf[:r])) {
 				Mutating()
 				if _, werr := dst.WriteAt(buf[:r], off+n); werr != nil {
 					return n, fmt.Errorf("write %s: %w", dst.Name(), werr)
@@ -174,3 +185,12 @@ func (discardHash) Sum(b []byte) []byte         { return b }
 func (discardHash) Reset()                      {}
 func (discardHash) Size() int                   { return 0 }
 func (discardHash) BlockSize() int              { return 1 }
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}

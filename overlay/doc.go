@@ -58,4 +58,11 @@ type Spec struct {
 	// with an empty read-only directory, so that the command cannot
 	// reach the history by its path either.
 	Store string `json:"store,omitempty"`
+	// Bind, when set, is the view itself (the zfs mode's clone of the
+	// root, without the store): bind-mounted over Root instead of an
+	// overlay of it; Upper and Work are unused then. Cover is a
+	// directory the init covers as it covers Store (the clones' mount
+	// points), so that the command reaches the clone only as the view.
+	Bind  string `json:"bind,omitempty"`
+	Cover string `json:"cover,omitempty"`
 }

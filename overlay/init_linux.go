@@ -211,6 +211,11 @@ func initRun(spec Spec, argv []string) int {
 		}
 		stores = append(stores, spec.Store)
 	}
+	if spec.Cover != "" {
+		if err := hideOutsideStore(spec.Cover); err != nil {
+			return failed(err)
+		}
+	}
 	if err := closeReaching(stores, keep); err != nil {
 		return failed(err)
 	}

@@ -62,6 +62,19 @@ func mount(spec Spec) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
+	if spec.Bind != "" {
+		if err := unix.Mount(spec.Bind, spec.Root, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount the view %s on %s: %w", spec.Bind, spec.Root, err)
+		}
+		// This namespace's copies of the mounts under Cover (this run's
+		// clones, and other runs' made before it) go: a copy keeps its
+		// filesystem mounted, and zfs would refuse to destroy a clone
+		// while any namespace holds one ("dataset is busy").
+		for _, p := range Submounts(spec.Cover) {
+			_ = unix.Unmount(p, unix.MNT_DETACH) // one not detached is covered by the init
+		}
+		return nil
+	}
 	opts := options(spec.Root, spec.Upper, spec.Work, spec.UserNS)
 	// The store is absent inside: a whiteout in the upper layer hides it,
 	// so a command cannot erase its own undo history, and it is no mount
@@ -258,7 +271,7 @@ func Submounts(root string) []string {
 		if len(f) < 5 {
 			continue
 		}
-		p := unescapeMount(f[4])
+		p := UnescapeMount(f[4])
 		if !strings.HasPrefix(p, root+"/") || p == store || strings.HasPrefix(p, store+"/") {
 			continue
 		}
@@ -267,8 +280,8 @@ func Submounts(root string) []string {
 	return out
 }
 
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
-func unescapeMount(s string) string {
+// UnescapeMount undoes mountinfo's octal escapes (\040 for a space, …).
+func UnescapeMount(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		if s[i] == '\\' && i+4 <= len(s) {

@@ -7,6 +7,7 @@ import (
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
 	"github.com/snapback/snapback/overlay/fuse"
+	"github.com/snapback/snapback/overlay/zfs"
 )
 
 // Check is the verdict of a mode of isolation.All for the project at
@@ -15,6 +16,9 @@ import (
 // refuses a layer there. A tree mode asks its own check.
 func Check(m *isolation.Mode, root string) isolation.Verdict {
 	switch {
+	case m.View != nil && m.View.ZFS:
+		ok, why := zfs.Check(root)
+		return isolation.Verdict{OK: ok, Why: why}
 	case m.View != nil && m.View.FUSE:
 		ok, why := fuse.Trial(root)
 		return isolation.Verdict{OK: ok, Why: why}
@@ -44,7 +48,8 @@ type view interface {
 	Finish() error
 }
 
-// newView starts the session of view mode m.
+// newView starts the session of view mode m (the zfs view is overlay's
+// helper and init, with spec.Bind the view).
 func newView(m *isolation.Mode, spec overlay.Spec) view {
 	if m.View.FUSE {
 		return fuse.NewSession(spec)

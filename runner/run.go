@@ -10,6 +10,7 @@ import (
 
 	"github.com/snapback/snapback/internal/isolation"
 	"github.com/snapback/snapback/overlay"
+	"github.com/snapback/snapback/overlay/zfs"
 	"github.com/snapback/snapback/snapshot"
 	"github.com/snapback/snapback/snapshot/record"
 )
@@ -115,6 +116,11 @@ func Run(ctx context.Context, repo *snapshot.Repo, o Options) (Result, error) {
 		}
 		if mode = isolation.Find(p.Mode); mode == nil || mode.View == nil {
 			return Result{}, fmt.Errorf("run %s: mode %q is no view to continue in", p.ID, p.Mode)
+		}
+		if mode.View.ZFS {
+			// Its clones are gone once its first command ended: a second
+			// view would have to be the tree with the layer put on it.
+			return Result{}, badInput("run --continue %s: a zfs run keeps no view between commands (not built yet); commit or discard it, or run in the overlayfs or fuse mode", p.ID)
 		}
 		if o.Then == "" {
 			o.Then = Then(p.Then)
@@ -409,6 +415,12 @@ func runInView(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, p
 		return Result{}, err
 	}
 	spec.Dir = wd
+	if mode.View.ZFS {
+		if spec.Bind, err = repo.MakeZFSView(p); err != nil {
+			return Result{}, err
+		}
+		spec.Cover = zfs.MountDir
+	}
 	repo.Unlock() // the command may run for hours: do not hold others off
 	v := newView(mode, spec)
 	var res Result
@@ -417,6 +429,11 @@ func runInView(ctx context.Context, repo *snapshot.Repo, mode *isolation.Mode, p
 		return Result{}, err
 	}
 	if err := repo.Lock(o.LockWait, "run (finishing)"); err != nil {
+		return Result{}, err
+	}
+	// The zfs view's changes become its layer (every process of the run
+	// is gone: the init exited last).
+	if err := repo.SettleZFSView(p); err != nil {
 		return Result{}, err
 	}
 	if res.StartErr != nil {

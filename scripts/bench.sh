@@ -18,6 +18,8 @@
 #   BENCH_KEEP=1  keep the work directory
 #   SNAPBACK      snapback binary to use (default: build it from this repo)
 #   BENCH_CHECKPOINT=0  skip the checkpoint rows (scripts/bench-checkpoint.sh)
+#   BENCH_ZFS=0   skip `run -- true` in the zfs mode (as root where zfs answers:
+#                 the tree copied into a dataset of a pool on a sparse file)
 #   BENCH_BASELINE  a git revision: undo/redo of the 10-file and 10,000-file
 #                 edits are also measured with snapback built from it, in the same run
 #                 (what a change of the restore path costs; e.g. the hash
@@ -461,6 +463,59 @@ for mode in $MODES; do
 		record "commit of $n changed files ($mode)" "${ts[@]}"
 	done
 done
+
+# ---- zfs mode ------------------------------------------------------------------------
+# The same tree (and a first snap of it) in a dataset of a pool on a sparse
+# file in the work directory, then `run --mode zfs -- true`: two clones
+# made, bind-mounted, compared by stat, destroyed. As root where zfs
+# answers (zfs-fuse's daemon is started here when it does not, and
+# stopped); BENCH_ZFS=0 skips it.
+ZFS_POOL= ZFS_DAEMON=
+zfs_cleanup() {
+	if [[ -n $ZFS_POOL ]]; then
+		for _ in $(seq 20); do # zfs-fuse: "pool is busy" for a moment after an unmount
+			zpool destroy -f "$ZFS_POOL" 2>/dev/null && break
+			sleep 0.5
+		done
+	fi
+	if [[ -n $ZFS_DAEMON ]]; then
+		kill "$ZFS_DAEMON" 2>/dev/null || true
+	fi
+}
+if [[ ${BENCH_ZFS:-1} == 1 && $(id -u) == 0 ]] && command -v zpool >/dev/null; then
+	trap 'zfs_cleanup; cleanup' EXIT
+	if ! zfs list >/dev/null 2>&1 && command -v zfs-fuse >/dev/null; then
+		zfs-fuse --no-daemon >"$WORK/zfs-fuse.log" 2>&1 &
+		ZFS_DAEMON=$!
+		for _ in $(seq 40); do
+			zfs list >/dev/null 2>&1 && break
+			sleep 0.25
+		done
+	fi
+	truncate -s $((BYTES * 3 + (1 << 30))) "$WORK/zfs.img"
+	if zpool create -o cachefile=none -m "$WORK/zfs" "snapback-bench-$$" "$WORK/zfs.img" >/dev/null 2>&1; then
+		ZFS_POOL=snapback-bench-$$
+		ZTREE=$WORK/zfs/tree
+		log "zfs mode: copying the tree into $ZFS_POOL/tree"
+		zfs create "$ZFS_POOL/tree"
+		(cd "$TREE" && tar cf - --exclude=./.snapback .) | (cd "$ZTREE" && tar xf -)
+		run_timed "$SB" -C "$ZTREE" snap -m base
+		expect "read $FILES files" "first snap in the dataset"
+		ts=()
+		for i in $(seq "$REPS"); do
+			sync
+			run_timed bash -c 'cd "$1" && "$2" run --mode zfs -- true' _ "$ZTREE" "$SB"
+			ts+=("$ELAPSED")
+		done
+		record "snapback run -- true (zfs)" "${ts[@]}"
+		run_timed "$SB" -C "$ZTREE" snap -m "after runs"
+		expect "read 0 files" "snap after run --mode zfs -- true"
+		zfs_cleanup
+		ZFS_POOL= ZFS_DAEMON=
+	else
+		FAILS+=("zpool create failed: the zfs mode was not measured")
+	fi
+fi
 
 STORE_SIZE=$(du -sh "$TREE/.snapback" | cut -f1)
 NSNAPS=$(sb list --json | grep -c '"id"' || true)

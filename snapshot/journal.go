@@ -592,6 +592,11 @@ func (r *Repo) Recover() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("recover: %w", err)
 	}
+	zdead, err := r.settleDeadZFSViews()
+	if err != nil {
+		return false, fmt.Errorf("recover: %w", err)
+	}
+	dead += zdead
 	if jerr != nil {
 		return false, fmt.Errorf("recover: %w (snapback did not write it as it is; `snapback check --repair` sets it aside)", jerr)
 	}

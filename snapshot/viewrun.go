@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/overlay/zfs"
 	"github.com/snapback/snapback/snapshot/record"
 	"golang.org/x/sys/unix"
 )
@@ -42,6 +43,8 @@ type ViewRun struct {
 	WroteThrough []string `json:"wrote_through,omitempty"`
 	// Git is what HEAD outside the root was when the run began (gitseen.go).
 	Git []record.GitHead `json:"git,omitempty"`
+	// ZFS names the zfs view's clones while they exist (zfsview.go).
+	ZFS *zfs.Clones `json:"zfs,omitempty"`
 
 	lock  *os.File
 	stamp map[string]layerStamp // the layer before the running step

@@ -224,14 +224,16 @@ func TestCrashDuringSnap(t *testing.T) {
 // TestCrashDuringRun kills snapback while its command runs; the command
 // goes on, and writes more once snapback is dead. In the copy and btrfs
 // modes the next snapback call finishes the run as interrupted and undo
-// reverts what the command had changed. In the view modes (overlayfs and
-// fuse: the fuse server must outlive snapback) the command keeps its view
-// to its end, every later write landing in the run's layer; the run shows
-// as running meanwhile, then pending, with everything the command wrote;
-// recover leaves it so, and committing then undoing it works.
+// reverts what the command had changed. In the view modes (overlayfs,
+// fuse: the fuse server must outlive snapback, and zfs: its clone) the
+// command keeps its view to its end, every later write landing in the
+// run's layer (the zfs mode's once the next snapback call has settled the
+// run, destroying its clones); the run shows as running meanwhile, then
+// pending, with everything the command wrote; recover leaves it so, and
+// committing then undoing it works.
 func TestCrashDuringRun(t *testing.T) {
 	bin := snapbackBinary(t)
-	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs", "fuse-kept"} {
+	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs", "zfs", "fuse-kept"} {
 		t.Run(mode, func(t *testing.T) {
 			// fuse-kept: the fuse mode with the project's view kept
 			// across runs (SNAPBACK_FUSE_KEEP): its server gives the
@@ -241,7 +243,7 @@ func TestCrashDuringRun(t *testing.T) {
 			if kept {
 				runMode = "fuse"
 			}
-			view := mode == "overlayfs" || runMode == "fuse"
+			view := mode == "overlayfs" || runMode == "fuse" || mode == "zfs"
 			if view && os.Geteuid() != 0 {
 				treetest.Require(t, mode, false, "not root: this test makes its overlay runs as root only")
 				t.Skip("SNAPBACK_REQUIRE does not name " + mode + ": not root")
@@ -252,7 +254,7 @@ func TestCrashDuringRun(t *testing.T) {
 					t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 				}
 			}
-			root := t.TempDir()
+			root, ds := t.TempDir(), ""
 			var keptEnv []string
 			if kept {
 				keptEnv = append(os.Environ(), fuse.KeepEnv+"=1")
@@ -261,6 +263,11 @@ func TestCrashDuringRun(t *testing.T) {
 						syscall.Kill(pid, syscall.SIGKILL)
 					}
 				})
+			}
+			if mode == "zfs" {
+				ds = treetest.ZFS(t)
+				root = filepath.Join(treetest.ZFSMount(t, ds), "proj")
+				treetest.Must(t, os.Mkdir(root, 0o755))
 			}
 			if mode == "btrfs" {
 				root = filepath.Join(treetest.Btrfs(t, 256), "proj")
@@ -364,6 +371,9 @@ func TestCrashDuringRun(t *testing.T) {
 				if out, _ := exec.Command("btrfs", "subvolume", "list", "-o", root).CombinedOutput(); len(bytes.TrimSpace(out)) > 0 {
 					t.Fatalf("the run's snapshot was left behind:\n%s", out)
 				}
+			}
+			if mode == "zfs" {
+				noZFSLeft(t, "after the run's commit and undo", ds)
 			}
 		})
 	}

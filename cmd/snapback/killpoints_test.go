@@ -82,6 +82,10 @@ type killScenario struct {
 	// Its git files name each other by absolute path, so the project is
 	// prepared, and every copy of it made, at one path.
 	git bool
+	// zfs: the project is in a ZFS dataset (the zfs mode's), made for the
+	// scenario; after each kill and recover, no snapshot or clone of it
+	// is left.
+	zfs bool
 	// inverseFurther: the inverse takes back more than op did (the undo of
 	// a commit also takes back the git state its run moved as it ran): the
 	// state after it is the uninterrupted inverse's, not the one before.
@@ -160,6 +164,53 @@ ln exec.sh tree/exec-link
 chmod 700 tree/d0
 setfattr -n user.changed -v yes tree/d1/f15.txt
 `
+
+// zfsKillTree is a small tree of every kind without xattrs (zfs-fuse
+// keeps none).
+func zfsKillTree(t *testing.T, root string) {
+	for d := 0; d < 2; d++ {
+		for f := 0; f < 4; f++ {
+			treetest.Write(t, root, fmt.Sprintf("tree/d%d/f%d.txt", d, f), fmt.Sprintf("%d/%d\n", d, f), 0o644)
+		}
+	}
+	treetest.Write(t, root, "plain.txt", "plain\n", 0o644)
+	treetest.Write(t, root, "exec.sh", "#!/bin/sh\n", 0o755)
+	treetest.Write(t, root, "gone/inside", "inside\n", 0o644)
+	treetest.Must(t, os.Symlink("plain.txt", filepath.Join(root, "link")))
+}
+
+// zfsKillChange changes a path of each kind in zfsKillTree's tree:
+// contents, a deletion, a mode, a rename, a new directory, a symlink, a
+// fifo, a hard link, a file replaced by a directory and a directory
+// deleted.
+const zfsKillChange = `set -e
+echo changed > tree/d0/f0.txt
+rm tree/d0/f1.txt
+chmod 600 tree/d1/f2.txt
+mv tree/d1/f3.txt tree/d1/moved.txt
+mkdir -p tree/new/sub && echo new > tree/new/sub/n.txt
+ln -sfn exec.sh link
+mkfifo tree/fifo
+ln exec.sh tree/exec-link
+rm plain.txt && mkdir plain.txt && echo inside > plain.txt/f
+rm -rf gone
+`
+
+// noZFSLeft fails the test when the dataset ds has a snapshot, or one
+// has a clone, left.
+func noZFSLeft(t *testing.T, what, ds string) {
+	t.Helper()
+	out, err := exec.Command("zfs", "list", "-H", "-t", "all", "-o", "name,origin").CombinedOutput()
+	if err != nil {
+		t.Fatalf("zfs list: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name, origin, _ := strings.Cut(l, "\t")
+		if strings.HasPrefix(name, ds+"@") || strings.HasPrefix(origin, ds+"@") {
+			t.Errorf("%s: %s is left", what, name)
+		}
+	}
+}
 
 // damageObject flips a byte of the stored object holding content (its
 // size stays: the damage is found only while it is written back).
@@ -366,6 +417,13 @@ func killScenarios(t *testing.T, bin string) []killScenario {
 		}
 		treetest.Must(t, os.Rename(names[0], filepath.Join(root, "cat", "the.zip")))
 	}, op: []string{"archive", "restore", "../cat/the.zip", "--into", "../out"}})
+	// A run in the zfs mode, committed: clones made, the layer written
+	// from them, clones destroyed, the commit. (zfs-fuse keeps no xattrs:
+	// a tree and a change without them.)
+	out = append(out, killScenario{name: "run-zfs", zfs: true, runs: true, prepare: func(t *testing.T, bin, root string) {
+		zfsKillTree(t, root)
+		sbT(t, bin, root, "snap", "-m", "base")
+	}, op: []string{"run", "--mode", "zfs", "--then", "commit", "--", "sh", "-c", zfsKillChange}, inverse: []string{"undo"}})
 	for _, mode := range []string{"overlayfs", "fuse"} {
 		if !modes[mode] {
 			continue
@@ -566,7 +624,12 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	// On tmpfs where there is one: a process kill tests the same states
 	// on any filesystem, and each of the thousands of runs copies the
 	// project afresh, which a disk shared with other work makes slow.
-	base, err := os.MkdirTemp(shmDir(), "snapback-kill-")
+	parent, ds := shmDir(), ""
+	if sc.zfs {
+		ds = treetest.ZFS(t)
+		parent = treetest.ZFSMount(t, ds)
+	}
+	base, err := os.MkdirTemp(parent, "snapback-kill-")
 	treetest.Must(t, err)
 	t.Cleanup(func() { os.RemoveAll(base) })
 	tpl := filepath.Join(base, "tpl")
@@ -696,6 +759,9 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		rec := exec.Command(bin, "-C", proj, "recover")
 		if b, err := rec.CombinedOutput(); err != nil {
 			t.Fatalf("kill point %d: recover: %v\n%s", k, err, b)
+		}
+		if sc.zfs {
+			noZFSLeft(t, fmt.Sprintf("kill point %d: after recover", k), ds)
 		}
 		got := observed(t, root, sc)
 		gotLoose := got

@@ -2,16 +2,18 @@
 // run` ([All]): their names, the order `auto` tries them in, and each
 // mode's shape, which says how a run in it works:
 //
-//   - a view mode ([View]: overlayfs, fuse) runs the command in a
+//   - a view mode ([View]: overlayfs, fuse, zfs) runs the command in a
 //     copy-on-write view of the tree; its writes land in an upper layer
-//     of overlayfs's format, which commit, diff and discard read into a
+//     of overlayfs's format (the zfs mode's, once the command has ended,
+//     from its clone), which commit, diff and discard read into a
 //     changeset, whichever view wrote it;
 //   - a tree mode ([Tree]: btrfs, copy) runs the command on the tree
 //     itself, after a snapshot of it, and narrows the run's record
 //     afterwards to the paths that differ from the snapshot.
 //
 // A tree mode's row holds its mechanism (fsutil's filesystem primitives);
-// a view's is in package overlay or overlay/fuse, chosen by [View.FUSE].
+// a view's is in package overlay, overlay/fuse or overlay/zfs, chosen by
+// [View.FUSE] and [View.ZFS].
 // Package runner tries each mode for real ([Pick] takes its check);
 // config, doctor and shell completion read the names. It imports only
 // fsutil, so that config can read the names without the views.
@@ -46,9 +48,12 @@ type Mode struct {
 
 // View is a view mode's shape: the command's changes can wait for review
 // or be thrown away unseen. What serves the view is the kernel's
-// overlayfs (package overlay), or with FUSE snapback's own FUSE overlay
-// (package overlay/fuse); both run the command under the same PID-1 init.
-type View struct{ FUSE bool }
+// overlayfs (package overlay), with FUSE snapback's own FUSE overlay
+// (package overlay/fuse), or with ZFS a clone of the project's dataset
+// (package overlay/zfs), whose differences from the snapshot it was
+// cloned from become the upper layer once the command has ended; all run
+// the command under the same PID-1 init.
+type View struct{ FUSE, ZFS bool }
 
 // Tree is a tree mode's shape: the command changes the tree itself, and
 // the run's record is made from a snapshot taken before it.
@@ -70,16 +75,17 @@ type Tree struct {
 	Drop     func(dir string) error
 }
 
-// All lists the modes in the order auto tries them: the views first, the
-// cheapest snapshot next, the copy last (it always works). Adding a mode
+// All lists the modes in the order auto tries them: the views first (the
+// zfs view, which compares its clone by stat after the command, beside
+// btrfs), the cheapest snapshot next, the copy last (it always works). Adding a mode
 // is one row here, and its mechanism's file.
 var All = []*Mode{
 	{Name: Overlayfs, Help: "kernel overlayfs view of the tree", View: &View{}},
 	{Name: Fuse, Help: "FUSE overlay view of the tree", View: &View{FUSE: true}},
+	{Name: Zfs, Help: "ZFS clone of the dataset as the view", View: &View{ZFS: true}},
 	{Name: Btrfs, Help: "btrfs snapshot of the subvolume, then the tree itself",
 		Tree: &Tree{Check: fsutil.IsSubvolume, Snapshot: fsutil.SubvolSnapshot, Drop: fsutil.SubvolDelete}},
 	{Name: Apfs, Help: "APFS clone, then the tree itself"},
-	{Name: Zfs, Help: "ZFS snapshot, then the tree itself"},
 	{Name: Copy, Help: "snapshot into the store, then the tree itself", Tree: &Tree{}},
 }
 

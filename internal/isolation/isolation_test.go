@@ -7,7 +7,7 @@ import (
 
 func TestNames(t *testing.T) {
 	got := strings.Join(Names(), ",")
-	if got != "auto,overlayfs,fuse,btrfs,apfs,zfs,copy" {
+	if got != "auto,overlayfs,fuse,zfs,btrfs,apfs,copy" {
 		t.Fatalf("names %s: auto first, then the order auto tries", got)
 	}
 	if Find(Auto) != nil || Find("warp") != nil || Find(Copy) == nil {
@@ -53,7 +53,7 @@ func TestPick(t *testing.T) {
 		{"auto", map[string]string{Copy: ""}, "copy"},
 		{"copy", map[string]string{Copy: ""}, "copy"},
 		{"auto", map[string]string{Btrfs: "", Copy: ""}, "btrfs"}, // the views do not work: the next that does
-		{"warp", nil, "error: unknown mode (one of auto, overlayfs, fuse, btrfs, apfs, zfs, copy)"},
+		{"warp", nil, "error: unknown mode (one of auto, overlayfs, fuse, zfs, btrfs, apfs, copy)"},
 		{"fuse", map[string]string{Copy: ""}, "error: fuse does not work under /nowhere"},
 		// auto passes over a view that works with a limit for a later
 		// view that works without one, but takes it before any mode that
@@ -61,6 +61,10 @@ func TestPick(t *testing.T) {
 		{"auto", map[string]string{Overlayfs: "no directory renames", Btrfs: ""}, "overlayfs"},
 		{"auto", map[string]string{Overlayfs: "no directory renames", Fuse: "", Btrfs: ""}, "fuse"},
 		{"auto", map[string]string{Overlayfs: "no directory renames", Fuse: "no directory renames"}, "overlayfs"},
+		// On a ZFS dataset where neither overlay works, the zfs view
+		// comes before btrfs and copy.
+		{"auto", map[string]string{Zfs: "", Btrfs: "", Copy: ""}, "zfs"},
+		{"auto", map[string]string{Overlayfs: "no directory renames", Zfs: "", Copy: ""}, "zfs"},
 	} {
 		got := ""
 		if m, err := Pick(c.name, "/nowhere", works(c.ok)); err != nil {

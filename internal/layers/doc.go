@@ -30,6 +30,7 @@ var Rank = map[string]int{
 	// The views.
 	"overlay":      3,
 	"overlay/fuse": 4,
+	"overlay/zfs":  4,
 	// The store and the target backends: neither imports the other (the
 	// store drives the backends through snapshot.Backend, which
 	// cmd/snapback wires), so the store is built without their drivers.

@@ -341,10 +341,10 @@ func ZFS(t testing.TB) string {
 	}
 	t.Cleanup(func() {
 		// zfs-fuse can answer "dataset is busy" for a moment after an
-		// unmount: retried.
+		// unmount (seconds on a busy machine): retried for 30 s.
 		var out []byte
 		var err error
-		for i := 0; i < 20; i++ {
+		for i := 0; i < 120; i++ {
 			if out, err = exec.Command("zfs", "destroy", "-r", "-R", parent).CombinedOutput(); err == nil {
 				return
 			}
@@ -353,6 +353,16 @@ func ZFS(t testing.TB) string {
 		t.Errorf("zfs destroy -r -R %s: %v\n%s", parent, err, out)
 	})
 	return parent + "/data"
+}
+
+// ZFSMount is where the dataset ds is mounted.
+func ZFSMount(t testing.TB, ds string) string {
+	t.Helper()
+	out, err := exec.Command("zfs", "get", "-H", "-o", "value", "mountpoint", ds).CombinedOutput()
+	if err != nil {
+		t.Fatalf("zfs get mountpoint %s: %v\n%s", ds, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // SmallFS mounts a tmpfs of sizeKB at a new directory, for tests of a full
