@@ -241,6 +241,34 @@ func BenchmarkUndo10(b *testing.B) {
 // BenchmarkCheckpoint: an agent turn's checkpoint on a tree of benchFiles
 // files, each step in a fresh Repo as each is a process of its own: open
 // and lock, begin, close; 10 files edited (not timed); open and lock, end,
+
+// editTen appends to 10 of paths, spread over the tree, a line naming
+// the turn: a turn's edit in the checkpoint benchmarks.
+func editTen(b *testing.B, root string, paths []string, turn int) {
+	for k := 0; k < 10; k++ {
+		p := filepath.Join(root, paths[(k*len(paths)/10+turn*7)%len(paths)])
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		if err == nil {
+			_, err = fmt.Fprintf(f, "turn %d\n", turn)
+			f.Close()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// endRecording ends session's checkpoint, which must record a step.
+func endRecording(session string) func(r *snapshot.Repo) error {
+	return func(r *snapshot.Repo) error {
+		m, dropped, err := r.EndCheckpoint(session)
+		if err == nil && (m == nil || dropped) {
+			err = fmt.Errorf("end recorded nothing")
+		}
+		return err
+	}
+}
+
 // close. (scripts/bench-checkpoint.sh times the CLI on git repositories.)
 func BenchmarkCheckpoint(b *testing.B) {
 	root, paths := benchTree(b)
@@ -252,26 +280,8 @@ func BenchmarkCheckpoint(b *testing.B) {
 		}
 	}
 	begin := func(r *snapshot.Repo) error { _, _, err := r.BeginCheckpoint("", ""); return err }
-	end := func(r *snapshot.Repo) error {
-		m, dropped, err := r.EndCheckpoint("")
-		if err == nil && (m == nil || dropped) {
-			err = fmt.Errorf("end recorded nothing")
-		}
-		return err
-	}
-	edit := func(turn int) {
-		for k := 0; k < 10; k++ {
-			p := filepath.Join(root, paths[(k*len(paths)/10+turn*7)%len(paths)])
-			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-			if err == nil {
-				_, err = fmt.Fprintf(f, "turn %d\n", turn)
-				f.Close()
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	end := endRecording("")
+	edit := func(turn int) { editTen(b, root, paths, turn) }
 	step(begin) // the first reads every file
 	edit(0)
 	step(end)
@@ -305,26 +315,8 @@ func BenchmarkCheckpointBeside(b *testing.B) {
 		}
 	}
 	begin := beginOf("B")
-	end := func(r *snapshot.Repo) error {
-		m, dropped, err := r.EndCheckpoint("B")
-		if err == nil && (m == nil || dropped) {
-			err = fmt.Errorf("end recorded nothing")
-		}
-		return err
-	}
-	edit := func(turn int) {
-		for k := 0; k < 10; k++ {
-			p := filepath.Join(root, paths[(k*len(paths)/10+turn*7)%len(paths)])
-			f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-			if err == nil {
-				_, err = fmt.Fprintf(f, "turn %d\n", turn)
-				f.Close()
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	end := endRecording("B")
+	edit := func(turn int) { editTen(b, root, paths, turn) }
 	step(begin) // the first reads every file
 	edit(0)
 	step(end)
