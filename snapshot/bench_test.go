@@ -238,10 +238,6 @@ func BenchmarkUndo10(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckpoint: an agent turn's checkpoint on a tree of benchFiles
-// files, each step in a fresh Repo as each is a process of its own: open
-// and lock, begin, close; 10 files edited (not timed); open and lock, end,
-
 // editTen appends to 10 of paths, spread over the tree, a line naming
 // the turn: a turn's edit in the checkpoint benchmarks.
 func editTen(b *testing.B, root string, paths []string, turn int) {
@@ -269,6 +265,9 @@ func endRecording(session string) func(r *snapshot.Repo) error {
 	}
 }
 
+// BenchmarkCheckpoint: an agent turn's checkpoint on a tree of benchFiles
+// files, each step in a fresh Repo as each is a process of its own: open
+// and lock, begin, close; 10 files edited (not timed); open and lock, end,
 // close. (scripts/bench-checkpoint.sh times the CLI on git repositories.)
 func BenchmarkCheckpoint(b *testing.B) {
 	root, paths := benchTree(b)
