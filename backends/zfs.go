@@ -1,7 +1,6 @@
 package backends
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -115,40 +114,14 @@ func zfsSnapName(ds, dir string) string { return ds + "@snapback-" + snapHash(di
 // zfsOldName is where a swap moves the dataset whose guid is guid.
 func zfsOldName(ds, guid string) string { return ds + zfsOld + guid }
 
-// zfsDo runs a zfs command that changes the pool: the kill test's seam
-// comes first (see [fsutil.Mutating]).
-//
-// zfs-fuse lets go of a dataset only a moment (~50 ms) after unmounting
-// it, answering "dataset is busy" meanwhile (to a destroy, which unmounts
-// first, too): such a command is retried for up to 5 s.
+// zfsDo runs a zfs command that changes the pool (fsutil.ZFSChange):
+// a target's datasets are let go of within 5 s.
 func zfsDo(ctx context.Context, args ...string) (string, error) {
-	fsutil.Mutating()
-	for wait := time.Now().Add(5 * time.Second); ; {
-		out, err := zfs(ctx, args...)
-		if err == nil || !strings.Contains(err.Error(), "dataset is busy") || time.Now().After(wait) {
-			return out, err
-		}
-		select {
-		case <-ctx.Done():
-			return out, err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return fsutil.ZFSChange(ctx, 5*time.Second, args...)
 }
 
-// zfs runs the zfs command; its error is the command and the first line
-// zfs printed.
-func zfs(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "zfs", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg, _, _ := strings.Cut(strings.TrimSpace(stderr.String()), "\n")
-		return "", fmt.Errorf("zfs %s: %s (%w)", strings.Join(args, " "), msg, err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+// zfs runs the zfs command (fsutil.ZFS).
+func zfs(ctx context.Context, args ...string) (string, error) { return fsutil.ZFS(ctx, args...) }
 
 // zfsGet reads one property's value ("" and no error when name does not
 // exist).

@@ -3,13 +3,12 @@
 package zfs
 
 import (
-	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -174,32 +173,12 @@ func (c *Clones) Destroy() error {
 	return nil
 }
 
-// zfsDo runs a zfs command that changes the pool, after the kill test's
-// seam. zfs-fuse lets go of a dataset only a moment after unmounting it
-// (~50 ms; seconds on a busy machine, once the view's mount namespace is
-// gone too), answering "dataset is busy" meanwhile: retried for up to
-// 30 s.
+// zfsDo runs a zfs command that changes the pool (fsutil.ZFSChange).
+// zfs-fuse lets go of a view's clone seconds after its unmount on a busy
+// machine, once the view's mount namespace is gone too: 30 s.
 func zfsDo(args ...string) (string, error) {
-	fsutil.Mutating()
-	for wait := time.Now().Add(30 * time.Second); ; {
-		out, err := zfs(args...)
-		if err == nil || !strings.Contains(err.Error(), "dataset is busy") || time.Now().After(wait) {
-			return out, err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return fsutil.ZFSChange(context.Background(), 30*time.Second, args...)
 }
 
-// zfs runs the zfs command; its error is the command and the first line
-// zfs printed.
-func zfs(args ...string) (string, error) {
-	cmd := exec.Command("zfs", args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		msg, _, _ := strings.Cut(strings.TrimSpace(stderr.String()), "\n")
-		return "", fmt.Errorf("zfs %s: %s (%w)", strings.Join(args, " "), msg, err)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
+// zfs runs the zfs command (fsutil.ZFS).
+func zfs(args ...string) (string, error) { return fsutil.ZFS(context.Background(), args...) }
