@@ -379,7 +379,7 @@ func (c *checker) loadManifest(oid record.ObjectID) (record.Manifest, string) {
 	if sha256.Sum256(b) != oid {
 		return nil, "content does not match its hash"
 	}
-	mf, err := record.DecodeManifest(b)
+	mf, err := c.r.decodeManifest(b)
 	if err != nil {
 		return nil, err.Error()
 	}

@@ -188,7 +188,7 @@ func (s *Store) isManifest(id record.ObjectID) bool {
 		return false
 	}
 	defer f.Close() // read-only
-	b := make([]byte, len(record.ManifestMagic))
-	_, err = io.ReadFull(f, b)
-	return err == nil && string(b) == record.ManifestMagic
+	b := make([]byte, len(record.BlocksMagic))
+	n, _ := io.ReadFull(f, b)
+	return string(b[:min(n, len(record.ManifestMagic))]) == record.ManifestMagic || isBlocked(b[:n])
 }

@@ -42,3 +42,20 @@ func NarrowBoth(r *Repo, m *record.Meta) (asEnd, full [2]string, watched bool, e
 	}
 	return [2]string{a.Manifest, a.After}, [2]string{f.Manifest, f.After}, watched, nil
 }
+
+// SmallBlocks makes blocked manifests cut blocks of about n bytes until
+// the test ends.
+func SmallBlocks(t interface{ Cleanup(func()) }, n int) {
+	was := blockBytes
+	blockBytes = n
+	t.Cleanup(func() { blockBytes = was })
+}
+
+// DecodeStored decodes a stored manifest's bytes as LoadManifest does.
+func DecodeStored(r *Repo, b []byte) (record.Manifest, error) { return r.decodeManifest(b) }
+
+// ReadStored reads a stored object's bytes.
+func ReadStored(r *Repo, id string) ([]byte, error) {
+	oid, _ := record.ParseObjectID(id)
+	return r.readObject(oid, maxManifestSize)
+}

@@ -223,6 +223,9 @@ func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[record.ObjectI
 			}
 			oid, _ := record.ParseObjectID(id)
 			live[oid] = true
+			for _, b := range r.blockIDs(oid) {
+				live[b] = true
+			}
 			mf, err := r.LoadManifest(id)
 			if err != nil {
 				return nil, fmt.Errorf("gc: snapshot %s: %w", m.ID, err)
@@ -242,6 +245,9 @@ func (r *Repo) liveObjects(h *History, kept map[string]bool) (map[record.ObjectI
 		}
 		live[id] = true
 		if r.isManifest(id) {
+			for _, b := range r.blockIDs(id) {
+				live[b] = true
+			}
 			if mf, err := r.LoadManifest(id.String()); err == nil {
 				mf.Objects(func(o record.ObjectID) { live[o] = true })
 			}

@@ -355,9 +355,10 @@ func (s *Store) writePackNamed(p *packBuf) (string, error) {
 	if err := fsutil.SyncDir(dir); err != nil {
 		return fail(err)
 	}
-	s.loadPacksLocked()
-	for _, e := range p.ents {
-		s.packed[e.id] = packLoc{pack: name, off: e.off, len: e.len}
+	if s.packed != nil { // else read with the others when first needed
+		for _, e := range p.ents {
+			s.packed[e.id] = packLoc{pack: name, off: e.off, len: e.len}
+		}
 	}
 	*p = packBuf{}
 	return name, nil
@@ -369,7 +370,9 @@ func (s *Store) putPacked(b []byte) (record.ObjectID, error) {
 	id := record.ObjectID(sha256.Sum256(b))
 	s.packMu.Lock()
 	defer s.packMu.Unlock()
-	s.loadPacksLocked()
+	if !s.PackBlind {
+		s.loadPacksLocked()
+	}
 	if _, ok := s.packed[id]; ok || s.pend.has(id) {
 		return id, nil
 	}

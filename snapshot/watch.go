@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -164,95 +163,86 @@ func (r *Repo) dropWatchBase() error {
 }
 
 // treeNow records the tree's state now as m's manifest (m is not
-// written) and returns it with the watcher's token for it (watched false:
-// none vouches): the last begin's state patched with what changed since,
-// when the watcher vouches for that; else a scan of the whole tree.
-func (r *Repo) treeNow(m *record.Meta) (tree record.Manifest, t watch.Token, watched bool, err error) {
+// written) and returns what the watcher's token file is to keep of it
+// (its files with several names are taken from these entries) with the
+// watcher's token for it (watched false: none vouches): the last begin's
+// state patched with what changed since, when the watcher vouches for
+// that; else a scan of the whole tree. A state the watcher vouches for
+// is recorded blocked (blocked.go), so that the next begin and the end
+// rewrite and read only the blocks of the paths that changed.
+func (r *Repo) treeNow(m *record.Meta) (entries record.Manifest, t watch.Token, watched bool, err error) {
 	r.LastWatched = false
 	if watchOn() {
-		var id string
 		var ok bool
-		if tree, id, t, ok, err = r.treeFromBase(); err != nil {
+		if entries, t, ok, err = r.treeFromBase(m); err != nil {
 			return nil, t, false, err
 		}
 		if ok {
 			r.LastWatched = true
-			m.Files, m.Bytes = counts(tree)
-			if m.Manifest = id; id == "" {
-				if m.Manifest, err = r.record(tree); err != nil {
-					return nil, t, false, err
-				}
-			}
-			return tree, t, true, r.Flush()
+			return entries, t, true, r.Flush()
 		}
 		t, watched = r.watchMark() // before the scan: what changes during it is named at the end
 	}
-	if tree, err = r.ScanTree(true); err != nil {
+	tree, err := r.ScanTree(true)
+	if err != nil {
 		return nil, t, false, fmt.Errorf("snapshot: %w", err)
 	}
 	m.Files, m.Bytes = counts(tree)
-	if m.Manifest, err = r.record(tree); err != nil {
+	if watched {
+		m.Manifest, err = r.recordBlocked(tree)
+	} else {
+		m.Manifest, err = r.record(tree)
+	}
+	if err != nil {
 		return nil, t, false, err
 	}
 	return tree, t, watched, r.Flush()
 }
 
-// treeFromBase returns the tree's state now from watch/base and what the
-// watcher says changed since, with the token of that state, and the id
-// of the base's state when it is the same ("": it is not); ok is false
-// where it cannot (no base, the watcher cannot vouch, snapback.toml
-// changed: the ignored paths may be others).
-func (r *Repo) treeFromBase() (tree record.Manifest, id string, t watch.Token, ok bool, err error) {
+// treeFromBase records as m's manifest the tree's state now: watch/base's
+// (blocked) patched with what the watcher says changed since. It returns
+// what it read again, and the watcher's token for the state; ok is false
+// where it cannot (no base, or a plain one, the watcher cannot vouch,
+// snapback.toml changed: the ignored paths may be others).
+func (r *Repo) treeFromBase(m *record.Meta) (fresh record.Manifest, t watch.Token, ok bool, err error) {
 	base, err := r.loadWatchToken(r.watchBasePath())
 	if err != nil {
-		return nil, "", t, false, nil // none, or not readable: the whole tree is read, and the next end writes a new one
+		return nil, t, false, nil // none, or not readable: the whole tree is read, and the next end writes a new one
 	}
 	changes, t, err := watch.Since(r.Dir, base.token)
 	if err != nil {
-		return nil, "", t, false, nil
+		return nil, t, false, nil
 	}
 	for _, c := range changes {
 		if c.Path == config.FileName {
-			return nil, "", t, false, nil
+			return nil, t, false, nil
 		}
 	}
-	before, err := r.LoadManifest(base.manifest)
-	if err != nil {
-		return nil, "", t, false, nil // gone or damaged: read the whole tree (check says more)
+	bt, blocked, err := r.openBlocked(base.manifest)
+	if err != nil || !blocked {
+		return nil, t, false, nil // gone, damaged (check says more), or plain: read the whole tree
 	}
-	tree, touched, err := r.patched(before, changes, base.links, r.writersNow())
+	defer r.packBlind()()
+	fresh, listed, deep, err := r.readTouched(changes, base.links, r.writersNow())
 	var no *errUnvouched
 	if errors.As(err, &no) {
-		return nil, "", t, false, nil
+		return nil, t, false, nil
 	}
 	if err != nil {
-		return nil, "", t, false, err
+		return nil, t, false, err
 	}
-	if sameEntries(before, tree, touched) {
-		id = base.manifest // nothing changed since the last begin (a turn that only read): nothing to write
+	if m.Manifest, m.Files, m.Bytes, err = bt.patch(r, listed, deep, fresh); err != nil {
+		return nil, t, false, err
 	}
-	return tree, id, t, true, nil
+	return fresh, t, true, nil
 }
 
-// sameEntries reports whether x and y hold the same entries at paths (as
-// recorded: the scan's ctime, inode and link count are not).
-func sameEntries(x, y record.Manifest, paths map[string]bool) bool {
-	for p := range paths {
-		a, b := x.Find(p), y.Find(p)
-		if a == nil || b == nil {
-			if a != b {
-				return false
-			}
-			continue
-		}
-		ea, eb := *a, *b
-		ea.Ctime, ea.Inode, ea.Nlink = 0, [2]uint64{}, 0
-		eb.Ctime, eb.Inode, eb.Nlink = 0, [2]uint64{}, 0
-		if !reflect.DeepEqual(ea, eb) {
-			return false
-		}
-	}
-	return true
+// packBlind sets PackBlind until the function it returns is called: for
+// the few contents a watched checkpoint reads (see PackBlind).
+func (r *Repo) packBlind() func() {
+	was := r.PackBlind
+	r.PackBlind = true
+	return func() { r.PackBlind = was }
 }
 
 // errUnvouched: the changes the watcher named do not say everything
@@ -297,8 +287,17 @@ func (r *Repo) narrowCheckpoint(m *record.Meta) error {
 
 // narrowWatched narrows m to the paths changed among those the watcher
 // named (changes), the files that had several names at the begin (links)
-// and those held for writing now (writers).
+// and those held for writing now (writers). The state at the begin is
+// read a block at a time where it is blocked: only the blocks of those
+// paths.
 func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[string][2]uint64, writers []string) error {
+	bt, blocked, err := r.openBlocked(m.Manifest)
+	if err != nil {
+		return fmt.Errorf("finish run %s: %w", m.ID, err)
+	}
+	if blocked {
+		return r.narrowBlocked(m, bt, changes, links, writers)
+	}
 	before, err := r.LoadManifest(m.Manifest)
 	if err != nil {
 		return fmt.Errorf("finish run %s: %w", m.ID, err)
@@ -319,31 +318,102 @@ func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[s
 	return r.recordNarrowed(m, before, after, changed)
 }
 
-// patched reads what the watcher named (changes), the files that had
+// narrowBlocked is narrowWatched of a checkpoint whose begin's state bt
+// is blocked: what the begin held of the paths read again, and of the
+// first names of its hard links among them, is all that is read of it.
+func (r *Repo) narrowBlocked(m *record.Meta, bt *blockedTree, changes []watch.Change, links map[string][2]uint64, writers []string) error {
+	defer r.packBlind()()
+	fresh, listed, deep, err := r.readTouched(changes, links, writers)
+	if err != nil {
+		return err
+	}
+	was := map[string]record.Entry{}
+	touched, looked := map[string]bool{}, map[string]bool{}
+	look := func(p string) error {
+		if looked[p] {
+			return nil
+		}
+		looked[p] = true
+		e, err := bt.find(p)
+		if e != nil {
+			was[p] = *e
+		}
+		return err
+	}
+	for _, p := range listed {
+		touched[p] = true
+		if err := look(p); err != nil {
+			return err
+		}
+		if deep[p] {
+			below, err := bt.below(p)
+			if err != nil {
+				return err
+			}
+			for _, e := range below {
+				touched[e.Path], looked[e.Path] = true, true
+				was[e.Path] = e
+			}
+		}
+	}
+	for i := range fresh {
+		touched[fresh[i].Path] = true
+		if err := look(fresh[i].Path); err != nil {
+			return err
+		}
+	}
+	// The first names of the hard links held then (Subset keeps them).
+	for grew := true; grew; {
+		grew = false
+		for _, e := range was {
+			if e.Link != "" && !looked[e.Link] {
+				if err := look(e.Link); err != nil {
+					return err
+				}
+				grew = true
+			}
+		}
+	}
+	before := make(record.Manifest, 0, len(was))
+	for _, e := range was {
+		before = append(before, e)
+	}
+	before.Sort()
+	changed := map[string]bool{}
+	for p := range touched {
+		x, y := before.Find(p), fresh.Find(p)
+		switch {
+		case x == nil && y == nil:
+		case x == nil || y == nil || !x.SameContent(y) || !x.SameMeta(y):
+			changed[p] = true
+		}
+	}
+	return r.recordNarrowed(m, before, fresh, changed)
+}
+
+// readTouched reads what the watcher named (changes), the files that had
 // several names (links), those held for writing (writers: a write
 // through a shared mapping is no event) and everything below a deep
-// change, and patches
-// the tree's state then (before) with what it read into the state now,
-// as a scan of the whole tree would have read it; touched are the paths
-// whose entries may differ between the two.
-func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map[string][2]uint64, writers []string) (after record.Manifest, touched map[string]bool, err error) {
-	listed, deep := map[string]bool{}, map[string]bool{}
-	var paths []string
+// change: fresh holds what a scan of the tree would hold of it (sorted),
+// listed the paths named (sorted), and deep those read deep.
+func (r *Repo) readTouched(changes []watch.Change, links map[string][2]uint64, writers []string) (fresh record.Manifest, listed []string, deep map[string]bool, err error) {
+	seen := map[string]bool{}
+	deep = map[string]bool{}
 	add := func(p string, d bool) {
-		if !listed[p] {
-			listed[p] = true
-			paths = append(paths, p)
+		if !seen[p] {
+			seen[p] = true
+			listed = append(listed, p)
 		}
 		deep[p] = deep[p] || d
 	}
 	for _, c := range changes {
 		switch {
 		case c.Path == "" && c.Deep:
-			return nil, nil, &errUnvouched{"the watcher saw the whole tree change"}
+			return nil, nil, nil, &errUnvouched{"the watcher saw the whole tree change"}
 		case c.Path == "":
 			continue // the root itself: no entry of its own
 		case !record.ValidPath(c.Path):
-			return nil, nil, &errUnvouched{fmt.Sprintf("the watcher named a path no tree has: %.60q", c.Path)}
+			return nil, nil, nil, &errUnvouched{fmt.Sprintf("the watcher named a path no tree has: %.60q", c.Path)}
 		case r.visible(c.Path):
 			add(c.Path, c.Deep)
 		}
@@ -354,15 +424,20 @@ func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map
 	for _, p := range writers {
 		add(p, false)
 	}
-	sort.Strings(paths)
-	read, err := r.readChanged(paths, deep)
+	for p, d := range deep {
+		if !d {
+			delete(deep, p)
+		}
+	}
+	sort.Strings(listed)
+	read, err := r.readChanged(listed, deep)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read the changed paths: %w", err)
+		return nil, nil, nil, fmt.Errorf("read the changed paths: %w", err)
 	}
 	// What a scan of the tree would not hold: a listed path that is gone
 	// (absent), a socket or device (absent too), an ignored one, and what
 	// is below an ignored directory (a listed one, read deep).
-	fresh := read[:0:0]
+	fresh = read[:0:0]
 	for _, e := range read {
 		if e.Type == record.Absent || !r.visible(e.Path) || r.ign != nil && r.ign.Ignored(e.Path, e.Type == record.Dir) {
 			continue
@@ -370,6 +445,17 @@ func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map
 		fresh = append(fresh, e)
 	}
 	if err := regroupLinks(fresh, links); err != nil {
+		return nil, nil, nil, err
+	}
+	return fresh, listed, deep, nil
+}
+
+// patched patches the tree's state then (before) with what readTouched
+// read into the state now, as a scan of the whole tree would have read
+// it; touched are the paths whose entries may differ between the two.
+func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map[string][2]uint64, writers []string) (after record.Manifest, touched map[string]bool, err error) {
+	fresh, paths, deep, err := r.readTouched(changes, links, writers)
+	if err != nil {
 		return nil, nil, err
 	}
 	// The state now: the state then, less what was read again and all
@@ -382,10 +468,7 @@ func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map
 		touched[fresh[i].Path] = true
 	}
 	drop := make([]bool, len(before))
-	for p, d := range deep {
-		if !d {
-			continue
-		}
+	for p := range deep {
 		lo := sort.Search(len(before), func(i int) bool { return before[i].Path > p+"/" })
 		for i := lo; i < len(before) && strings.HasPrefix(before[i].Path, p+"/"); i++ {
 			drop[i] = true
@@ -416,6 +499,9 @@ func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map
 // 100,000 files). It is left as it is (it vouches for none of these
 // files now, and the next scan reads them again).
 func (r *Repo) readChanged(paths []string, deep map[string]bool) (record.Manifest, error) {
+	blind := r.PackBlind
+	r.PackBlind = true // mostly new contents: not looked up in every pack's index
+	defer func() { r.PackBlind = blind }()
 	sc := r.newScanner(r.treeDir, r.ign, true)
 	sc.cache = &statCache{load: emptyTable}
 	sc.ctx = r.Ctx

@@ -30,6 +30,11 @@ func EncodeManifest(m Manifest) []byte {
 	b := make([]byte, 0, 64+len(m)*96)
 	b = append(b, ManifestMagic...)
 	b = binary.AppendUvarint(b, uint64(len(m)))
+	return appendEntries(b, m)
+}
+
+// appendEntries appends m's entries as a manifest holds them.
+func appendEntries(b []byte, m Manifest) []byte {
 	for i := range m {
 		e := &m[i]
 		b = AppendString(b, e.Path)
@@ -145,28 +150,38 @@ func isFile(e *Entry) bool { return e != nil && e.Type == File && e.Link == "" }
 // valid relative paths, sorted and unique; every link names an earlier
 // file; field values are in range.
 func DecodeManifest(b []byte) (Manifest, error) {
-	if len(b) < len(ManifestMagic) || string(b[:len(ManifestMagic)]) != ManifestMagic {
-		return nil, fmt.Errorf("%w: manifest: bad magic", ErrCorrupt)
+	return decodeEntries(b, ManifestMagic, "manifest", true)
+}
+
+// decodeEntries parses a count and that many entries after magic, as
+// DecodeManifest does; with outside, a link may name an earlier path that
+// is not among them (a block's, checked once its manifest is whole).
+func decodeEntries(b []byte, magic, what string, strict bool) (Manifest, error) {
+	if len(b) < len(magic) || string(b[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: %s: bad magic", ErrCorrupt, what)
 	}
-	d := &Decoder{b: b[len(ManifestMagic):]}
+	d := &Decoder{b: b[len(magic):], what: what}
+	if what == "manifest" {
+		d.what = "" // said as "manifest"
+	}
 	n := d.Uvarint("count")
 	// Every entry takes at least 10 bytes: a bound that keeps a hostile
 	// count from allocating more than the input justifies.
 	if n > uint64(len(d.b))/10+1 {
-		return nil, fmt.Errorf("%w: manifest: count %d too large for %d bytes", ErrCorrupt, n, len(b))
+		return nil, fmt.Errorf("%w: %s: count %d too large for %d bytes", ErrCorrupt, what, n, len(b))
 	}
 	m := make(Manifest, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var e Entry
 		e.Path = d.Str("path")
 		if d.err == nil && !ValidPath(e.Path) {
-			return nil, fmt.Errorf("%w: manifest: invalid path %q", ErrCorrupt, e.Path)
+			return nil, fmt.Errorf("%w: %s: invalid path %q", ErrCorrupt, what, e.Path)
 		}
 		if d.err == nil && Under(e.Path, layout.StoreDir) {
-			return nil, fmt.Errorf("%w: manifest: path %q: %w", ErrCorrupt, e.Path, ErrStorePath)
+			return nil, fmt.Errorf("%w: %s: path %q: %w", ErrCorrupt, what, e.Path, ErrStorePath)
 		}
 		if len(m) > 0 && d.err == nil && m[len(m)-1].Path >= e.Path {
-			return nil, fmt.Errorf("%w: manifest: paths not sorted at %q", ErrCorrupt, e.Path)
+			return nil, fmt.Errorf("%w: %s: paths not sorted at %q", ErrCorrupt, what, e.Path)
 		}
 		t := d.Bytes(1, "type")
 		if d.err == nil {
@@ -194,8 +209,14 @@ func DecodeManifest(b []byte) (Manifest, error) {
 		// A link names an earlier file that is no link itself. (m is
 		// sorted: searched, rather than a map of every file filled,
 		// which took half of the decoding of 100,000 entries.)
-		if d.err == nil && e.Link != "" && (e.Type != File || !isFile(m.Find(e.Link))) {
-			return nil, fmt.Errorf("%w: manifest: %q links to %q, not an earlier file", ErrCorrupt, e.Path, e.Link)
+		if d.err == nil && e.Link != "" {
+			ok := e.Type == File && e.Link < e.Path && ValidPath(e.Link)
+			if in := m.Find(e.Link); in != nil || strict {
+				ok = ok && isFile(in)
+			}
+			if !ok {
+				return nil, fmt.Errorf("%w: %s: %q links to %q, not an earlier file", ErrCorrupt, what, e.Path, e.Link)
+			}
 		}
 		if d.err == nil && e.Target != "" && e.Type != Symlink {
 			d.fail("target")
@@ -220,7 +241,7 @@ func DecodeManifest(b []byte) (Manifest, error) {
 		return nil, d.err
 	}
 	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: manifest: %d trailing bytes", ErrCorrupt, len(d.b))
+		return nil, fmt.Errorf("%w: %s: %d trailing bytes", ErrCorrupt, what, len(d.b))
 	}
 	return m, nil
 }
