@@ -15,10 +15,12 @@ import (
 // reading one block.
 //
 //	"snapback-manifest-blocks-1\n"
-//	count, then per block: its first path, its object id (32 bytes),
-//	    its entries, files and bytes (uvarints), and where a pack holds
-//	    it (a pack name, "" for none; offset and length): a hint, read
-//	    only when it gives the block's own hash
+//	the names of the packs the hints name: a count, then each name
+//	the blocks: a count, then per block its first path, its object id
+//	    (32 bytes), its entries, files and bytes (uvarints), and where
+//	    a pack holds it (1 + the pack's place among the names, 0 for
+//	    none; offset and length): a hint, read only when it gives the
+//	    block's own hash
 //
 // A block is
 //
@@ -60,8 +62,20 @@ func DecodeBlock(b []byte) (Manifest, error) {
 
 // EncodeBlocks serializes a blocked manifest's list of blocks.
 func EncodeBlocks(bl []Block) []byte {
-	b := make([]byte, 0, 64+len(bl)*120)
+	b := make([]byte, 0, 64+len(bl)*90)
 	b = append(b, BlocksMagic...)
+	packs := map[string]int{}
+	var names []string
+	for i := range bl {
+		if p := bl[i].Pack; p != "" && packs[p] == 0 {
+			names = append(names, p)
+			packs[p] = len(names)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, n := range names {
+		b = AppendString(b, n)
+	}
 	b = binary.AppendUvarint(b, uint64(len(bl)))
 	for i := range bl {
 		k := &bl[i]
@@ -70,7 +84,7 @@ func EncodeBlocks(bl []Block) []byte {
 		b = binary.AppendUvarint(b, uint64(k.Entries))
 		b = binary.AppendUvarint(b, uint64(k.Files))
 		b = binary.AppendUvarint(b, uint64(k.Bytes))
-		b = AppendString(b, k.Pack)
+		b = binary.AppendUvarint(b, uint64(packs[k.Pack]))
 		b = binary.AppendUvarint(b, uint64(k.Off))
 		b = binary.AppendUvarint(b, uint64(k.Len))
 	}
@@ -87,11 +101,20 @@ func DecodeBlocks(b []byte) ([]Block, error) {
 		return nil, fmt.Errorf("%w: blocked manifest: bad magic", ErrCorrupt)
 	}
 	d := &Decoder{b: b[len(BlocksMagic):], what: "blocked manifest"}
+	np := d.Uvarint("pack count")
+	if np > uint64(len(d.b))/2 {
+		d.fail("pack count")
+	}
+	var names []string
+	for i := uint64(0); i < np && d.err == nil; i++ {
+		names = append(names, d.Str("pack name"))
+	}
 	n := d.Uvarint("count")
 	if n > uint64(len(d.b))/40+1 { // a block takes at least 40 bytes
 		return nil, fmt.Errorf("%w: blocked manifest: count %d too large for %d bytes", ErrCorrupt, n, len(b))
 	}
 	out := make([]Block, 0, n)
+	used := uint64(0)
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		var k Block
 		k.First = d.Str("first path")
@@ -104,13 +127,24 @@ func DecodeBlocks(b []byte) ([]Block, error) {
 			d.fail("block counts")
 		}
 		k.Entries, k.Files, k.Bytes = int(entries), int(files), int64(bytes)
-		k.Pack = d.Str("pack")
+		// Each name is first used in its order (one list, one encoding).
+		if p := d.Uvarint("pack"); p > uint64(len(names)) || p > used+1 {
+			d.fail("pack")
+		} else if p > 0 {
+			k.Pack, used = names[p-1], max(used, p)
+		}
 		off, ln := d.Uvarint("offset"), d.Uvarint("length")
 		if off > 1<<62 || ln > 1<<62 {
 			d.fail("pack offset")
 		}
 		k.Off, k.Len = int64(off), int64(ln)
 		out = append(out, k)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if used != uint64(len(names)) {
+		d.fail("pack names (one not used)")
 	}
 	if d.err != nil {
 		return nil, d.err

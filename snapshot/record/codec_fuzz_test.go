@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,36 @@ func FuzzDecodeManifest(f *testing.F) {
 		for i := 1; i < len(m); i++ {
 			if m[i-1].Path >= m[i].Path {
 				t.Fatalf("accepted unsorted paths %q, %q", m[i-1].Path, m[i].Path)
+			}
+		}
+	})
+}
+
+// FuzzDecodeBlocks checks that no input makes DecodeBlocks or DecodeBlock
+// panic, and that what they accept is exactly what EncodeBlocks and
+// EncodeBlock write.
+func FuzzDecodeBlocks(f *testing.F) {
+	m := codecManifest()
+	var id record.ObjectID
+	id[3] = 7
+	bl := []record.Block{
+		{First: "a", ID: id, Entries: 3, Files: 1, Bytes: 10, Pack: strings.Repeat("ab", 32) + ".pack", Off: 16, Len: 300},
+		{First: "b/c", ID: id, Entries: 1},
+		{First: "d", ID: id, Entries: 2, Files: 2, Pack: strings.Repeat("ab", 32) + ".pack", Off: 316, Len: 20},
+	}
+	f.Add(record.EncodeBlocks(bl))
+	f.Add(record.EncodeBlocks(nil))
+	f.Add(record.EncodeBlock(m))
+	f.Add(record.EncodeBlock(m[1:]))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if bl, err := record.DecodeBlocks(b); err == nil {
+			if b2 := record.EncodeBlocks(bl); !bytes.Equal(b2, b) {
+				t.Fatalf("decoded %+v, which encodes differently:\n got %q\nwant %q", bl, b2, b)
+			}
+		}
+		if m, err := record.DecodeBlock(b); err == nil {
+			if b2 := record.EncodeBlock(m); !bytes.Equal(b2, b) {
+				t.Fatalf("decoded %+v, which encodes differently:\n got %q\nwant %q", m, b2, b)
 			}
 		}
 	})
