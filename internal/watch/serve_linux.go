@@ -173,7 +173,8 @@ func (s *server) adopt() (net.Listener, error) {
 		return nil, errors.New("no socket passed (a watcher is started by the watch package's Start)")
 	}
 	s.lock = os.NewFile(lockFd, filepath.Join(watchDir(s.store), "lock"))
-	// Taken already, through the same open file: this only checks it.
+	// Taken already by Start, through this same open file: taking it
+	// again changes nothing then, and fails if another holds it.
 	if err := unix.Flock(lockFd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, fmt.Errorf("the lock passed is not held: %w", err)
 	}
