@@ -33,7 +33,10 @@ import (
 //     (keepPaths), it serves only peers of its own uid, and it belongs
 //     to one project root; starting one and asking it for the view
 //     happen under the lock, so two runs at once are safe: the second
-//     finds the view busy and gets a fresh one of its own.
+//     finds the view busy and gets a fresh one of its own. A server
+//     killed (SIGKILL) leaves its socket, lock and log there: the next
+//     server's start removes those of every server that is gone
+//     (sweepKept).
 //   - Each run gets a clone of the view's detached mount, attached in
 //     the run's private namespace as a fresh view's would be, and the
 //     server swaps in the run's new upper layer.
