@@ -40,6 +40,7 @@
 # that `cp -a` itself does not sync while snapback's writes end with a
 # syncfs, hence the extra "cp -a + sync" row.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 
 FILES=${BENCH_FILES:-100000}
 BYTES=${BENCH_BYTES:-1073741824}
@@ -84,7 +85,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now() { date +%s.%N; }
 calc() { awk "BEGIN {printf \"%.6f\", $*}"; }
 log() { printf '[%5.0fs] %s\n' "$(calc "$(now) - $T0")" "$*" >&2; }
 T0=$(now)
