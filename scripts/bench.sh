@@ -328,7 +328,7 @@ for i in $(seq "$FIRST_REPS"); do
 		sync
 	fi
 	run_timed sb snap -m "first $i"
-	expect "\\($FILES files, .*; read $FILES files" "first snap"
+	expect "^snapshot of $FILES files, .*\\(read $FILES files, " "first snap"
 	ts+=("$ELAPSED")
 done
 FIRST_OUT=$(cat "$LAST_OUT")
@@ -339,7 +339,7 @@ ts=()
 for i in $(seq "$REPS"); do
 	sync
 	run_timed sb snap -m "unchanged $i"
-	expect "\\($FILES files, .*; read 0 files" "unchanged snap"
+	expect "^snapshot of $FILES files, .*\\(read 0 files, " "unchanged snap"
 	ts+=("$ELAPSED")
 done
 SECOND_OUT=$(cat "$LAST_OUT")
