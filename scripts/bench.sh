@@ -20,6 +20,10 @@
 #   BENCH_CHECKPOINT=0  skip the checkpoint rows (scripts/bench-checkpoint.sh)
 #   BENCH_ZFS=0   skip `run -- true` in the zfs mode (as root where zfs answers:
 #                 the tree copied into a dataset of a pool on a sparse file)
+#   BENCH_TARGETS=0  skip the targets' and the archive's scripts
+#                 (scripts/bench-{sqlite,postgres,mysql,docker,btrfs,zfs,archive}.sh);
+#                 one whose service is missing (no postgres, mysql or docker
+#                 answering) is a failed check
 #   BENCH_BASELINE  a git revision: undo/redo of the 10-file and 10,000-file
 #                 edits are also measured with snapback built from it, in the same run
 #                 (what a change of the restore path costs; e.g. the hash
