@@ -6,6 +6,7 @@
 #
 # Environment: BENCH_ARCHIVE_MB (default 1024), SNAPBACK, BENCH_DIR.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MB=${BENCH_ARCHIVE_MB:-1024}
 WORK=$(mktemp -d "${BENCH_DIR:-$(dirname "$REPO")}/snapback-bench-archive.XXXXXX")
@@ -15,15 +16,6 @@ if [[ -z $SB ]]; then
 	SB=$WORK/snapback
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
 fi
-now() { date +%s.%N; }
-timed() { # timed VAR CMD...: seconds of CMD, after a sync
-	local var=$1 t0
-	shift
-	sync
-	t0=$(now)
-	"$@" >/dev/null
-	printf -v "$var" '%.3f' "$(awk -v a="$t0" -v b="$(now)" 'BEGIN {print b - a}')"
-}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
 rate() { awk -v mb="$MB" -v t="$1" 'BEGIN {printf "%.0f MB/s", mb * 1.048576 / t}'; }
 
@@ -39,14 +31,14 @@ done
 "$SB" -C "$T" snap -m bench >/dev/null
 mkdir -m 0700 "$WORK/cat"
 
-timed t_create "$SB" -C "$T" archive create --catalog "$WORK/cat"
+timed_to t_create "$SB" -C "$T" archive create --catalog "$WORK/cat"
 A=$(ls "$WORK/cat")
-timed t_verify "$SB" -C "$T" archive verify --catalog "$WORK/cat" "$A"
-timed t_tar sh -c "tar cf '$WORK/t.tar' -C '$T' --exclude=.snapback . && find '$T' -path '$T/.snapback' -prune -o -type f -print0 | xargs -0 sha256sum >/dev/null && sync"
-timed t_sum sha256sum "$WORK/t.tar"
+timed_to t_verify "$SB" -C "$T" archive verify --catalog "$WORK/cat" "$A"
+timed_to t_tar sh -c "tar cf '$WORK/t.tar' -C '$T' --exclude=.snapback . && find '$T' -path '$T/.snapback' -prune -o -type f -print0 | xargs -0 sha256sum >/dev/null && sync"
+timed_to t_sum sha256sum "$WORK/t.tar"
 # The same bytes: verify checks every byte of the archive file, so its
 # bar is sha256sum of that very file (at most 0.4× of it).
-timed t_asum sha256sum "$WORK/cat/$A"
+timed_to t_asum sha256sum "$WORK/cat/$A"
 
 echo "Archive of a snapshot of $MB MiB ($((MB * 4)) files of 256 KiB):"
 echo

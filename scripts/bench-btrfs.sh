@@ -17,6 +17,7 @@
 # default since coreutils 9), so a full copy (--reflink=never) is timed
 # too.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 
 FILES=${BENCH_FILES:-100000}
 SIZE=${BENCH_SIZE:-4096}
@@ -53,17 +54,6 @@ sync
 echo "subvolume: $(find "$mnt/data" -type f | wc -l) files, $(du -sh "$mnt/data" | cut -f1)" >&2
 
 (cd "$repo" && go test -c -o "$work/backends.test" ./backends/)
-
-now() { date +%s.%N; }
-# timed CMD...: seconds CMD takes, after a sync.
-timed() {
-	sync
-	local start end
-	start=$(now)
-	"$@"
-	end=$(now)
-	awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }'
-}
 
 out=$(SNAPBACK_BENCH_BTRFS=$mnt/data "$work/backends.test" -test.run '^$' \
 	-test.bench '^BenchmarkBtrfs$' -test.benchtime "${REPS}x")

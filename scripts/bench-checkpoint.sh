@@ -26,6 +26,7 @@
 # repository), BENCH_DIR (where the work directory goes; default: the
 # repository's parent directory).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SIZES=${BENCH_CHECKPOINT_SIZES:-10000 100000 1000000}
 REPS=${BENCH_REPS:-5}
@@ -36,7 +37,6 @@ if [[ -z $SB ]]; then
 	SB=$WORK/snapback
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
 fi
-now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.4f", b - a}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ms() { awk -v t="$1" 'BEGIN {printf "%.0f ms", t*1000}'; }

@@ -16,6 +16,7 @@
 # end. Two tables: 80 % of the bytes in ~1 KB text rows, 20 % in narrow
 # rows of numbers and dates with a secondary index.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 
 MB=${BENCH_MYSQL_MB:-1024}
 HOST=${BENCH_MYSQL_HOST:-127.0.0.1}
@@ -33,7 +34,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-now() { date +%s.%N; }
 secs() { echo "$2 - $1" | bc; }
 
 docs=$((MB * 1024 * 1024 * 8 / 10 / 1000))

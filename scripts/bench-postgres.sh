@@ -7,6 +7,7 @@
 # it creates. The snapback side runs BenchmarkPostgres (backends), each
 # method RUNS times (3 by default), and reports the mean.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 cd "$(dirname "$0")/.."
 : "${SNAPBACK_TEST_POSTGRES:?set SNAPBACK_TEST_POSTGRES to a postgres:// URL of a role with CREATEDB}"
 scale=${SCALE:-70}
@@ -24,7 +25,6 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
 
 echo "== building $db: pgbench -i -s $scale"

@@ -9,6 +9,7 @@
 #   SNAPBACK         snapback binary (default: build it)
 #   BENCH_DIR        where to work (default: beside the repository)
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MB=${BENCH_SQLITE_MB:-1024}
 command -v sqlite3 >/dev/null || { echo "bench-sqlite: sqlite3 is not installed" >&2; exit 1; }
@@ -19,16 +20,6 @@ if [[ -z $SB ]]; then
 	SB=$WORK/snapback
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
 fi
-now() { date +%s.%N; }
-# timed VAR CMD...: runs CMD after a sync, stores its seconds in VAR.
-timed() {
-	local var=$1 t0
-	shift
-	sync
-	t0=$(now)
-	"$@" >/dev/null
-	printf -v "$var" '%.3f' "$(awk -v a="$t0" -v b="$(now)" 'BEGIN {print b - a}')"
-}
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
 
 P=$WORK/project
@@ -42,13 +33,13 @@ INSERT INTO t(v) SELECT randomblob(4000) FROM n;" >/dev/null
 printf '[[target]]\nname = "app"\nbackend = "sqlite"\npath = "app.db"\n' >"$P/snapback.toml"
 size=$(du -m "$DB" | cut -f1)
 
-timed t_backup sqlite3 "$DB" ".backup '$WORK/copy.db'"
-timed t_restore sqlite3 "$DB" ".restore '$WORK/copy.db'"
+timed_to t_backup sqlite3 "$DB" ".backup '$WORK/copy.db'"
+timed_to t_restore sqlite3 "$DB" ".restore '$WORK/copy.db'"
 rm -f "$WORK/copy.db"
-timed t_snap "$SB" -C "$P" snap -m bench
+timed_to t_snap "$SB" -C "$P" snap -m bench
 sqlite3 "$DB" "DELETE FROM t WHERE id % 10 = 0" >/dev/null
 # undo = save the present state (a snapshot) + restore the snapshot's.
-timed t_undo "$SB" -C "$P" undo
+timed_to t_undo "$SB" -C "$P" undo
 n=$(sqlite3 "$DB" "SELECT count(*) FROM t")
 [[ $n == "$rows" ]] || { echo "bench-sqlite: after undo $n rows, want $rows" >&2; exit 1; }
 

@@ -16,6 +16,7 @@
 # rollback); its restore once a newer snapshot exists (the promoted-clone
 # swap); the release of both.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 
 MB=${BENCH_ZFS_MB:-1024}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,17 +67,6 @@ sync
 echo "dataset: $(find "$mnt" -type f | wc -l) files, $(du -sh "$mnt" | cut -f1)" >&2
 
 (cd "$repo" && go test -c -o "$work/backends.test" ./backends/)
-
-now() { date +%s.%N; }
-# timed CMD...: seconds CMD takes, after a sync.
-timed() {
-	sync
-	local start end
-	start=$(now)
-	"$@"
-	end=$(now)
-	awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }'
-}
 
 out=$(SNAPBACK_BENCH_ZFS=$pool/data "$work/backends.test" -test.run '^$' \
 	-test.bench '^BenchmarkZFS$' -test.benchtime 1x)

@@ -20,6 +20,10 @@
 #   BENCH_CHECKPOINT=0  skip the checkpoint rows (scripts/bench-checkpoint.sh)
 #   BENCH_ZFS=0   skip `run -- true` in the zfs mode (as root where zfs answers:
 #                 the tree copied into a dataset of a pool on a sparse file)
+#   BENCH_TARGETS=0  skip the targets' and the archive's scripts
+#                 (scripts/bench-{sqlite,postgres,mysql,docker,btrfs,zfs,archive}.sh);
+#                 one whose service is missing (no postgres, mysql or docker
+#                 answering) is a failed check
 #   BENCH_BASELINE  a git revision: undo/redo of the 10-file and 10,000-file
 #                 edits are also measured with snapback built from it, in the same run
 #                 (what a change of the restore path costs; e.g. the hash
@@ -40,6 +44,7 @@
 # that `cp -a` itself does not sync while snapback's writes end with a
 # syncfs, hence the extra "cp -a + sync" row.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 
 FILES=${BENCH_FILES:-100000}
 BYTES=${BENCH_BYTES:-1073741824}
@@ -84,7 +89,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-now() { date +%s.%N; }
 calc() { awk "BEGIN {printf \"%.6f\", $*}"; }
 log() { printf '[%5.0fs] %s\n' "$(calc "$(now) - $T0")" "$*" >&2; }
 T0=$(now)
@@ -328,7 +332,7 @@ for i in $(seq "$FIRST_REPS"); do
 		sync
 	fi
 	run_timed sb snap -m "first $i"
-	expect "\\($FILES files, .*; read $FILES files" "first snap"
+	expect "^snapshot of $FILES files, .*\\(read $FILES files, " "first snap"
 	ts+=("$ELAPSED")
 done
 FIRST_OUT=$(cat "$LAST_OUT")
@@ -339,7 +343,7 @@ ts=()
 for i in $(seq "$REPS"); do
 	sync
 	run_timed sb snap -m "unchanged $i"
-	expect "\\($FILES files, .*; read 0 files" "unchanged snap"
+	expect "^snapshot of $FILES files, .*\\(read 0 files, " "unchanged snap"
 	ts+=("$ELAPSED")
 done
 SECOND_OUT=$(cat "$LAST_OUT")

@@ -206,10 +206,13 @@ func Pid(store string) int {
 
 // Start starts a watcher of root for store, detached from the caller (its
 // own session, no terminal, its output discarded), and does not wait for
-// it: it becomes useful once it has added its watches. A second one,
-// started meanwhile by another process, finds the lock taken and exits.
-// The program started is this one (os.Executable), which must run
-// [Serve] when its first argument is [ServeVerb].
+// it: it becomes useful once it has added its watches. Start makes the
+// watcher's files in the store (its directory, the lock, taken, and the
+// socket) and passes them to it: the watcher, which may start while the
+// tree and store are being removed, makes none of them. When the lock is
+// taken already (a watcher runs, or another process is starting one),
+// Start starts none. The program started is this one (os.Executable),
+// which must run [Serve] when its first argument is [ServeVerb].
 func Start(root, store string) error {
 	if !supported {
 		return ErrUnsupported
@@ -218,9 +221,17 @@ func Start(root, store string) error {
 	if err != nil {
 		return fmt.Errorf("start watcher: %w", err)
 	}
+	lock, sock, err := prepare(store)
+	if err != nil {
+		return fmt.Errorf("start watcher: %w", err)
+	}
+	if lock == nil {
+		return nil // one runs, or is starting
+	}
 	cmd := exec.Command(exe, ServeVerb, root, store)
 	cmd.Args[0] = "snapback" // a test binary acting as snapback picks its part by this name
 	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{lock, sock} // descriptors 3 and 4 (lockFd, sockFd)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "SNAPBACK_KILL_AT=") { // the crash tests' kill is the caller's, not the watcher's
 			cmd.Env = append(cmd.Env, kv)
@@ -229,8 +240,16 @@ func Start(root, store string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	closeInherited()
 	if err := cmd.Start(); err != nil {
+		unprepare(store, lock, sock)
 		return fmt.Errorf("start watcher: %w", err)
 	}
 	go cmd.Wait() // reap it if it exits while this process lives; the error is the watcher's own business
+	// For a person, and tests, to read ([Pid]); the lock is the
+	// watcher's from now on (it holds the same open file).
+	if err := lock.Truncate(0); err == nil {
+		fmt.Fprintf(lock, "pid %d\n", cmd.Process.Pid)
+	}
+	sock.Close()
+	lock.Close()
 	return nil
 }

@@ -16,9 +16,17 @@
 //
 // Its files are in the store's watch/ directory, private as the store is:
 // lock (flock held while it runs: one watcher per project), sock (where
-// it answers) and marks/ (see below). It exits when nothing has asked it
-// anything for an hour (SNAPBACK_WATCH_IDLE), when the root goes, and when
-// asked to ([Stop]).
+// it answers) and marks/ (see below). [Start] makes them, takes the lock
+// and passes it, with the socket, to the watcher: the command that
+// starts it is at work on the store then, while the watcher, detached,
+// may start as the tree and its store are being removed (a test's
+// directory at its end), and a name made in a directory the removal has
+// already listed fails it (directory not empty). The watcher makes only
+// its markers, in the marks/ it holds open, and only after looking that
+// its root and store are still where they were. It exits when nothing
+// has asked it anything for an hour (SNAPBACK_WATCH_IDLE), when the root
+// or the store goes (it looks on each removal in watch/, and every few
+// seconds), and when asked to ([Stop]).
 //
 // # Vouching
 //

@@ -57,9 +57,13 @@ type request struct {
 // server is a running watcher; its fields are the main loop's alone.
 type server struct {
 	root, store string
+	lock        *os.File // the store's watch/lock, held (flock) by this watcher
+	watchFd     int      // the store's watch directory, held open (O_PATH)
+	marksFd     int      // its marks/, held open (O_PATH): markers are made in it
 	in          *os.File // the inotify instance (non-blocking, in Go's poller)
 	events      chan []event
 	marksWd     int32
+	watchWd     int32
 	rootWd      int32
 	rootID      [2]uint64        // the root's device and inode
 	wds         map[int32]string // each watch's directory, relative to the root
@@ -77,14 +81,16 @@ type server struct {
 }
 
 // Serve runs a watcher of the tree at args[0] for the store at args[1]
-// until it is idle, asked to stop, or its root goes; another watcher of
-// the same store running already is no error.
+// until it is idle, asked to stop, or its root or store goes. It is
+// started by [Start], which passes it the lock it took (descriptor 3)
+// and the socket it made (4): the watcher itself makes nothing in the
+// store but its markers (see [server.marker]).
 func Serve(args []string) int {
 	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: snapback "+ServeVerb+" ROOT STORE")
+		fmt.Fprintln(os.Stderr, "usage: snapback "+ServeVerb+" ROOT STORE (run by the watcher's Start)")
 		return 2
 	}
-	s := &server{root: args[0], store: args[1], lost: map[uint64]string{}, pending: map[string]request{}}
+	s := &server{root: args[0], store: args[1], watchFd: -1, marksFd: -1, lost: map[uint64]string{}, pending: map[string]request{}}
 	if err := s.run(); err != nil {
 		fmt.Fprintln(os.Stderr, "snapback watcher:", err)
 		return 1
@@ -92,41 +98,135 @@ func Serve(args []string) int {
 	return 0
 }
 
-func (s *server) run() error {
-	// Made here, never the store itself: a store removed meanwhile
-	// (with its tree) stays removed.
-	dir := watchDir(s.store)
+// Descriptors Start passes to the watcher.
+const (
+	lockFd = 3 // watch/lock, its flock taken
+	sockFd = 4 // watch/sock, bound and listening
+)
+
+// prepare makes what a watcher of store needs, for [Start] to pass it:
+// the store's watch directory and its marks/, the lock (taken) with the
+// socket (bound, listening). The command that starts a watcher makes
+// them, while it is itself at work on the store: the watcher, detached,
+// may start while the tree and its store are being removed (rm -rf),
+// and a file it made in a directory the removal had already listed
+// would fail it (directory not empty). A store that is not there is not
+// made (the caller made it, or it was removed since). No files (and no
+// error): another process holds the lock, a watcher runs or is starting.
+func prepare(store string) (lock, sock *os.File, err error) {
+	dir := watchDir(store)
 	for _, d := range []string{dir, filepath.Join(dir, "marks")} {
 		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
+			return nil, nil, err
 		}
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+	lock, err = os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer lock.Close() // releases the lock
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil // another watcher runs
+		lock.Close() // read nothing, wrote nothing
+		return nil, nil, nil
 	}
-	if err := lock.Truncate(0); err != nil {
-		return err
-	}
-	fmt.Fprintf(lock, "pid %d\n", os.Getpid()) // for a person, and tests, to read
-
-	addr, dirFd, err := sockAddr(s.store)
+	addr, dirFd, err := sockAddr(store)
 	if err != nil {
-		return err
+		lock.Close() // releases the lock
+		return nil, nil, err
 	}
 	if dirFd >= 0 {
 		defer unix.Close(dirFd)
 	}
 	os.Remove(filepath.Join(dir, "sock")) // a dead watcher's: we hold the lock
-	ln, err := net.Listen("unix", addr)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		if err = unix.Bind(fd, &unix.SockaddrUnix{Name: addr}); err == nil {
+			if err = unix.Listen(fd, 128); err != nil {
+				os.Remove(filepath.Join(dir, "sock")) // ours, unused
+			}
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
+	}
 	if err != nil {
+		lock.Close() // releases the lock
+		return nil, nil, fmt.Errorf("socket %s: %w", filepath.Join(dir, "sock"), err)
+	}
+	return lock, os.NewFile(uintptr(fd), filepath.Join(dir, "sock")), nil
+}
+
+// unprepare undoes prepare, when no watcher could be started with them.
+func unprepare(store string, lock, sock *os.File) {
+	sock.Close()
+	os.Remove(filepath.Join(watchDir(store), "sock")) // ours, under the lock
+	lock.Close()                                      // releases the lock
+}
+
+// adopt takes the lock and socket Start passed; nil listener (and no
+// error): the store is not there any more, or is another one.
+func (s *server) adopt() (net.Listener, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(lockFd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, errors.New("no lock passed (a watcher is started by the watch package's Start)")
+	}
+	if acc, err := unix.GetsockoptInt(sockFd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN); err != nil || acc != 1 {
+		return nil, errors.New("no socket passed (a watcher is started by the watch package's Start)")
+	}
+	s.lock = os.NewFile(lockFd, filepath.Join(watchDir(s.store), "lock"))
+	// Taken already by Start, through this same open file: taking it
+	// again changes nothing then, and fails if another holds it.
+	if err := unix.Flock(lockFd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, fmt.Errorf("the lock passed is not held: %w", err)
+	}
+	f := os.NewFile(sockFd, filepath.Join(watchDir(s.store), "sock"))
+	ln, err := net.FileListener(f)
+	f.Close() // ln has its own descriptor
+	if err != nil {
+		return nil, err
+	}
+	// The directories its files are made in, held: one removed since
+	// gets no new names (the kernel refuses them), and where it was is
+	// looked at before each.
+	fd, err := unix.Open(watchDir(s.store), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		ln.Close()
+		return nil, nil // gone (removed, or being removed)
+	}
+	s.watchFd = fd
+	var named unix.Stat_t
+	if unix.Fstatat(fd, "lock", &named, unix.AT_SYMLINK_NOFOLLOW) != nil || named.Dev != st.Dev || named.Ino != st.Ino {
+		ln.Close()
+		return nil, nil // another store's by now
+	}
+	if s.marksFd, err = unix.Openat(fd, "marks", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+		s.marksFd = -1
+		ln.Close()
+		return nil, nil
+	}
+	return ln, nil
+}
+
+func (s *server) run() error {
+	ln, err := s.adopt()
+	defer func() {
+		for _, fd := range []int{s.watchFd, s.marksFd} {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		if s.lock != nil {
+			s.lock.Close() // releases the lock, after the socket is gone
+		}
+	}()
+	if ln == nil || err != nil {
 		return err
 	}
-	defer ln.Close() // removes the socket
+	defer func() {
+		ln.Close()
+		// Its name, made by Start under the lock we hold, is ours; in the
+		// directory held (one removed has none left).
+		unix.Unlinkat(s.watchFd, "sock", 0) // already gone: nothing to undo
+	}()
 	reqs := make(chan request)
 	go accept(ln, reqs, &s.walking)
 
@@ -138,15 +238,20 @@ func (s *server) run() error {
 		return err
 	}
 	defer func() { s.in.Close() }() // the instance, with its watches
+	if !s.stillThere() {
+		return nil // removed before its watch directory's watch was added
+	}
 	timer := time.NewTimer(idle)
 	// The root's own removal is an event only once nothing holds its
-	// directory: its presence, and the store's, are looked at too.
+	// directory (the lock held is in it when the store is): its
+	// presence, and the store's, are looked at too, on each removal in
+	// the store's watch directory and every few seconds.
 	check := time.NewTicker(checkEvery)
 	defer check.Stop()
 	for {
 		select {
 		case <-check.C:
-			if !s.stillThere(lock) {
+			if !s.stillThere() {
 				return nil
 			}
 		case evs, ok := <-s.events:
@@ -173,16 +278,19 @@ func (s *server) run() error {
 // are still where they were.
 const checkEvery = 5 * time.Second
 
-// stillThere reports whether the root is the directory watched and lock
-// the store's lock file: a tree removed (or moved, or replaced) and its
-// store have no use for the watcher.
-func (s *server) stillThere(lock *os.File) bool {
-	var root, held, named unix.Stat_t
-	if unix.Lstat(s.root, &root) != nil || unix.Fstat(int(lock.Fd()), &held) != nil ||
-		unix.Lstat(filepath.Join(watchDir(s.store), "lock"), &named) != nil {
+// stillThere reports whether the root is the directory watched, and the
+// store's watch directory, its marks/ and its lock those the watcher
+// holds: a tree removed (or moved, or replaced) and its store have no
+// use for the watcher, which must make nothing in them any more.
+func (s *server) stillThere() bool {
+	var root, held, named, dir, marks unix.Stat_t
+	if unix.Lstat(s.root, &root) != nil || unix.Fstat(int(s.lock.Fd()), &held) != nil ||
+		unix.Lstat(filepath.Join(watchDir(s.store), "lock"), &named) != nil ||
+		unix.Fstat(s.watchFd, &dir) != nil || unix.Fstat(s.marksFd, &marks) != nil {
 		return false
 	}
-	return root.Dev == s.rootID[0] && root.Ino == s.rootID[1] && held.Dev == named.Dev && held.Ino == named.Ino
+	return root.Dev == s.rootID[0] && root.Ino == s.rootID[1] && held.Dev == named.Dev && held.Ino == named.Ino &&
+		held.Nlink > 0 && dir.Nlink > 0 && marks.Nlink > 0 // removed, though still held
 }
 
 // accept reads each connection's one request line and passes it on;
@@ -246,7 +354,7 @@ func (s *server) begin(why string) error {
 		for name, r := range s.pending {
 			answerNo(r.conn, why)
 			delete(s.pending, name)
-			os.Remove(filepath.Join(watchDir(s.store), "marks", name)) // ours; a leftover is harmless
+			unix.Unlinkat(s.marksFd, name, 0) // ours; a leftover is harmless
 		}
 	}
 	var b [8]byte
@@ -262,11 +370,21 @@ func (s *server) begin(why string) error {
 	s.in = os.NewFile(uintptr(fd), "inotify")
 	s.events = make(chan []event, 64)
 	go read(s.in, s.events)
-	wd, err := unix.InotifyAddWatch(fd, filepath.Join(watchDir(s.store), "marks"), unix.IN_CREATE|unix.IN_ONLYDIR|unix.IN_DONT_FOLLOW)
+	// marks/ and the watch directory held, through their descriptors:
+	// the very directories the markers are made in, and the lock is in.
+	wd, err := unix.InotifyAddWatch(fd, fmt.Sprintf("/proc/self/fd/%d", s.marksFd), unix.IN_CREATE|unix.IN_ONLYDIR)
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", filepath.Join(watchDir(s.store), "marks"), err)
 	}
 	s.marksWd = int32(wd)
+	// A name removed from the watch directory (the lock, the socket,
+	// marks/: the store's removal) makes the watcher look whether its
+	// store is still there.
+	wd, err = unix.InotifyAddWatch(fd, fmt.Sprintf("/proc/self/fd/%d", s.watchFd), unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_ONLYDIR)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", watchDir(s.store), err)
+	}
+	s.watchWd = int32(wd)
 	var st unix.Statfs_t
 	if err := unix.Statfs(s.root, &st); err != nil {
 		return err
@@ -408,9 +526,11 @@ func (s *server) handle(ev event) (quit bool) {
 			s.answer(ev.name)
 		}
 		return false
+	case ev.wd == s.watchWd:
+		return !s.stillThere()
 	case ev.mask&unix.IN_IGNORED != 0:
 		delete(s.wds, ev.wd)
-		return false
+		return ev.wd == s.rootWd // the root went
 	}
 	dir, ok := s.wds[ev.wd]
 	if !ok {
@@ -494,18 +614,31 @@ func (s *server) serve(r request) (quit bool) {
 		default:
 			s.marks++
 			name := fmt.Sprintf("m%d-%d-%s", os.Getpid(), s.marks, strconv.FormatUint(t.Seq, 10))
-			f, err := os.OpenFile(filepath.Join(watchDir(s.store), "marks", name), os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o600)
-			if err != nil {
+			if err := s.marker(name); err != nil {
 				answerNo(r.conn, fmt.Sprintf("marker: %v", err))
-				return false
+				return !s.stillThere()
 			}
-			f.Close() // empty
 			s.pending[name] = r
 		}
 		return false
 	}
 	answerNo(r.conn, fmt.Sprintf("request %.40q", r.line))
 	return false
+}
+
+// marker makes the file named name in marks/ (held): the one file the
+// watcher makes in the store, and only while its root and store are
+// still there. One removed since it looked gets no new name: the kernel
+// refuses a name in a removed directory.
+func (s *server) marker(name string) error {
+	if !s.stillThere() {
+		return errors.New("the tree or its store was removed")
+	}
+	fd, err := unix.Openat(s.marksFd, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(watchDir(s.store), "marks", name), err)
+	}
+	return unix.Close(fd) // empty
 }
 
 // answer answers the question whose marker's event has come: every
@@ -516,8 +649,8 @@ func (s *server) answer(name string) {
 		return
 	}
 	delete(s.pending, name)
-	os.Remove(filepath.Join(watchDir(s.store), "marks", name)) // ours; a leftover is harmless
-	t, _ := ParseToken(strings.TrimPrefix(r.line, "since "))   // parsed when asked
+	unix.Unlinkat(s.marksFd, name, 0)                        // ours; a leftover is harmless
+	t, _ := ParseToken(strings.TrimPrefix(r.line, "since ")) // parsed when asked
 	changes := s.j.since(t.Seq)
 	if len(changes) > maxChanges {
 		answerNo(r.conn, fmt.Sprintf("%d paths changed, more than %d", len(changes), maxChanges))

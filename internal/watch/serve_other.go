@@ -14,3 +14,7 @@ func Serve(args []string) int {
 	fmt.Fprintln(os.Stderr, "snapback: no tree watcher on this system")
 	return 1
 }
+
+func prepare(store string) (lock, sock *os.File, err error) { return nil, nil, ErrUnsupported }
+
+func unprepare(store string, lock, sock *os.File) {}

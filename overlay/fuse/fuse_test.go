@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(Helper(os.Args[2:]))
 	case len(os.Args) > 1 && os.Args[1] == ServeVerb:
 		os.Exit(Serve(os.Args[2:]))
+	case len(os.Args) > 1 && os.Args[1] == KeepVerb:
+		os.Exit(Keep(os.Args[2:]))
 	case len(os.Args) > 1 && os.Args[1] == overlay.InitVerb:
 		os.Exit(overlay.Init(os.Args[2:]))
 	}

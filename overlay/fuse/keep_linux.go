@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +33,10 @@ import (
 //     (keepPaths), it serves only peers of its own uid, and it belongs
 //     to one project root; starting one and asking it for the view
 //     happen under the lock, so two runs at once are safe: the second
-//     finds the view busy and gets a fresh one of its own.
+//     finds the view busy and gets a fresh one of its own. A server
+//     killed (SIGKILL) leaves its socket, lock and log there: the next
+//     server's start removes those of every server that is gone
+//     (sweepKept).
 //   - Each run gets a clone of the view's detached mount, attached in
 //     the run's private namespace as a fresh view's would be, and the
 //     server swaps in the run's new upper layer.
@@ -82,21 +86,137 @@ func keepPaths(root string) (keepFiles, error) {
 
 // lockFile takes the lock at path (made if need be), waiting for it.
 func lockFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if !errors.Is(err, unix.EINTR) {
-			break
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		for {
+			err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		var held, named unix.Stat_t
+		if err == nil {
+			err = unix.Fstat(int(f.Fd()), &held)
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		// A lock file removed while this waited for it (sweepKept
+		// removes a dead server's, holding it) excludes nobody: take the
+		// one at path now.
+		if unix.Lstat(path, &named) == nil && named.Dev == held.Dev && named.Ino == held.Ino {
+			return f, nil
+		}
+		f.Close()
+	}
+}
+
+// keepKeyLen is the length of the names keepPaths gives, without their
+// extension: "view-" and 20 hex digits.
+const keepKeyLen = len("view-") + 20
+
+// keepKey returns the name a file of keepPaths's has, without its
+// extension (.sock, .lock, .log); ok false: not such a name.
+func keepKey(name string) (key string, ok bool) {
+	for _, ext := range []string{".sock", ".lock", ".log"} {
+		k, found := strings.CutSuffix(name, ext)
+		if !found || len(k) != keepKeyLen || !strings.HasPrefix(k, "view-") {
+			continue
+		}
+		for _, c := range k[len("view-"):] {
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return "", false
+			}
+		}
+		return k, true
+	}
+	return "", false
+}
+
+// sweepKept removes from dir (keepPaths's private directory) the files
+// of every server that is gone, but the one named except (the caller's,
+// whose lock it holds). A server that ends removes its socket (and its
+// log when empty), one killed (SIGKILL) leaves its socket, lock and log,
+// and nobody uses them again unless a run of the same project starts a
+// server. A project's files are gone when its lock is free (no runner,
+// no server quitting), its log is not held (each server holds it, shared,
+// for as long as it runs: one that gave up serves its last run without
+// a socket) and its socket, if any, refuses (a server of an older
+// snapback holds no log). Only names keepPaths gives are touched, only
+// regular files and sockets (never a symlink, which is left alone with
+// its project's other files), through the directory held.
+func sweepKept(dir, except string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // nothing to sweep: the next start tries again
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	defer d.Close() // read-only
+	// What was read is swept; anything not read, by the next start.
+	names, _ := d.Readdirnames(-1)
+	keys := map[string]bool{}
+	for _, n := range names {
+		if k, ok := keepKey(n); ok && k != except {
+			keys[k] = true
 		}
 	}
-	if err != nil {
-		f.Close()
-		return nil, err
+	for k := range keys {
+		sweepOne(fd, k)
 	}
-	return f, nil
+}
+
+// sweepOne removes one project's files from the directory dirFd, if its
+// server is gone (see sweepKept).
+func sweepOne(dirFd int, key string) {
+	for ext, kind := range map[string]uint32{".lock": unix.S_IFREG, ".log": unix.S_IFREG, ".sock": unix.S_IFSOCK} {
+		var st unix.Stat_t
+		err := unix.Fstatat(dirFd, key+ext, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil || st.Mode&unix.S_IFMT != kind {
+			return // not a file snapback made
+		}
+	}
+	lk, err := unix.Openat(dirFd, key+".lock", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return // no lock (another sweep is removing them): nothing to hold them by
+	}
+	defer unix.Close(lk) // unlocks
+	if unix.Flock(lk, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // a runner of that project, or its server quitting, holds it
+	}
+	if lg, err := unix.Openat(dirFd, key+".log", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		held := unix.Flock(lg, unix.LOCK_EX|unix.LOCK_NB) != nil
+		unix.Close(lg) // unlocks
+		if held {
+			return // its server runs
+		}
+	} else if !errors.Is(err, unix.ENOENT) {
+		return
+	}
+	if answers(fmt.Sprintf("/proc/self/fd/%d/%s.sock", dirFd, key)) {
+		return
+	}
+	unix.Unlinkat(dirFd, key+".sock", 0) // gone already: nothing to undo
+	unix.Unlinkat(dirFd, key+".log", 0)
+	unix.Unlinkat(dirFd, key+".lock", 0) // last, and held: a runner waiting for it takes the next one (lockFile)
+}
+
+// answers reports whether a server listens on the socket at path: a
+// connection is taken, or would be but for a full queue.
+func answers(path string) bool {
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return true // cannot tell: leave it
+	}
+	defer unix.Close(s) // the server reads no request: it closes its end
+	err = unix.Connect(s, &unix.SockaddrUnix{Name: path})
+	return err == nil || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINPROGRESS)
 }
 
 // keptRun is a run's hold on the kept view.
@@ -195,6 +315,9 @@ func startKept(root string, files keepFiles) error {
 	if err != nil {
 		return err
 	}
+	// Servers killed (SIGKILL) before leave their files: swept now,
+	// when one starts.
+	sweepKept(filepath.Dir(files.lock), strings.TrimSuffix(filepath.Base(files.lock), ".lock"))
 	log, err := os.OpenFile(files.log, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err

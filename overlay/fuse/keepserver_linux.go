@@ -31,6 +31,9 @@ type keptServer struct {
 	// sockIno tells this server's socket from a later server's at the
 	// same path.
 	sockIno uint64
+	// logHold is the log, held (flock, shared) for as long as the server
+	// runs: a sweep (sweepKept) leaves a live server's files alone.
+	logHold *os.File
 
 	mu     sync.Mutex
 	active bool      // a run has the view
@@ -86,6 +89,14 @@ func Keep(args []string) int {
 		return fail(err)
 	}
 	s := &keptServer{root: a.Root, files: files, idle: a.Idle, mnt: -1, last: time.Now()}
+	// Held before the runner that started this server lets go of the
+	// lock: from then on, only this hold says the server runs.
+	if s.logHold, err = os.OpenFile(files.log, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
+		return fail(err)
+	}
+	if err := unix.Flock(int(s.logHold.Fd()), unix.LOCK_SH); err != nil {
+		return fail(err)
+	}
 	// Watch before anything can be cached: a change is then heard, or
 	// happened before the first lookup.
 	if s.w, err = newWatcher(a.Root); err != nil {
