@@ -66,7 +66,7 @@ func DescribeCheckpoint(m *record.Meta) string {
 // damaged record is an error as for [Store.List], but skipped without a
 // warning with SkipDamaged: the verb that reads the history warns.
 func (r *Reader) OpenCheckpoint() (*record.Meta, error) {
-	all, damaged, err := r.records()
+	all, damaged, err := r.liveRecords()
 	if err != nil {
 		return nil, err
 	}

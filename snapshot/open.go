@@ -169,6 +169,11 @@ func (r *Repo) settle(o Options) error {
 		r.warn("an interrupted " + op + " is not finished yet (`snapback recover` finishes it); showing the tree as it is")
 		return nil
 	}
+	if !reading {
+		if err := r.completeLive(); err != nil { // once per store (live.go)
+			return err
+		}
+	}
 	did, err := r.Recover()
 	switch {
 	case errors.Is(err, ErrTargetsPending) && reading:

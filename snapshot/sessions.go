@@ -110,7 +110,7 @@ func claim(m *record.Meta, w Writes) bool {
 // OpenCheckpoints lists the open checkpoints, oldest first (at most one
 // per session). A damaged record is as for [Reader.OpenCheckpoint].
 func (r *Reader) OpenCheckpoints() ([]*record.Meta, error) {
-	all, damaged, err := r.records()
+	all, damaged, err := r.liveRecords()
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -724,7 +724,18 @@ func (s *Store) WriteMeta(m *record.Meta) error {
 	if err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(s.recordPath(m.ID), b, 0o600)
+	if isLive(m) { // marked first: every live record has its marker (live.go)
+		if err := s.markLive(m.ID); err != nil {
+			return err
+		}
+	}
+	if err := fsutil.WriteFileAtomic(s.recordPath(m.ID), b, 0o600); err != nil {
+		return err
+	}
+	if !isLive(m) {
+		s.unmarkLive(m.ID)
+	}
+	return nil
 }
 
 // ReadMeta reads the record of one snapshot.
@@ -769,7 +780,10 @@ func (s *Store) deleteMeta(id string) error {
 	fsutil.Mutating()
 	err := os.Remove(s.recordPath(id))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		err = nil
+	}
+	if err == nil {
+		s.unmarkLive(id)
 	}
 	return err
 }
@@ -815,25 +829,39 @@ func (s *Store) records() ([]*record.Meta, []DamagedRecord, error) {
 		}
 		out = append(out, m)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
+	sortRecords(out)
 	return out, damaged, nil
 }
 
 // newMeta starts a record with an id and a creation time later than every
 // existing snapshot's, so that creation order is total.
 func (s *Store) newMeta(kind record.Kind, scope record.Scope) (*record.Meta, error) {
-	all, err := s.List()
+	var last *record.Meta
+	if kind == record.KindCheckpoint {
+		// An agent's hooks begin one at every turn: only the newest
+		// records are read (live.go), and a damaged record elsewhere is
+		// for the verbs that read the history to report.
+		last, err := s.newest()
+		if err != nil {
+			return nil, err
+		}
+		return s.metaAfter(last, kind, scope), nil
+	}
+	all, err := s.List() // refused while a record is damaged
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UTC()
-	if n := len(all); n > 0 && !now.After(all[n-1].CreatedAt) {
-		now = all[n-1].CreatedAt.Add(time.Microsecond)
+	if n := len(all); n > 0 {
+		last = all[n-1]
 	}
-	return &record.Meta{ID: record.NewID(now), Kind: kind, Scope: scope, CreatedAt: now}, nil
+	return s.metaAfter(last, kind, scope), nil
+}
+
+// metaAfter starts a record made after last (nil: none).
+func (s *Store) metaAfter(last *record.Meta, kind record.Kind, scope record.Scope) *record.Meta {
+	now := time.Now().UTC()
+	if last != nil && !now.After(last.CreatedAt) {
+		now = last.CreatedAt.Add(time.Microsecond)
+	}
+	return &record.Meta{ID: record.NewID(now), Kind: kind, Scope: scope, CreatedAt: now}
 }

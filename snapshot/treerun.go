@@ -149,7 +149,7 @@ func (l *TreeLock) Unlock() {
 
 // TreeRunning returns the run on the tree in progress, if one is found.
 func (r *Repo) TreeRunning() *record.Meta {
-	all, _, err := r.records()
+	all, _, err := r.liveRecords()
 	if err != nil {
 		return nil
 	}
@@ -283,7 +283,7 @@ func (r *Repo) recordNarrowed(m *record.Meta, before, after record.Manifest, cha
 // finishDeadRuns finishes runs whose snapback process died while their
 // command ran: the changes made up to then become an undoable run.
 func (r *Repo) finishDeadRuns() (int, error) {
-	all, _, err := r.records() // a damaged record is none to finish: the verb decides about it
+	all, _, err := r.liveRecords() // a damaged record is none to finish: the verb decides about it
 	if err != nil {
 		return 0, err
 	}

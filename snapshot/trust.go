@@ -109,7 +109,7 @@ const (
 // storeDirs are the directories snapback keeps in the store; storeFiles
 // the files, with their bounds.
 var (
-	storeDirs  = []string{"objects", "snapshots", "tmp", "runs", "targets", "agent", DamagedDir, "prune-tokens", packsDir, "watch"}
+	storeDirs  = []string{"objects", "snapshots", "tmp", "runs", "targets", "agent", DamagedDir, "prune-tokens", packsDir, "watch", liveDir}
 	storeFiles = map[string]int64{
 		"lock": maxLockFile, "treerun.lock": maxLockFile, "journal.json": maxJournal,
 		"index": maxIndexSize, IdentityFile: maxIdentity, ".gitignore": maxLockFile,
@@ -178,6 +178,11 @@ func (s *Store) checkLayout() error {
 		return err
 	}
 	if err := s.checkEach("targets", func(string) (bool, int64, bool) { return true, 0, true }); err != nil {
+		return err
+	}
+	if err := s.checkEach(liveDir, func(name string) (bool, int64, bool) { // empty markers (live.go)
+		return false, 0, name == liveComplete || record.ValidID(name)
+	}); err != nil {
 		return err
 	}
 	return s.checkEach("runs", func(name string) (bool, int64, bool) { return true, 0, record.ValidID(name) })
