@@ -42,7 +42,7 @@ import (
 //
 // A pack is input from outside. Its index is checked against the file
 // (size bounded, every entry inside the contents, none larger than
-// packMaxObject) before any of it is used; a pack whose index fails is
+// packMaxEntry) before any of it is used; a pack whose index fails is
 // left alone (its contents count as missing, with a warning, and `check
 // --repair` sets it aside). Each content is checked against its SHA-256
 // as it is read, as a loose object's is: ReadObject and check here, the
@@ -53,6 +53,9 @@ import (
 
 const (
 	packMaxObject  = 16 << 10 // the largest content packed
+	// packMaxEntry bounds an entry of a pack: a content, or a block of a
+	// blocked manifest (blocked.go), which may be larger.
+	packMaxEntry = 64 << 10
 	packTarget     = 32 << 20 // a pack is written once this many bytes wait
 	packMaxEntries = 1 << 20  // ... or this many contents
 	packHeaderLen  = 16
@@ -282,7 +285,7 @@ func parsePackIndex(r io.ReaderAt, size int64) ([]packEntry, error) {
 	for i := range out {
 		b := buf[i*packEntryLen:]
 		off, l := binary.BigEndian.Uint64(b[32:40]), binary.BigEndian.Uint64(b[40:48])
-		if off < packHeaderLen || off > idxOff || l > packMaxObject || l > idxOff-off {
+		if off < packHeaderLen || off > idxOff || l > packMaxEntry || l > idxOff-off {
 			return nil, bad(fmt.Sprintf("entry %d lies outside the contents", i))
 		}
 		copy(out[i].id[:], b[:32])

@@ -29,7 +29,7 @@ func FuzzPackIndex(f *testing.F) {
 			return
 		}
 		for _, e := range ents {
-			if e.off < packHeaderLen || e.len > packMaxObject || e.off+e.len > int64(len(b))-packTrailerLen {
+			if e.off < packHeaderLen || e.len > packMaxEntry || e.off+e.len > int64(len(b))-packTrailerLen {
 				t.Fatalf("entry %+v outside a pack of %d bytes", e, len(b))
 			}
 		}
