@@ -52,10 +52,10 @@ import (
 // read as before, and a content stored loose is never packed again.
 
 const (
-	packMaxObject  = 16 << 10 // the largest content packed
+	packMaxObject = 16 << 10 // the largest content packed
 	// packMaxEntry bounds an entry of a pack: a content, or a block of a
 	// blocked manifest (blocked.go), which may be larger.
-	packMaxEntry = 64 << 10
+	packMaxEntry   = 64 << 10
 	packTarget     = 32 << 20 // a pack is written once this many bytes wait
 	packMaxEntries = 1 << 20  // ... or this many contents
 	packHeaderLen  = 16
