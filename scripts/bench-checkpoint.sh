@@ -133,7 +133,7 @@ watch_start() {
 	pid=$(sed -n 's/^pid //p' "$store/watch/lock" 2>/dev/null || true)
 	[[ -n $pid ]] && kill "$pid" 2>/dev/null && sleep 0.5
 	t0=$(now)
-	("$SB" __watch-tree "$dir" "$store" &)
+	"$SB" __watch-tree --start "$dir" "$store" # as a begin starts it (the lock and socket made, then passed)
 	python3 - "$store/watch/sock" <<-'EOF'
 		import socket, sys, time
 		while True:

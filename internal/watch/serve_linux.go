@@ -86,6 +86,15 @@ type server struct {
 // and the socket it made (4): the watcher itself makes nothing in the
 // store but its markers (see [server.marker]).
 func Serve(args []string) int {
+	if len(args) == 3 && args[0] == "--start" {
+		// Start a watcher as a checkpoint's begin does, and return: for
+		// scripts/bench-checkpoint.sh, which times a watcher's start.
+		if err := Start(args[1], args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "snapback watcher:", err)
+			return 1
+		}
+		return 0
+	}
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: snapback "+ServeVerb+" ROOT STORE (run by the watcher's Start)")
 		return 2
