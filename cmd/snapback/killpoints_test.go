@@ -90,6 +90,11 @@ type killScenario struct {
 	// a commit also takes back the git state its run moved as it ran): the
 	// state after it is the uninterrupted inverse's, not the one before.
 	inverseFurther bool
+	// copied, when set, runs (unkilled) in each copy of the prepared
+	// project, the uninterrupted one's too, before op: what a copy cannot
+	// take from the template (a watcher of the tree, which watches a
+	// path). It must leave the state compared as the template's.
+	copied func(t *testing.T, bin, proj string)
 }
 
 // outsideStore is where a storeOutside scenario's store is: in the
@@ -700,6 +705,9 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	before := observed(t, at, sc)
 	// The uninterrupted operation gives the state after it.
 	ref := fresh("ref")
+	if sc.copied != nil {
+		sc.copied(t, bin, filepath.Join(ref, sc.project))
+	}
 	var diffBefore, diffAfter string // the pending run's diff
 	if sc.fails {
 		cmd := exec.Command(bin, append([]string{"-C", filepath.Join(ref, sc.project)}, op...)...)
@@ -736,6 +744,9 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 	for k := 1; ; k++ {
 		root := fresh("k")
 		proj := filepath.Join(root, sc.project)
+		if sc.copied != nil {
+			sc.copied(t, bin, proj)
+		}
 		cmd := exec.Command(bin, append([]string{"-C", proj}, op...)...)
 		cmd.Dir = proj
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
@@ -898,7 +909,63 @@ func checkpointScenarios() []killScenario {
 			t.Errorf("redo of both turns: f00 %q, want %q", got, f00)
 		}
 	}
+	// Watched: in each copy the tree's watcher is started and vouches
+	// (turns until an end says it read only what changed), then the tree
+	// changes, so that the killed begin patches the state a block at a
+	// time, and the killed end reads it so. The change is a file edited,
+	// one made, one removed: made in the template (its state is the one
+	// compared), and made again in each copy after the warm turns, from
+	// the state before it, with the same times.
+	const beforeTimes = "touch -h -d 2020-01-01T01:01:01 tree/d4 tree/d4/f04.txt tree/d5 tree/d5/f05.txt"
+	const afterTimes = "touch -h -d 2020-02-02T02:02:02 tree/d4 tree/d4/f04.txt tree/d4/new.txt tree/d5"
+	watchedChange := "echo watched >> tree/d4/f04.txt; echo new > tree/d4/new.txt; rm tree/d5/f05.txt; " + afterTimes
+	// (Each scenario its own template: prepared in parallel.)
+	var beforeWatched [2]treetest.State
+	watchedPrep := func(i int) func(t *testing.T, bin, root string) {
+		return func(t *testing.T, bin, root string) {
+			base(t, bin, root)
+			runSh(t, root, "cp tree/d4/f04.txt f04.keep; cp tree/d5/f05.txt f05.keep; "+beforeTimes)
+			beforeWatched[i] = killState(t, root, true)
+			runSh(t, root, watchedChange)
+		}
+	}
+	warm := func(t *testing.T, bin, proj string) {
+		t.Helper()
+		runSh(t, proj, "cp f04.keep tree/d4/f04.txt; rm tree/d4/new.txt; cp f05.keep tree/d5/f05.txt; "+beforeTimes)
+		for i := 0; ; i++ {
+			sbT(t, bin, proj, "checkpoint", "begin", "-m", "warm", "--session", "warm")
+			if strings.Contains(sbT(t, bin, proj, "checkpoint", "end", "--session", "warm", "--json"), `"watched": true`) {
+				return
+			}
+			if i == 300 {
+				t.Fatal("no watched end in 300 turns")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	return []killScenario{
+		{name: "checkpoint-begin-watched", sqlite: true, unchanged: true, prepare: watchedPrep(0),
+			copied: func(t *testing.T, bin, proj string) {
+				warm(t, bin, proj)
+				runSh(t, proj, watchedChange)
+			},
+			op: []string{"checkpoint", "begin", "-m", "turn", "--session", "kill"},
+			verify: func(t *testing.T, bin, proj string) {
+				sbT(t, bin, proj, "checkpoint", "begin", "-m", "turn", "--session", "kill")
+				from := killState(t, proj, true)
+				change(t, proj)
+				endUndoRedo(t, bin, proj, from, killState(t, proj, true))
+			}},
+		{name: "checkpoint-end-watched", sqlite: true, unchanged: true, prepare: watchedPrep(1),
+			copied: func(t *testing.T, bin, proj string) {
+				warm(t, bin, proj)
+				sbT(t, bin, proj, "checkpoint", "begin", "-m", "turn", "--session", "kill")
+				runSh(t, proj, watchedChange)
+			},
+			op: []string{"checkpoint", "end", "--session", "kill"},
+			verify: func(t *testing.T, bin, proj string) {
+				endUndoRedo(t, bin, proj, beforeWatched[1], killState(t, proj, true))
+			}},
 		// Another session's checkpoint begins beside an open one (marking
 		// it), and one of two open side by side ends (marking the other).
 		{name: "checkpoint-begin-beside", unchanged: true,
