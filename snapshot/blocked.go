@@ -296,6 +296,7 @@ func (t *blockedTree) below(p string) (record.Manifest, error) {
 // returns the new state's id (t's own when no block changed) and its
 // counts.
 func (t *blockedTree) patch(r *Repo, listed []string, deep map[string]bool, fresh record.Manifest) (string, int, int64, error) {
+	defer r.packBlind()() // (its list is stored looked up only as a loose object)
 	drop := map[string]bool{}
 	hit := map[int]bool{}
 	for _, p := range listed {

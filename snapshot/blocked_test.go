@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
@@ -143,4 +144,32 @@ func corrupt(t *testing.T, r *snapshot.Repo, good []byte, bl []record.Block) {
 	if _, err := snapshot.DecodeStored(r, record.EncodeBlocks(x)); err != nil {
 		t.Fatalf("a wrong hint: %v", err)
 	}
+}
+
+// Two sessions side by side, as TestSessionsEditTools, with the tree's
+// state blocked (blocks of a few entries): the marks' trees are patched
+// and read a block at a time, and each step holds the same as with
+// whole states.
+func TestSessionsEditToolsWatched(t *testing.T) {
+	snapshot.SmallBlocks(t, 200)
+	sessionsEditTools(t, func(t *testing.T, root string) *snapshot.Repo {
+		for i := 0; i < 40; i++ { // more files: more blocks
+			treetest.Write(t, root, fmt.Sprintf("z/%02d", i), "z\n", 0o644)
+		}
+		r := watched(t, root)
+		for i := 0; ; i++ {
+			_, _, err := r.BeginCheckpoint("warm", "")
+			treetest.Must(t, err)
+			treetest.Write(t, root, "z/warm", fmt.Sprint(i), 0o644)
+			_, _, err = r.EndCheckpoint("warm")
+			treetest.Must(t, err)
+			if r.LastWatched {
+				return r
+			}
+			if i > 200 {
+				t.Fatal("no watched end")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}, true)
 }

@@ -253,6 +253,23 @@ func (r *Repo) markOthers(open []*record.Meta, self *record.Meta, joins bool, t 
 // at its beginning and its narrowed change: the state the marks of the
 // others open need, without a second scan.
 func (r *Repo) treeAfter(begin string, changed record.Manifest) (string, error) {
+	if bt, blocked, err := r.openBlocked(begin); err != nil {
+		return "", err
+	} else if blocked { // patched a block at a time (blocked.go)
+		var paths []string
+		var now record.Manifest
+		for _, e := range changed {
+			paths = append(paths, e.Path)
+			if e.Type != record.Absent {
+				now = append(now, e)
+			}
+		}
+		id, _, _, err := bt.patch(r, paths, nil, now)
+		if err != nil {
+			return "", err
+		}
+		return id, r.Flush()
+	}
 	full, err := r.LoadManifest(begin)
 	if err != nil {
 		return "", err
@@ -336,14 +353,15 @@ func sameAt(a, b *record.Entry) bool {
 }
 
 // markTrees loads the tree of each mark but the first (the beginning,
-// as the checkpoint's before has it). A mark whose tree cannot be read (a
+// as the checkpoint's before has it), at paths: what attribute asks of
+// it (a blocked tree is read a block at a time). A mark whose tree cannot be read (a
 // damaged object) is merged into the span before it: the two spans are
 // judged as one, with the sessions and claims of both, which can only
 // share more.
-func (r *Repo) markTrees(marks []record.Mark) ([]record.Mark, []record.Manifest) {
+func (r *Repo) markTrees(marks []record.Mark, paths []string) ([]record.Mark, []record.Manifest) {
 	out, trees := marks[:1:1], []record.Manifest{nil}
 	for _, k := range marks[1:] {
-		t, err := r.LoadManifest(k.Tree)
+		t, err := r.stateAt(k.Tree, paths)
 		if err == nil {
 			out, trees = append(out, k), append(trees, t)
 			continue
@@ -355,6 +373,29 @@ func (r *Repo) markTrees(marks []record.Mark) ([]record.Mark, []record.Manifest)
 		}
 	}
 	return out, trees
+}
+
+// stateAt returns the state id's entries at paths (sorted): a blocked
+// state is read a block at a time, a plain one whole.
+func (r *Repo) stateAt(id string, paths []string) (record.Manifest, error) {
+	bt, blocked, err := r.openBlocked(id)
+	if err != nil || !blocked {
+		if err == nil {
+			return r.LoadManifest(id)
+		}
+		return nil, err
+	}
+	var out record.Manifest
+	for _, p := range paths {
+		e, err := bt.find(p)
+		if err != nil {
+			return nil, err
+		}
+		if e != nil {
+			out = append(out, *e)
+		}
+	}
+	return out, nil
 }
 
 // attribute cuts m, narrowed to the paths changed while it was open, to
@@ -384,7 +425,7 @@ func (r *Repo) attribute(m *record.Meta) error {
 	if err != nil {
 		return err
 	}
-	marks, trees := r.markTrees(marks)
+	marks, trees := r.markTrees(marks, after.Paths())
 	ws := spanWriters(marks)
 	const nobody = "\x00nobody"
 	// whose lists the sessions that may have written p over the spans

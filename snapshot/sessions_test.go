@@ -65,11 +65,20 @@ func stepPaths(t *testing.T, r *snapshot.Repo, m *record.Meta) []string {
 // the other's stay as it left them, the shared one is left and named;
 // --include-shared takes it.
 func TestSessionsEditTools(t *testing.T) {
+	sessionsEditTools(t, func(t *testing.T, root string) *snapshot.Repo { return openRepo(t, root) }, false)
+}
+
+// sessionsEditTools is TestSessionsEditTools with the store open as open
+// opens it; watched: its begins must be watched ones.
+func sessionsEditTools(t *testing.T, open func(t *testing.T, root string) *snapshot.Repo, watched bool) {
 	for _, order := range [][]string{{"A", "B"}, {"B", "A"}} {
 		t.Run(order[0]+"first", func(t *testing.T) {
 			root, read := sessionTree(t, "a", "b", "c", "x")
-			r := openRepo(t, root)
+			r := open(t, root)
 			begin(t, r, "A", snapshot.Writes{Paths: []string{"a"}})
+			if watched && !r.LastWatched {
+				t.Fatal("A's begin was not watched")
+			}
 			treetest.Write(t, root, "x", "A alone\n", 0o644) // before B began: A's
 			begin(t, r, "B", snapshot.Writes{Paths: []string{"b", "new/b2"}})
 			treetest.Write(t, root, "a", "A\n", 0o644)
