@@ -17,7 +17,8 @@ import (
 // records are live (an open checkpoint, a running run) and when the
 // newest was made; an agent's hooks ask it at every tool call, and
 // reading every record for it made a turn cost what the history holds
-// (a verb took 40 ms with 17 records, 70-150 ms with 517).
+// (with 517 records in a 100,000-file project, a verb took 35-50 ms;
+// with the markers, 13-22 ms).
 //
 // So a record written live has a marker live/ID, made (and synced)
 // before the record says it is live and removed after it says
