@@ -23,11 +23,14 @@ import (
 // reported under that name only, or not at all from outside the tree).
 // Its end asks for the paths changed since the token and reads those,
 // the directories they are in, everything below a directory that
-// appeared, and those files, and patches the begin's state with what it
-// read ([Repo.patched]): the state now, as a scan of the whole tree
-// would have read it. The token file then becomes watch/base, from which
+// appeared, and those files ([Repo.readTouched]), and compares them with
+// the begin's state at those paths: what a scan of the whole tree would
+// have found changed. The token file then becomes watch/base, from which
 // the next begin does the same: the state of the previous begin patched
-// with what changed since, instead of a scan of the whole tree.
+// with what changed since, instead of a scan of the whole tree. The
+// state is kept blocked (blocked.go), so that a begin writes and an end
+// reads only the blocks of the paths named; a plain one (an older
+// store's) is patched whole ([Repo.patched]).
 //
 // Where the watcher cannot vouch (it was not running at the begin, it
 // restarted or lost events since, a watch could not be added, a new
@@ -222,7 +225,6 @@ func (r *Repo) treeFromBase(m *record.Meta) (fresh record.Manifest, t watch.Toke
 	if err != nil || !blocked {
 		return nil, t, false, nil // gone, damaged (check says more), or plain: read the whole tree
 	}
-	defer r.packBlind()()
 	fresh, listed, deep, err := r.readTouched(changes, base.links, r.writersNow())
 	var no *errUnvouched
 	if errors.As(err, &no) {
@@ -322,7 +324,7 @@ func (r *Repo) narrowWatched(m *record.Meta, changes []watch.Change, links map[s
 // is blocked: what the begin held of the paths read again, and of the
 // first names of its hard links among them, is all that is read of it.
 func (r *Repo) narrowBlocked(m *record.Meta, bt *blockedTree, changes []watch.Change, links map[string][2]uint64, writers []string) error {
-	defer r.packBlind()()
+	defer r.packBlind()() // (the narrowed manifests are stored as loose objects: no pack index to read)
 	fresh, listed, deep, err := r.readTouched(changes, links, writers)
 	if err != nil {
 		return err
@@ -499,9 +501,7 @@ func (r *Repo) patched(before record.Manifest, changes []watch.Change, links map
 // 100,000 files). It is left as it is (it vouches for none of these
 // files now, and the next scan reads them again).
 func (r *Repo) readChanged(paths []string, deep map[string]bool) (record.Manifest, error) {
-	blind := r.PackBlind
-	r.PackBlind = true // mostly new contents: not looked up in every pack's index
-	defer func() { r.PackBlind = blind }()
+	defer r.packBlind()() // mostly new contents: not looked up in every pack's index
 	sc := r.newScanner(r.treeDir, r.ign, true)
 	sc.cache = &statCache{load: emptyTable}
 	sc.ctx = r.Ctx

@@ -18,7 +18,7 @@ import (
 
 // requireRing skips (or fails, where SNAPBACK_REQUIRE names fuse-uring)
 // unless this process can mount FUSE and the kernel offers io_uring.
-func requireRing(t *testing.T) {
+func requireRing(t testing.TB) {
 	t.Helper()
 	why := ""
 	if os.Geteuid() != 0 {
@@ -90,9 +90,7 @@ func mountLoopbackVia(t testing.TB, dir, mnt string, ring bool) *Transport {
 // cached), through go-fuse's reads of /dev/fuse and through the rings,
 // with the benchmark's process as both the caller and the server.
 func BenchmarkStat(b *testing.B) {
-	if ok, why := Enabled(); !ok || os.Geteuid() != 0 {
-		b.Skip("needs root and FUSE over io_uring: ", why)
-	}
+	requireRing(b)
 	dir := b.TempDir()
 	treetest.Write(b, dir, "f", "x", 0o644)
 	for _, ring := range []bool{false, true} {
