@@ -176,39 +176,147 @@ func keptServerPid(root string) int {
 	return 0
 }
 
-// keptProject makes a project for kept view runs, and ends its server
-// when the test ends.
-func keptProject(t *testing.T) (bin, root string, env []string) {
+// keptProj is a project for kept view runs, and who runs them.
+type keptProj struct {
+	bin, root string
+	base      []string   // snapback's environment, kept views as by default
+	env       []string   // base, with kept views on
+	user      *posixUser // nil: root runs them
+}
+
+// keptUsers runs f on a project of root's, then on one of an ordinary
+// user's (whose server and runs live in user namespaces of their own).
+func keptUsers(t *testing.T, f func(t *testing.T, p *keptProj)) {
+	for _, as := range []string{"root", "user"} {
+		t.Run(as, func(t *testing.T) { f(t, keptProject(t, as == "user")) })
+	}
+}
+
+// keptProject makes a project for kept view runs (the ordinary user
+// testUser's if user), and ends its server when the test ends.
+func keptProject(t *testing.T, user bool) *keptProj {
 	t.Helper()
 	ok, why := fuse.Available()
 	if !treetest.Require(t, "fuse", ok, why) {
 		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 	}
-	if !treetest.Require(t, "root", os.Geteuid() == 0, "kept views are root's only so far") {
-		t.Skip("SNAPBACK_REQUIRE does not name root: kept views are root's only so far")
+	p := &keptProj{}
+	if !user {
+		if !treetest.Require(t, "root", os.Geteuid() == 0, "these tests check the server's processes as root") {
+			t.Skip("SNAPBACK_REQUIRE does not name root")
+		}
+		p.bin = snapbackBinary(t)
+		p.root = filepath.Join(t.TempDir(), "project")
+		treetest.Must(t, os.Mkdir(p.root, 0o755))
+		p.base = testEnv(t)
+	} else {
+		cred, bin := ordinaryUser(t)
+		p.bin, p.user = bin, &posixUser{cred: cred, test: userTestBinary(t, bin)}
+		base := p.tempDir(t)
+		p.root = filepath.Join(base, "project")
+		state, run := filepath.Join(base, "state"), filepath.Join(base, "run")
+		for _, d := range []string{p.root, state, run} {
+			treetest.Must(t, os.Mkdir(d, 0o700))
+		}
+		p.own(t, base)
+		for _, kv := range gitEnv() {
+			if !strings.HasPrefix(kv, "XDG_STATE_HOME=") && !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") {
+				p.base = append(p.base, kv)
+			}
+		}
+		p.base = append(p.base, "XDG_STATE_HOME="+state, "XDG_RUNTIME_DIR="+run)
 	}
-	bin = snapbackBinary(t)
-	root = filepath.Join(t.TempDir(), "project")
-	treetest.Must(t, os.Mkdir(root, 0o755))
-	env = append(testEnv(t), fuse.KeepEnv+"=1", fuse.KeepIdleEnv+"=2m")
+	p.env = append(p.base[:len(p.base):len(p.base)], fuse.KeepEnv+"=1", fuse.KeepIdleEnv+"=2m")
 	t.Cleanup(func() {
-		if pid := keptServerPid(root); pid != 0 {
+		if pid := keptServerPid(p.root); pid != 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	return bin, root, env
+	return p
 }
 
-// keptRun runs the capturing command in a fuse view of root (committed
-// or discarded) and returns what it saw.
-func keptRun(t *testing.T, bin, root string, env []string, run int, then string) treetest.State {
+// userTestBinary is a copy of the test binary that testUser may run, next
+// to bin (ordinaryUser's).
+func userTestBinary(t *testing.T, bin string) string {
 	t.Helper()
 	self, err := os.Executable()
 	treetest.Must(t, err)
-	out := filepath.Join(t.TempDir(), "seen.json")
-	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--then", then, "--", self)
-	cmd.Dir = root
-	cmd.Env = append(env, keptEnv+"="+out, fmt.Sprintf("SNAPBACK_TEST_KEPT_RUN=%d", run))
+	test := filepath.Join(filepath.Dir(bin), "posix.test")
+	if _, err := os.Stat(test); err != nil {
+		copyFile(t, self, test)
+	}
+	return test
+}
+
+// tempDir is a new directory the runs' user may write in.
+func (p *keptProj) tempDir(t *testing.T) string {
+	t.Helper()
+	if p.user == nil {
+		return t.TempDir()
+	}
+	d := userTempDir(t, "snapback-kept-")
+	p.own(t, d)
+	return d
+}
+
+// own gives what the test made under dir to the runs' user (root's
+// needs nothing); the store is left as snapback made it.
+func (p *keptProj) own(t *testing.T, dir string) {
+	t.Helper()
+	if p.user == nil {
+		return
+	}
+	treetest.Must(t, filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() && fi.Name() == snapshot.StoreDir {
+			return filepath.SkipDir
+		}
+		return os.Lchown(path, int(p.user.cred.Uid), int(p.user.cred.Gid))
+	}))
+}
+
+// self is the test binary, as the runs' user may run it.
+func (p *keptProj) self(t *testing.T) string {
+	t.Helper()
+	if p.user != nil {
+		return p.user.test
+	}
+	self, err := os.Executable()
+	treetest.Must(t, err)
+	return self
+}
+
+// command is snapback args... on the project, as the runs' user, with env.
+func (p *keptProj) command(env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(p.bin, append([]string{"-C", p.root}, args...)...)
+	cmd.Dir = p.root
+	cmd.Env = env
+	if p.user != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.user.cred}
+	}
+	return cmd
+}
+
+// sb runs snapback args... on the project as the runs' user, and returns
+// what it printed.
+func (p *keptProj) sb(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := p.command(p.base, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("snapback %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// keptRun runs the capturing command in a fuse view of the project
+// (committed or discarded), with env, and returns what it saw.
+func (p *keptProj) run(t *testing.T, env []string, run int, then string) treetest.State {
+	t.Helper()
+	out := filepath.Join(p.tempDir(t), "seen")
+	cmd := p.command(append(env, keptEnv+"="+out, fmt.Sprintf("SNAPBACK_TEST_KEPT_RUN=%d", run)),
+		"run", "--mode", "fuse", "--then", then, "--", p.self(t))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("run %d: %v\n%s", run, err, b)
 	} else if strings.Contains(string(b), "no kept view") {
@@ -219,12 +327,19 @@ func keptRun(t *testing.T, bin, root string, env []string, run int, then string)
 	var st treetest.State
 	treetest.Must(t, gob.NewDecoder(bytes.NewReader(b)).Decode(&st))
 	var top unix.Stat_t
-	treetest.Must(t, unix.Lstat(root, &top))
+	treetest.Must(t, unix.Lstat(p.root, &top))
 	if want := fmt.Sprintf("mode=%o uid=%d gid=%d", top.Mode&0o7777, top.Uid, top.Gid); st["."] != want {
 		t.Errorf("run %d: the view's root: %q, the tree's: %q", run, st["."], want)
 	}
 	delete(st, ".")
 	return st
+}
+
+// keptRun runs the capturing command in a kept fuse view of root, as
+// root (committed or discarded), and returns what it saw.
+func keptRun(t *testing.T, bin, root string, env []string, run int, then string) treetest.State {
+	t.Helper()
+	return (&keptProj{bin: bin, root: root}).run(t, env, run, then)
 }
 
 // TestKeptView: a view kept across runs (SNAPBACK_FUSE_KEEP=1) shows
@@ -235,38 +350,43 @@ func keptRun(t *testing.T, bin, root string, env []string, run int, then string)
 // directory replaced by a file, a name made where a lookup had failed),
 // and on every run between after the runs' own commits and discards
 // (new files and directories, appends, removals, a renamed lower
-// directory); and one server served all ten runs.
+// directory); and one server served all ten runs. As root, and as an
+// ordinary user.
 func TestKeptView(t *testing.T) {
-	bin, root, env := keptProject(t)
-	keptSeed(t, root, 0)
-	keptSeed(t, root, 1)
-	treetest.Write(t, root, "w.txt", "w\n", 0o644)
-	treetest.Write(t, root, "vdir/in/deep", "deep\n", 0o644)
-	pid := 0
-	for run := 1; run <= 10; run++ {
-		switch run {
-		case 2:
-			keptChanges(t, root, 0)
-		case 10:
-			keptChanges(t, root, 1)
-			treetest.Must(t, os.Chmod(root, 0o700)) // the root's own attributes
+	keptUsers(t, func(t *testing.T, p *keptProj) {
+		keptSeed(t, p.root, 0)
+		keptSeed(t, p.root, 1)
+		treetest.Write(t, p.root, "w.txt", "w\n", 0o644)
+		treetest.Write(t, p.root, "vdir/in/deep", "deep\n", 0o644)
+		p.own(t, p.root)
+		pid := 0
+		for run := 1; run <= 10; run++ {
+			switch run {
+			case 2:
+				keptChanges(t, p.root, 0)
+				p.own(t, p.root)
+			case 10:
+				keptChanges(t, p.root, 1)
+				p.own(t, p.root)
+				treetest.Must(t, os.Chmod(p.root, 0o700)) // the root's own attributes
+			}
+			want := treetest.Capture(t, p.root, snapshot.StoreDir)
+			then := "commit"
+			if run%2 == 1 {
+				then = "discard"
+			}
+			got := p.run(t, p.env, run, then)
+			treetest.Equal(t, fmt.Sprintf("run %d's view vs the tree", run), want, got)
+			s := keptServerPid(p.root)
+			if s == 0 {
+				t.Fatalf("run %d: no kept view server runs", run)
+			}
+			if pid != 0 && s != pid {
+				t.Fatalf("run %d: the server changed (%d, then %d)", run, pid, s)
+			}
+			pid = s
 		}
-		want := treetest.Capture(t, root, snapshot.StoreDir)
-		then := "commit"
-		if run%2 == 1 {
-			then = "discard"
-		}
-		got := keptRun(t, bin, root, env, run, then)
-		treetest.Equal(t, fmt.Sprintf("run %d's view vs the tree", run), want, got)
-		p := keptServerPid(root)
-		if p == 0 {
-			t.Fatalf("run %d: no kept view server runs", run)
-		}
-		if pid != 0 && p != pid {
-			t.Fatalf("run %d: the server changed (%d, then %d)", run, pid, p)
-		}
-		pid = p
-	}
+	})
 }
 
 // TestKeptViewKilled: a kept view's server killed mid-run fails that
@@ -275,155 +395,152 @@ func TestKeptView(t *testing.T) {
 // tree as it was, and the next run starts a new server whose view is
 // exact.
 func TestKeptViewKilled(t *testing.T) {
-	bin, root, env := keptProject(t)
-	treetest.Write(t, root, "a.txt", "a\n", 0o644)
-	keptRun(t, bin, root, env, 1, "commit")
-	pid := keptServerPid(root)
-	if pid == 0 {
-		t.Fatal("no kept view server after the first run")
-	}
-	marker := filepath.Join(t.TempDir(), "started")
-	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
-		// Each new name needs the server (a cached file would still read
-		// from the kernel's cache after its death).
-		`echo b > b && touch "$1" && i=0 && while [ $i -lt 1000 ] && echo > n$i; do i=$((i+1)); sleep 0.05; done; exit 7`, "sh", marker)
-	cmd.Dir = root
-	cmd.Env = env
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	treetest.Must(t, cmd.Start())
-	for i := 0; i < 1000; i++ {
-		if _, err := os.Stat(marker); err == nil {
-			break
+	keptUsers(t, func(t *testing.T, p *keptProj) {
+		treetest.Write(t, p.root, "a.txt", "a\n", 0o644)
+		p.own(t, p.root)
+		p.run(t, p.env, 1, "commit")
+		pid := keptServerPid(p.root)
+		if pid == 0 {
+			t.Fatal("no kept view server after the first run")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
-	if err := cmd.Wait(); err == nil {
-		t.Fatalf("the run succeeded without its view:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "the server died") {
-		t.Errorf("the run's error does not say the server died:\n%s", out.String())
-	}
-	if _, err := os.Lstat(filepath.Join(root, "b")); !os.IsNotExist(err) {
-		t.Errorf("the killed run's b reached the tree: %v", err)
-	}
-	sb(t, bin, root, "recover")
-	if st := sb(t, bin, root, "status"); !strings.Contains(st, "pending") {
-		t.Errorf("the killed run is not pending:\n%s", st)
-	}
-	sb(t, bin, root, "discard")
-	treetest.Write(t, root, "a.txt", "changed while no server ran\n", 0o644)
-	want := treetest.Capture(t, root, snapshot.StoreDir)
-	got := keptRun(t, bin, root, env, 3, "discard")
-	treetest.Equal(t, "the next run's view vs the tree", want, got)
-	if p := keptServerPid(root); p == 0 || p == pid {
-		t.Errorf("the next run's server: pid %d (the killed one was %d)", p, pid)
-	}
+		marker := filepath.Join(p.tempDir(t), "started")
+		cmd := p.command(p.env, "run", "--mode", "fuse", "--", "sh", "-c",
+			// Each new name needs the server (a cached file would still read
+			// from the kernel's cache after its death).
+			`echo b > b && touch "$1" && i=0 && while [ $i -lt 1000 ] && echo > n$i; do i=$((i+1)); sleep 0.05; done; exit 7`, "sh", marker)
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		treetest.Must(t, cmd.Start())
+		for i := 0; i < 1000; i++ {
+			if _, err := os.Stat(marker); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		treetest.Must(t, syscall.Kill(pid, syscall.SIGKILL))
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("the run succeeded without its view:\n%s", out.String())
+		}
+		if !strings.Contains(out.String(), "the server died") {
+			t.Errorf("the run's error does not say the server died:\n%s", out.String())
+		}
+		if _, err := os.Lstat(filepath.Join(p.root, "b")); !os.IsNotExist(err) {
+			t.Errorf("the killed run's b reached the tree: %v", err)
+		}
+		p.sb(t, "recover")
+		if st := p.sb(t, "status"); !strings.Contains(st, "pending") {
+			t.Errorf("the killed run is not pending:\n%s", st)
+		}
+		p.sb(t, "discard")
+		treetest.Write(t, p.root, "a.txt", "changed while no server ran\n", 0o644)
+		want := treetest.Capture(t, p.root, snapshot.StoreDir)
+		got := p.run(t, p.env, 3, "discard")
+		treetest.Equal(t, "the next run's view vs the tree", want, got)
+		if s := keptServerPid(p.root); s == 0 || s == pid {
+			t.Errorf("the next run's server: pid %d (the killed one was %d)", s, pid)
+		}
+	})
 }
 
 // TestKeptViewRootReplaced: a project root removed and made again
 // between runs is not shown as the old one: the run gets a fresh view
 // (saying why), and the next a new server.
 func TestKeptViewRootReplaced(t *testing.T) {
-	bin, root, env := keptProject(t)
-	treetest.Write(t, root, "a.txt", "old\n", 0o644)
-	keptRun(t, bin, root, env, 1, "commit")
-	pid := keptServerPid(root)
-	treetest.Must(t, os.Rename(root, root+".old"))
-	treetest.Write(t, root, "a.txt", "new\n", 0o644)
-	want := treetest.Capture(t, root, snapshot.StoreDir)
-	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--then", "discard", "--", "cat", "a.txt")
-	cmd.Dir = root
-	cmd.Env = env
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "new\n") || !strings.Contains(string(out), "no kept view") {
-		t.Fatalf("the run after the root was replaced: %v\n%s", err, out)
-	}
-	got := keptRun(t, bin, root, env, 3, "discard")
-	treetest.Equal(t, "the next run's view vs the tree", want, got)
-	if p := keptServerPid(root); p == 0 || p == pid {
-		t.Errorf("the next run's server: pid %d (the old root's was %d)", p, pid)
-	}
+	keptUsers(t, func(t *testing.T, p *keptProj) {
+		treetest.Write(t, p.root, "a.txt", "old\n", 0o644)
+		p.own(t, p.root)
+		p.run(t, p.env, 1, "commit")
+		pid := keptServerPid(p.root)
+		treetest.Must(t, os.Rename(p.root, p.root+".old"))
+		treetest.Write(t, p.root, "a.txt", "new\n", 0o644)
+		p.own(t, p.root)
+		want := treetest.Capture(t, p.root, snapshot.StoreDir)
+		out, err := p.command(p.env, "run", "--mode", "fuse", "--then", "discard", "--", "cat", "a.txt").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "new\n") || !strings.Contains(string(out), "no kept view") {
+			t.Fatalf("the run after the root was replaced: %v\n%s", err, out)
+		}
+		got := p.run(t, p.env, 3, "discard")
+		treetest.Equal(t, "the next run's view vs the tree", want, got)
+		if s := keptServerPid(p.root); s == 0 || s == pid {
+			t.Errorf("the next run's server: pid %d (the old root's was %d)", s, pid)
+		}
+	})
 }
 
 // TestKeptViewSession: the next step of a session (run --continue) in a
 // kept view shows the session's changes, though a run between looked
 // up the same paths in the tree: what a fresh view of the step shows.
 func TestKeptViewSession(t *testing.T) {
-	bin, root, env := keptProject(t)
-	treetest.Write(t, root, "a.txt", "a\n", 0o644)
-	treetest.Write(t, root, "d/x", "x\n", 0o644)
-	run := func(env []string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, append([]string{"-C", root}, args...)...)
-		cmd.Dir = root
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		if err != nil || strings.Contains(string(out), "no kept view") {
-			t.Fatalf("snapback %v: %v\n%s", args, err, out)
+	keptUsers(t, func(t *testing.T, p *keptProj) {
+		treetest.Write(t, p.root, "a.txt", "a\n", 0o644)
+		treetest.Write(t, p.root, "d/x", "x\n", 0o644)
+		p.own(t, p.root)
+		run := func(env []string, args ...string) string {
+			t.Helper()
+			out, err := p.command(env, args...).CombinedOutput()
+			if err != nil || strings.Contains(string(out), "no kept view") {
+				t.Fatalf("snapback %v: %v\n%s", args, err, out)
+			}
+			return string(out)
 		}
-		return string(out)
-	}
-	run(env, "run", "--mode", "fuse", "--then", "review", "--", "sh", "-c", "echo one > a.txt; rm d/x; echo n > new; mkdir d/e")
-	var st struct {
-		Runs []struct {
-			ID string `json:"id"`
-		} `json:"runs"`
-	}
-	treetest.Must(t, json.Unmarshal([]byte(run(env, "--json", "status")), &st))
-	if len(st.Runs) != 1 {
-		t.Fatalf("pending runs: %+v", st.Runs)
-	}
-	keptRun(t, bin, root, env, 2, "discard") // looks up a.txt, d/x, new in the tree
-	self, err := os.Executable()
-	treetest.Must(t, err)
-	seen := func(env []string) treetest.State {
-		out := filepath.Join(t.TempDir(), "seen")
-		run(append(env, keptEnv+"="+out, "SNAPBACK_TEST_KEPT_RUN=none"), "run", "--mode", "fuse", "--continue", st.Runs[0].ID, "--", self)
-		b, err := os.ReadFile(out)
-		treetest.Must(t, err)
-		var s treetest.State
-		treetest.Must(t, gob.NewDecoder(bytes.NewReader(b)).Decode(&s))
-		return s
-	}
-	got := seen(env)
-	want := seen(testEnv(t)) // a fresh view
-	treetest.Equal(t, "the session's step in the kept view vs in a fresh view", want, got)
-	if !strings.Contains(want["a.txt"], "size=4") {
-		t.Errorf("the fresh view does not show the session's a.txt: %q", want["a.txt"])
-	}
+		run(p.env, "run", "--mode", "fuse", "--then", "review", "--", "sh", "-c", "echo one > a.txt; rm d/x; echo n > new; mkdir d/e")
+		var st struct {
+			Runs []struct {
+				ID string `json:"id"`
+			} `json:"runs"`
+		}
+		treetest.Must(t, json.Unmarshal([]byte(run(p.env, "--json", "status")), &st))
+		if len(st.Runs) != 1 {
+			t.Fatalf("pending runs: %+v", st.Runs)
+		}
+		p.run(t, p.env, 2, "discard") // looks up a.txt, d/x, new in the tree
+		seen := func(env []string) treetest.State {
+			out := filepath.Join(p.tempDir(t), "seen")
+			run(append(env, keptEnv+"="+out, "SNAPBACK_TEST_KEPT_RUN=none"), "run", "--mode", "fuse", "--continue", st.Runs[0].ID, "--", p.self(t))
+			b, err := os.ReadFile(out)
+			treetest.Must(t, err)
+			var s treetest.State
+			treetest.Must(t, gob.NewDecoder(bytes.NewReader(b)).Decode(&s))
+			return s
+		}
+		got := seen(p.env)
+		want := seen(append(p.base, fuse.KeepEnv+"=0")) // a fresh view
+		treetest.Equal(t, "the session's step in the kept view vs in a fresh view", want, got)
+		if !strings.Contains(want["a.txt"], "size=4") {
+			t.Errorf("the fresh view does not show the session's a.txt: %q", want["a.txt"])
+		}
+	})
 }
 
 // TestKeptViewConcurrent: a second run while the kept view is in use
 // gets a fresh view of its own (two servers starting at once are kept
 // apart by the lock), and both runs' views are exact.
 func TestKeptViewConcurrent(t *testing.T) {
-	bin, root, env := keptProject(t)
-	treetest.Write(t, root, "a.txt", "a\n", 0o644)
-	sig := t.TempDir()
-	started, goOn := filepath.Join(sig, "started"), filepath.Join(sig, "go")
-	first := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
-		`echo first > first && touch "$1" && while [ ! -e "$2" ]; do sleep 0.02; done; cat a.txt`, "sh", started, goOn)
-	first.Dir = root
-	first.Env = env
-	var out1 strings.Builder
-	first.Stdout, first.Stderr = &out1, &out1
-	treetest.Must(t, first.Start())
-	waitFor(t, started)
-	want := treetest.Capture(t, root, snapshot.StoreDir)
-	got := keptRun(t, bin, root, env, 2, "commit") // while the first holds the view
-	treetest.Equal(t, "the second run's view vs the tree", want, got)
-	treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
-	if err := first.Wait(); err != nil || !strings.Contains(out1.String(), "a\n") {
-		t.Fatalf("the first run: %v\n%s", err, out1.String())
-	}
-	for f, w := range map[string]string{"first": "first\n", "made-2": "2\n"} {
-		if b, _ := os.ReadFile(filepath.Join(root, f)); string(b) != w {
-			t.Errorf("after both commits %s = %q, want %q", f, b, w)
+	keptUsers(t, func(t *testing.T, p *keptProj) {
+		treetest.Write(t, p.root, "a.txt", "a\n", 0o644)
+		p.own(t, p.root)
+		sig := p.tempDir(t)
+		started, goOn := filepath.Join(sig, "started"), filepath.Join(sig, "go")
+		first := p.command(p.env, "run", "--mode", "fuse", "--", "sh", "-c",
+			`echo first > first && touch "$1" && while [ ! -e "$2" ]; do sleep 0.02; done; cat a.txt`, "sh", started, goOn)
+		var out1 strings.Builder
+		first.Stdout, first.Stderr = &out1, &out1
+		treetest.Must(t, first.Start())
+		waitFor(t, started)
+		want := treetest.Capture(t, p.root, snapshot.StoreDir)
+		got := p.run(t, p.env, 2, "commit") // while the first holds the view
+		treetest.Equal(t, "the second run's view vs the tree", want, got)
+		treetest.Must(t, os.WriteFile(goOn, nil, 0o644))
+		if err := first.Wait(); err != nil || !strings.Contains(out1.String(), "a\n") {
+			t.Fatalf("the first run: %v\n%s", err, out1.String())
 		}
-	}
-	want = treetest.Capture(t, root, snapshot.StoreDir)
-	got = keptRun(t, bin, root, env, 3, "discard")
-	treetest.Equal(t, "the kept view after both runs vs the tree", want, got)
+		for f, w := range map[string]string{"first": "first\n", "made-2": "2\n"} {
+			if b, _ := os.ReadFile(filepath.Join(p.root, f)); string(b) != w {
+				t.Errorf("after both commits %s = %q, want %q", f, b, w)
+			}
+		}
+		want = treetest.Capture(t, p.root, snapshot.StoreDir)
+		got = p.run(t, p.env, 3, "discard")
+		treetest.Equal(t, "the kept view after both runs vs the tree", want, got)
+	})
 }

@@ -483,13 +483,7 @@ var posixUserOps = []string{"write-new", "rename-dir", "rename-lower-dirs"}
 // own, where the kernel allows overlayfs no redirects.
 func TestPOSIXAsUser(t *testing.T) {
 	cred, bin := ordinaryUser(t)
-	pu := &posixUser{cred: cred}
-	self, err := os.Executable()
-	treetest.Must(t, err)
-	pu.test = filepath.Join(filepath.Dir(bin), "posix.test")
-	if _, err := os.Stat(pu.test); err != nil {
-		copyFile(t, self, pu.test)
-	}
+	pu := &posixUser{cred: cred, test: userTestBinary(t, bin)}
 	home := userTempDir(t, "snapback-posix-doctor-")
 	treetest.Must(t, os.Chown(home, int(cred.Uid), int(cred.Gid)))
 	doctor := exec.Command(bin, "--json", "doctor")
@@ -504,7 +498,8 @@ func TestPOSIXAsUser(t *testing.T) {
 	modes := []string{"copy", "overlayfs", "fuse"}
 	if ms["fuse"].Available {
 		// auto then prefers the fuse view, which renames: no deviation.
-		modes = append(modes, "auto")
+		// fuse-kept: the op in the second run of the view kept warm.
+		modes = append(modes, "auto", "fuse-kept")
 	}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
@@ -584,7 +579,10 @@ func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string, u *pos
 		// The op runs in the second run of a view kept warm across runs:
 		// the first read every path and file of the tree.
 		devKey = "fuse"
-		keptWarmUp(t, bin, b)
+		if _, ok := op.dev["fuse/"+testUser]; ok && u != nil {
+			devKey = "fuse/" + testUser
+		}
+		keptWarmUp(t, bin, b, u)
 		runArgs = append([]string{"env", fuse.KeepEnv + "=1"}, bin, "-C", b, "run", "--mode", "fuse", "--")
 	}
 	gotOut, errB := runOp(t, b, op, u, runArgs...)
@@ -632,14 +630,19 @@ func testPOSIXOp(t *testing.T, bin, mode string, op *posixOp, mnt string, u *pos
 	if mode == "fuse-kept" {
 		// A third run of the kept view sees what undo and redo did.
 		want := treetest.Capture(t, b, snapshot.StoreDir)
-		got := keptRun(t, bin, b, append(testEnv(t), fuse.KeepEnv+"=1"), 3, "discard")
+		env := append(testEnv(t), fuse.KeepEnv+"=1")
+		if u != nil {
+			env = append(os.Environ(), fuse.KeepEnv+"=1") // as sbAs's
+		}
+		got := (&keptProj{bin: bin, root: b, user: u}).run(t, env, 3, "discard")
 		treetest.Equal(t, "the kept view's third run vs the tree", want, got)
 	}
 }
 
 // keptWarmUp runs a first, discarded run in root's kept view that reads
-// every path and file, and ends the view's server when the test ends.
-func keptWarmUp(t *testing.T, bin, root string) {
+// every path and file (as u, if not nil), and ends the view's server
+// when the test ends.
+func keptWarmUp(t *testing.T, bin, root string, u *posixUser) {
 	t.Helper()
 	t.Cleanup(func() {
 		if pid := keptServerPid(root); pid != 0 {
@@ -650,6 +653,10 @@ func keptWarmUp(t *testing.T, bin, root string) {
 		"find . -exec stat {} + >/dev/null 2>&1; find . -type f -exec cat {} + >/dev/null 2>&1; true")
 	cmd.Dir = root
 	cmd.Env = append(testEnv(t), fuse.KeepEnv+"=1")
+	if u != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: u.cred}
+		cmd.Env = append(os.Environ(), fuse.KeepEnv+"=1") // as runOp's
+	}
 	if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "no kept view") {
 		t.Fatalf("the kept view's first run: %v\n%s", err, out)
 	}

@@ -17,11 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/snapback/snapback/overlay"
 	"golang.org/x/sys/unix"
 )
 
-// A kept view (issue 26, lever 1; off unless KeepEnv is "1", and only as
-// root for now) is one FUSE view of a project served across its runs by
+// A kept view (off unless KeepEnv is "1") is one FUSE view of a project served across its runs by
 // one long-lived server, so that what the kernel cached of the tree in
 // one run (entries, attributes, pages, listings) serves the next: every
 // run after a project's first starts warm.
@@ -40,6 +40,13 @@ import (
 //   - Each run gets a clone of the view's detached mount, attached in
 //     the run's private namespace as a fresh view's would be, and the
 //     server swaps in the run's new upper layer.
+//   - An ordinary user's server mounts in a user namespace of its own
+//     that maps only the user's ids (as a fresh view's helper does), and
+//     each run attaches the clone in a user namespace of its own: the
+//     kernel lets a run use a FUSE mount of another user namespace when
+//     the mount has no allow_other and the run's ids are the mount's
+//     user_id and group_id (they are the same user's). Root's view has
+//     allow_other, as a fresh one's.
 //   - What the kernel may hold wrongly is taken back between runs
 //     (warmState): the ending run's upper layer, every change the
 //     watcher of the lower tree heard (inotify on every directory; its
@@ -54,7 +61,7 @@ import (
 //     a new server.
 
 // KeepOn reports whether fuse runs use kept views.
-func KeepOn() bool { return os.Getenv(KeepEnv) == "1" && os.Geteuid() == 0 }
+func KeepOn() bool { return os.Getenv(KeepEnv) == "1" }
 
 // keepFiles are the paths of one project's kept view server.
 type keepFiles struct {
@@ -333,6 +340,12 @@ func startKept(root string, files keepFiles) error {
 	srv.Stderr = log
 	srv.Dir = "/"
 	srv.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // no terminal signals
+	if os.Geteuid() != 0 {
+		// An ordinary user's server mounts FUSE in a user namespace
+		// (and a mount namespace) of its own.
+		overlay.UserNS(srv.SysProcAttr)
+		srv.SysProcAttr.Cloneflags |= unix.CLONE_NEWNS
+	}
 	err = srv.Start()
 	readyW.Close()
 	if err != nil {

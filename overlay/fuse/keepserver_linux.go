@@ -308,7 +308,16 @@ func fsmountFUSE(dev int, root string) (int, error) {
 			return -1, fmt.Errorf("fsconfig %s: %w", kv[0], err)
 		}
 	}
-	for _, f := range []string{"allow_other", "default_permissions"} {
+	flags := []string{"default_permissions"}
+	if os.Geteuid() == 0 {
+		// Root's view serves every user, as a fresh one's. An ordinary
+		// user's server runs in a user namespace of its own, and allow_other
+		// would admit only processes of that namespace (or its
+		// descendants), never a run's; without it the kernel admits the
+		// processes whose ids are user_id and group_id, in any namespace.
+		flags = append(flags, "allow_other")
+	}
+	for _, f := range flags {
 		if err := unix.FsconfigSetFlag(fsfd, f); err != nil {
 			return -1, fmt.Errorf("fsconfig %s: %w", f, err)
 		}
