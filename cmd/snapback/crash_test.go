@@ -233,13 +233,14 @@ func TestCrashDuringSnap(t *testing.T) {
 // committing then undoing it works.
 func TestCrashDuringRun(t *testing.T) {
 	bin := snapbackBinary(t)
-	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs", "zfs", "fuse-kept"} {
+	for _, mode := range []string{"copy", "overlayfs", "fuse", "btrfs", "zfs", "fuse-kept", "fuse-kept-user"} {
 		t.Run(mode, func(t *testing.T) {
 			// fuse-kept: the fuse mode with the project's view kept
 			// across runs (SNAPBACK_FUSE_KEEP): its server gives the
 			// view up, serves the orphaned run to its end, and the next
-			// run starts a new server.
-			runMode, kept := mode, mode == "fuse-kept"
+			// run starts a new server. fuse-kept-user: the same as an
+			// ordinary user.
+			runMode, kept := mode, strings.HasPrefix(mode, "fuse-kept")
 			if kept {
 				runMode = "fuse"
 			}
@@ -264,6 +265,16 @@ func TestCrashDuringRun(t *testing.T) {
 					}
 				})
 			}
+			// p runs snapback as the user (root's runs: p.user is nil).
+			p := &keptProj{bin: bin, root: root, base: testEnv(t)}
+			if mode == "fuse-kept-user" {
+				p = keptProject(t, true)
+				root, keptEnv = p.root, p.env
+			}
+			sb := func(t *testing.T, bin, root string, args ...string) string {
+				t.Helper()
+				return p.sb(t, args...)
+			}
 			if mode == "zfs" {
 				ds = treetest.ZFS(t)
 				root = filepath.Join(treetest.ZFSMount(t, ds), "proj")
@@ -275,20 +286,20 @@ func TestCrashDuringRun(t *testing.T) {
 					t.Fatalf("btrfs subvolume create: %v\n%s", err, out)
 				}
 			}
+			p.root = root
 			treetest.Write(t, root, "a", "before\n", 0o644)
 			treetest.Write(t, root, "b", "untouched\n", 0o644)
+			p.own(t, root)
 			sb(t, bin, root, "snap", "-m", "base")
 			before := treetest.Capture(t, root, snapshot.StoreDir)
 			// snapback is killed mid-run (from outside: an overlay run's
 			// command cannot see it); the command waits for go, then
 			// writes d and reads it back.
-			sig := t.TempDir()
+			sig := p.tempDir(t)
 			ready, goOn, finished := filepath.Join(sig, "ready"), filepath.Join(sig, "go"), filepath.Join(sig, "finished")
 			script := `echo during > a; echo new > c; touch ` + ready + `; while [ ! -e ` + goOn + ` ]; do sleep 0.02; done; ` +
 				`echo late > d && grep -q late d && ls >/dev/null && echo ok > ` + finished + ` || echo "$?" > ` + finished
-			cmd := exec.Command(bin, "-C", root, "run", "--mode", runMode, "--", "sh", "-c", script)
-			cmd.Dir = root
-			cmd.Env = keptEnv
+			cmd := p.command(keptEnv, "run", "--mode", runMode, "--", "sh", "-c", script)
 			server := 0
 			// A file, not a pipe: Wait would wait for the orphaned command
 			// to close a pipe.
@@ -356,7 +367,7 @@ func TestCrashDuringRun(t *testing.T) {
 						t.Errorf("the kept view's server (pid %d) outlived its orphaned run", server)
 					}
 					want := treetest.Capture(t, root, snapshot.StoreDir)
-					got := keptRun(t, bin, root, append(testEnv(t), fuse.KeepEnv+"=1"), 2, "discard")
+					got := p.run(t, append(p.base, fuse.KeepEnv+"=1"), 2, "discard")
 					treetest.Equal(t, "the next kept run's view vs the tree", want, got)
 					if p := keptServerPid(root); p == 0 || p == server {
 						t.Errorf("the next run's server: pid %d (the orphaned run's: %d)", p, server)

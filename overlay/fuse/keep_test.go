@@ -55,8 +55,8 @@ func keepDirNames(t *testing.T, dir string) []string {
 // but still serves its last run, a project's whose lock a runner holds,
 // and names that are not a server's (or are symlinks) stay.
 func TestKeepSweepsKilledServer(t *testing.T) {
-	if !treetest.Require(t, "root", os.Geteuid() == 0, "kept views are root's only so far") {
-		t.Skip("SNAPBACK_REQUIRE does not name root: kept views are root's only so far")
+	if !treetest.Require(t, "root", os.Geteuid() == 0, "the test's servers run as root") {
+		t.Skip("SNAPBACK_REQUIRE does not name root: the test's servers run as root")
 	}
 	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
 	t.Setenv(KeepIdleEnv, "2m") // a server the test leaves behind does not stay
