@@ -79,7 +79,7 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "fuse kept view: %s\n", keptViewText(kept))
+			fmt.Fprintf(g.stdout, "fuse kept view: %s\n", keptViewText(root, kept))
 			fmt.Fprintf(g.stdout, "\nstore: %s\n", st.Text)
 			if st.Warning != "" {
 				fmt.Fprintf(g.stdout, "warning: %s\n", st.Warning)
@@ -134,13 +134,17 @@ func storeReport(root string) (doctorStore, error) {
 }
 
 // keptViewText says whether a kept fuse view serves the project
-// (SNAPBACK_FUSE_KEEP, docs/modes.md).
-func keptViewText(pid int) string {
+// (SNAPBACK_FUSE_KEEP, docs/modes.md), or why the next fuse run would
+// get a fresh view.
+func keptViewText(root string, pid int) string {
 	if pid != 0 {
 		return fmt.Sprintf("a server runs for this project (pid %d): the next fuse run starts warm", pid)
 	}
-	if fuse.KeepOn() {
-		return "no server runs for this project: the next fuse run starts one"
+	if err := fuse.KeepCheck(root); err != nil {
+		return fmt.Sprintf("unavailable (%v): each fuse run gets a fresh view", err)
 	}
-	return "off (" + fuse.KeepEnv + "=1 keeps the fuse view warm across runs, as root)"
+	if !fuse.KeepOn() {
+		return "off (" + fuse.KeepEnv + "=0): each fuse run gets a fresh view"
+	}
+	return "no server runs for this project: the next fuse run starts one"
 }

@@ -257,6 +257,9 @@ func TestCrashDuringRun(t *testing.T) {
 			}
 			root, ds := t.TempDir(), ""
 			var keptEnv []string
+			if mode == "fuse" {
+				keptEnv = append(os.Environ(), fuse.KeepEnv+"=0") // a fresh view
+			}
 			if kept {
 				keptEnv = append(os.Environ(), fuse.KeepEnv+"=1")
 				t.Cleanup(func() {
@@ -298,7 +301,8 @@ func TestCrashDuringRun(t *testing.T) {
 			sig := p.tempDir(t)
 			ready, goOn, finished := filepath.Join(sig, "ready"), filepath.Join(sig, "go"), filepath.Join(sig, "finished")
 			script := `echo during > a; echo new > c; touch ` + ready + `; while [ ! -e ` + goOn + ` ]; do sleep 0.02; done; ` +
-				`echo late > d && grep -q late d && ls >/dev/null && echo ok > ` + finished + ` || echo "$?" > ` + finished
+				// finished appears whole (waitFor sees a name).
+				`if echo late > d && grep -q late d && ls >/dev/null; then echo ok; else echo "$?"; fi > ` + finished + `.part; mv ` + finished + `.part ` + finished
 			cmd := p.command(keptEnv, "run", "--mode", runMode, "--", "sh", "-c", script)
 			server := 0
 			// A file, not a pipe: Wait would wait for the orphaned command

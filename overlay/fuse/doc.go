@@ -206,7 +206,7 @@ const (
 
 // The environment of kept views (keep_linux.go).
 const (
-	// KeepEnv switches kept views on ("1").
+	// KeepEnv switches kept views off ("0"); they are on otherwise.
 	KeepEnv = "SNAPBACK_FUSE_KEEP"
 	// KeepIdleEnv is how long a kept view's server waits for the next
 	// run (a Go duration).

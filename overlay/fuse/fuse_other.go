@@ -46,6 +46,9 @@ func Keep([]string) int { return Helper(nil) }
 // KeepOn reports that no kept views run here.
 func KeepOn() bool { return false }
 
+// KeepCheck reports that no kept views run here.
+func KeepCheck(string) error { return errors.New("no fuse views here") }
+
 // KeptServer reports that no kept view runs here.
 func KeptServer(string) (int, bool) { return 0, false }
 

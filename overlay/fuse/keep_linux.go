@@ -21,14 +21,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A kept view (off unless KeepEnv is "1") is one FUSE view of a project served across its runs by
+// A kept view (on unless KeepEnv is "0") is one FUSE view of a project served across its runs by
 // one long-lived server, so that what the kernel cached of the tree in
 // one run (entries, attributes, pages, listings) serves the next: every
 // run after a project's first starts warm.
 //
 //   - The server is started by the first run that finds none, in a
 //     session of its own (KeepVerb), and ends once no run has used the
-//     view for the idle time (KeepIdleEnv, default 10 minutes). Its
+//     view for the idle time (KeepIdleEnv, default 10 minutes), or,
+//     between runs, a few seconds after its root or its store was
+//     removed or replaced (a test's temporary tree). Its
 //     socket and lock live in a directory only the user can enter
 //     (keepPaths), it serves only peers of its own uid, and it belongs
 //     to one project root; starting one and asking it for the view
@@ -61,7 +63,18 @@ import (
 //     a new server.
 
 // KeepOn reports whether fuse runs use kept views.
-func KeepOn() bool { return os.Getenv(KeepEnv) == "1" }
+func KeepOn() bool { return os.Getenv(KeepEnv) != "0" }
+
+// KeepCheck reports why the project at root could not have a kept view
+// (nil: it can): fuse runs need to be possible, and the server's
+// private directory (keepPaths) usable.
+func KeepCheck(root string) error {
+	if ok, why := Available(); !ok {
+		return errors.New(why)
+	}
+	_, err := keepPaths(root)
+	return err
+}
 
 // keepFiles are the paths of one project's kept view server.
 type keepFiles struct {

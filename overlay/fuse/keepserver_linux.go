@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -44,6 +45,10 @@ type keptServer struct {
 	raw    *rawFS
 	mnt    int    // the detached mount (-1 once given up)
 	upper  string // the current run's upper layer
+	// runs is the store's directory of runs (the first run's upper
+	// layer's grandparent), held: the server ends once it is removed.
+	runs   string
+	runsFd int
 }
 
 // keepArgs is what the runner tells a server it starts.
@@ -88,7 +93,7 @@ func Keep(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	s := &keptServer{root: a.Root, files: files, idle: a.Idle, mnt: -1, last: time.Now()}
+	s := &keptServer{root: a.Root, files: files, idle: a.Idle, mnt: -1, runsFd: -1, last: time.Now()}
 	// Held before the runner that started this server lets go of the
 	// lock: from then on, only this hold says the server runs.
 	if s.logHold, err = os.OpenFile(files.log, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
@@ -228,9 +233,16 @@ func (s *keptServer) begin(req keepRequest) (int, error) {
 		return -1, &busyError{}
 	}
 	if s.top == nil {
-		if err := s.mount(req.Upper, req.Work); err != nil {
+		runs := filepath.Dir(filepath.Dir(req.Upper))
+		fd, err := unix.Open(runs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
 			return -1, &fatalError{err}
 		}
+		if err := s.mount(req.Upper, req.Work); err != nil {
+			unix.Close(fd)
+			return -1, &fatalError{err}
+		}
+		s.runs, s.runsFd = runs, fd
 	} else {
 		// The root replaced (removed and made again, or another
 		// filesystem mounted on it): the view shows the old one.
@@ -450,14 +462,24 @@ func (s *keptServer) quit(held, exit bool) {
 	}
 }
 
-// idleLoop ends the server once no run has had the view for s.idle.
+// idleLoop ends the server once no run has had the view for s.idle,
+// or once no run is in it and its root or store was removed (or
+// replaced): it looks on each removal the watcher hears in the root
+// directory, and every few seconds (a store outside the tree, or a
+// root's removal, is heard by no watch).
 func (s *keptServer) idleLoop() {
+	every := min(s.idle/4, checkEvery)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
 	for {
-		time.Sleep(s.idle / 4)
+		select {
+		case <-tick.C:
+		case <-s.w.removed:
+		}
 		s.mu.Lock()
-		idle := !s.active && !s.gone && time.Since(s.last) >= s.idle
+		done := !s.active && !s.gone && (time.Since(s.last) >= s.idle || !s.stillThere())
 		s.mu.Unlock()
-		if !idle {
+		if !done {
 			continue
 		}
 		lk, err := lockFile(s.files.lock) // no runner is between dial and begin
@@ -465,16 +487,33 @@ func (s *keptServer) idleLoop() {
 			continue
 		}
 		s.mu.Lock()
-		idle = !s.active && !s.gone && time.Since(s.last) >= s.idle
-		if idle {
+		done = !s.active && !s.gone && (time.Since(s.last) >= s.idle || !s.stillThere())
+		if done {
 			s.gone = true
 		}
 		s.mu.Unlock()
-		if idle {
+		if done {
 			s.quit(true, true)
 		}
 		lk.Close()
 	}
+}
+
+// checkEvery is how often an idle server looks whether its root and
+// store are still there.
+const checkEvery = 2 * time.Second
+
+// stillThere reports whether the root is the directory the view shows,
+// and the store's runs directory the one the server holds (called with
+// s.mu held). A tree removed (a test's temporary one, say) has no use
+// for its server.
+func (s *keptServer) stillThere() bool {
+	same := func(path string, fd int) bool {
+		var named, held unix.Stat_t
+		return unix.Lstat(path, &named) == nil && unix.Fstat(fd, &held) == nil &&
+			named.Dev == held.Dev && named.Ino == held.Ino && held.Nlink > 0 // removed, though still held
+	}
+	return same(s.root, s.w.rootFd) && (s.runsFd < 0 || same(s.runs, s.runsFd))
 }
 
 // peerUID is the uid of the process at the other end of c.

@@ -39,6 +39,11 @@ type watcher struct {
 	// or a directory could not be watched: nothing cached can then be
 	// vouched for.
 	lost bool
+	// removed is told (without waiting) of each name removed from the
+	// root directory, the store's included, and of the root's own
+	// removal: the server then looks whether its root and store are
+	// still there.
+	removed chan struct{}
 }
 
 // maxPending bounds the changes kept between two runs: past it, they
@@ -57,7 +62,7 @@ func newWatcher(root string) (*watcher, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	w := &watcher{fd: fd, rootFd: rootFd, root: root, paths: map[int32]string{}}
+	w := &watcher{fd: fd, rootFd: rootFd, root: root, paths: map[int32]string{}, removed: make(chan struct{}, 1)}
 	if err := w.addTree(""); err != nil {
 		w.close()
 		return nil, err
@@ -200,6 +205,12 @@ func (w *watcher) collect() error {
 			}
 			if !ok {
 				continue
+			}
+			if dir == "" && ev.Mask&(unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0 {
+				select {
+				case w.removed <- struct{}{}:
+				default: // told already
+				}
 			}
 			if name == "" { // the watched directory itself
 				if dir == "" && ev.Mask&unix.IN_ATTRIB != 0 {
