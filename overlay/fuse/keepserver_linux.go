@@ -284,11 +284,15 @@ func (s *keptServer) mount(upper, work string) error {
 		return err
 	}
 	opts := options()
+	ring := prepareRing(dev, &opts.MountOptions) // as a fresh view's server (Serve)
 	raw := newRawFS(top, opts)
 	srv, err := gofuse.NewServer(raw, "/dev/fd/"+strconv.Itoa(dev), &opts.MountOptions) // answers the kernel's INIT
 	if err != nil {
 		unix.Close(mnt)
 		return err
+	}
+	if startRing(ring, srv, raw, &opts.MountOptions) {
+		runtime.GOMAXPROCS(ring.Queues() + 1)
 	}
 	s.ov, s.top, s.raw, s.mnt = top.ov, top, raw, mnt
 	go func() {
