@@ -10,6 +10,10 @@
 #   tar     tar cf /dev/zero . (tar cf - . >/dev/null lets GNU tar skip the reads)
 #   git     git status --porcelain
 #   build   go build ./...  (warm build cache: hashes every source file)
+#   gobuild go build of a small program (snapbench/: net/http and
+#           encoding/json) in the tree; the build cache (GOCACHE, outside
+#           the tree, so not in the view) is warm from building it
+#           natively first, so it hashes the sources of its ~200 packages
 #   vet     go vet ./go/... (warm cache)
 #   untar   untar 10,000 small files of the tree into a new directory, then rm -rf it
 # Each is timed in a fresh view (one run of it in a view just mounted: the
@@ -26,12 +30,15 @@
 # (scripts/bench.sh measures `run -- true`).
 #
 # As root, with snapback on PATH or SNAPBACK=path. MODES (default
-# "overlayfs fuse fuse+uring fuse-overlayfs") picks the columns; fuse+uring
-# is the fuse view served through FUSE over io_uring: the script switches
+# "overlayfs fuse fuse+uring fuse-overlayfs") picks the columns; fuse and
+# fuse+uring are fresh fuse views (SNAPBACK_FUSE_KEEP=0); fuse+uring is
+# the fuse view served through FUSE over io_uring: the script switches
 # the kernel's enable_uring on for that column and off for the others,
 # and puts it back as it was (a kernel without it leaves the column out).
-# fuse-warm is the fuse mode with its view kept warm across runs
-# (SNAPBACK_FUSE_KEEP=1; over /dev/fuse reads, as the fuse column).
+# fuse-warm is the fuse mode with its view kept warm across runs (the
+# default), over /dev/fuse reads, as the fuse column; fuse-warm+uring the
+# same over io_uring. Each kept column starts with a new server (the
+# transport is chosen when the server mounts the view).
 # fuse-overlayfs is Debian's fuse-overlayfs package; when it is missing
 # the script says so and leaves its column out. WORKLOADS picks the rows.
 set -euo pipefail
@@ -53,12 +60,29 @@ if [ -z "$tree" ]; then
 	done
 	tree=$tmp/goroot/src
 	cp -a "$goroot/src" "$tree"
+	mkdir "$tree/snapbench"
+	printf 'module snapbench\n\ngo 1.21\n' >"$tree/snapbench/go.mod"
+	cat >"$tree/snapbench/main.go" <<'EOF'
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+)
+
+func main() {
+	json.NewEncoder(os.Stdout).Encode(http.StatusText(http.StatusOK))
+}
+EOF
 	git -C "$tree" init -q
 	git -C "$tree" add -A
 	git -C "$tree" -c user.email=bench@localhost -c user.name=bench commit -qm tree
 	echo /.snapback >>"$tree/.git/info/exclude" # the store made natively by snapback run
 	export GOROOT=$tmp/goroot
-	(cd "$tree" && go build ./... && go vet ./go/...) # fill the build cache
+	# Fill the build cache for the workloads that build.
+	case " $WORKLOADS " in *" build "* | *" vet "*) (cd "$tree" && go build ./... && go vet ./go/...) ;; esac
+	case " $WORKLOADS " in *" gobuild "*) (cd "$tree/snapbench" && go build -o /dev/null .) ;; esac
 fi
 tree=$(cd "$tree" && pwd)
 cd "$tree"
@@ -83,6 +107,7 @@ w() {
 	tar) tar cf /dev/zero --exclude=./.snapback . ;;
 	git) git status --porcelain ;;
 	build) go build ./... ;;
+	gobuild) (cd snapbench && go build -o /dev/null .) ;;
 	vet) go vet ./go/... ;;
 	untar) mkdir w.bench && tar xf "$small" -C w.bench && rm -rf w.bench ;;
 	esac
@@ -114,15 +139,24 @@ inview() {
 			cd "$1" && bash "${@:3}"; rc=$?
 			cd / && fusermount3 -u "$1"
 			exit $rc' _ "$tree" "$tmp/fo" "$work" "$@"
-	elif [ "$m" = fuse-warm ]; then
-		if [ -n "$uring_was" ]; then echo N >"$uring"; fi
+	elif [ "${m%+uring}" = fuse-warm ]; then
 		SNAPBACK_FUSE_KEEP=1 "$snapback" run --mode fuse --then discard -- bash "$work" "$@"
 	else
 		# fuse+uring: the fuse view with FUSE over io_uring switched on.
-		if [ -n "$uring_was" ]; then echo "$([ "$m" = fuse+uring ] && echo Y || echo N)" >"$uring"; fi
-		"$snapback" run --mode "${m%+uring}" --then discard -- bash "$work" "$@"
+		SNAPBACK_FUSE_KEEP=0 "$snapback" run --mode "${m%+uring}" --then discard -- bash "$work" "$@"
 	fi
 }
+
+# endkept ends the project's kept view server, if one runs.
+endkept() {
+	local pid
+	pid=$("$snapback" --json doctor | sed -n 's/.*"kept_view": *\([0-9]*\).*/\1/p')
+	if [ -n "$pid" ] && [ "$pid" != 0 ]; then
+		kill "$pid"
+		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+	fi
+}
+trap 'endkept 2>/dev/null || true; rm -rf "$tmp"; [ -z "$uring_was" ] || echo "$uring_was" >"$uring"' EXIT
 
 # The machine may be shared: native is measured again right before each
 # mode, and each mode's ratios are to that native run.
@@ -136,10 +170,14 @@ for m in $MODES; do
 		echo "(fuse-overlayfs: not installed; apt-get install fuse-overlayfs to compare with it)" >&2
 		continue
 	fi
-	if [ "$m" = fuse+uring ] && [ -z "$uring_was" ]; then
-		echo "(fuse+uring: this kernel has no FUSE over io_uring, $uring)" >&2
+	if [ "$m" != "${m%+uring}" ] && [ -z "$uring_was" ]; then
+		echo "($m: this kernel has no FUSE over io_uring, $uring)" >&2
 		continue
 	fi
+	# The ring for the +uring columns only (a kept view's server picks
+	# its transport when it mounts: a new one for each kept column).
+	if [ -n "$uring_was" ]; then echo "$([ "$m" != "${m%+uring}" ] && echo Y || echo N)" >"$uring"; fi
+	endkept
 	native "$m"
 	if ! inview "$m" warm >"$tmp/out" 2>"$tmp/err"; then
 		echo "($m: not available here: $(tail -1 "$tmp/err"))" >&2

@@ -181,8 +181,8 @@
 // never splices (a READ is answered with bytes, so go-fuse's attempt only
 // wrote and drained a pipe). While the upper layer is empty and no
 // request that may write has come (a fresh view), lookups and listings
-// do not look at it. SNAPBACK_FUSE_CPUPROFILE=FILE makes the server
-// write a CPU profile of its run. What is left per request type,
+// do not look at it. SNAPBACK_FUSE_CPUPROFILE=FILE makes a fresh
+// view's server (SNAPBACK_FUSE_KEEP=0) write a CPU profile of its run. What is left per request type,
 // on Go's src/ as a git repository: a fresh `find` sends two READDIRPLUS per directory (the
 // second finds the end), a fresh `git status` one LOOKUP per tracked
 // file (it stats the index's paths before it reads any directory), a

@@ -345,7 +345,8 @@ func mountView(a helperArgs) error {
 // ProfileEnv names the environment variable that makes the server write
 // a CPU profile of its whole run to the file it names (for performance
 // work: `go tool pprof` reads it), in a test-seams build only
-// (-tags snapback_testseams; see fsutil.EnableTestSeams).
+// (-tags snapback_testseams; see fsutil.EnableTestSeams). A fresh view's
+// server only (KeepEnv=0): a kept view's outlives the run.
 const ProfileEnv = "SNAPBACK_FUSE_CPUPROFILE"
 
 // profile starts the server's CPU profile if ProfileEnv asks for one, and
