@@ -396,6 +396,9 @@ func session(t *testing.T, script string, during func(root string)) (root, upper
 	if !treetest.Require(t, "fuse", ok, why) {
 		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
 	}
+	// A fresh view's server, which these tests are of (the kept view's
+	// are keep_test.go's and cmd/snapback's).
+	t.Setenv(KeepEnv, "0")
 	dir := t.TempDir()
 	root, upper = filepath.Join(dir, "root"), filepath.Join(dir, "upper")
 	work := filepath.Join(dir, "work")
