@@ -21,10 +21,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A kept view (on unless KeepEnv is "0") is one FUSE view of a project served across its runs by
-// one long-lived server, so that what the kernel cached of the tree in
-// one run (entries, attributes, pages, listings) serves the next: every
-// run after a project's first starts warm.
+// A kept view (on unless KeepEnv is "0") is one FUSE view of a project
+// served across its runs by one long-lived server, so that what the
+// kernel cached of the tree in one run (entries, attributes, pages,
+// listings) serves the next: every run after a project's first starts
+// warm.
 //
 //   - The server is started by the first run that finds none, in a
 //     session of its own (KeepVerb), and ends once no run has used the

@@ -472,7 +472,7 @@ func (s *keptServer) quit(held, exit bool) {
 // directory, and every few seconds (a store outside the tree, or a
 // root's removal, is heard by no watch).
 func (s *keptServer) idleLoop() {
-	every := min(s.idle/4, checkEvery)
+	every := min(max(s.idle/4, time.Millisecond), checkEvery)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
