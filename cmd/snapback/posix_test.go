@@ -660,6 +660,9 @@ func keptWarmUp(t *testing.T, bin, root string, u *posixUser) {
 	if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "no kept view") {
 		t.Fatalf("the kept view's first run: %v\n%s", err, out)
 	}
+	if keptServerPid(root) == 0 {
+		t.Fatal("no kept view server after the first run")
+	}
 }
 
 // --- the Go ops, run in a child process -------------------------------
