@@ -137,14 +137,14 @@ func storeReport(root string) (doctorStore, error) {
 // (SNAPBACK_FUSE_KEEP, docs/modes.md), or why the next fuse run would
 // get a fresh view.
 func keptViewText(root string, pid int) string {
-	if pid != 0 {
-		return fmt.Sprintf("a server runs for this project (pid %d): the next fuse run starts warm", pid)
-	}
 	if err := fuse.KeepCheck(root); err != nil {
 		return fmt.Sprintf("unavailable (%v): each fuse run gets a fresh view", err)
 	}
 	if !fuse.KeepOn() {
 		return "off (" + fuse.KeepEnv + "=0): each fuse run gets a fresh view"
+	}
+	if pid != 0 {
+		return fmt.Sprintf("a server runs for this project (pid %d): the next fuse run starts warm", pid)
 	}
 	return "no server runs for this project: the next fuse run starts one"
 }
