@@ -364,10 +364,10 @@ func TestCrashDuringRun(t *testing.T) {
 					}
 				}
 				if kept {
-					for i := 0; i < 500 && syscall.Kill(server, 0) == nil; i++ {
+					for i := 0; i < 500 && running(server); i++ {
 						time.Sleep(10 * time.Millisecond)
 					}
-					if syscall.Kill(server, 0) == nil {
+					if running(server) {
 						t.Errorf("the kept view's server (pid %d) outlived its orphaned run", server)
 					}
 					want := treetest.Capture(t, root, snapshot.StoreDir)

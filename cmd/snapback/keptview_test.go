@@ -549,29 +549,54 @@ func TestKeptViewConcurrent(t *testing.T) {
 // TestKeptViewEndsWithTree: a kept view's server ends within seconds,
 // not its idle time, once its project's store is removed (the tree
 // staying), or the whole tree is (as a test's temporary directory is),
-// and the view's mount goes with it.
+// with the server's private directory too (a test's TMPDIR), and the
+// view's mount goes with it.
 func TestKeptViewEndsWithTree(t *testing.T) {
-	for _, what := range []string{"store", "tree"} {
+	for _, what := range []string{"store", "tree", "tree and runtime dir"} {
 		t.Run(what, func(t *testing.T) {
 			p := keptProject(t, false)
 			treetest.Write(t, p.root, "a.txt", "a\n", 0o644)
+			run := ""
+			if what == "tree and runtime dir" {
+				// Short: a socket's path is at most 107 bytes.
+				var err error
+				run, err = os.MkdirTemp("", "sbkrun-")
+				treetest.Must(t, err)
+				t.Cleanup(func() { os.RemoveAll(run) })
+				p.env = append(p.env, "XDG_RUNTIME_DIR="+run)
+			}
 			p.run(t, p.env, 1, "commit")
 			pid := keptServerPid(p.root)
 			if pid == 0 {
 				t.Fatal("no kept view server after the first run")
 			}
 			gone := filepath.Join(p.root, snapshot.StoreDir)
-			if what == "tree" {
+			if what != "store" {
 				gone = p.root
+			}
+			if run != "" {
+				treetest.Must(t, os.RemoveAll(run)) // first: the server then finds no lock to take
 			}
 			treetest.Must(t, os.RemoveAll(gone))
 			deadline := time.Now().Add(10 * time.Second)
-			for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			for running(pid) && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if syscall.Kill(pid, 0) == nil {
+			if running(pid) {
 				t.Fatalf("the kept view's server (pid %d) still runs 10 s after its %s was removed", pid, what)
 			}
 		})
 	}
+}
+
+// running reports whether the process pid runs: it exists and is not a
+// zombie (a server whose runner has exited is reaped by init, which
+// may take a while).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
 }

@@ -487,9 +487,12 @@ func (s *keptServer) idleLoop() {
 			continue
 		}
 		lk, err := lockFile(s.files.lock) // no runner is between dial and begin
-		if err != nil {
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			continue
 		}
+		// No lock to take (err set): the private directory went, with
+		// the socket (a test's temporary directory held both): no runner
+		// can reach this server any more.
 		s.mu.Lock()
 		done = !s.active && !s.gone && (time.Since(s.last) >= s.idle || !s.stillThere())
 		if done {
@@ -499,7 +502,9 @@ func (s *keptServer) idleLoop() {
 		if done {
 			s.quit(true, true)
 		}
-		lk.Close()
+		if lk != nil {
+			lk.Close()
+		}
 	}
 }
 
