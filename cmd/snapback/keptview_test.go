@@ -549,8 +549,8 @@ func TestKeptViewConcurrent(t *testing.T) {
 // TestKeptViewEndsWithTree: a kept view's server ends within seconds,
 // not its idle time, once its project's store is removed (the tree
 // staying), or the whole tree is (as a test's temporary directory is),
-// with the server's private directory too (a test's TMPDIR), and the
-// view's mount goes with it.
+// with the server's private directory too (a test's TMPDIR; here long,
+// as it may be), and the view's mount goes with it.
 func TestKeptViewEndsWithTree(t *testing.T) {
 	for _, what := range []string{"store", "tree", "tree and runtime dir"} {
 		t.Run(what, func(t *testing.T) {
@@ -558,11 +558,10 @@ func TestKeptViewEndsWithTree(t *testing.T) {
 			treetest.Write(t, p.root, "a.txt", "a\n", 0o644)
 			run := ""
 			if what == "tree and runtime dir" {
-				// Short: a socket's path is at most 107 bytes.
-				var err error
-				run, err = os.MkdirTemp("", "sbkrun-")
-				treetest.Must(t, err)
-				t.Cleanup(func() { os.RemoveAll(run) })
+				// Long: the socket's path is longer than a socket address
+				// takes (107 bytes).
+				run = filepath.Join(filepath.Dir(p.root), strings.Repeat("r", 80))
+				treetest.Must(t, os.Mkdir(run, 0o700))
 				p.env = append(p.env, "XDG_RUNTIME_DIR="+run)
 			}
 			p.run(t, p.env, 1, "commit")

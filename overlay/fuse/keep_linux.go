@@ -308,7 +308,11 @@ func (k *keptRun) end() error {
 
 // dialKept connects to the server, checking that it runs as the user.
 func dialKept(files keepFiles) (*net.UnixConn, error) {
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: files.sock, Net: "unixpacket"})
+	var c *net.UnixConn
+	err := atSock(files.sock, func(addr string) (err error) {
+		c, err = net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: addr, Net: "unixpacket"})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -317,6 +321,22 @@ func dialKept(files keepFiles) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("%s: not served by uid %d", files.sock, os.Getuid())
 	}
 	return c, nil
+}
+
+// atSock calls f with an address of the socket at path that fits a
+// socket address (107 bytes): path itself when it fits, else the name in
+// its directory, reached through a descriptor (/proc/self/fd/N/NAME), so
+// that a long XDG_RUNTIME_DIR or TMPDIR does not cost the kept view.
+func atSock(path string, f func(addr string) error) error {
+	if len(path) < len(unix.RawSockaddrUnix{}.Path) {
+		return f(path)
+	}
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	return f(fmt.Sprintf("/proc/self/fd/%d/%s", dir, filepath.Base(path)))
 }
 
 // startKept starts root's server and waits until it listens (called

@@ -109,7 +109,10 @@ func Keep(args []string) int {
 	}
 	go s.w.run()
 	os.Remove(files.sock) // a dead server's (the runner holds the lock)
-	s.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: files.sock, Net: "unixpacket"})
+	err = atSock(files.sock, func(addr string) (err error) {
+		s.ln, err = net.ListenUnix("unixpacket", &net.UnixAddr{Name: addr, Net: "unixpacket"})
+		return err
+	})
 	if err != nil {
 		return fail(err)
 	}
