@@ -1,0 +1,135 @@
+//go:build linux
+
+package watch
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/snapback/snapback/internal/treetest"
+)
+
+// fanWatcher starts a watcher of a fresh tree and waits until it vouches
+// and tells writers; the test fails or skips (SNAPBACK_REQUIRE names
+// fanotify) where it cannot.
+func fanWatcher(t *testing.T) (root, store string, tok Token) {
+	t.Helper()
+	t.Setenv("SNAPBACK_WATCH_IDLE", "1m")
+	base := t.TempDir()
+	root, store = filepath.Join(base, "project"), filepath.Join(base, "store")
+	treetest.Must(t, os.MkdirAll(filepath.Join(root, "d"), 0o755))
+	treetest.Must(t, os.MkdirAll(store, 0o700))
+	treetest.Must(t, Start(root, store))
+	t.Cleanup(func() { Stop(store) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		tok, err = Mark(store)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watcher does not vouch: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	on, why, err := WriterStatus(store)
+	treetest.Must(t, err)
+	if !treetest.Require(t, "fanotify", on, why) {
+		t.SkipNow()
+	}
+	return root, store, tok
+}
+
+// agentProc starts script in sh as an agent would run it, and returns
+// it with its Proc; it is killed at the test's end.
+func agentProc(t *testing.T, dir, script string) (*exec.Cmd, Proc) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	treetest.Must(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	p, _, err := procStat(cmd.Process.Pid)
+	treetest.Must(t, err)
+	return cmd, p
+}
+
+// waitFile waits until p exists (a script's last write).
+func waitFile(t *testing.T, p string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(p); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never came", p)
+		}
+	}
+}
+
+// The watcher tells which agent's process tree wrote each path: the
+// agent itself or its descendants; a write by another process, or by
+// both, says so; a directory that came is not told below it.
+func TestWrittenBy(t *testing.T) {
+	root, store, tok := fanWatcher(t)
+	// A writes through a child (a shell command's process), B itself;
+	// both write both.txt; A makes a directory and a file in it.
+	_, a := agentProc(t, root, `sh -c 'echo a > a.txt; echo a >> both.txt; mkdir new; echo x > new/f; echo >> d/a2; : > a.done; exec sleep 60' & wait`)
+	waitFile(t, filepath.Join(root, "a.done"))
+	_, b := agentProc(t, root, `echo b > b.txt; echo b >> both.txt; : > b.done; exec sleep 60`)
+	waitFile(t, filepath.Join(root, "b.done"))
+	treetest.Write(t, root, "other.txt", "o", 0o644) // this process's: neither's
+	got, err := WrittenBy(store, tok, PidNS(), []Proc{a, b})
+	treetest.Must(t, err)
+	want := map[string][]int{
+		"a.txt": {0}, "d/a2": {0}, "a.done": {0}, "b.txt": {1}, "b.done": {1},
+		"both.txt": {0, 1}, "other.txt": {-1}, "new": {-1},
+		"d": {0}, "": {-1, 0, 1},
+	}
+	for p, w := range want {
+		g := slices.Clone(got[p])
+		slices.Sort(g)
+		if !slices.Equal(g, w) {
+			t.Errorf("%q: writers %v, want %v", p, got[p], w)
+		}
+	}
+	// A token of before: the same; of now: nothing changed.
+	now, err := Mark(store)
+	treetest.Must(t, err)
+	if got, err := WrittenBy(store, now, PidNS(), []Proc{a, b}); err != nil || len(got) != 0 {
+		t.Errorf("writers since now: %v, %v", got, err)
+	}
+}
+
+// A writer gone before the watcher read its event is not known: the
+// watcher is stopped (SIGSTOP) while an agent's child writes and exits.
+func TestWrittenByGone(t *testing.T) {
+	root, store, tok := fanWatcher(t)
+	_, a := agentProc(t, root, `exec sleep 60`)
+	w := Pid(store)
+	treetest.Must(t, syscall.Kill(w, syscall.SIGSTOP))
+	cont := func() { syscall.Kill(w, syscall.SIGCONT) }
+	defer cont()
+	// Gone and reaped before the watcher reads its events: its pid
+	// names nothing (or another process) by then.
+	cmd := exec.Command("sh", "-c", "echo x > gone.txt")
+	cmd.Dir = root
+	treetest.Must(t, cmd.Run())
+	cont()
+	got, err := WrittenBy(store, tok, PidNS(), []Proc{a})
+	treetest.Must(t, err)
+	if !slices.Equal(got["gone.txt"], []int{-1}) {
+		t.Errorf("gone.txt: writers %v, want unknown", got["gone.txt"])
+	}
+	// Another pid namespace's agents are not told.
+	var nv *NotVouchedError
+	if _, err := WrittenBy(store, tok, PidNS()+1, []Proc{a}); !errors.As(err, &nv) {
+		t.Errorf("another namespace: %v", err)
+	}
+}
