@@ -102,15 +102,25 @@ func (a *agentShell) hook(name string, fields map[string]any) string {
 	return answer(a.t, "claude-code", string(o))
 }
 
-// shell is the Bash tool: its PreToolUse hook, then script run by sh in
-// the project, the agent's child. With bg the command's process stays
-// (as a server it started would): alive when the watcher reads its
-// writes.
+// shell is the Bash tool: its PreToolUse hook (pre), then script run by
+// sh in the project, the agent's child (exec).
 func (a *agentShell) shell(script string, bg bool) {
+	a.t.Helper()
+	a.pre(script)
+	a.exec(script, bg)
+}
+
+func (a *agentShell) pre(script string) {
 	a.t.Helper()
 	if msg := a.hook("PreToolUse-Bash", map[string]any{"tool_input": map[string]any{"command": script}}); msg != "" {
 		a.t.Fatalf("%s's shell: %q", a.name, msg)
 	}
+}
+
+// exec runs script; with bg its process stays (as a server it started
+// would): alive when the watcher reads its writes.
+func (a *agentShell) exec(script string, bg bool) {
+	a.t.Helper()
 	if bg {
 		a.run(fmt.Sprintf("(cd %s && exec sh -c '%s; : > %s.done; exec sleep 600') & while [ ! -e %s/%s.done ]; do sleep 0.01; done; rm %s/%s.done",
 			a.p.root, script, a.name, a.p.root, a.name, a.p.root, a.name))
@@ -176,14 +186,17 @@ func TestAgentWriters(t *testing.T) {
 			p, a, b := writersProject(t)
 			a.hook("UserPromptSubmit", map[string]any{"prompt": "work of A"})
 			b.hook("UserPromptSubmit", map[string]any{"prompt": "work of B"})
-			a.shell("printf A > a.txt; printf A > a-new.txt", true)
-			b.shell("printf B > b.txt; printf B > b-new.txt; rm s.txt", true)
+			// Both turns are open before either writes.
+			cmdA, cmdB := "printf A > a.txt; printf A > a-new.txt", "printf B > b.txt; printf B > b-new.txt; rm s.txt"
+			a.pre(cmdA)
+			b.pre(cmdB)
+			a.exec(cmdA, true)
+			b.exec(cmdB, true)
 			treetest.Write(t, p.root, "g.txt", "G\n", 0o644) // neither agent's
 			st := map[string]string{"A": a.stop(), "B": b.stop()}
 			steps := p.steps()
-			sa, sbb := steps[st["A"]], steps[st["B"]]
-			if !slices.Equal(sa.Shared, []string{"g.txt"}) || !slices.Equal(sbb.Shared, []string{"g.txt"}) {
-				t.Errorf("shared: A %q, B %q, want g.txt alone", sa.Shared, sbb.Shared)
+			if a, b := steps[st["A"]], steps[st["B"]]; !slices.Equal(a.Shared, []string{"g.txt"}) || !slices.Equal(b.Shared, []string{"g.txt"}) {
+				t.Errorf("shared: A %q, B %q, want g.txt alone", a.Shared, b.Shared)
 			}
 			for _, s := range order {
 				var out revertJSON
@@ -221,11 +234,10 @@ func TestAgentWritersGone(t *testing.T) {
 	p, a, b := writersProject(t)
 	a.hook("UserPromptSubmit", map[string]any{"prompt": "work of A"})
 	b.hook("UserPromptSubmit", map[string]any{"prompt": "work of B"})
-	a.shell("printf A > a.txt", true)
-	b.shell("printf B > b.txt", true)
-	if msg := a.hook("PreToolUse-Bash", map[string]any{"tool_input": map[string]any{"command": "printf A > c.txt"}}); msg != "" {
-		t.Fatal(msg)
-	}
+	a.pre("printf A > a.txt")
+	b.pre("printf B > b.txt")
+	a.exec("printf A > a.txt", true)
+	b.exec("printf B > b.txt", true)
 	w := watch.Pid(testStore(t, p.root))
 	treetest.Must(t, syscall.Kill(w, syscall.SIGSTOP))
 	a.run(fmt.Sprintf("(cd %s && exec sh -c 'printf A > c.txt')", p.root)) // gone, and reaped
