@@ -187,7 +187,7 @@ func TestAgentWriters(t *testing.T) {
 			a.hook("UserPromptSubmit", map[string]any{"prompt": "work of A"})
 			b.hook("UserPromptSubmit", map[string]any{"prompt": "work of B"})
 			// Both turns are open before either writes.
-			cmdA, cmdB := "printf A > a.txt; printf A > a-new.txt", "printf B > b.txt; printf B > b-new.txt; rm s.txt"
+			cmdA, cmdB := "printf A > a.txt; printf A > a-new.txt", "printf B > b.txt; printf B > b-new.txt; : > s.txt"
 			a.pre(cmdA)
 			b.pre(cmdB)
 			a.exec(cmdA, true)
@@ -206,7 +206,7 @@ func TestAgentWriters(t *testing.T) {
 				}
 				// The other's files are as it left them.
 				want := map[string]map[string]string{
-					"A": {"b.txt": "B", "b-new.txt": "B", "s.txt": ""},
+					"A": {"b.txt": "B", "b-new.txt": "B", "s.txt": ""}, // B emptied s.txt
 					"B": {"a.txt": "A", "a-new.txt": "A"},
 				}[s]
 				if s != order[0] {
