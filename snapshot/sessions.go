@@ -30,11 +30,18 @@ import (
 //     spans, each with a fixed set of sessions open; each mark holds the
 //     claims (paths, or any path) the open sessions made during its span.
 //
+//   - Agent: the session's agent's process, when a hook found it (the
+//     hook's nearest ancestor that is not a shell): its descendants run
+//     the session's shell commands.
+//
 // A changed path is looked at in each span where it changed. In a span
 // where no other session's checkpoint was open, the change is the
 // session's, whoever made it (as with one session). In a span shared
-// with others, its writers are the sessions open in it that claimed the
-// path, or said they may write any path, in that span or an earlier one
+// with others, a path every write of which during the checkpoint the
+// tree's watcher saw made by the processes of one session's agent
+// (fanotify, as root: internal/watch), that session open in the span,
+// is that session's; else its writers are the sessions open in it that
+// claimed the path, or said they may write any path, in that span or an earlier one
 // (a claim comes before the write); with none (a person's edit, a tool
 // the hooks do not see) it is nobody's known. Over the spans: a path
 // whose writers are the session alone is its own; one whose writers are

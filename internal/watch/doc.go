@@ -56,4 +56,43 @@
 // file that had several names when the checkpoint began; a change made on
 // another machine (a network filesystem) is never reported, so the
 // watcher refuses to vouch on filesystems other than local disk ones.
+//
+// # Writers' processes
+//
+// Running as root on a kernel with pidfs (Linux 6.9 or later), the
+// watcher also makes a fanotify group (FAN_REPORT_DFID_NAME, with a
+// pidfd for the writer: FAN_REPORT_PIDFD) with a mark on the root's
+// whole filesystem (the changes inotify hears of, on files and
+// directories) and one on marks/. Each event names a directory by its
+// file handle, and a name in it: the watcher notes each directory's
+// handle as it adds its watch, so an event maps to a tree path (one of
+// a directory it does not know, outside the tree, is dropped). Its
+// reader reads the writer's lineage at once, before handing the event
+// on: the writer's /proc/PID/stat (its parent, its start time), checked
+// to be the pidfd's process after the read (an id is taken again only
+// once its process is gone), then each ancestor's, each started no
+// later than its child (else a later process took the id: not known).
+// Lineages are kept by the pidfd's inode (pidfs numbers each process
+// once). A writer gone (reaped) before the reader reads its event has
+// no pidfd: not known.
+//
+// Each event gets the next sequence number, as inotify's, and the path
+// (with its directory, for a create, delete or rename) keeps, for each
+// writer, the number of its last write. [WrittenBy] asks, after a token
+// and for given processes (the sessions' agents), which of their trees
+// wrote each path changed since: the path's writers numbered after the
+// token, each matched against the lineages. "Not known" (-1) is a writer
+// gone or of none of them, a change no fanotify event told (a path
+// below a directory that came, went or moved in the stretch: events in
+// it may name it by its old or new place), or everything when the
+// group's queue overflowed after the token (FAN_Q_OVERFLOW), a
+// directory had no handle or another filesystem is mounted in the tree
+// (which the mark does not cover). An event of one group may be read
+// before or after the other's of the same change (the kernel does not
+// order two groups): a fanotify event read late is numbered after a
+// token given meanwhile, which only adds a writer to the stretch. The
+// marker closes the race for both: a WrittenBy is answered once the
+// marker's events of both groups have been read. Without root or
+// pidfs, or where fanotify refuses the mark (a filesystem without file
+// handles), there is no group: WrittenBy says why ([WriterStatus]).
 package watch
