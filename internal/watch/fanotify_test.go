@@ -53,8 +53,12 @@ func agentProc(t *testing.T, dir, script string) (*exec.Cmd, Proc) {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", script)
 	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	treetest.Must(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // with what it started
+		cmd.Wait()
+	})
 	p, _, err := procStat(cmd.Process.Pid)
 	treetest.Must(t, err)
 	return cmd, p

@@ -387,6 +387,7 @@ func (s *server) begin(why string) error {
 		s.walking.Store("the watcher lost events (" + why + ") and is adding its watches again")
 	}
 	defer s.walking.Store("")
+	s.fanWhy = ""
 	if s.in != nil {
 		s.lost[s.gen] = why
 		s.in.Close() // its reader sees the close and stops
@@ -651,7 +652,13 @@ func (s *server) serve(r request) (quit bool) {
 	case r.line == "status":
 		why := s.fanWhy
 		if why == "" {
+			why = s.broken // no watcher's vouching, no writers
+		}
+		if why == "" {
 			why = s.fanBroken
+		}
+		if why == "" && s.fan == nil {
+			why = "no fanotify group"
 		}
 		if why == "" {
 			answerOK(r.conn, " on")
