@@ -343,6 +343,13 @@ func (s *server) handleFan(ev fanEvent) {
 		// Writers of what happened before are not all known: only a
 		// stretch that begins after this can be told.
 		s.fanLost = s.j.next()
+		for name, q := range s.pending {
+			if q.needFan { // its marker's event may be among those lost
+				answerNo(q.r.conn, "the fanotify queue overflowed (writers were not all read)")
+				delete(s.pending, name)
+				unix.Unlinkat(s.marksFd, name, 0) // ours; a leftover is harmless
+			}
+		}
 		return
 	}
 	if ev.dir == s.fan.marksKey {
