@@ -227,9 +227,12 @@ func TestAgentWriters(t *testing.T) {
 	}
 }
 
-// TestAgentWritersGone: a writer gone before the watcher read its event
-// (the watcher is stopped meanwhile) is not known, and what it wrote
-// stays shared, as without the watcher's writers.
+// TestAgentWritersGone: a writer gone (reaped) before the watcher read
+// its event (the watcher is stopped meanwhile) is told from its exit
+// (the process connector): A's. A process A's command left behind, its
+// parent gone before it writes (a daemon: init's child then), is no
+// session's: what it writes is shared, as is what a process of neither
+// writes.
 func TestAgentWritersGone(t *testing.T) {
 	p, a, b := writersProject(t)
 	a.hook("UserPromptSubmit", map[string]any{"prompt": "work of A"})
@@ -242,9 +245,18 @@ func TestAgentWritersGone(t *testing.T) {
 	treetest.Must(t, syscall.Kill(w, syscall.SIGSTOP))
 	a.run(fmt.Sprintf("(cd %s && exec sh -c 'printf A > c.txt')", p.root)) // gone, and reaped
 	treetest.Must(t, syscall.Kill(w, syscall.SIGCONT))
+	// The daemon waits until its parent is gone (reaped) before writing.
+	a.run(fmt.Sprintf(`cd %s && sh -c 'sh -c "while kill -0 $$ 2>/dev/null; do sleep 0.01; done; printf A > d.txt; : > d.done; exec sleep 600" &'; while [ ! -e d.done ]; do sleep 0.01; done; cd /`, p.root))
 	st := map[string]string{"A": a.stop(), "B": b.stop()}
 	steps := p.steps()
-	if sa, sbb := steps[st["A"]], steps[st["B"]]; !slices.Equal(sa.Shared, []string{"c.txt"}) || !slices.Equal(sbb.Shared, []string{"c.txt"}) {
-		t.Errorf("shared: A %q, B %q, want c.txt alone", sa.Shared, sbb.Shared)
+	sa, sbb := steps[st["A"]], steps[st["B"]]
+	if !slices.Equal(sa.Shared, []string{"d.done", "d.txt"}) || !slices.Equal(sbb.Shared, []string{"d.done", "d.txt"}) {
+		t.Errorf("shared: A %q, B %q, want d.done and d.txt", sa.Shared, sbb.Shared)
+	}
+	treetest.Must(t, json.Unmarshal([]byte(sb(t, p.bin, p.root, "--json", "undo", st["A"])), new(revertJSON)))
+	for f, want := range map[string]string{"a.txt": "0\n", "c.txt": "0\n", "b.txt": "B", "d.txt": "A"} {
+		if got := p.read(f); got != want {
+			t.Errorf("after undoing A: %s is %q, want %q", f, got, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -67,8 +68,9 @@ func fsidOf(st *unix.Statfs_t) [2]int32 { return [2]int32{st.Fsid.Val[0], st.Fsi
 // fanGroup is a fanotify group on the root's filesystem and the watcher's
 // marks/ directory; nil fd: none (why says why).
 type fanGroup struct {
-	f        *os.File
-	marksKey string // marks/'s handle
+	fd       int         // the group, non-blocking: its reader's, which closes it
+	stopped  atomic.Bool // the reader is to stop
+	marksKey string      // marks/'s handle
 	rootFsid [2]int32
 	// dirs is each watched directory's path by its handle: written by
 	// the main loop, read by the reader (which resolves the writers of
@@ -98,9 +100,9 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("fanotify: %v", err)
 	}
-	g := &fanGroup{f: os.NewFile(uintptr(fd), "fanotify"), dirs: map[string]string{}}
+	g := &fanGroup{fd: fd, dirs: map[string]string{}}
 	fail := func(why string) (*fanGroup, string) {
-		g.f.Close()
+		unix.Close(fd)
 		return nil, why
 	}
 	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, fanMask, unix.AT_FDCWD, root); err != nil {
@@ -158,15 +160,36 @@ func (g *fanGroup) dirPath(k string) (string, bool) {
 	return p, ok
 }
 
+// stop has the reader stop, and close the group (within pollEvery).
+func (g *fanGroup) stop() { g.stopped.Store(true) }
+
+// pollEvery: how long the reader waits for events before it looks
+// whether to stop, and reads the exits told meanwhile.
+const pollEvery = 100 // ms
+
 // readFan passes the group's events to the main loop, each with its
-// writer's lineage read at once (a writer gone by then is not known),
-// until the group is closed.
+// writer's lineage read at once (see doc.go), until stopped.
 func readFan(g *fanGroup, out chan<- []fanEvent) {
 	defer close(out)
-	rv := &resolver{byIno: map[uint64]*lineage{}}
+	defer unix.Close(g.fd)
+	rv := &resolver{byIno: map[uint64]*lineage{}, exits: openExits()}
+	defer rv.exits.close()
 	buf := make([]byte, 64<<10)
-	for {
-		n, err := g.f.Read(buf)
+	for !g.stopped.Load() {
+		before := monoNow()
+		n, err := unix.Read(g.fd, buf)
+		if errors.Is(err, unix.EAGAIN) {
+			// Empty at before: every write's event of before is read.
+			if rv.exits != nil {
+				rv.exits.drain()
+				rv.exits.evict(before)
+			}
+			unix.Poll([]unix.PollFd{{Fd: int32(g.fd), Events: unix.POLLIN}}, pollEvery) // woken or not, look again
+			continue
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
 		if err != nil || n <= 0 {
 			return
 		}
@@ -210,10 +233,14 @@ func readFan(g *fanGroup, out chan<- []fanEvent) {
 				}
 				i += l
 			}
-			if pidfd >= 0 {
-				if _, ok := g.dirPath(ev.dir); ok {
+			if _, ok := g.dirPath(ev.dir); ok && md.Pid > 0 {
+				if pidfd >= 0 {
 					ev.who = rv.who(int(md.Pid), pidfd)
+				} else if pidfd == unix.FAN_NOPIDFD {
+					ev.who = rv.gone(int(md.Pid))
 				}
+			}
+			if pidfd >= 0 {
 				unix.Close(pidfd)
 			}
 			evs = append(evs, ev)
@@ -227,8 +254,13 @@ func readFan(g *fanGroup, out chan<- []fanEvent) {
 const maxProcs = 1 << 14
 
 // resolver reads writers' lineages, each process once: by its pidfd's
-// inode (pidfs numbers each process once for the system's life).
-type resolver struct{ byIno map[uint64]*lineage }
+// inode (pidfs numbers each process once for the system's life); and,
+// for a writer gone, from its exit (exits: nil where the process
+// connector could not be heard).
+type resolver struct {
+	byIno map[uint64]*lineage
+	exits *exits
+}
 
 // who is the lineage of the writer pid, whose pidfd the event brought
 // (the process itself, while it or its zombie is there); nil when it
@@ -245,8 +277,22 @@ func (rv *resolver) who(pid, pidfd int) *lineage {
 	// The process read at pid is the pidfd's when that is still there
 	// after the read: a pid is taken again only once its process is gone.
 	if err != nil || unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+		return rv.gone(pid) // reaped meanwhile
+	}
+	l := ancestry(self, ppid)
+	if l == nil {
 		return nil
 	}
+	if len(rv.byIno) >= maxProcs {
+		clear(rv.byIno)
+	}
+	rv.byIno[st.Ino] = &l
+	return &l
+}
+
+// ancestry is the lineage of the process self, whose parent was ppid;
+// nil when an ancestor cannot be read.
+func ancestry(self Proc, ppid int) lineage {
 	l := lineage{self}
 	for ppid > 0 && len(l) < 256 {
 		p, pp, err := procStat(ppid)
@@ -257,11 +303,38 @@ func (rv *resolver) who(pid, pidfd int) *lineage {
 		}
 		l, ppid = append(l, p), pp
 	}
-	if len(rv.byIno) >= maxProcs {
-		clear(rv.byIno)
+	return l
+}
+
+// gone is the lineage of the writer pid, reaped before its event was
+// read: from its exit, the one of that id told and not forgotten (see
+// exits), its parent then, alive now and started by then, or gone too
+// (its own exit then says its parent). Its start time is not known (0):
+// it is no agent.
+func (rv *resolver) gone(pid int) *lineage {
+	if rv.exits == nil {
+		return nil
 	}
-	rv.byIno[st.Ino] = &l
-	return &l
+	rv.exits.drain() // its exit was told before it was reaped
+	var l lineage
+	after := uint64(0)
+	for len(l) < 256 {
+		e, ok := rv.exits.exitOf(pid, after)
+		if !ok {
+			return nil
+		}
+		l = append(l, Proc{Pid: pid})
+		if p, pp, err := procStat(e.parent); err == nil && p.Start*nsPerTick <= e.at {
+			rest := ancestry(p, pp)
+			if rest == nil {
+				return nil
+			}
+			l = append(l, rest...)
+			return &l
+		}
+		pid, after = e.parent, e.at // gone, or its id taken since
+	}
+	return nil
 }
 
 // procStat reads pid's start time, name and parent from /proc.

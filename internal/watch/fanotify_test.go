@@ -137,3 +137,53 @@ func TestWrittenByGone(t *testing.T) {
 		t.Errorf("another namespace: %v", err)
 	}
 }
+
+// A gone writer is told from its exit only when one exit of its id is
+// known after the time asked: two (an id taken again) or exits lost are
+// not known; an exit is forgotten once the fanotify queue was empty
+// after it.
+func TestExitsTakenAgain(t *testing.T) {
+	x := &exits{byPid: map[int][]exitRec{100: {{at: 10, parent: 7}}}}
+	if e, ok := x.exitOf(100, 0); !ok || e.parent != 7 {
+		t.Errorf("one exit: %v %v", e, ok)
+	}
+	x.byPid[100] = append(x.byPid[100], exitRec{at: 20, parent: 8})
+	if e, ok := x.exitOf(100, 0); ok {
+		t.Errorf("two exits of one id: %v, want not known", e)
+	}
+	if e, ok := x.exitOf(100, 15); !ok || e.parent != 8 {
+		t.Errorf("the exit after 15: %v %v", e, ok)
+	}
+	x.evict(15)
+	if e, ok := x.exitOf(100, 0); !ok || e.parent != 8 {
+		t.Errorf("after the queue was empty at 15: %v %v", e, ok)
+	}
+	x.lost, x.lostAt = true, 30
+	if _, ok := x.exitOf(100, 0); ok {
+		t.Error("exits lost: told")
+	}
+	x.evict(25)
+	if _, ok := x.exitOf(100, 0); ok {
+		t.Error("exits lost, the queue not empty since: told")
+	}
+	x.evict(31)
+	if _, ok := x.exitOf(100, 0); ok {
+		t.Error("an exit forgotten: told")
+	}
+	if x.lost {
+		t.Error("still lost after the queue was empty since")
+	}
+}
+
+// An ancestor that started after its child is a later process that took
+// its id: the lineage is not known.
+func TestAncestryTakenAgain(t *testing.T) {
+	self, ppid, err := procStat(os.Getpid())
+	treetest.Must(t, err)
+	if l := ancestry(self, ppid); len(l) < 2 || l[0] != self || l[1].Pid != ppid {
+		t.Errorf("this process's lineage: %v", l)
+	}
+	if l := ancestry(Proc{self.Pid, 1}, ppid); l != nil {
+		t.Errorf("a parent started after its child: %v, want not known", l)
+	}
+}

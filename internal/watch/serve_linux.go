@@ -267,7 +267,7 @@ func (s *server) run() error {
 	defer func() {
 		s.in.Close() // the instance, with its watches
 		if s.fan != nil {
-			s.fan.f.Close() // the group, with its marks
+			s.fan.stop() // its reader closes the group, with its marks
 		}
 	}()
 	if !s.stillThere() {
@@ -404,7 +404,7 @@ func (s *server) begin(why string) error {
 	s.broken = ""
 	s.wds = map[int32]string{}
 	if s.fan != nil {
-		s.fan.f.Close() // its reader sees the close and stops
+		s.fan.stop() // its reader closes it
 		s.fan, s.fanEvents = nil, nil
 	}
 	s.fanBroken, s.fanLost, s.wrote = "", 0, map[string]map[*lineage]uint64{}
