@@ -122,8 +122,15 @@ func (x *exits) note(m []byte) {
 	if pid != tgid {
 		return // a thread's
 	}
+	if len(x.byPid) >= maxExits { // the fanotify queue not empty for long: start again
+		x.lost, x.lostAt = true, monoNow()
+		clear(x.byPid)
+	}
 	x.byPid[pid] = append(x.byPid[pid], exitRec{at, ptgid})
 }
+
+// maxExits bounds the exits kept.
+const maxExits = 1 << 16
 
 // evict forgets the exits before empty, a time the fanotify queue was
 // empty: the events of every write of those processes have been read.
