@@ -68,9 +68,10 @@ func fsidOf(st *unix.Statfs_t) [2]int32 { return [2]int32{st.Fsid.Val[0], st.Fsi
 // fanGroup is a fanotify group on the root's filesystem and the watcher's
 // marks/ directory; nil fd: none (why says why).
 type fanGroup struct {
-	fd       int         // the group, non-blocking: its reader's, which closes it
-	stopped  atomic.Bool // the reader is to stop
-	marksKey string      // marks/'s handle
+	fd       int           // the group, non-blocking: its reader's, which closes it
+	stopped  atomic.Bool   // the reader is to stop
+	done     chan struct{} // closed with stopped set
+	marksKey string        // marks/'s handle
 	rootFsid [2]int32
 	// dirs is each watched directory's path by its handle: written by
 	// the main loop, read by the reader (which resolves the writers of
@@ -100,7 +101,7 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("fanotify: %v", err)
 	}
-	g := &fanGroup{fd: fd, dirs: map[string]string{}}
+	g := &fanGroup{fd: fd, dirs: map[string]string{}, done: make(chan struct{})}
 	fail := func(why string) (*fanGroup, string) {
 		unix.Close(fd)
 		return nil, why
@@ -161,7 +162,11 @@ func (g *fanGroup) dirPath(k string) (string, bool) {
 }
 
 // stop has the reader stop, and close the group (within pollEvery).
-func (g *fanGroup) stop() { g.stopped.Store(true) }
+func (g *fanGroup) stop() {
+	if !g.stopped.Swap(true) {
+		close(g.done)
+	}
+}
 
 // pollEvery: how long the reader waits for events before it looks
 // whether to stop, and reads the exits told meanwhile.
@@ -246,7 +251,11 @@ func readFan(g *fanGroup, out chan<- []fanEvent) {
 			evs = append(evs, ev)
 			off = end
 		}
-		out <- evs
+		select {
+		case out <- evs:
+		case <-g.done: // nobody reads them any more
+			return
+		}
 	}
 }
 
