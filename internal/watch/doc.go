@@ -61,12 +61,14 @@
 //
 // Running as root on a kernel with pidfs (Linux 6.9 or later), the
 // watcher also makes a fanotify group (FAN_REPORT_DFID_NAME, with a
-// pidfd for the writer: FAN_REPORT_PIDFD) with a mark on the root's
-// whole filesystem (the changes inotify hears of, on files and
-// directories) and one on marks/. Each event names a directory by its
-// file handle, and a name in it: the watcher notes each directory's
-// handle as it adds its watch, so an event maps to a tree path (one of
-// a directory it does not know, outside the tree, is dropped). Its
+// pidfd for the writer: FAN_REPORT_PIDFD) with a mark on each directory
+// it watches, added with its inotify watch (the changes inotify hears
+// of, on files and directories: not a mark on the whole filesystem,
+// whose other events, the rest of the machine's, would each cost a
+// pidfd), and one on marks/. Each event names a directory by its file
+// handle, and a name in it: the watcher notes each directory's handle
+// as it marks it, so an event maps to a tree path (one of a directory
+// it does not know, moved away, is dropped). Its
 // reader reads the writer's lineage at once, before handing the event
 // on: the writer's /proc/PID/stat (its parent, its start time), checked
 // to be the pidfd's process after the read (an id is taken again only
@@ -95,13 +97,13 @@
 // below a directory that came, went or moved in the stretch: events in
 // it may name it by its old or new place), or everything when the
 // group's queue overflowed after the token (FAN_Q_OVERFLOW), a
-// directory had no handle or another filesystem is mounted in the tree
-// (which the mark does not cover). An event of one group may be read
+// directory could not be marked or had no handle, or another filesystem
+// is mounted in the tree. An event of one group may be read
 // before or after the other's of the same change (the kernel does not
 // order two groups): a fanotify event read late is numbered after a
 // token given meanwhile, which only adds a writer to the stretch. The
 // marker closes the race for both: a WrittenBy is answered once the
 // marker's events of both groups have been read. Without root or
-// pidfs, or where fanotify refuses the mark (a filesystem without file
-// handles), there is no group: WrittenBy says why ([WriterStatus]).
+// pidfs, or where fanotify refuses the marks (a filesystem without file
+// handles), writers are not told: WrittenBy says why ([WriterStatus]).
 package watch

@@ -20,11 +20,11 @@ import (
 
 // Who wrote: see doc.go ("Writers' processes").
 
-// fanMask is what the fanotify group hears of the root's filesystem:
-// every change of a name's contents, metadata, or of a directory's
-// listing, on files and directories.
+// fanMask is what the fanotify group hears of each directory of the
+// tree, as its inotify watch: every change of a name's contents,
+// metadata, or of the directory's listing, on files and directories.
 const fanMask = unix.FAN_MODIFY | unix.FAN_ATTRIB | unix.FAN_CLOSE_WRITE | unix.FAN_CREATE | unix.FAN_DELETE |
-	unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO | unix.FAN_ONDIR
+	unix.FAN_MOVED_FROM | unix.FAN_MOVED_TO | unix.FAN_ONDIR | unix.FAN_EVENT_ON_CHILD
 
 // lineage is a writer and its ancestors, the writer first; nil: not known
 // (the process was gone before it was read).
@@ -65,8 +65,9 @@ func dirHandle(fsid [2]int32, dirfd int, path string) (string, error) {
 
 func fsidOf(st *unix.Statfs_t) [2]int32 { return [2]int32{st.Fsid.Val[0], st.Fsid.Val[1]} }
 
-// fanGroup is a fanotify group on the root's filesystem and the watcher's
-// marks/ directory; nil fd: none (why says why).
+// fanGroup is a fanotify group with a mark on each directory of the tree
+// (not one on the whole filesystem: the events of the rest of the
+// machine would cost a pidfd each) and on the watcher's marks/.
 type fanGroup struct {
 	fd       int           // the group, non-blocking: its reader's, which closes it
 	stopped  atomic.Bool   // the reader is to stop
@@ -97,7 +98,7 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	if err != nil || pst.Type != unix.PID_FS_MAGIC {
 		return nil, "this kernel has no pidfs (Linux 6.9 or later)"
 	}
-	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_PIDFD, unix.O_RDONLY|unix.O_CLOEXEC)
+	fd, err := unix.FanotifyInit(unix.FAN_CLASS_NOTIF|unix.FAN_CLOEXEC|unix.FAN_NONBLOCK|unix.FAN_UNLIMITED_MARKS|unix.FAN_REPORT_DFID_NAME|unix.FAN_REPORT_PIDFD, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Sprintf("fanotify: %v", err)
 	}
@@ -105,9 +106,6 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	fail := func(why string) (*fanGroup, string) {
 		unix.Close(fd)
 		return nil, why
-	}
-	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_FILESYSTEM, fanMask, unix.AT_FDCWD, root); err != nil {
-		return fail(fmt.Sprintf("fanotify mark on the root's filesystem: %v", err))
 	}
 	marks := fmt.Sprintf("/proc/self/fd/%d", marksFd)
 	if err := unix.FanotifyMark(fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR, unix.FAN_CREATE, unix.AT_FDCWD, marks); err != nil {
@@ -127,12 +125,17 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	return g, ""
 }
 
-// addDir notes the handle of the directory p (abs) watched; false: it
-// has none (the writers of what changes in it could not be told).
+// addDir marks the directory p (abs) watched, and notes its handle;
+// false: it could not (the writers of what changes in it could not be
+// told).
 func (g *fanGroup) addDir(p, abs string) bool {
-	k, err := dirHandle(g.rootFsid, unix.AT_FDCWD, abs)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return true // gone since: its parent's event says so
+	err := unix.FanotifyMark(g.fd, unix.FAN_MARK_ADD|unix.FAN_MARK_ONLYDIR|unix.FAN_MARK_DONT_FOLLOW, fanMask, unix.AT_FDCWD, abs)
+	var k string
+	if err == nil {
+		k, err = dirHandle(g.rootFsid, unix.AT_FDCWD, abs)
+	}
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return true // gone or replaced since: its parent's event says so
 	}
 	if err != nil {
 		return false
@@ -458,20 +461,34 @@ func (s *server) handleFan(ev fanEvent) {
 	}
 }
 
+// wrote is a writer of a path, and the number of its last write there.
+type wrote struct {
+	who *lineage
+	seq uint64
+}
+
 func (s *server) wrote1(p string, who *lineage, seq uint64) {
-	w := s.wrote[p]
-	if w == nil {
-		if len(s.wrote) >= maxNoted {
-			clear(s.wrote)
-			s.fanLost = seq
+	w, ok := s.wrote[p]
+	if !ok && len(s.wrote) >= maxNoted {
+		clear(s.wrote)
+		s.fanLost = seq
+	}
+	for i := range w {
+		if w[i].who == who {
+			w[i].seq = seq
+			return
 		}
-		w = map[*lineage]uint64{}
-		s.wrote[p] = w
 	}
 	if len(w) >= 64 {
 		who = nil // too many writers to keep: not known
+		for i := range w {
+			if w[i].who == nil {
+				w[i].seq = seq
+				return
+			}
+		}
 	}
-	w[who] = seq
+	s.wrote[p] = append(w, wrote{who, seq})
 }
 
 // writersRefused says why a "writers" question cannot be answered, ""
@@ -561,7 +578,8 @@ func (s *server) writersOf(p string, seq uint64, roots []Proc, deep map[string]b
 		}
 	}
 	set := map[string]bool{}
-	for who, at := range s.wrote[p] {
+	for _, w := range s.wrote[p] {
+		who, at := w.who, w.seq
 		if at <= seq {
 			continue
 		}

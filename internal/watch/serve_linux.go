@@ -88,7 +88,7 @@ type server struct {
 	fanEvents chan []fanEvent
 	fanBroken string
 	fanLost   uint64
-	wrote     map[string]map[*lineage]uint64
+	wrote     map[string][]wrote
 }
 
 // pending is a question waiting for its marker's events: inotify's, and
@@ -407,7 +407,7 @@ func (s *server) begin(why string) error {
 		s.fan.stop() // its reader closes it
 		s.fan, s.fanEvents = nil, nil
 	}
-	s.fanBroken, s.fanLost, s.wrote = "", 0, map[string]map[*lineage]uint64{}
+	s.fanBroken, s.fanLost, s.wrote = "", 0, map[string][]wrote{}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("inotify: %w", err)
@@ -526,7 +526,7 @@ func (s *server) addTree(p string) {
 		s.rootWd = int32(wd)
 	}
 	if s.fan != nil && !s.fan.addDir(p, abs) {
-		s.fanFail(fmt.Sprintf("the directory %q has no file handle", p))
+		s.fanFail(fmt.Sprintf("the directory %q has no fanotify mark or file handle", p))
 	}
 	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
@@ -545,7 +545,7 @@ func (s *server) addTree(p string) {
 		if err := unix.Fstatfs(fd, &fs); err != nil || localFS[int64(fs.Type)] == "" {
 			s.fail(fmt.Sprintf("the filesystem mounted at %q (type %#x) may change without the kernel's events", p, fs.Type))
 		}
-		s.fanFail(fmt.Sprintf("another filesystem is mounted at %q (fanotify hears the root's only)", p))
+		s.fanFail(fmt.Sprintf("another filesystem is mounted at %q (writers are told on the root's only)", p))
 	}
 	ents, err := f.ReadDir(-1)
 	f.Close() // read-only
