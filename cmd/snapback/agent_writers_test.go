@@ -177,7 +177,8 @@ func writersProject(t *testing.T) (*overlapProject, *agentShell, *agentShell) {
 // TestAgentWriters: two agents' turns overlap, each running a shell
 // command (no path claimed: any path) that edits files; a third process
 // edits another. The fanotify watcher tells whose processes wrote each:
-// A's edits are A's step's, B's are B's, and only the third's is shared.
+// A's edits are A's step's, B's are B's; the file both wrote, and the
+// third's, are shared.
 // Undone in either order, each session's files go back to what it found,
 // the shared file stays until --include-shared.
 func TestAgentWriters(t *testing.T) {
@@ -187,7 +188,7 @@ func TestAgentWriters(t *testing.T) {
 			a.hook("UserPromptSubmit", map[string]any{"prompt": "work of A"})
 			b.hook("UserPromptSubmit", map[string]any{"prompt": "work of B"})
 			// Both turns are open before either writes.
-			cmdA, cmdB := "printf A > a.txt; printf A > a-new.txt", "printf B > b.txt; printf B > b-new.txt; : > s.txt"
+			cmdA, cmdB := "printf A > a.txt; printf A > a-new.txt; printf A >> c.txt", "printf B > b.txt; printf B > b-new.txt; : > s.txt; printf B >> c.txt"
 			a.pre(cmdA)
 			b.pre(cmdB)
 			a.exec(cmdA, true)
@@ -195,14 +196,14 @@ func TestAgentWriters(t *testing.T) {
 			treetest.Write(t, p.root, "g.txt", "G\n", 0o644) // neither agent's
 			st := map[string]string{"A": a.stop(), "B": b.stop()}
 			steps := p.steps()
-			if a, b := steps[st["A"]], steps[st["B"]]; !slices.Equal(a.Shared, []string{"g.txt"}) || !slices.Equal(b.Shared, []string{"g.txt"}) {
-				t.Errorf("shared: A %q, B %q, want g.txt alone", a.Shared, b.Shared)
+			if a, b := steps[st["A"]], steps[st["B"]]; !slices.Equal(a.Shared, []string{"c.txt", "g.txt"}) || !slices.Equal(b.Shared, []string{"c.txt", "g.txt"}) {
+				t.Errorf("shared: A %q, B %q, want c.txt (both wrote it) and g.txt", a.Shared, b.Shared)
 			}
 			for _, s := range order {
 				var out revertJSON
 				treetest.Must(t, json.Unmarshal([]byte(sb(t, p.bin, p.root, "--json", "undo", st[s])), &out))
-				if out.LeftShared == nil || !slices.Equal(out.LeftShared.Paths, []string{"g.txt"}) {
-					t.Errorf("undo of %s left %+v, want g.txt", s, out.LeftShared)
+				if out.LeftShared == nil || !slices.Equal(out.LeftShared.Paths, []string{"c.txt", "g.txt"}) {
+					t.Errorf("undo of %s left %+v, want c.txt and g.txt", s, out.LeftShared)
 				}
 				// The other's files are as it left them.
 				want := map[string]map[string]string{
@@ -218,7 +219,7 @@ func TestAgentWriters(t *testing.T) {
 					}
 				}
 			}
-			for f, want := range map[string]string{"a.txt": "0\n", "b.txt": "0\n", "s.txt": "0\n", "a-new.txt": "", "b-new.txt": "", "g.txt": "G\n"} {
+			for f, want := range map[string]string{"a.txt": "0\n", "b.txt": "0\n", "s.txt": "0\n", "a-new.txt": "", "b-new.txt": "", "g.txt": "G\n", "c.txt": "0\nAB"} {
 				if got := p.read(f); got != want {
 					t.Errorf("after both undos: %s is %q, want %q", f, got, want)
 				}
