@@ -11,6 +11,7 @@ import (
 	"github.com/snapback/snapback/snapshot"
 	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 // checkpointLockWait: a checkpoint verb waits this long for the store's
@@ -116,7 +117,10 @@ func runCheckpointBegin(g *globals, o checkpointOptions) error {
 	}
 	defer repo.Close()
 	w := snapshot.Writes{Any: true}
-	if o.session != "" { // a hook's: what its agent's processes write is the session's
+	// A hook's (a session named, its payload or nothing on stdin, not a
+	// person's terminal): what its agent's processes write is the
+	// session's.
+	if o.session != "" && !term.IsTerminal(int(os.Stdin.Fd())) {
 		w.Agent = snapshot.HookAgent()
 	}
 	m, opened, err := repo.BeginTurn(o.session, o.message, w)

@@ -391,10 +391,18 @@ func PidNS() uint64 {
 // snapback: none of them is an agent.
 var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "fish": true, "snapback": true}
 
+// notAgents are programs whose descendants are a whole login's (a
+// person's shells, other agents): found where an agent should be (a
+// begin typed in a terminal), no agent is known.
+var notAgents = map[string]bool{"init": true, "systemd": true, "sshd": true, "sshd-session": true, "login": true,
+	"su": true, "sudo": true, "runuser": true, "tmux: server": true, "tmux": true, "screen": true, "SCREEN": true,
+	"script": true, "tini": true, "dumb-init": true}
+
 // Agent is the process of the agent that runs this hook: the nearest
 // ancestor that is not a shell or snapback (a harness runs hooks
 // through a shell, the agent then being the hook's grandparent). ok is
-// false where none is known (init's children, /proc unreadable).
+// false where none is known (init's children, a login's or a terminal
+// multiplexer's, /proc unreadable).
 func Agent() (p Proc, ok bool) {
 	pid := os.Getppid()
 	for i := 0; i < 64 && pid > 1; i++ {
@@ -403,7 +411,7 @@ func Agent() (p Proc, ok bool) {
 			return Proc{}, false
 		}
 		if !shells[name] && !strings.HasPrefix(name, "snapback") {
-			return self, true
+			return self, !notAgents[name]
 		}
 		pid = ppid
 	}

@@ -4,6 +4,7 @@ package watch
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,5 +186,35 @@ func TestAncestryTakenAgain(t *testing.T) {
 	}
 	if l := ancestry(Proc{self.Pid, 1}, ppid); l != nil {
 		t.Errorf("a parent started after its child: %v, want not known", l)
+	}
+}
+
+// A hook's agent is its nearest ancestor that is not a shell; none where
+// that is a terminal multiplexer's (a login's whole tree).
+func TestAgent(t *testing.T) {
+	self, err := os.Executable()
+	treetest.Must(t, err)
+	sh, err := exec.LookPath("sh")
+	treetest.Must(t, err)
+	b, err := os.ReadFile(sh)
+	treetest.Must(t, err)
+	for name, agent := range map[string]bool{"claude": true, "tmux": false} {
+		exe := filepath.Join(t.TempDir(), name)
+		treetest.Must(t, os.WriteFile(exe, b, 0o755))
+		// The agent runs the hook through sh, which stays (a second
+		// command after it).
+		cmd := exec.Command(exe, "-c", `echo $$; sh -c "$0; true"`, self)
+		cmd.Env = append(os.Environ(), "WATCH_TEST_AGENT=1")
+		out, err := cmd.Output()
+		treetest.Must(t, err)
+		var pid int
+		var p Proc
+		var ok bool
+		if _, err := fmt.Sscanf(string(out), "%d\n%d:%d %t", &pid, &p.Pid, &p.Start, &ok); err != nil {
+			t.Fatalf("%s: %q: %v", name, out, err)
+		}
+		if ok != agent || agent && p.Pid != pid {
+			t.Errorf("agent under %s (pid %d): %v %v, want %v", name, pid, p, ok, agent)
+		}
 	}
 }
