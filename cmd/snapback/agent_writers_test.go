@@ -246,8 +246,9 @@ func TestAgentWritersGone(t *testing.T) {
 	treetest.Must(t, syscall.Kill(w, syscall.SIGSTOP))
 	a.run(fmt.Sprintf("(cd %s && exec sh -c 'printf A > c.txt')", p.root)) // gone, and reaped
 	treetest.Must(t, syscall.Kill(w, syscall.SIGCONT))
-	// The daemon waits until its parent is gone (reaped) before writing.
-	a.run(fmt.Sprintf(`cd %s && sh -c 'sh -c "while kill -0 $$ 2>/dev/null; do sleep 0.01; done; printf A > d.txt; : > d.done; exec sleep 600" &'; while [ ! -e d.done ]; do sleep 0.01; done; cd /`, p.root))
+	// The daemon waits until its parent is gone (it has another then)
+	// before writing.
+	a.run(fmt.Sprintf(`cd %s && sh -c 'sh -c "while read -r x x x pp x < /proc/\$\$/stat; [ \$pp = $$ ]; do sleep 0.01; done; printf A > d.txt; : > d.done; exec sleep 600" &'; while [ ! -e d.done ]; do sleep 0.01; done; cd /`, p.root))
 	st := map[string]string{"A": a.stop(), "B": b.stop()}
 	steps := p.steps()
 	sa, sbb := steps[st["A"]], steps[st["B"]]

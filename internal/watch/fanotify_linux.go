@@ -72,6 +72,7 @@ type fanGroup struct {
 	fd       int           // the group, non-blocking: its reader's, which closes it
 	stopped  atomic.Bool   // the reader is to stop
 	done     chan struct{} // closed with stopped set
+	exits    *exits        // the reader's (nil: none)
 	marksKey string        // marks/'s handle
 	rootFsid [2]int32
 	// dirs is each watched directory's path by its handle: written by
@@ -102,9 +103,11 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("fanotify: %v", err)
 	}
-	g := &fanGroup{fd: fd, dirs: map[string]string{}, done: make(chan struct{})}
+	// The exits heard from now on, before any directory is marked.
+	g := &fanGroup{fd: fd, dirs: map[string]string{}, done: make(chan struct{}), exits: openExits()}
 	fail := func(why string) (*fanGroup, string) {
 		unix.Close(fd)
+		g.exits.close()
 		return nil, why
 	}
 	marks := fmt.Sprintf("/proc/self/fd/%d", marksFd)
@@ -180,7 +183,7 @@ const pollEvery = 100 // ms
 func readFan(g *fanGroup, out chan<- []fanEvent) {
 	defer close(out)
 	defer unix.Close(g.fd)
-	rv := &resolver{byIno: map[uint64]*lineage{}, exits: openExits()}
+	rv := &resolver{byIno: map[uint64]*lineage{}, exits: g.exits}
 	defer rv.exits.close()
 	buf := make([]byte, 64<<10)
 	for !g.stopped.Load() {
