@@ -68,8 +68,9 @@
 // pidfd), and one on marks/. Each event names a directory by its file
 // handle, and a name in it: the watcher notes each directory's handle
 // as it marks it, so an event maps to a tree path (one of a directory
-// it does not know, moved away, is dropped). Its
-// reader reads the writer's lineage at once, before handing the event
+// it does not know, moved away, is dropped). Its reader (which owns the
+// group, and looks every 100 ms whether to stop) reads the writer's
+// lineage at once, before handing the event
 // on: the writer's /proc/PID/stat (its parent, its start time), checked
 // to be the pidfd's process after the read (an id is taken again only
 // once its process is gone), then each ancestor's, each started no
@@ -93,13 +94,14 @@
 // and for given processes (the sessions' agents), which of their trees
 // wrote each path changed since: the path's writers numbered after the
 // token, each matched against the lineages. "Not known" (-1) is a writer
-// gone or of none of them, a change no fanotify event told (a path
+// whose lineage could not be read or is none of theirs, a change no
+// fanotify event told (a path
 // below a directory that came, went or moved in the stretch: events in
 // it may name it by its old or new place), or everything when the
 // group's queue overflowed after the token (FAN_Q_OVERFLOW), a
 // directory could not be marked or had no handle, or another filesystem
-// is mounted in the tree. An event of one group may be read
-// before or after the other's of the same change (the kernel does not
+// is mounted in the tree. An event of one group may be read before or
+// after the other's of the same change (the kernel does not
 // order two groups): a fanotify event read late is numbered after a
 // token given meanwhile, which only adds a writer to the stretch. The
 // marker closes the race for both: a WrittenBy is answered once the
