@@ -89,8 +89,12 @@ func (h *Harness) Act(repo *snapshot.Repo, p *Payload, a Action) (string, error)
 		// Each session has its own checkpoint, beside other sessions'
 		// open ones; what this tool writes is noted in it, so that a
 		// path another session's turn changed meanwhile is told apart.
+		// The agent's processes (a shell command's are its descendants)
+		// are known, for the tree's watcher to tell what they wrote.
 		t, terr := LoadTurn(repo.Dir, h.Name, p.Session)
-		if _, _, err := repo.BeginTurn(p.Session, t.Message, h.Writes(p, repo.Root)); err != nil {
+		w := h.Writes(p, repo.Root)
+		w.Agent = snapshot.HookAgent()
+		if _, _, err := repo.BeginTurn(p.Session, t.Message, w); err != nil {
 			return "", fmt.Errorf("open the turn's checkpoint: %w", err)
 		}
 		if terr != nil {

@@ -214,7 +214,7 @@ export SNAPBACK_TEST_MYSQL="${SNAPBACK_TEST_MYSQL:-snapback:snapback@tcp(127.0.0
 
 # Tests that need a capability skip without it, unless it is listed here:
 # then its absence fails them.
-export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3,bash-completion,zfs
+export SNAPBACK_REQUIRE=xattr,btrfs,root,overlayfs,userns,fuse,docker,postgres,mysql,restic,rest-server,python3,bash-completion,zfs,fanotify
 if [ -n "$uring_was" ]; then
 	SNAPBACK_REQUIRE+=,fuse-uring
 fi

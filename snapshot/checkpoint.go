@@ -145,7 +145,7 @@ func (r *Repo) BeginTurn(session, message string, w Writes) (m *record.Meta, ope
 	if m, err = r.newMeta(record.KindCheckpoint, record.ScopeTree); err != nil {
 		return nil, false, err
 	}
-	m.Message, m.Session, m.State = message, session, record.StateOpen
+	m.Message, m.Session, m.State, m.Agent = message, session, record.StateOpen, w.Agent
 	claim(m, w)
 	m.Git = r.seeGit()
 	if m.Targets, err = r.snapTargets(m.ID, r.withGitTarget(r.Targets)); err != nil {

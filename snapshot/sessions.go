@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/snapback/snapback/internal/watch"
 	"github.com/snapback/snapback/snapshot/record"
 )
 
@@ -29,11 +30,18 @@ import (
 //     spans, each with a fixed set of sessions open; each mark holds the
 //     claims (paths, or any path) the open sessions made during its span.
 //
+//   - Agent: the session's agent's process, when a hook found it (the
+//     hook's nearest ancestor that is not a shell): its descendants run
+//     the session's shell commands.
+//
 // A changed path is looked at in each span where it changed. In a span
 // where no other session's checkpoint was open, the change is the
 // session's, whoever made it (as with one session). In a span shared
-// with others, its writers are the sessions open in it that claimed the
-// path, or said they may write any path, in that span or an earlier one
+// with others, a path every write of which during the checkpoint the
+// tree's watcher saw made by the processes of one session's agent
+// (fanotify, as root: internal/watch), that session open in the span,
+// is that session's; else its writers are the sessions open in it that
+// claimed the path, or said they may write any path, in that span or an earlier one
 // (a claim comes before the write); with none (a person's edit, a tool
 // the hooks do not see) it is nobody's known. Over the spans: a path
 // whose writers are the session alone is its own; one whose writers are
@@ -66,6 +74,20 @@ type Writes struct {
 	Paths []string
 	// Any: it may write any path (a shell command).
 	Any bool
+	// Agent is the session's agent's process, when known: kept in the
+	// checkpoint the turn opens ([HookAgent]).
+	Agent *record.Agent
+}
+
+// HookAgent is the agent's process of the hook this process runs as (see
+// watch.Agent): its nearest ancestor that is not a shell or snapback;
+// nil where none is known.
+func HookAgent() *record.Agent {
+	p, ok := watch.Agent()
+	if !ok {
+		return nil
+	}
+	return &record.Agent{Pid: p.Pid, Start: p.Start, PidNS: watch.PidNS()}
 }
 
 // ErrWhichCheckpoint refuses an end without a session while checkpoints
@@ -76,7 +98,7 @@ var ErrWhichCheckpoint = errors.New("several checkpoints are open")
 // payload is outside input) taken as any path: nothing exact is known of
 // it.
 func (w Writes) valid() Writes {
-	out := Writes{Any: w.Any}
+	out := Writes{Any: w.Any, Agent: w.Agent}
 	for _, p := range w.Paths {
 		if record.ValidPath(p) {
 			out.Paths = append(out.Paths, p)
@@ -149,7 +171,7 @@ func openOf(open []*record.Meta, session string) (*record.Meta, error) {
 
 // claimOf is what m's session has claimed so far.
 func claimOf(m *record.Meta) record.Claim {
-	return record.Claim{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Paths: m.Claimed}
+	return record.Claim{ID: m.ID, Session: m.Session, AnyPath: m.AnyPath, Paths: m.Claimed, Agent: m.Agent}
 }
 
 // addClaim adds c to the claims of mark k.
@@ -157,6 +179,9 @@ func addClaim(k *record.Mark, c record.Claim) {
 	for i := range k.Claims {
 		if o := &k.Claims[i]; o.ID == c.ID {
 			o.AnyPath = o.AnyPath || c.AnyPath
+			if o.Agent == nil {
+				o.Agent = c.Agent
+			}
 			for _, p := range c.Paths {
 				j, found := slices.BinarySearch(o.Paths, p)
 				switch {
@@ -186,7 +211,7 @@ func (r *Repo) claimBeside(open []*record.Meta, m *record.Meta, w Writes, cut bo
 	if len(m.Marks) == 0 { // no other session's beside it: its record says it
 		return r.WriteMeta(m)
 	}
-	c := record.Claim{ID: m.ID, Session: m.Session, AnyPath: w.Any, Paths: w.Paths}
+	c := record.Claim{ID: m.ID, Session: m.Session, AnyPath: w.Any, Paths: w.Paths, Agent: m.Agent}
 	var tree string
 	if cut {
 		t, err := r.ScanTree(true)
@@ -427,6 +452,7 @@ func (r *Repo) attribute(m *record.Meta) error {
 	}
 	marks, trees := r.markTrees(marks, after.Paths())
 	ws := spanWriters(marks)
+	by, sessionOf := r.writtenBy(m, marks)
 	const nobody = "\x00nobody"
 	// whose lists the sessions that may have written p over the spans
 	// where it changed.
@@ -453,6 +479,11 @@ func (r *Repo) attribute(m *record.Meta) error {
 			}
 			if len(marks[i].Open) == 0 {
 				out[m.Session] = true
+				continue
+			}
+			// Written by one open session's agent's processes alone.
+			if ids := by[p]; len(ids) == 1 && (ids[0] == m.ID || slices.Contains(marks[i].Open, ids[0])) {
+				out[sessionOf[ids[0]]] = true
 				continue
 			}
 			found := false
@@ -514,6 +545,79 @@ func (r *Repo) attribute(m *record.Meta) error {
 	}
 	m.Shared = shared
 	return r.recordNarrowed(m, before, after, keep)
+}
+
+// writtenBy asks the tree's watcher whose agents' processes wrote each
+// path that changed while m was open: for each path whose every write
+// was by a known process of one of the agents of the checkpoints in
+// marks (the agent or its descendants), those checkpoints (an agent
+// several sessions share names them all); with the session of each. A
+// path written by another process, by one gone before the watcher read
+// it, through a mapping or another name (held for writing now, or with
+// several names at the begin) is not in it; nor is any path when the
+// watcher did not vouch for m's end or cannot tell writers (it does not
+// run as root, lost events): then claims say, as without it.
+func (r *Repo) writtenBy(m *record.Meta, marks []record.Mark) (map[string][]string, map[string]string) {
+	sessionOf := map[string]string{}
+	for _, k := range marks {
+		for _, c := range k.Claims {
+			sessionOf[c.ID] = c.Session
+		}
+	}
+	if !r.LastWatched {
+		return nil, sessionOf
+	}
+	w, err := r.loadWatchToken(r.watchTokenPath(m.ID))
+	if err != nil {
+		return nil, sessionOf
+	}
+	ns := watch.PidNS()
+	var agents []watch.Proc
+	var ids [][]string // each agent's checkpoints
+	for _, k := range marks {
+		for _, c := range k.Claims {
+			if c.Agent == nil || c.Agent.PidNS != ns {
+				continue
+			}
+			p := watch.Proc{Pid: c.Agent.Pid, Start: c.Agent.Start}
+			i := slices.Index(agents, p)
+			if i < 0 {
+				agents, ids, i = append(agents, p), append(ids, nil), len(agents)
+			}
+			if !slices.Contains(ids[i], c.ID) {
+				ids[i] = append(ids[i], c.ID)
+			}
+		}
+	}
+	if len(agents) == 0 {
+		return nil, sessionOf
+	}
+	got, err := watch.WrittenBy(r.Dir, w.token, ns, agents)
+	if err != nil {
+		return nil, sessionOf
+	}
+	held := map[string]bool{}
+	for _, p := range r.writersNow() {
+		held[p] = true
+	}
+	out := map[string][]string{}
+	for p, who := range got {
+		if _, linked := w.links[p]; linked || held[p] {
+			continue
+		}
+		var cps []string
+		for _, i := range who {
+			if i < 0 {
+				cps = nil
+				break
+			}
+			cps = append(cps, ids[i]...)
+		}
+		if len(cps) > 0 {
+			out[p] = sortedSet(cps)
+		}
+	}
+	return out, sessionOf
 }
 
 // SharedSteps lists the checkpoints not undone that share paths or

@@ -11,6 +11,7 @@ import (
 	"github.com/snapback/snapback/snapshot"
 	"github.com/snapback/snapback/snapshot/record"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 // checkpointLockWait: a checkpoint verb waits this long for the store's
@@ -115,7 +116,14 @@ func runCheckpointBegin(g *globals, o checkpointOptions) error {
 		return err
 	}
 	defer repo.Close()
-	m, opened, err := repo.BeginCheckpoint(o.session, o.message)
+	w := snapshot.Writes{Any: true}
+	// A hook's (a session named, its payload or nothing on stdin, not a
+	// person's terminal): what its agent's processes write is the
+	// session's.
+	if o.session != "" && !term.IsTerminal(int(os.Stdin.Fd())) {
+		w.Agent = snapshot.HookAgent()
+	}
+	m, opened, err := repo.BeginTurn(o.session, o.message, w)
 	if err != nil {
 		return err
 	}
@@ -229,7 +237,11 @@ func runCheckpointStatus(g *globals) error {
 		Checkpoints []checkpointJSON `json:"checkpoints"`
 		// Agents: the harnesses' hooks installed for the project.
 		Agents []agentHooksJSON `json:"agents,omitempty"`
+		// Writers: whether the tree's watcher tells whose processes
+		// wrote what changed (a store's project only).
+		Writers *writersJSON `json:"writers,omitempty"`
 	}
+	var writers *writersJSON
 	var hooks []agentHooksJSON
 	repo, err := g.openReader(snapshot.Options{Verb: "checkpoint status", Access: snapshot.ForRead, SkipDamaged: true})
 	var open []*record.Meta
@@ -246,9 +258,11 @@ func runCheckpointStatus(g *globals) error {
 			return err
 		}
 		hooks = agentHooks(repo.Store.Root, repo.Dir)
+		w := writerState(repo.Dir)
+		writers = &w
 	}
 	if g.json {
-		out := statusJSON{Checkpoints: openJSON(open), Agents: hooks}
+		out := statusJSON{Checkpoints: openJSON(open), Agents: hooks, Writers: writers}
 		if n := len(open); n > 0 {
 			m := open[n-1]
 			out.Open, out.ID, out.Session, out.Message, out.CreatedAt = true, m.ID, m.Session, m.Message, &m.CreatedAt

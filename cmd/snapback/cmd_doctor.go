@@ -50,8 +50,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 			}
 			hooks := agentHooks(root, st.existing)
 			kept, _ := fuse.KeptServer(root)
+			wr := writerState(st.existing)
 			if g.json {
-				return g.printJSON(doctorJSON{Agents: nonNil(hooks), KeptView: kept, Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered})
+				return g.printJSON(doctorJSON{Agents: nonNil(hooks), KeptView: kept, Modes: ms, Root: root, Store: st.Path, StoreWarning: st.Warning, Covered: pr.Covered, Uncovered: pr.Uncovered, Writers: wr})
 			}
 			tw := tabwriter.NewWriter(g.stdout, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "MODE\tAVAILABLE\tREASON")
@@ -80,6 +81,11 @@ func newDoctorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "fuse kept view: %s\n", keptViewText(root, kept))
+			if wr.On {
+				fmt.Fprintln(g.stdout, "writer attribution: on (the tree's watcher tells each session's shell commands' writes apart)")
+			} else {
+				fmt.Fprintf(g.stdout, "writer attribution: off (%s)\n", wr.Why)
+			}
 			fmt.Fprintf(g.stdout, "\nstore: %s\n", st.Text)
 			if st.Warning != "" {
 				fmt.Fprintf(g.stdout, "warning: %s\n", st.Warning)

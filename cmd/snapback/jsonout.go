@@ -5,6 +5,7 @@ import (
 
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/catalog"
+	"github.com/snapback/snapback/internal/watch"
 	"github.com/snapback/snapback/snapshot/record"
 )
 
@@ -150,6 +151,28 @@ type doctorJSON struct {
 	Store        string           `json:"store"`
 	StoreWarning string           `json:"store_warning"`
 	Uncovered    uncoveredJSON    `json:"uncovered"`
+	Writers      writersJSON      `json:"writers"`
+}
+
+// writersJSON says whether the tree's watcher tells whose processes
+// wrote what changed (it runs as root, with fanotify), which sessions
+// side by side use to tell their shell commands' writes apart; if not,
+// why.
+type writersJSON struct {
+	On  bool   `json:"on"`
+	Why string `json:"why,omitempty"`
+}
+
+// writerState asks the watcher of the store at dir ("": none yet).
+func writerState(dir string) writersJSON {
+	if dir == "" {
+		return writersJSON{Why: "no store yet"}
+	}
+	on, why, err := watch.WriterStatus(dir)
+	if err != nil {
+		why = err.Error()
+	}
+	return writersJSON{On: on, Why: why}
 }
 
 // snapResultJSON: snap.

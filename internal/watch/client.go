@@ -253,3 +253,72 @@ func Start(root, store string) error {
 	lock.Close()
 	return nil
 }
+
+// Proc names a process for as long as the system runs: its id and its
+// start time (clock ticks after boot, /proc/PID/stat): a process id
+// taken again by a later process has a later start.
+type Proc struct {
+	Pid   int
+	Start uint64
+}
+
+func (p Proc) String() string { return fmt.Sprintf("%d:%d", p.Pid, p.Start) }
+
+// WrittenBy asks the watcher of store who wrote each path that changed
+// after t: for each, the indices in agents of the processes whose trees
+// (the process and its descendants) wrote it, and -1 for a writer that
+// is none of theirs or is not known (a process gone before the watcher
+// read it), or a change whose writer was not heard. ns is the agents'
+// pid namespace ([PidNS]). A NotVouchedError says why the watcher cannot
+// tell (it does not run as root, its fanotify group lost events, …).
+func WrittenBy(store string, t Token, ns uint64, agents []Proc) (map[string][]int, error) {
+	req := fmt.Sprintf("writers %s %d", t, ns)
+	for _, a := range agents {
+		req += " " + a.String()
+	}
+	first, br, c, err := ask(store, req)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close() // read-only use
+	n, err := strconv.Atoi(first)
+	if err != nil || n < 0 || n > maxChanges {
+		return nil, fmt.Errorf("watcher: answer %q", first)
+	}
+	out := make(map[string][]int, n)
+	for i := 0; i < n; i++ {
+		p, err1 := br.ReadString(0)
+		w, err2 := br.ReadString(0)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("watcher: answer cut short after %d of %d paths: %w", i, n, err)
+		}
+		var who []int
+		for _, x := range strings.Split(w[:len(w)-1], ",") {
+			k, err := strconv.Atoi(x)
+			if x == "?" {
+				k, err = -1, nil
+			}
+			if err != nil || k >= len(agents) || k < -1 {
+				return nil, fmt.Errorf("watcher: writers %.40q", w)
+			}
+			who = append(who, k)
+		}
+		out[p[:len(p)-1]] = who
+	}
+	return out, nil
+}
+
+// WriterStatus says whether the watcher of store tells who wrote what
+// changed (it runs as root, with a fanotify group on the root's
+// filesystem), and if not why.
+func WriterStatus(store string) (on bool, why string, err error) {
+	first, _, c, err := ask(store, "status")
+	if err != nil {
+		return false, "", err
+	}
+	c.Close() // read-only use
+	if first == "on" {
+		return true, "", nil
+	}
+	return false, strings.TrimSpace(strings.TrimPrefix(first, "off")), nil
+}

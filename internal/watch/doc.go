@@ -56,4 +56,56 @@
 // file that had several names when the checkpoint began; a change made on
 // another machine (a network filesystem) is never reported, so the
 // watcher refuses to vouch on filesystems other than local disk ones.
+//
+// # Writers' processes
+//
+// Running as root on a kernel with pidfs (Linux 6.9 or later), the
+// watcher also makes a fanotify group (FAN_REPORT_DFID_NAME, with a
+// pidfd for the writer: FAN_REPORT_PIDFD) with a mark on each directory
+// it watches, added with its inotify watch (the changes inotify hears
+// of, on files and directories: not a mark on the whole filesystem,
+// whose other events, the rest of the machine's, would each cost a
+// pidfd), and one on marks/. Each event names a directory by its file
+// handle, and a name in it: the watcher notes each directory's handle
+// as it marks it, so an event maps to a tree path (one of a directory
+// it does not know, moved away, is dropped). Its reader (which owns the
+// group, and looks every 100 ms whether to stop) reads the writer's
+// lineage at once, before handing the event
+// on: the writer's /proc/PID/stat (its parent, its start time), checked
+// to be the pidfd's process after the read (an id is taken again only
+// once its process is gone), then each ancestor's, each started no
+// later than its child (else a later process took the id: not known).
+// Lineages are kept by the pidfd's inode (pidfs numbers each process
+// once). A writer gone (reaped) before the reader reads its event (a
+// short command: rm, sed -i) has no pidfd: the reader also listens to
+// the kernel's process connector (netlink, root), which tells each
+// process's exit, with its parent then, before it is reaped. Such a
+// writer's lineage is its exit's parent's (alive and started by then,
+// or gone too: its own exit says), when exactly one exit of the id is
+// known: exits are forgotten once the fanotify queue has been seen empty
+// after them (every event of their writes was read by then), so two
+// mean the id was taken again, and none is not known; so is everything
+// while exits were lost (the connector's queue overflowed) until the
+// fanotify queue has been empty since.
+//
+// Each event gets the next sequence number, as inotify's, and the path
+// (with its directory, for a create, delete or rename) keeps, for each
+// writer, the number of its last write. [WrittenBy] asks, after a token
+// and for given processes (the sessions' agents), which of their trees
+// wrote each path changed since: the path's writers numbered after the
+// token, each matched against the lineages. "Not known" (-1) is a writer
+// whose lineage could not be read or is none of theirs, a change no
+// fanotify event told (a path
+// below a directory that came, went or moved in the stretch: events in
+// it may name it by its old or new place), or everything when the
+// group's queue overflowed after the token (FAN_Q_OVERFLOW), a
+// directory could not be marked or had no handle, or another filesystem
+// is mounted in the tree. An event of one group may be read before or
+// after the other's of the same change (the kernel does not
+// order two groups): a fanotify event read late is numbered after a
+// token given meanwhile, which only adds a writer to the stretch. The
+// marker closes the race for both: a WrittenBy is answered once the
+// marker's events of both groups have been read. Without root or
+// pidfs, or where fanotify refuses the marks (a filesystem without file
+// handles), writers are not told: WrittenBy says why ([WriterStatus]).
 package watch

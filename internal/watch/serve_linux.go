@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -73,11 +72,30 @@ type server struct {
 	broken string            // why this generation cannot vouch; "" while it can
 	lost   map[uint64]string // generations given up, and why
 	// pending questions, by the name of their marker.
-	pending map[string]request
+	pending map[string]*pending
 	marks   int
 	// walking says why no question is answered while the watches are
 	// being added ("": they are all there).
 	walking atomic.Value
+
+	// Who wrote (fanotify_linux.go): the group (nil: none, fanWhy says
+	// why), its events, why this generation cannot tell writers
+	// (fanBroken), the first sequence number from which it can (fanLost:
+	// events were lost before), and each path's writers with the number
+	// of the last write of each.
+	fan       *fanGroup
+	fanWhy    string
+	fanEvents chan []fanEvent
+	fanBroken string
+	fanLost   uint64
+	wrote     map[string][]wrote
+}
+
+// pending is a question waiting for its marker's events: inotify's, and
+// fanotify's when it asks who wrote.
+type pending struct {
+	r                request
+	in, fan, needFan bool
 }
 
 // Serve runs a watcher of the tree at args[0] for the store at args[1]
@@ -99,7 +117,7 @@ func Serve(args []string) int {
 		fmt.Fprintln(os.Stderr, "usage: snapback "+ServeVerb+" ROOT STORE (run by the watcher's Start)")
 		return 2
 	}
-	s := &server{root: args[0], store: args[1], watchFd: -1, marksFd: -1, lost: map[uint64]string{}, pending: map[string]request{}}
+	s := &server{root: args[0], store: args[1], watchFd: -1, marksFd: -1, lost: map[uint64]string{}, pending: map[string]*pending{}}
 	if err := s.run(); err != nil {
 		fmt.Fprintln(os.Stderr, "snapback watcher:", err)
 		return 1
@@ -246,7 +264,12 @@ func (s *server) run() error {
 	if err := s.begin(""); err != nil {
 		return err
 	}
-	defer func() { s.in.Close() }() // the instance, with its watches
+	defer func() {
+		s.in.Close() // the instance, with its watches
+		if s.fan != nil {
+			s.fan.stop() // its reader closes the group, with its marks
+		}
+	}()
 	if !s.stillThere() {
 		return nil // removed before its watch directory's watch was added
 	}
@@ -271,6 +294,13 @@ func (s *server) run() error {
 				if quit := s.handle(ev); quit {
 					return nil
 				}
+			}
+		case evs, ok := <-s.fanEvents:
+			if !ok {
+				continue // a group closed by begin: its reader is done
+			}
+			for _, ev := range evs {
+				s.handleFan(ev)
 			}
 		case r := <-reqs:
 			timer.Reset(idle)
@@ -314,7 +344,7 @@ func accept(ln net.Listener, reqs chan<- request, walking *atomic.Value) {
 		}
 		go func() {
 			c.SetDeadline(time.Now().Add(askTimeout)) // a socket's deadline cannot fail
-			line, err := bufio.NewReader(&limited{c, 256}).ReadString('\n')
+			line, err := bufio.NewReader(&limited{c, 4096}).ReadString('\n')
 			if err != nil {
 				c.Close()
 				return
@@ -357,11 +387,12 @@ func (s *server) begin(why string) error {
 		s.walking.Store("the watcher lost events (" + why + ") and is adding its watches again")
 	}
 	defer s.walking.Store("")
+	s.fanWhy = ""
 	if s.in != nil {
 		s.lost[s.gen] = why
 		s.in.Close() // its reader sees the close and stops
-		for name, r := range s.pending {
-			answerNo(r.conn, why)
+		for name, q := range s.pending {
+			answerNo(q.r.conn, why)
 			delete(s.pending, name)
 			unix.Unlinkat(s.marksFd, name, 0) // ours; a leftover is harmless
 		}
@@ -372,6 +403,11 @@ func (s *server) begin(why string) error {
 	s.j = newJournal()
 	s.broken = ""
 	s.wds = map[int32]string{}
+	if s.fan != nil {
+		s.fan.stop() // its reader closes it
+		s.fan, s.fanEvents = nil, nil
+	}
+	s.fanBroken, s.fanLost, s.wrote = "", 0, map[string][]wrote{}
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("inotify: %w", err)
@@ -408,6 +444,12 @@ func (s *server) begin(why string) error {
 	}
 	s.rootID = [2]uint64{rst.Dev, rst.Ino}
 	s.rootWd = -1
+	// The group before the walk, as the watches: each directory's handle
+	// is noted as it is watched.
+	if s.fan, s.fanWhy = openFan(s.root, s.marksFd); s.fan != nil {
+		s.fanEvents = make(chan []fanEvent, 64)
+		go readFan(s.fan, s.fanEvents)
+	}
 	s.addTree("")
 	if s.rootWd < 0 {
 		return fmt.Errorf("watch %s: %s", s.root, s.broken) // gone, or not to be watched: nothing to do
@@ -483,6 +525,9 @@ func (s *server) addTree(p string) {
 	if p == "" {
 		s.rootWd = int32(wd)
 	}
+	if s.fan != nil && !s.fan.addDir(p, abs) {
+		s.fanFail(fmt.Sprintf("the directory %q has no fanotify mark or file handle", p))
+	}
 	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 		return
@@ -500,6 +545,7 @@ func (s *server) addTree(p string) {
 		if err := unix.Fstatfs(fd, &fs); err != nil || localFS[int64(fs.Type)] == "" {
 			s.fail(fmt.Sprintf("the filesystem mounted at %q (type %#x) may change without the kernel's events", p, fs.Type))
 		}
+		s.fanFail(fmt.Sprintf("another filesystem is mounted at %q (writers are told on the root's only)", p))
 	}
 	ents, err := f.ReadDir(-1)
 	f.Close() // read-only
@@ -591,6 +637,9 @@ func (s *server) unwatch(p string) {
 			delete(s.wds, wd)
 		}
 	}
+	if s.fan != nil {
+		s.fan.dropUnder(p)
+	}
 }
 
 // serve answers a request, or (a question about changes) starts its
@@ -600,6 +649,29 @@ func (s *server) serve(r request) (quit bool) {
 	case r.line == "quit":
 		answerOK(r.conn, "")
 		return true
+	case r.line == "status":
+		why := s.fanWhy
+		if why == "" {
+			why = s.broken // no watcher's vouching, no writers
+		}
+		if why == "" {
+			why = s.fanBroken
+		}
+		if why == "" && s.fan == nil {
+			why = "no fanotify group"
+		}
+		if why == "" {
+			answerOK(r.conn, " on")
+		} else {
+			answerOK(r.conn, " off "+strings.ReplaceAll(why, "\n", " "))
+		}
+		return false
+	case strings.HasPrefix(r.line, "writers "):
+		if why := s.writersRefused(r.line); why != "" {
+			answerNo(r.conn, why)
+			return false
+		}
+		return s.ask(r, true)
 	case r.line == "mark":
 		if s.broken != "" {
 			answerNo(r.conn, s.broken)
@@ -621,17 +693,24 @@ func (s *server) serve(r request) (quit bool) {
 		case s.broken != "":
 			answerNo(r.conn, s.broken)
 		default:
-			s.marks++
-			name := fmt.Sprintf("m%d-%d-%s", os.Getpid(), s.marks, strconv.FormatUint(t.Seq, 10))
-			if err := s.marker(name); err != nil {
-				answerNo(r.conn, fmt.Sprintf("marker: %v", err))
-				return !s.stillThere()
-			}
-			s.pending[name] = r
+			return s.ask(r, false)
 		}
 		return false
 	}
 	answerNo(r.conn, fmt.Sprintf("request %.40q", r.line))
+	return false
+}
+
+// ask makes a question's marker; it is answered once the marker's
+// inotify event (and fanotify's: needFan) has been read.
+func (s *server) ask(r request, needFan bool) (quit bool) {
+	s.marks++
+	name := fmt.Sprintf("m%d-%d", os.Getpid(), s.marks)
+	if err := s.marker(name); err != nil {
+		answerNo(r.conn, fmt.Sprintf("marker: %v", err))
+		return !s.stillThere()
+	}
+	s.pending[name] = &pending{r: r, needFan: needFan}
 	return false
 }
 
@@ -653,12 +732,21 @@ func (s *server) marker(name string) error {
 // answer answers the question whose marker's event has come: every
 // change made before it was asked has been read.
 func (s *server) answer(name string) {
-	r, ok := s.pending[name]
+	q, ok := s.pending[name]
 	if !ok {
 		return
 	}
+	q.in = true
+	if q.needFan && !q.fan {
+		return // fanotify's event of it answers
+	}
 	delete(s.pending, name)
-	unix.Unlinkat(s.marksFd, name, 0)                        // ours; a leftover is harmless
+	unix.Unlinkat(s.marksFd, name, 0) // ours; a leftover is harmless
+	r := q.r
+	if strings.HasPrefix(r.line, "writers ") {
+		s.answerWriters(r)
+		return
+	}
 	t, _ := ParseToken(strings.TrimPrefix(r.line, "since ")) // parsed when asked
 	changes := s.j.since(t.Seq)
 	if len(changes) > maxChanges {

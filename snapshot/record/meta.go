@@ -80,6 +80,9 @@ type Meta struct {
 	// closed, the other sessions' checkpoints open during it (Overlaps)
 	// and the paths and targets of its step no exact source gives to its
 	// session alone (Shared, SharedTargets), which undo leaves unless told.
+	// Agent is the session's agent's process, when its hooks found it:
+	// what its process tree writes is its session's.
+	Agent         *Agent   `json:"agent,omitempty"`
 	Claimed       []string `json:"claimed,omitempty"`
 	AnyPath       bool     `json:"any_path,omitempty"`
 	Marks         []Mark   `json:"marks,omitempty"`

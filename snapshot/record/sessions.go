@@ -24,7 +24,22 @@ type Claim struct {
 	Session string   `json:"session"`
 	AnyPath bool     `json:"any_path,omitempty"`
 	Paths   []string `json:"paths,omitempty"`
+	// Agent is the session's agent's process (its checkpoint's Agent).
+	Agent *Agent `json:"agent,omitempty"`
 }
+
+// Agent is the process a session's agent runs as, named for as long as
+// the system runs: its id, its start time (clock ticks after boot, as
+// /proc/PID/stat says: an id taken again is taken by a later process)
+// and its pid namespace (the inode of /proc/PID/ns/pid). The processes
+// it starts (a shell command's) are its descendants.
+type Agent struct {
+	Pid   int    `json:"pid"`
+	Start uint64 `json:"start"`
+	PidNS uint64 `json:"pid_ns"`
+}
+
+func (a *Agent) valid() bool { return a == nil || a.Pid > 1 && a.Start > 0 }
 
 // MaxClaims bounds the paths a checkpoint claims: past it, its session is
 // taken to have written any path (a step's record is read by every list).
@@ -35,13 +50,16 @@ const MaxClaims = 4096
 // is open, what it overlapped and shares only once closed.
 func (m *Meta) validateSessions() error {
 	if m.Kind != KindCheckpoint {
-		if len(m.Claimed)+len(m.Marks)+len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 || m.AnyPath {
+		if len(m.Claimed)+len(m.Marks)+len(m.Overlaps)+len(m.Shared)+len(m.SharedTargets) > 0 || m.AnyPath || m.Agent != nil {
 			return fmt.Errorf("kind %s with a session's writes", m.Kind)
 		}
 		return nil
 	}
 	if len(m.Claimed) > MaxClaims {
 		return fmt.Errorf("over %d claimed paths", MaxClaims)
+	}
+	if !m.Agent.valid() {
+		return fmt.Errorf("bad agent process %+v", *m.Agent)
 	}
 	for _, p := range append(append([]string(nil), m.Claimed...), m.Shared...) {
 		if !ValidPath(p) {
@@ -69,7 +87,7 @@ func (m *Meta) validateSessions() error {
 			}
 		}
 		for _, c := range k.Claims {
-			if !ValidID(c.ID) || ValidSession(c.Session) != nil || len(c.Paths) > MaxClaims {
+			if !ValidID(c.ID) || ValidSession(c.Session) != nil || len(c.Paths) > MaxClaims || !c.Agent.valid() {
 				return fmt.Errorf("bad mark %d: claim of %q", i, c.ID)
 			}
 			for _, p := range c.Paths {
