@@ -22,7 +22,8 @@ import (
 // of its own: a 100-byte object costs a whole block and an inode, so a
 // store of a tree of small files took more room than the tree. Small
 // contents wait in memory and are written together, at the store's next
-// Flush (or when packTarget bytes wait), as one pack file:
+// Flush (or when packTarget bytes wait, or with the blocks of a blocked
+// manifest: blocked.go), as one pack file:
 //
 //	packs/<SHA-256 of the file, 64 hex>.pack
 //
