@@ -122,8 +122,15 @@ func (p *packBuf) full() bool {
 // validPackName reports whether name is a pack's file name.
 func validPackName(name string) bool {
 	h, ok := strings.CutSuffix(name, packSuffix)
-	_, err := hex.DecodeString(h)
-	return ok && len(h) == 64 && err == nil && strings.ToLower(h) == h
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ { // lower-case hex (the store is listed at every open)
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // loadPacksLocked reads the index of every pack, once. A pack whose
