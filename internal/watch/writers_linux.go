@@ -53,8 +53,13 @@ func Writers(root string) []string {
 		if err != nil {
 			continue // gone
 		}
-		w.mappedWritable(dir)
-		w.openForWrite(dir)
+		// A process without memory (a kernel thread, or one that has
+		// exited: its files are closed, or about to be, an event for
+		// the watcher) holds no file of ours: its descriptors are not
+		// listed (a third of the processes on a quiet machine).
+		if w.mappedWritable(dir) {
+			w.openForWrite(dir)
+		}
 		unix.Close(dir)
 	}
 	return w.out
@@ -103,11 +108,12 @@ func (w *writers) names(fd int, names []string) ([]string, bool) {
 }
 
 // mappedWritable adds each file the process of /proc directory dir maps
-// shared and writable.
-func (w *writers) mappedWritable(dir int) {
+// shared and writable. It reports false when the process has no memory
+// (its map is empty), true when it has, or its map could not be read.
+func (w *writers) mappedWritable(dir int) bool {
 	fd, err := unix.Openat(dir, "maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return true
 	}
 	defer unix.Close(fd) // read-only
 	b := w.buf[:0]
@@ -116,6 +122,9 @@ func (w *writers) mappedWritable(dir int) {
 			b = append(b, 0)[:len(b)]
 		}
 		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if n == 0 && err == nil && len(b) == 0 {
+			return false
+		}
 		if n <= 0 || err != nil {
 			break
 		}
@@ -146,6 +155,7 @@ func (w *writers) mappedWritable(dir int) {
 		}
 		w.add(p)
 	}
+	return true
 }
 
 // openForWrite adds each file below the root that the process of /proc
