@@ -28,11 +28,10 @@ const maxMaps = 16 << 20
 // string made only of what is below the root.
 func Writers(root string) []string {
 	w := writers{seen: map[string]bool{}, buf: make([]byte, 64<<10)}
-	for _, r := range []string{filepath.Clean(root)} {
-		w.roots = append(w.roots, []byte(r+"/"))
-		if real, err := filepath.EvalSymlinks(r); err == nil && real != r {
-			w.roots = append(w.roots, []byte(real+"/"))
-		}
+	r := filepath.Clean(root)
+	w.roots = [][]byte{[]byte(r + "/")}
+	if real, err := filepath.EvalSymlinks(r); err == nil && real != r {
+		w.roots = append(w.roots, []byte(real+"/"))
 	}
 	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -56,7 +55,7 @@ func Writers(root string) []string {
 		// A process without memory (a kernel thread, or one that has
 		// exited: its files are closed, or about to be, an event for
 		// the watcher) holds no file of ours: its descriptors are not
-		// listed (a third of the processes on a quiet machine).
+		// listed (kernel threads are often half of the processes).
 		if w.mappedWritable(dir) {
 			w.openForWrite(dir)
 		}
