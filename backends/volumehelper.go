@@ -565,7 +565,8 @@ func volWriteFile(p string, r io.Reader, size int64, buf []byte) error {
 	return f.Close()
 }
 
-var volZeros = make([]byte, 1<<20)
+// volZeros is read only: an array, not a MiB on every process's heap.
+var volZeros [1 << 20]byte
 
 func volAllZero(b []byte) bool { return bytes.Equal(b, volZeros[:len(b)]) }
 

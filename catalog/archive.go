@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -45,13 +46,13 @@ const (
 )
 
 var (
-	nameRE      = regexp.MustCompile(`^backup-([0-9a-f]{32})\.zip$`)
-	projectIDRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	nameRE      = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^backup-([0-9a-f]{32})\.zip$`) })
+	projectIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{32}$`) })
 )
 
 // IDOf returns the id in an archive's file name, if it is one.
 func IDOf(name string) (string, bool) {
-	m := nameRE.FindStringSubmatch(name)
+	m := nameRE().FindStringSubmatch(name)
 	if m == nil {
 		return "", false
 	}

@@ -29,7 +29,7 @@ func ProjectID(store string, create bool) (string, error) {
 		b, err := fsutil.ReadFileLimit(p, 4096)
 		if err == nil {
 			id := strings.TrimSpace(string(b))
-			if !projectIDRE.MatchString(id) {
+			if !projectIDRE().MatchString(id) {
 				return "", errf(CodeIO, "project id %s: not 32 hex digits", p)
 			}
 			return id, nil

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -21,7 +22,7 @@ import (
 // TokenTTL is how long a prune preview's token may be applied.
 const TokenTTL = 10 * time.Minute
 
-var tokenRE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+var tokenRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{32}$`) })
 
 // PrunePlan is a previewed retention: what would go and the token that
 // makes it happen.
@@ -361,7 +362,7 @@ func (c *Catalog) recoverPrunes() error {
 	}
 	for _, e := range names {
 		token, ok := strings.CutPrefix(e.Name(), pruneStagePrefix)
-		if !ok || !tokenRE.MatchString(token) || e.Type() != fs.ModeDir {
+		if !ok || !tokenRE().MatchString(token) || e.Type() != fs.ModeDir {
 			continue // not an apply's
 		}
 		if err := c.recoverPrune(e.Name()); err != nil {
@@ -398,7 +399,7 @@ func (c *Catalog) recoverPrune(name string) error {
 	_, err = sd.Lstat(pruneDecided)
 	decided := err == nil
 	for _, f := range files {
-		if !nameRE.MatchString(f) {
+		if !nameRE().MatchString(f) {
 			continue
 		}
 		if st, err := sd.Lstat(f); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
@@ -430,7 +431,7 @@ func (c *Catalog) recoverPrune(name string) error {
 // claimToken marks the token used and returns its record, refusing a
 // malformed, unknown, used, damaged or expired one.
 func claimToken(token, tokenDir string) (*tokenRecord, error) {
-	if !tokenRE.MatchString(token) {
+	if !tokenRE().MatchString(token) {
 		return nil, errf(CodeToken, "prune: %q is not a prune token", token)
 	}
 	fresh := filepath.Join(tokenDir, token+".json")

@@ -87,7 +87,7 @@ type resticSnapshot struct {
 // archiveID is the archive a snapshot holds ("" if none: not ours).
 func (s *resticSnapshot) archiveID() string {
 	for _, t := range s.Tags {
-		if id, ok := strings.CutPrefix(t, resticIDTag); ok && nameRE.MatchString(FileName(id)) &&
+		if id, ok := strings.CutPrefix(t, resticIDTag); ok && nameRE().MatchString(FileName(id)) &&
 			len(s.Paths) == 1 && s.Paths[0] == "/"+FileName(id) {
 			return id
 		}

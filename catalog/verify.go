@@ -274,11 +274,11 @@ func DecodeSummary(b []byte) (*Summary, error) {
 	switch {
 	case s.Format != Format:
 		return nil, errf(CodeBadSummary, "summary: format %q, want %q", s.Format, Format)
-	case !nameRE.MatchString(FileName(s.ID)):
+	case !nameRE().MatchString(FileName(s.ID)):
 		return nil, errf(CodeBadSummary, "summary: bad id %q", s.ID)
 	case !record.ValidID(s.Snapshot):
 		return nil, errf(CodeBadSummary, "summary: bad snapshot id %q", s.Snapshot)
-	case !projectIDRE.MatchString(s.ProjectID):
+	case !projectIDRE().MatchString(s.ProjectID):
 		return nil, errf(CodeBadSummary, "summary: bad project_id %q", s.ProjectID)
 	case len(s.ArchiveSHA256) != 64 || strings.Trim(s.ArchiveSHA256, "0123456789abcdef") != "":
 		return nil, errf(CodeBadSummary, "summary: bad archive_sha256")

@@ -10,7 +10,17 @@ import (
 // either the old file or the complete new one: a temp file in the same
 // directory is written, synced and renamed over path, then the directory is
 // synced. The temp file is removed on any error.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	if err := WriteFileWhole(path, data, perm); err != nil {
+		return err
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// WriteFileWhole is WriteFileAtomic without the directory's sync: for a
+// file whose loss costs nothing but time (a hint), which a crash may
+// leave as it was or not there, but never in part.
+func WriteFileWhole(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	Mutating()
 	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
@@ -47,7 +57,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	if err = os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return SyncDir(dir)
+	return nil
 }
 
 // SyncDir fsyncs a directory so that renames and creations in it are durable.

@@ -15,7 +15,11 @@ import (
 const copyBuf = 1 << 20
 
 var (
-	zeros = make([]byte, copyBuf)
+	// zeros is read only, for holes. An array, not a slice made at
+	// init: no MiB on the heap of every process (the first collection
+	// would come at start-up, before a verb's work), and its pages are
+	// mapped only once read.
+	zeros [copyBuf]byte
 	// bufs recycles copy buffers: a fresh MiB per file would cost more
 	// (zeroing it) than copying a small file.
 	bufs = sync.Pool{New: func() any { b := make([]byte, copyBuf); return &b }}

@@ -135,17 +135,27 @@ func cutBlocks(m record.Manifest) []record.Manifest {
 	return out
 }
 
-// putBlocks stores parts as blocks: the small ones in packs of their own
-// (their place kept as each block's hint), a larger one loose. All are
-// durable when it returns.
+// putBlocks stores parts as blocks: the small ones in packs (their place
+// kept as each block's hint), with the small contents waiting for the
+// store's next Flush, a larger one loose. All are durable when it
+// returns.
 func (r *Repo) putBlocks(parts []record.Manifest) ([]record.Block, error) {
 	out := make([]record.Block, len(parts))
 	var p packBuf
 	var waiting []int // the blocks in p
 	write := func() error {
+		r.packMu.Lock()
+		// The small contents waiting for the store's next Flush (those
+		// of the files just read) go in the same pack: one file and
+		// two syncs fewer than a pack of their own.
+		for _, e := range r.pend.ents {
+			if !p.has(e.id) {
+				p.add(e.id, r.pend.data[e.off:e.off+e.len])
+			}
+		}
+		r.pend = packBuf{}
 		ents := append([]packEntry(nil), p.ents...)
 		at := p.at
-		r.packMu.Lock()
 		name, err := r.writePackNamed(&p) // (empties p)
 		r.packMu.Unlock()
 		if err != nil {

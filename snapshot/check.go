@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/snapback/snapback/config"
 	"github.com/snapback/snapback/fsutil"
@@ -413,7 +414,7 @@ func (c *checker) payloads(metas []*record.Meta, runs []*ViewRun) {
 }
 
 func (c *checker) payloadProblem(rel string) string {
-	if !payloadPath.MatchString(rel) {
+	if !payloadPath().MatchString(rel) {
 		return "not a payload path of the store"
 	}
 	b, err := readLimited(c.r.path(rel, "target.json"), maxPayloadSize)
@@ -631,4 +632,6 @@ func (r *Repo) restoreFromTree(want map[record.ObjectID]*Damage) (map[record.Obj
 }
 
 // payloadPath is the form of a target payload's directory in the store.
-var payloadPath = regexp.MustCompile(`^targets/[0-9]{8}-[0-9]{6}-[0-9a-f]{6}/[0-9]+$`)
+var payloadPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^targets/[0-9]{8}-[0-9]{6}-[0-9a-f]{6}/[0-9]+$`)
+})

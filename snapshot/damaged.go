@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/snapshot/record"
@@ -124,8 +125,8 @@ func (s *Store) moveAside(path, name string) (string, error) {
 }
 
 var (
-	hexIDPattern   = regexp.MustCompile(`[0-9a-f]{64}`)
-	payloadPattern = regexp.MustCompile(`targets/([0-9]{8}-[0-9]{6}-[0-9a-f]{6})/`)
+	hexIDPattern   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`[0-9a-f]{64}`) })
+	payloadPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`targets/([0-9]{8}-[0-9]{6}-[0-9a-f]{6})/`) })
 )
 
 // salvage reads what damaged records (those still among the records and
@@ -159,12 +160,12 @@ func (s *Store) salvage() (objects map[record.ObjectID]bool, owners map[string]b
 		if err != nil {
 			continue // a FIFO, a huge file: nothing in it can be read anyway
 		}
-		for _, h := range hexIDPattern.FindAll(b, -1) {
+		for _, h := range hexIDPattern().FindAll(b, -1) {
 			if id, ok := record.ParseObjectID(string(h)); ok {
 				objects[id] = true
 			}
 		}
-		for _, m := range payloadPattern.FindAllSubmatch(b, -1) {
+		for _, m := range payloadPattern().FindAllSubmatch(b, -1) {
 			owners[string(m[1])] = true
 		}
 	}

@@ -43,6 +43,7 @@ func (s *Store) Lock(wait time.Duration, what string) error {
 			}
 			return fmt.Errorf("%w by %s", ErrLocked, h)
 		}
+		s.waited = true
 		time.Sleep(20 * time.Millisecond)
 	}
 	info := fmt.Sprintf("pid %d (%s) since %s\n", os.Getpid(), what, time.Now().Format(time.RFC3339))

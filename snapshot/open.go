@@ -59,6 +59,11 @@ type Options struct {
 	// shell's completion, which must be quick and silent).
 	Untouched bool
 
+	// HeldAhead: a checkpoint verb's open. The files of the tree held
+	// for writing, which a watched begin or end reads (watch.go), are
+	// looked for in /proc while the store is opened.
+	HeldAhead bool
+
 	// Verb names the opener to another snapback waiting on the lock.
 	Verb string
 	// LockWait is how long to wait for another snapback's lock (0: not
@@ -132,16 +137,24 @@ func open(root string, o Options) (*Repo, error) {
 	if !create && !loc.Exists {
 		return nil, fmt.Errorf("%s: %w", root, ErrNoStore)
 	}
+	var held chan []string
+	if o.HeldAhead {
+		held = writersAhead(root)
+	}
 	r, err := openRepo(root, loc.Dir, cfg, create)
 	if err != nil {
 		return nil, err
 	}
+	r.writers = held
 	r.Config, r.Targets = cfg, cfg.Targets
 	r.Ctx, r.Working, r.Progress = o.Ctx, o.Working, o.Progress
 	r.Warn, r.SkipDamaged = o.Warn, o.SkipDamaged
 	if err := r.Lock(o.LockWait, o.Verb); err != nil {
 		r.Close()
 		return nil, err
+	}
+	if r.waited {
+		r.writers = nil // older than the wait: read again when needed
 	}
 	if err := r.settle(o); err != nil {
 		r.Close()

@@ -22,7 +22,8 @@ import (
 // of its own: a 100-byte object costs a whole block and an inode, so a
 // store of a tree of small files took more room than the tree. Small
 // contents wait in memory and are written together, at the store's next
-// Flush (or when packTarget bytes wait), as one pack file:
+// Flush (or when packTarget bytes wait, or with the blocks of a blocked
+// manifest: blocked.go), as one pack file:
 //
 //	packs/<SHA-256 of the file, 64 hex>.pack
 //
@@ -121,8 +122,15 @@ func (p *packBuf) full() bool {
 // validPackName reports whether name is a pack's file name.
 func validPackName(name string) bool {
 	h, ok := strings.CutSuffix(name, packSuffix)
-	_, err := hex.DecodeString(h)
-	return ok && len(h) == 64 && err == nil && strings.ToLower(h) == h
+	if !ok || len(h) != 64 {
+		return false
+	}
+	for i := 0; i < len(h); i++ { // lower-case hex (the store is listed at every open)
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // loadPacksLocked reads the index of every pack, once. A pack whose

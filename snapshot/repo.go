@@ -86,6 +86,8 @@ type Repo struct {
 	// only the paths the tree's watcher named (watch.go), not the whole
 	// tree.
 	LastWatched bool
+	// writers: watch.Writers's answer on its way ([Options.HeldAhead]).
+	writers chan []string
 }
 
 // openRepo opens the project at root with its store at dir ("": in the

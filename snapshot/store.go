@@ -102,12 +102,17 @@ type Store struct {
 	// (with a warning); otherwise listing them is an error.
 	SkipDamaged bool
 
-	lock  *os.File
-	owner uint32 // the store's owner: its files may be this user's or root's
+	lock *os.File
+	// waited: Lock found the store locked, and waited.
+	waited bool
+	owner  uint32 // the store's owner: its files may be this user's or root's
 
 	warned  sync.Map // messages already given to Warn
 	mu      sync.Mutex
-	pending []string    // objects written since the last Flush
+	pending []string // objects written since the last Flush
+	// synced: those of pending whose data was synced before their
+	// rename (PutBytes): their directory only is synced at Flush.
+	synced  map[string]bool
 	noClone atomic.Bool // the store's filesystem refused a clone: copy
 
 	// Small contents are packed (pack.go): packMu guards the rest.
@@ -482,7 +487,7 @@ func (s *Store) putTemp(src *os.File, fill func(*os.File) ([32]byte, int64, erro
 		return record.ObjectID{}, 0, fmt.Errorf("store %s: %w", src.Name(), err)
 	}
 	id := record.ObjectID(sum)
-	if err := s.adopt(tmp.Name(), id); err != nil {
+	if err := s.adopt(tmp.Name(), id, false); err != nil {
 		return record.ObjectID{}, 0, err
 	}
 	return id, size, nil
@@ -512,12 +517,13 @@ func (s *Store) PutBytes(b []byte) (record.ObjectID, error) {
 		os.Remove(tmp.Name()) // best effort
 		return id, fmt.Errorf("store object: %w", err)
 	}
-	return id, s.adopt(tmp.Name(), id)
+	return id, s.adopt(tmp.Name(), id, true)
 }
 
 // adopt renames a finished temp file to its object name (or drops it when
-// the object exists: contents are deduplicated by hash).
-func (s *Store) adopt(tmp string, id record.ObjectID) error {
+// the object exists: contents are deduplicated by hash); synced says its
+// data is durable already.
+func (s *Store) adopt(tmp string, id record.ObjectID, synced bool) error {
 	dst := s.objectPath(id)
 	if s.HasObject(id) {
 		os.Remove(tmp) // a duplicate: the stored copy (loose or packed) is identical
@@ -540,6 +546,12 @@ func (s *Store) adopt(tmp string, id record.ObjectID) error {
 	}
 	s.mu.Lock()
 	s.pending = append(s.pending, dst)
+	if synced {
+		if s.synced == nil {
+			s.synced = map[string]bool{}
+		}
+		s.synced[dst] = true
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -622,7 +634,7 @@ func (s *Store) adoptStaged(opID string) error {
 			}
 			continue
 		}
-		if err := s.adopt(p, id); err != nil {
+		if err := s.adopt(p, id, false); err != nil {
 			return err
 		}
 	}
@@ -660,8 +672,8 @@ func (s *Store) Flush() error {
 		return fmt.Errorf("flush store: %w", err)
 	}
 	s.mu.Lock()
-	pending := s.pending
-	s.pending = nil
+	pending, synced := s.pending, s.synced
+	s.pending, s.synced = nil, nil
 	s.mu.Unlock()
 	if len(pending) > syncEachLimit {
 		if err := syncFS(s.Dir); err != nil {
@@ -671,8 +683,12 @@ func (s *Store) Flush() error {
 	}
 	dirs := map[string]bool{}
 	for _, p := range pending {
-		if err := syncFile(p); err != nil {
-			return fmt.Errorf("flush store: %w", err)
+		// One synced before its rename (PutBytes) needs only its
+		// directory's sync, below, for the rename to be durable.
+		if !synced[p] {
+			if err := syncFile(p); err != nil {
+				return fmt.Errorf("flush store: %w", err)
+			}
 		}
 		dirs[filepath.Dir(p)] = true
 	}

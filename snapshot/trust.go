@@ -152,55 +152,61 @@ func (s *Store) checkTop() error {
 
 // checkLayout checks every directory and small file the store keeps (see
 // above); the objects themselves and the records are checked as they are
-// read.
+// read. It runs at every open: each part is looked at relative to its
+// directory, held open (a short lookup, not the store's whole path).
 func (s *Store) checkLayout() error {
+	top, err := s.openDir("")
+	if err != nil {
+		return fmt.Errorf("open store: %w", err) // checkTop found a directory
+	}
+	defer top.Close() // read-only
 	for _, d := range storeDirs {
-		if err := s.checkPart(d, true, 0); err != nil {
+		if err := s.checkPart(top, "", d, true, 0); err != nil {
 			return err
 		}
 	}
 	for f, max := range storeFiles {
-		if err := s.checkPart(f, false, max); err != nil {
+		if err := s.checkPart(top, "", f, false, max); err != nil {
 			return err
 		}
 	}
-	if err := s.checkEach("objects", func(name string) (bool, int64, bool) {
+	if err := s.checkEach(top, "objects", func(name string) (bool, int64, bool) {
 		return len(name) == 2, 0, true
 	}); err != nil {
 		return err
 	}
-	if err := s.checkEach(packsDir, func(name string) (bool, int64, bool) {
+	if err := s.checkEach(top, packsDir, func(name string) (bool, int64, bool) {
 		return false, maxPackFile, validPackName(name)
 	}); err != nil {
 		return err
 	}
-	if err := s.checkEach("agent", func(string) (bool, int64, bool) { return false, maxAgentFile, true }); err != nil {
+	if err := s.checkEach(top, "agent", func(string) (bool, int64, bool) { return false, maxAgentFile, true }); err != nil {
 		return err
 	}
-	if err := s.checkEach("targets", func(string) (bool, int64, bool) { return true, 0, true }); err != nil {
+	if err := s.checkEach(top, "targets", func(string) (bool, int64, bool) { return true, 0, true }); err != nil {
 		return err
 	}
-	if err := s.checkEach(liveDir, func(name string) (bool, int64, bool) { // empty markers (live.go)
+	if err := s.checkEach(top, liveDir, func(name string) (bool, int64, bool) { // empty markers (live.go)
 		return false, 0, name == liveComplete || record.ValidID(name)
 	}); err != nil {
 		return err
 	}
-	return s.checkEach("runs", func(name string) (bool, int64, bool) { return true, 0, record.ValidID(name) })
+	return s.checkEach(top, "runs", func(name string) (bool, int64, bool) { return true, 0, record.ValidID(name) })
 }
 
-// checkEach checks the entries of the store directory dir: want says,
-// for a name, whether it must be a directory (else a file of at most max
-// bytes), and whether it is snapback's at all.
-func (s *Store) checkEach(dir string, want func(name string) (isDir bool, max int64, ours bool)) error {
-	d, err := s.openDir(dir)
+// checkEach checks the entries of the store directory dir (in top, the
+// store): want says, for a name, whether it must be a directory (else a
+// file of at most max bytes), and whether it is snapback's at all.
+func (s *Store) checkEach(top *fsutil.Dir, dir string, want func(name string) (isDir bool, max int64, ours bool)) error {
+	d, err := top.OpenDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return err // checkPart has refused anything but a directory
 	}
+	defer d.Close() // read-only
 	names, err := d.ReadDirNames()
-	d.Close() // read-only
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -209,12 +215,12 @@ func (s *Store) checkEach(dir string, want func(name string) (isDir bool, max in
 		if !ours || strings.HasPrefix(n, ".tmp-") {
 			continue // not snapback's, or a temp file of an interrupted write
 		}
-		if err := s.checkPart(dir+"/"+n, isDir, max); err != nil {
+		if err := s.checkPart(d, dir, n, isDir, max); err != nil {
 			return err
 		}
 		if dir == "runs" {
 			for f, max := range runFiles {
-				if err := s.checkPart(dir+"/"+n+"/"+f, false, max); err != nil {
+				if err := s.checkPart(d, dir, n+"/"+f, false, max); err != nil {
 					return err
 				}
 			}
@@ -223,26 +229,27 @@ func (s *Store) checkEach(dir string, want func(name string) (isDir bool, max in
 	return nil
 }
 
-// checkPart checks the store path rel (missing is fine).
-func (s *Store) checkPart(rel string, isDir bool, max int64) error {
-	p := s.path(filepath.FromSlash(rel))
+// checkPart checks the store path dir/rel (missing is fine), rel looked
+// up in d, the store directory dir ("": the store) held open.
+func (s *Store) checkPart(d *fsutil.Dir, dir, rel string, isDir bool, max int64) error {
 	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
+	if err := unix.Fstatat(d.Fd(), rel, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 			return nil // a missing part, or one below a file (refused itself)
 		}
-		return fmt.Errorf("open store: %s: %w", p, err)
+		return fmt.Errorf("open store: %s: %w", s.path(dir, rel), err)
 	}
+	p := func() string { return s.path(dir, rel) }
 	typ := st.Mode & unix.S_IFMT
 	switch {
 	case isDir && typ != unix.S_IFDIR:
-		return &UntrustedError{Path: p, Reason: "is " + kindName(uint32(st.Mode)) + ", not a directory"}
+		return &UntrustedError{Path: p(), Reason: "is " + kindName(uint32(st.Mode)) + ", not a directory"}
 	case !isDir && typ != unix.S_IFREG:
-		return &UntrustedError{Path: p, Reason: "is " + kindName(uint32(st.Mode)) + ", not a regular file"}
+		return &UntrustedError{Path: p(), Reason: "is " + kindName(uint32(st.Mode)) + ", not a regular file"}
 	case !s.trusted(st.Uid):
-		return &UntrustedError{Path: p, Reason: fmt.Sprintf("is owned by uid %d, not by the store's owner (uid %d)", st.Uid, s.owner)}
+		return &UntrustedError{Path: p(), Reason: fmt.Sprintf("is owned by uid %d, not by the store's owner (uid %d)", st.Uid, s.owner)}
 	case !isDir && st.Size > max:
-		return &UntrustedError{Path: p, Reason: fmt.Sprintf("holds %d bytes, more than snapback ever writes there (%d)", st.Size, max)}
+		return &UntrustedError{Path: p(), Reason: fmt.Sprintf("holds %d bytes, more than snapback ever writes there (%d)", st.Size, max)}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,7 +87,9 @@ func (r *Repo) saveWatchToken(id string, t watch.Token, manifest string, tree re
 	if err := os.MkdirAll(r.path("watch", "since"), 0o700); err != nil {
 		return err
 	}
-	return fsutil.WriteFileAtomic(r.watchTokenPath(id), []byte(b.String()), 0o600)
+	// Whole or absent after a crash (absent: the end reads the whole
+	// tree), so its directory is not synced.
+	return fsutil.WriteFileWhole(r.watchTokenPath(id), []byte(b.String()), 0o600)
 }
 
 // loadWatchToken reads a token file (watch/since/ID or watch/base).
@@ -134,13 +137,36 @@ func (r *Repo) loadWatchToken(path string) (*watchToken, error) {
 // mapping are gone (that is an event: IN_CLOSE_WRITE), so a file held
 // still is read again whatever the watcher says.
 func (r *Repo) writersNow() []string {
+	var held []string
+	if r.writers != nil {
+		held, r.writers = <-r.writers, nil
+	} else {
+		held = watch.Writers(r.Root)
+	}
 	var out []string
-	for _, p := range watch.Writers(r.Root) {
+	for _, p := range held {
 		if record.ValidPath(p) && r.visible(p) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// writersAhead starts reading /proc for the writersNow of the project
+// at root (a few ms, on a core of its own where the machine has one)
+// while the verb opens the store and does the rest of its work: see
+// [Options.HeldAhead]. What was held for writing when the verb began is
+// held still when the answer comes, or its close was an event for the
+// watcher: the answer is as good as one read later. Nil when the
+// watcher is off.
+func writersAhead(root string) chan []string {
+	abs, err := filepath.Abs(root)
+	if !watchOn() || err != nil {
+		return nil
+	}
+	ch := make(chan []string, 1)
+	go func() { ch <- watch.Writers(abs) }()
+	return ch
 }
 
 // watchBasePath: the last begin's token file, kept by its end.

@@ -101,6 +101,7 @@ func (g *globals) openForCheckpoint(o snapshot.Options) (*snapshot.Repo, error) 
 	// memory for the whole of its short life: collecting garbage less
 	// often saves a tenth of its CPU time (tens of MB more at most).
 	debug.SetGCPercent(400)
+	o.HeldAhead = true
 	if os.Getenv("SNAPBACK_LOCK_WAIT") == "" {
 		g.lockWait = checkpointLockWait
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/snapback/snapback/snapshot"
@@ -88,13 +89,13 @@ func shellLine(argv []string) string {
 	return strings.Join(words, " ")
 }
 
-var plainWord = regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`)
+var plainWord = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_@%+=:,./-]+$`) })
 
 func shellWord(w string) string {
 	switch {
 	case w == "":
 		return "''"
-	case plainWord.MatchString(w):
+	case plainWord().MatchString(w):
 		return w
 	case utf8.ValidString(w) && !strings.ContainsFunc(w, func(r rune) bool { return r < 0x20 || r == 0x7f }):
 		return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"

@@ -1,9 +1,7 @@
 package watch
 
 import (
-	"bufio"
-	"io"
-	"os"
+	"bytes"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,91 +20,185 @@ const maxMaps = 16 << 20
 // changes reads these files as well (snapshot/watch.go), and misses no
 // mapped write. It reads /proc: a process whose entries it may not read
 // (another user's, for an ordinary user) is not seen.
+//
+// It runs in every watched checkpoint verb and costs what the system's
+// processes hold (their descriptors and mappings), so it reads /proc
+// with the fewest system calls it can: each process's entries relative
+// to its directory, every listing and map into one buffer, and a
+// string made only of what is below the root.
 func Writers(root string) []string {
-	roots := []string{filepath.Clean(root)}
-	if real, err := filepath.EvalSymlinks(root); err == nil && real != roots[0] {
-		roots = append(roots, real)
+	w := writers{seen: map[string]bool{}, buf: make([]byte, 64<<10)}
+	r := filepath.Clean(root)
+	w.roots = [][]byte{[]byte(r + "/")}
+	if real, err := filepath.EvalSymlinks(r); err == nil && real != r {
+		w.roots = append(w.roots, []byte(real+"/"))
 	}
-	below := func(p string) (string, bool) {
-		for _, r := range roots {
-			if rel, ok := strings.CutPrefix(p, r+"/"); ok && rel != "" {
-				return rel, true
-			}
-		}
-		return "", false
-	}
-	seen := map[string]bool{}
-	var out []string
-	add := func(p string) {
-		if rel, ok := below(p); ok && !seen[rel] {
-			seen[rel] = true
-			out = append(out, rel)
-		}
-	}
-	procs, err := os.ReadDir("/proc")
+	proc, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	for _, e := range procs {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+	defer unix.Close(proc)
+	pids, ok := w.names(proc, nil)
+	if !ok {
+		return nil
+	}
+	for _, pid := range pids {
+		if _, err := strconv.Atoi(pid); err != nil {
 			continue
 		}
-		pid := "/proc/" + e.Name()
-		mappedWritable(pid, add)
-		openForWrite(pid, below, add)
+		// Its entries by a descriptor of its directory: one process's
+		// throughout, and a short lookup each.
+		dir, err := unix.Openat(proc, pid, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone
+		}
+		// A process without memory (a kernel thread, or one that has
+		// exited: its files are closed, or about to be, an event for
+		// the watcher) holds no file of ours: its descriptors are not
+		// listed (kernel threads are often half of the processes).
+		if w.mappedWritable(dir) {
+			w.openForWrite(dir)
+		}
+		unix.Close(dir)
 	}
-	return out
+	return w.out
 }
 
-// mappedWritable calls add for each file pid maps shared and writable.
-func mappedWritable(pid string, add func(string)) {
-	f, err := os.Open(pid + "/maps")
-	if err != nil {
-		return
+// writers is what Writers keeps while it reads /proc.
+type writers struct {
+	roots [][]byte // the root, and where its symbolic links lead, each with a slash
+	seen  map[string]bool
+	out   []string
+	buf   []byte // a directory's listing, a process's map
+	ents  []string
+	link  [unix.PathMax]byte
+}
+
+// below returns p relative to the root, if it is below it.
+func (w *writers) below(p []byte) (string, bool) {
+	for _, r := range w.roots {
+		if rel, ok := bytes.CutPrefix(p, r); ok && len(rel) > 0 {
+			return string(rel), true
+		}
 	}
-	defer f.Close() // read-only
-	sc := bufio.NewScanner(io.LimitReader(f, maxMaps))
-	sc.Buffer(make([]byte, 0, 4096), unix.PathMax+256)
-	for sc.Scan() {
+	return "", false
+}
+
+func (w *writers) add(p []byte) {
+	if rel, ok := w.below(p); ok && !w.seen[rel] {
+		w.seen[rel] = true
+		w.out = append(w.out, rel)
+	}
+}
+
+// names lists directory fd's entries (but . and ..) into names[:0].
+func (w *writers) names(fd int, names []string) ([]string, bool) {
+	names = names[:0]
+	for {
+		n, err := unix.Getdents(fd, w.buf)
+		if err != nil {
+			return names, false
+		}
+		if n <= 0 {
+			return names, true
+		}
+		_, _, names = unix.ParseDirent(w.buf[:n], -1, names)
+	}
+}
+
+// mappedWritable adds each file the process of /proc directory dir maps
+// shared and writable. It reports false when the process has no memory
+// (its map is empty), true when it has, or its map could not be read.
+func (w *writers) mappedWritable(dir int) bool {
+	fd, err := unix.Openat(dir, "maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(fd) // read-only
+	b := w.buf[:0]
+	for len(b) < maxMaps {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if n == 0 && err == nil && len(b) == 0 {
+			return false
+		}
+		if n <= 0 || err != nil {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	w.buf = b[:cap(b)] // grown for the next
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil // the last, or cut at maxMaps
+		}
 		// address perms offset dev inode pathname
-		fields := strings.SplitN(sc.Text(), " ", 6)
-		if len(fields) < 6 || len(fields[1]) < 4 || fields[1][1] != 'w' || fields[1][3] != 's' {
+		_, rest, _ := bytes.Cut(line, []byte{' '})
+		if len(rest) < 4 || rest[1] != 'w' || rest[3] != 's' {
 			continue
 		}
-		p := strings.ReplaceAll(strings.TrimLeft(fields[5], " "), `\012`, "\n") // the kernel escapes a newline so
-		if strings.HasPrefix(p, "/") && !strings.HasSuffix(p, " (deleted)") {
-			add(p)
+		for range 4 { // perms, offset, dev, inode
+			_, rest, _ = bytes.Cut(rest, []byte{' '})
+		}
+		p := bytes.TrimLeft(rest, " ")
+		if len(p) == 0 || p[0] != '/' || bytes.HasSuffix(p, []byte(" (deleted)")) {
+			continue
+		}
+		if bytes.Contains(p, []byte(`\012`)) { // the kernel escapes a newline so
+			p = bytes.ReplaceAll(p, []byte(`\012`), []byte("\n"))
+		}
+		w.add(p)
+	}
+	return true
+}
+
+// openForWrite adds each file below the root that the process of /proc
+// directory dir has open for writing.
+func (w *writers) openForWrite(dir int) {
+	fds, err := unix.Openat(dir, "fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fds) // read-only
+	w.ents, _ = w.names(fds, w.ents)
+	for _, name := range w.ents {
+		n, err := unix.Readlinkat(fds, name, w.link[:])
+		if err != nil || n >= len(w.link) {
+			continue
+		}
+		p := w.link[:n]
+		if _, ok := w.below(p); !ok {
+			continue
+		}
+		if writable(dir, name) {
+			w.add(p)
 		}
 	}
 }
 
-// openForWrite calls add for each file below the root that pid has open
-// for writing.
-func openForWrite(pid string, below func(string) (string, bool), add func(string)) {
-	fds, err := os.ReadDir(pid + "/fd")
+// writable says whether descriptor name of the process of /proc
+// directory dir is open for writing (its fdinfo's flags).
+func writable(dir int, name string) bool {
+	fd, err := unix.Openat(dir, "fdinfo/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return false
 	}
-	for _, fd := range fds {
-		p, err := os.Readlink(pid + "/fd/" + fd.Name())
-		if err != nil {
-			continue
-		}
-		if _, ok := below(p); !ok {
-			continue
-		}
-		info, err := os.ReadFile(pid + "/fdinfo/" + fd.Name())
-		if err != nil {
-			continue
-		}
-		for _, l := range strings.Split(string(info), "\n") {
-			if v, ok := strings.CutPrefix(l, "flags:"); ok {
-				flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
-				if err == nil && flags&unix.O_ACCMODE != unix.O_RDONLY {
-					add(p)
-				}
-				break
-			}
+	defer unix.Close(fd) // read-only
+	var b [4096]byte
+	n, err := unix.Read(fd, b[:])
+	if err != nil || n <= 0 {
+		return false
+	}
+	for l := range strings.SplitSeq(string(b[:n]), "\n") {
+		if v, ok := strings.CutPrefix(l, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err == nil && flags&unix.O_ACCMODE != unix.O_RDONLY
 		}
 	}
+	return false
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -136,10 +135,30 @@ type Meta struct {
 	Git []GitHead `json:"git,omitempty"`
 }
 
-var idPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
-
-// ValidID reports whether s has the form of a snapshot id.
-func ValidID(s string) bool { return idPattern.MatchString(s) }
+// ValidID reports whether s has the form of a snapshot id:
+// ^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$ (looked at byte by byte: no regexp
+// compiled at every start).
+func ValidID(s string) bool {
+	if len(s) != 8+1+6+1+6 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case i == 8 || i == 15:
+			if c != '-' {
+				return false
+			}
+		case i > 15:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		case c < '0' || c > '9':
+			return false
+		}
+	}
+	return true
+}
 
 // NewID makes an id that sorts by time to the second and is unique by a
 // random suffix; CreatedAt orders snapshots within one second.
