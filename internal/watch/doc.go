@@ -69,9 +69,9 @@
 // handle, and a name in it: the watcher notes each directory's handle
 // as it marks it, so an event maps to a tree path (one of a directory
 // it does not know, moved away, is dropped). Its reader (which owns the
-// group, and looks every 100 ms whether to stop) reads the writer's
-// lineage at once, before handing the event
-// on: the writer's /proc/PID/stat (its parent, its start time), checked
+// group, and looks every 100 ms whether to stop: a second at most while
+// it waits for an exit, below) reads the writer's lineage at once,
+// before handing the event on: the writer's /proc/PID/stat (its parent, its start time), checked
 // to be the pidfd's process after the read (an id is taken again only
 // once its process is gone), then each ancestor's, each started no
 // later than its child (else a later process took the id: not known).
