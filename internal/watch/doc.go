@@ -69,24 +69,29 @@
 // handle, and a name in it: the watcher notes each directory's handle
 // as it marks it, so an event maps to a tree path (one of a directory
 // it does not know, moved away, is dropped). Its reader (which owns the
-// group, and looks every 100 ms whether to stop) reads the writer's
-// lineage at once, before handing the event
-// on: the writer's /proc/PID/stat (its parent, its start time), checked
+// group, and looks every 100 ms whether to stop: a second at most while
+// it waits for an exit, below) reads the writer's lineage at once,
+// before handing the event on: the writer's /proc/PID/stat (its parent, its start time), checked
 // to be the pidfd's process after the read (an id is taken again only
 // once its process is gone), then each ancestor's, each started no
 // later than its child (else a later process took the id: not known).
 // Lineages are kept by the pidfd's inode (pidfs numbers each process
 // once). A writer gone (reaped) before the reader reads its event (a
 // short command: rm, sed -i) has no pidfd: the reader also listens to
-// the kernel's process connector (netlink, root), which tells each
-// process's exit, with its parent then, before it is reaped. Such a
+// the kernel's process connector (netlink, root, in the initial pid
+// namespace, whose ids it tells), which tells each process's exit, with
+// its parent then. The exiting process tells it itself, just after its
+// parent was told of its exit: the parent may have reaped it, and the
+// event be read, before (a process preempted there, on a busy machine),
+// so an exit not told yet is waited for (up to a second for a batch of
+// events; it comes as soon as the process runs again). Such a
 // writer's lineage is its exit's parent's (alive and started by then,
 // or gone too: its own exit says), when exactly one exit of the id is
 // known: exits are forgotten once the fanotify queue has been seen empty
 // after them (every event of their writes was read by then), so two
-// mean the id was taken again, and none is not known; so is everything
-// while exits were lost (the connector's queue overflowed) until the
-// fanotify queue has been empty since.
+// mean the id was taken again, and none (after the wait) is not known;
+// so is everything while exits were lost (the connector's queue
+// overflowed) until the fanotify queue has been empty since.
 //
 // Each event gets the next sequence number, as inotify's, and the path
 // (with its directory, for a create, delete or rename) keeps, for each

@@ -12,8 +12,12 @@ import (
 
 // exits are the processes' exits the kernel's process connector told
 // (netlink, root only): each exited process's parent then, for a writer
-// gone before its event was read. A process's exit is told before it is
-// reaped, so before the event of any of its writes says it is gone.
+// gone before its event was read. A process's exit is told by the
+// process itself, late in its exit: after its parent was told (and may
+// have reaped it), so a writer's event may say it is gone before its
+// exit is told (a process preempted there, on a busy machine): the
+// reader then waits for it (see [resolver.gone]). Its writes' events
+// were queued before it exited, so before its exit is told.
 type exits struct {
 	fd    int
 	byPid map[int][]exitRec
@@ -37,10 +41,17 @@ const (
 	procEventExit     = 0x80000000
 	cnMsgLen          = 20
 	nsPerTick         = 10_000_000 // /proc's clock ticks (USER_HZ 100)
+	procPidInitIno    = 0xEFFFFFFC // the initial pid namespace's inode (linux/proc_ns.h)
 )
 
-// openExits listens to the process connector; nil where it cannot.
+// openExits listens to the process connector; nil where it cannot, or
+// where its process ids are not this process's: outside the initial pid
+// namespace (the connector tells the initial namespace's ids).
 func openExits() *exits {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil || st.Ino != procPidInitIno {
+		return nil
+	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_CONNECTOR)
 	if err != nil {
 		return nil
@@ -153,23 +164,47 @@ func (x *exits) evict(empty uint64) {
 	}
 }
 
-// exitOf is the one exit of pid told and not forgotten, after after; ok
-// is false when there is none, or several (a process id taken again: the
-// writer is not known), or exits were lost.
-func (x *exits) exitOf(pid int, after uint64) (exitRec, bool) {
+// exitOf is an exit of pid told and not forgotten, after after, and how
+// many there are: the writer's when exactly one (several: a process id
+// taken again, the writer is not known); n is 0 also when exits were
+// lost.
+func (x *exits) exitOf(pid int, after uint64) (e exitRec, n int) {
 	if x == nil || x.lost {
-		return exitRec{}, false
+		return exitRec{}, 0
 	}
-	var out []exitRec
 	for _, r := range x.byPid[pid] {
 		if r.at >= after {
-			out = append(out, r)
+			e, n = r, n+1
 		}
 	}
-	if len(out) != 1 {
-		return exitRec{}, false
+	return e, n
+}
+
+// wait waits until the connector has more to read, or until the
+// monotonic time deadline; false when the exits were lost or the
+// deadline has passed.
+func (x *exits) wait(deadline uint64) bool {
+	now := monoNow()
+	if x.lost || now >= deadline {
+		return false
 	}
-	return out[0], true
+	ms := int((deadline - now + 999_999) / 1_000_000)
+	unix.Poll([]unix.PollFd{{Fd: int32(x.fd), Events: unix.POLLIN}}, ms) // woken or not, look again
+	x.drain()
+	return !x.lost
+}
+
+// bootTime is the monotonic time at as the boot clock's (CLOCK_BOOTTIME,
+// /proc's start times' clock): the monotonic clock, the connector's,
+// stops while the machine is suspended; the boot clock counts on.
+func bootTime(at uint64) uint64 {
+	var b, m unix.Timespec
+	unix.ClockGettime(unix.CLOCK_BOOTTIME, &b) // cannot fail
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &m)
+	if d := b.Nano() - m.Nano(); d > 0 {
+		return at + uint64(d)
+	}
+	return at
 }
 
 func monoNow() uint64 {

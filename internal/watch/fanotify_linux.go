@@ -205,6 +205,7 @@ func readFan(g *fanGroup, out chan<- []fanEvent) {
 			return
 		}
 		var evs []fanEvent
+		rv.waitUntil = 0 // a new batch: a new wait for exits not told yet
 		for off := 0; off+fanMetaLen <= n; {
 			md := (*unix.FanotifyEventMetadata)(unsafe.Pointer(&buf[off]))
 			end := off + int(md.Event_len)
@@ -275,7 +276,15 @@ const maxProcs = 1 << 14
 type resolver struct {
 	byIno map[uint64]*lineage
 	exits *exits
+	// waitUntil: until when (monotonic ns) the batch being read waits
+	// for exits not told yet; 0: not waited yet.
+	waitUntil uint64
 }
+
+// exitWait bounds how long the reader waits, for a batch of events, for
+// the exits of writers gone and not told yet (see exits): a process's
+// exit is told as soon as it runs again after its parent was told.
+const exitWait = 1_000_000_000 // ns
 
 // who is the lineage of the writer pid, whose pidfd the event brought
 // (the process itself, while it or its zombie is there); nil when it
@@ -325,21 +334,26 @@ func ancestry(self Proc, ppid int) lineage {
 // read: from its exit, the one of that id told and not forgotten (see
 // exits), its parent then, alive now and started by then, or gone too
 // (its own exit then says its parent). Its start time is not known (0):
-// it is no agent.
+// it is no agent. An exit not told yet (a process is reaped before it
+// tells its exit) is waited for, up to exitWait for the batch: it is
+// told unless the connector lost it (then the writer is not known).
 func (rv *resolver) gone(pid int) *lineage {
 	if rv.exits == nil {
 		return nil
 	}
-	rv.exits.drain() // its exit was told before it was reaped
+	rv.exits.drain()
 	var l lineage
 	after := uint64(0)
 	for len(l) < 256 {
-		e, ok := rv.exits.exitOf(pid, after)
-		if !ok {
+		e, n := rv.exits.exitOf(pid, after)
+		for n == 0 && rv.waitExit() {
+			e, n = rv.exits.exitOf(pid, after)
+		}
+		if n != 1 {
 			return nil
 		}
 		l = append(l, Proc{Pid: pid})
-		if p, pp, err := procStat(e.parent); err == nil && p.Start*nsPerTick <= e.at {
+		if p, pp, err := procStat(e.parent); err == nil && p.Start*nsPerTick <= bootTime(e.at) {
 			rest := ancestry(p, pp)
 			if rest == nil {
 				return nil
@@ -350,6 +364,15 @@ func (rv *resolver) gone(pid int) *lineage {
 		pid, after = e.parent, e.at // gone, or its id taken since
 	}
 	return nil
+}
+
+// waitExit waits for more exits to be told, within the batch's wait;
+// false when there is no more to wait.
+func (rv *resolver) waitExit() bool {
+	if rv.waitUntil == 0 {
+		rv.waitUntil = monoNow() + exitWait
+	}
+	return rv.exits.wait(rv.waitUntil)
 }
 
 // procStat reads pid's start time, name and parent from /proc.

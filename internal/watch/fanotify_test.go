@@ -3,6 +3,7 @@
 package watch
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/snapback/snapback/internal/treetest"
+	"golang.org/x/sys/unix"
 )
 
 // fanWatcher starts a watcher of a fresh tree and waits until it vouches
@@ -145,34 +147,90 @@ func TestWrittenByGone(t *testing.T) {
 // after it.
 func TestExitsTakenAgain(t *testing.T) {
 	x := &exits{byPid: map[int][]exitRec{100: {{at: 10, parent: 7}}}}
-	if e, ok := x.exitOf(100, 0); !ok || e.parent != 7 {
-		t.Errorf("one exit: %v %v", e, ok)
+	if e, n := x.exitOf(100, 0); n != 1 || e.parent != 7 {
+		t.Errorf("one exit: %v %v", e, n)
 	}
 	x.byPid[100] = append(x.byPid[100], exitRec{at: 20, parent: 8})
-	if e, ok := x.exitOf(100, 0); ok {
-		t.Errorf("two exits of one id: %v, want not known", e)
+	if e, n := x.exitOf(100, 0); n != 2 {
+		t.Errorf("two exits of one id: %v, %d, want 2 (not known)", e, n)
 	}
-	if e, ok := x.exitOf(100, 15); !ok || e.parent != 8 {
-		t.Errorf("the exit after 15: %v %v", e, ok)
+	if e, n := x.exitOf(100, 15); n != 1 || e.parent != 8 {
+		t.Errorf("the exit after 15: %v %v", e, n)
 	}
 	x.evict(15)
-	if e, ok := x.exitOf(100, 0); !ok || e.parent != 8 {
-		t.Errorf("after the queue was empty at 15: %v %v", e, ok)
+	if e, n := x.exitOf(100, 0); n != 1 || e.parent != 8 {
+		t.Errorf("after the queue was empty at 15: %v %v", e, n)
 	}
 	x.lost, x.lostAt = true, 30
-	if _, ok := x.exitOf(100, 0); ok {
+	if _, n := x.exitOf(100, 0); n != 0 {
 		t.Error("exits lost: told")
 	}
 	x.evict(25)
-	if _, ok := x.exitOf(100, 0); ok {
+	if _, n := x.exitOf(100, 0); n != 0 {
 		t.Error("exits lost, the queue not empty since: told")
 	}
 	x.evict(31)
-	if _, ok := x.exitOf(100, 0); ok {
+	if _, n := x.exitOf(100, 0); n != 0 {
 		t.Error("an exit forgotten: told")
 	}
 	if x.lost {
 		t.Error("still lost after the queue was empty since")
+	}
+}
+
+// connectorExit is the process connector's message of pid's exit, its
+// parent then ppid, at the monotonic time at.
+func connectorExit(pid, ppid int, at uint64) []byte {
+	m := make([]byte, unix.SizeofNlMsghdr+cnMsgLen+16+24)
+	binary.LittleEndian.PutUint32(m[0:], uint32(len(m)))
+	c := m[unix.SizeofNlMsghdr:]
+	binary.LittleEndian.PutUint32(c[0:], cnIdxProc)
+	binary.LittleEndian.PutUint32(c[4:], cnValProc)
+	binary.LittleEndian.PutUint16(c[16:], 16+24)
+	ev := c[cnMsgLen:]
+	binary.LittleEndian.PutUint32(ev[0:], procEventExit)
+	binary.LittleEndian.PutUint64(ev[8:], at)
+	d := ev[16:]
+	binary.LittleEndian.PutUint32(d[0:], uint32(pid))
+	binary.LittleEndian.PutUint32(d[4:], uint32(pid))
+	binary.LittleEndian.PutUint32(d[16:], uint32(ppid))
+	binary.LittleEndian.PutUint32(d[20:], uint32(ppid))
+	return m
+}
+
+// A process tells its exit after its parent was told (which may have
+// reaped it): a writer gone whose exit is not told yet is waited for, and
+// told from it; one whose exit never comes is not known, after exitWait.
+func TestGoneExitToldLate(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	treetest.Must(t, err)
+	defer unix.Close(fds[1])
+	x := &exits{fd: fds[0], byPid: map[int][]exitRec{}}
+	defer x.close()
+	rv := &resolver{byIno: map[uint64]*lineage{}, exits: x}
+	const pid = 1 << 30 // no process's
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		unix.Write(fds[1], connectorExit(pid, os.Getpid(), monoNow()))
+	}()
+	l := rv.gone(pid)
+	self, _, err := procStat(os.Getpid())
+	treetest.Must(t, err)
+	if l == nil || len(*l) < 2 || (*l)[0] != (Proc{Pid: pid}) || (*l)[1] != self {
+		t.Fatalf("a writer whose exit is told late: %v, want it, then this process", l)
+	}
+	rv.waitUntil = 0 // the next batch
+	start := time.Now()
+	if l := rv.gone(pid + 1); l != nil {
+		t.Errorf("a writer whose exit is never told: %v, want not known", *l)
+	}
+	if d := time.Since(start); d < exitWait*time.Nanosecond || d > exitWait*time.Nanosecond+time.Second {
+		t.Errorf("waited %v for an exit never told, want %v", d, exitWait*time.Nanosecond)
+	}
+	// Within one batch the wait is spent once.
+	start = time.Now()
+	if l := rv.gone(pid + 2); l != nil || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("a second exit never told in the batch: %v after %v, want not known at once", l, time.Since(start))
 	}
 }
 
