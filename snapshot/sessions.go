@@ -556,7 +556,8 @@ func (r *Repo) attribute(m *record.Meta) error {
 // it, through a mapping or another name (held for writing now, or with
 // several names at the begin) is not in it; nor is any path when the
 // watcher did not vouch for m's end or cannot tell writers (it does not
-// run as root, lost events): then claims say, as without it.
+// run as root, lost events), or when m or a checkpoint open beside it
+// has no known agent: then claims say, as without it.
 func (r *Repo) writtenBy(m *record.Meta, marks []record.Mark) (map[string][]string, map[string]string) {
 	sessionOf := map[string]string{}
 	for _, k := range marks {
@@ -571,26 +572,50 @@ func (r *Repo) writtenBy(m *record.Meta, marks []record.Mark) (map[string][]stri
 	if err != nil {
 		return nil, sessionOf
 	}
+	// Every checkpoint open beside m, and m, must have a known agent:
+	// one without (a begin typed at a terminal, or a record of before)
+	// may have written through any process, an agent's too.
 	ns := watch.PidNS()
-	var agents []watch.Proc
-	var ids [][]string // each agent's checkpoints
+	agentOf := map[string]*record.Agent{m.ID: m.Agent}
 	for _, k := range marks {
 		for _, c := range k.Claims {
-			if c.Agent == nil || c.Agent.PidNS != ns {
-				continue
-			}
-			p := watch.Proc{Pid: c.Agent.Pid, Start: c.Agent.Start}
-			i := slices.Index(agents, p)
-			if i < 0 {
-				agents, ids, i = append(agents, p), append(ids, nil), len(agents)
-			}
-			if !slices.Contains(ids[i], c.ID) {
-				ids[i] = append(ids[i], c.ID)
+			if c.Agent != nil && agentOf[c.ID] == nil {
+				agentOf[c.ID] = c.Agent
 			}
 		}
 	}
-	if len(agents) == 0 {
+	var agents []watch.Proc
+	var ids [][]string // each agent's checkpoints
+	add := func(id string) bool {
+		a := agentOf[id]
+		if a == nil {
+			if o, err := r.Store.ReadMeta(id); err == nil && o.Agent != nil {
+				a, sessionOf[id] = o.Agent, o.Session
+			}
+		}
+		if a == nil || a.PidNS != ns {
+			return false
+		}
+		p := watch.Proc{Pid: a.Pid, Start: a.Start}
+		i := slices.Index(agents, p)
+		if i < 0 {
+			agents, ids, i = append(agents, p), append(ids, nil), len(agents)
+		}
+		if !slices.Contains(ids[i], id) {
+			ids[i] = append(ids[i], id)
+		}
+		return true
+	}
+	sessionOf[m.ID] = m.Session
+	if !add(m.ID) {
 		return nil, sessionOf
+	}
+	for _, k := range marks {
+		for _, id := range k.Open {
+			if !add(id) {
+				return nil, sessionOf
+			}
+		}
 	}
 	got, err := watch.WrittenBy(r.Dir, w.token, ns, agents)
 	if err != nil {

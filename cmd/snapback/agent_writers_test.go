@@ -262,3 +262,29 @@ func TestAgentWritersGone(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentWritersBesideAPerson: a checkpoint whose agent is not known
+// (begun at a terminal: its nearest non-shell ancestor is `script`, as
+// a login's would be) is open beside agent A's turn. What A's shell
+// command writes is shared, not A's alone: the person's processes may
+// be an agent's ancestors, and whatever they ran is not told apart.
+func TestAgentWritersBesideAPerson(t *testing.T) {
+	p, a, _ := writersProject(t)
+	person := func(args string) {
+		t.Helper()
+		cmd := exec.Command("script", "-qec", fmt.Sprintf("%s -C %s %s", p.bin, p.root, args), "/dev/null")
+		cmd.Env = testEnv(t)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("script %s: %v\n%s", args, err, out)
+		}
+	}
+	person("checkpoint begin --session P")
+	a.hook("UserPromptSubmit", map[string]any{"prompt": "work of A"})
+	a.shell("printf A > a.txt", false)
+	stA := a.stop()
+	person("checkpoint end --session P")
+	if s := p.steps()[stA]; !slices.Contains(s.Shared, "a.txt") {
+		t.Errorf("A's step: shared %q, want a.txt (a checkpoint with no known agent was open beside it)", s.Shared)
+	}
+}
