@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -598,4 +599,49 @@ func running(pid int) bool {
 	}
 	_, rest, ok := strings.Cut(string(b), ") ")
 	return ok && !strings.HasPrefix(rest, "Z")
+}
+
+// TestKeptViewOtherBinary: a run of another snapback binary (the user
+// upgraded it while a server idles) is not served by the older binary's
+// server: it starts one of its own, which its doctor names, and the
+// older one serves its own binary's runs still.
+func TestKeptViewOtherBinary(t *testing.T) {
+	p := keptProject(t, false)
+	treetest.Write(t, p.root, "a.txt", "a\n", 0o644)
+	p.run(t, p.env, 1, "discard")
+	old := keptServerPid(p.root)
+	if old == 0 {
+		t.Fatal("no kept view server after the first run")
+	}
+	other := filepath.Join(t.TempDir(), "snapback")
+	copyFile(t, p.bin, other)
+	treetest.Must(t, os.Chmod(other, 0o755))
+	q := &keptProj{bin: other, root: p.root, base: p.base, env: p.env}
+	q.run(t, q.env, 2, "discard")
+	var servers []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(b), "\x00")
+		if err == nil && len(args) > 2 && args[1] == fuse.KeepVerb && strings.Contains(args[2], `"root":"`+p.root+`"`) {
+			var pid int
+			fmt.Sscan(e.Name(), &pid)
+			servers = append(servers, pid)
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+		}
+	}
+	if len(servers) != 2 || !slices.Contains(servers, old) {
+		t.Fatalf("kept view servers of the project: %v, want the first binary's (%d) and the other's", servers, old)
+	}
+	other0 := servers[0]
+	if other0 == old {
+		other0 = servers[1]
+	}
+	if out := q.sb(t, "doctor"); !strings.Contains(out, fmt.Sprintf("(pid %d)", other0)) {
+		t.Errorf("the other binary's doctor does not name its server (%d; the first binary's is %d):\n%s", other0, old, out)
+	}
+	p.run(t, p.env, 3, "discard")
+	if keptServerPid(p.root) == 0 || !running(old) {
+		t.Errorf("the first binary's server (%d) no longer runs", old)
+	}
 }

@@ -34,7 +34,7 @@ import (
 //     removed or replaced (a test's temporary tree). Its
 //     socket and lock live in a directory only the user can enter
 //     (keepPaths), it serves only peers of its own uid, and it belongs
-//     to one project root; starting one and asking it for the view
+//     to one project root and one snapback binary; starting one and asking it for the view
 //     happen under the lock, so two runs at once are safe: the second
 //     finds the view busy and gets a fresh one of its own. A server
 //     killed (SIGKILL) leaves its socket, lock and log there: the next
@@ -84,6 +84,9 @@ type keepFiles struct {
 
 // keepPaths names root's server's files, in a directory private to the
 // user (made mode 0700; refused if it is anyone else's, or open to others).
+// The name is the project root's and this snapback binary's (exeID): a
+// run of another snapback (the user upgraded it) starts a server of its
+// own instead of being served by the older one, which ends when idle.
 func keepPaths(root string) (keepFiles, error) {
 	base := os.Getenv("XDG_RUNTIME_DIR")
 	if base == "" {
@@ -100,9 +103,21 @@ func keepPaths(root string) (keepFiles, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
 		return keepFiles{}, fmt.Errorf("%s: not a directory private to uid %d", dir, os.Getuid())
 	}
-	sum := sha256.Sum256([]byte(root))
+	sum := sha256.Sum256([]byte(root + "\x00" + exeID()))
 	key := filepath.Join(dir, "view-"+hex.EncodeToString(sum[:10]))
 	return keepFiles{sock: key + ".sock", lock: key + ".lock", log: key + ".log"}, nil
+}
+
+// exeID names the running snapback binary: the device, inode, size and
+// modification time of /proc/self/exe (which stay those of the file the
+// process was started from, even once it is replaced or removed). ""
+// where it cannot be read: every such process then shares one name.
+func exeID() string {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/exe", &st) != nil {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d:%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
 }
 
 // lockFile takes the lock at path (made if need be), waiting for it.
