@@ -398,6 +398,8 @@ func TestCrashDuringRun(t *testing.T) {
 // server killed mid-run. The command loses its view (ENOTCONN), snapback
 // says the server died and exits 125, and the run stays pending with
 // what the command wrote before, the tree untouched; discard drops it.
+// A fresh view's server (SNAPBACK_FUSE_KEEP=0): TestKeptViewKilled kills
+// a kept one.
 func TestRunFuseServerKilled(t *testing.T) {
 	if os.Geteuid() != 0 {
 		treetest.Require(t, "fuse", false, "not root: this test makes its fuse runs as root only")
@@ -416,6 +418,7 @@ func TestRunFuseServerKilled(t *testing.T) {
 	cmd := exec.Command(bin, "-C", root, "run", "--mode", "fuse", "--", "sh", "-c",
 		`echo during > a; touch `+ready+`; while [ ! -e `+goOn+` ]; do sleep 0.02; done; echo late > d`)
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), fuse.KeepEnv+"=0")
 	outf, err := os.Create(filepath.Join(sig, "out"))
 	treetest.Must(t, err)
 	defer outf.Close()
