@@ -67,8 +67,11 @@
 //     keeps its view (and the run's lock, which the server holds too,
 //     keeps the run running until the server has exited).
 //
-// With SNAPBACK_FUSE_KEEP=1 (as root) a project's runs share one view
-// kept warm by one long-lived server (keep_linux.go, keepserver_linux.go):
+// By default (SNAPBACK_FUSE_KEEP=0 turns it off) a project's runs share
+// one view kept warm by one long-lived server (keep_linux.go,
+// keepserver_linux.go; an ordinary user's server lives in a user and
+// mount namespace of its own and mounts without allow_other, so that
+// runs in other user namespaces of the same user may use the view):
 // the server makes the mount detached (fsmount) and never attaches it;
 // step 2 is then a request on the server's socket, which answers with a
 // clone of the mount (open_tree) over the run's new upper layer, and the
