@@ -160,7 +160,7 @@ func writersProject(t *testing.T) (*overlapProject, *agentShell, *agentShell) {
 		}
 		treetest.Must(t, err)
 		if !treetest.Require(t, "fanotify", on, why) {
-			t.SkipNow()
+			t.Skip("SNAPBACK_REQUIRE does not name fanotify: " + why)
 		}
 		break
 	}

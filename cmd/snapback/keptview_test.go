@@ -159,8 +159,18 @@ func keptChanges(t *testing.T, root string, r int) {
 	treetest.Write(t, root, "w.txt", "rewritten outside\n", 0o644)
 }
 
-// keptServerPid is the pid of the kept view server of root, 0 if none.
+// keptServerPid is the pid of a kept view server of root, 0 if none.
 func keptServerPid(root string) int {
+	if pids := keptServerPids(root); len(pids) > 0 {
+		return pids[0]
+	}
+	return 0
+}
+
+// keptServerPids are the pids of the kept view servers of root (one per
+// snapback binary that ran there).
+func keptServerPids(root string) []int {
+	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -171,10 +181,10 @@ func keptServerPid(root string) int {
 		if len(args) > 2 && args[1] == fuse.KeepVerb && strings.Contains(args[2], `"root":"`+root+`"`) {
 			var pid int
 			fmt.Sscan(e.Name(), &pid)
-			return pid
+			pids = append(pids, pid)
 		}
 	}
-	return 0
+	return pids
 }
 
 // keptProj is a project for kept view runs, and who runs them.
@@ -618,17 +628,9 @@ func TestKeptViewOtherBinary(t *testing.T) {
 	treetest.Must(t, os.Chmod(other, 0o755))
 	q := &keptProj{bin: other, root: p.root, base: p.base, env: p.env}
 	q.run(t, q.env, 2, "discard")
-	var servers []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(b), "\x00")
-		if err == nil && len(args) > 2 && args[1] == fuse.KeepVerb && strings.Contains(args[2], `"root":"`+p.root+`"`) {
-			var pid int
-			fmt.Sscan(e.Name(), &pid)
-			servers = append(servers, pid)
-			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-		}
+	servers := keptServerPids(p.root)
+	for _, pid := range servers {
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
 	}
 	if len(servers) != 2 || !slices.Contains(servers, old) {
 		t.Fatalf("kept view servers of the project: %v, want the first binary's (%d) and the other's", servers, old)

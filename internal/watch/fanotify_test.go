@@ -45,7 +45,7 @@ func fanWatcher(t *testing.T) (root, store string, tok Token) {
 	on, why, err := WriterStatus(store)
 	treetest.Must(t, err)
 	if !treetest.Require(t, "fanotify", on, why) {
-		t.SkipNow()
+		t.Skip("SNAPBACK_REQUIRE does not name fanotify: " + why)
 	}
 	return root, store, tok
 }
