@@ -38,6 +38,7 @@ if [[ -z $SB ]]; then
 	(cd "$REPO" && CGO_ENABLED=0 go build -o "$SB" ./cmd/snapback)
 fi
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.4f", b - a}'; }
+between() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.4f", b - a}'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ms() { awk -v t="$1" 'BEGIN {printf "%.0f ms", t*1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f×", a / b}'; }
@@ -90,7 +91,7 @@ edit() { # edit DIR TAG <list
 # mt (medians of begin, end, begin + end). With off, the watcher is off
 # (SNAPBACK_WATCH=off: every end reads the whole tree).
 turns() {
-	local dir=$1 n=$2 off=${3:-} r t0 b e out tb=() te=() tt=() want='"watched": true' w
+	local dir=$1 n=$2 off=${3:-} r t0 t1 b e out tb=() te=() tt=() want='"watched": true' w
 	if [[ -n $off ]]; then
 		export SNAPBACK_WATCH=off
 		want='"watched": false'
@@ -108,13 +109,15 @@ turns() {
 	done
 	for r in $(seq 1 "$REPS"); do
 		sync
-		t0=$(now)
+		stamp t0
 		"$SB" -C "$dir" checkpoint begin -m "turn $r" >/dev/null
-		b=$(since "$t0")
+		stamp t1
+		b=$(between "$t0" "$t1")
 		files "$dir" "$n" "$r" | edit "$dir" "turn $r"
-		t0=$(now)
+		stamp t0
 		out=$("$SB" -C "$dir" checkpoint end --json)
-		e=$(since "$t0")
+		stamp t1
+		e=$(between "$t0" "$t1")
 		grep -q '"changes": 10,' <<<"$out" && grep -q "$want" <<<"$out" || {
 			echo "bench-checkpoint: end of turn $r in $dir did not record 10 changes ($want): $out" >&2
 			exit 1
@@ -154,13 +157,14 @@ watch_start() {
 # run_true DIR: sets mr, the median of REPS `snapback run -- true` there,
 # and mode, the mode it ran in.
 run_true() {
-	local dir=$1 r t0 tr=()
+	local dir=$1 r t0 t1 tr=()
 	mode=$(cd "$dir" && "$SB" run --json -- true 2>&1 >/dev/null | sed -n 's/.*"mode": *"\([a-z]*\)".*/\1/p' | head -1)
 	for r in $(seq 1 "$REPS"); do
 		sync
-		t0=$(now)
+		stamp t0
 		(cd "$dir" && "$SB" run -- true 2>/dev/null)
-		tr+=("$(since "$t0")")
+		stamp t1
+		tr+=("$(between "$t0" "$t1")")
 	done
 	mr=$(median "${tr[@]}")
 }
@@ -184,13 +188,15 @@ for n in $SIZES; do
 		files "$dir" "$n" "$((r + REPS))" >"$WORK/list"
 		edit "$dir" "stash $r" <"$WORK/list"
 		sync
-		t0=$(now)
+		stamp t0
 		sha=$(git -C "$dir" stash create "turn $r")
-		c=$(since "$t0")
+		stamp t1
+		c=$(between "$t0" "$t1")
 		xargs -d '\n' git -C "$dir" checkout -q -- <"$WORK/list"
-		t0=$(now)
+		stamp t0
 		git -C "$dir" stash apply -q "$sha" >/dev/null
-		a=$(since "$t0")
+		stamp t1
+		a=$(between "$t0" "$t1")
 		[[ $(git -C "$dir" status --porcelain | wc -l) == 10 ]] || {
 			echo "bench-checkpoint: git stash apply did not bring back 10 changed files" >&2
 			exit 1

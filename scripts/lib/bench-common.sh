@@ -3,8 +3,26 @@
 # "${BASH_SOURCE[0]}")/lib/bench-common.sh"`, before any cd). It defines
 # functions only.
 
-# now: the time, in seconds since the epoch (with nanoseconds).
-now() { date +%s.%N; }
+# now: the time, in seconds since the epoch (microseconds or finer).
+# bash 5's EPOCHREALTIME needs no fork of date(1), whose start would be
+# timed too (its decimal point is the locale's: a comma becomes a dot).
+now() {
+	if [[ -n ${EPOCHREALTIME:-} ]]; then
+		printf '%s\n' "${EPOCHREALTIME/,/.}"
+	else
+		date +%s.%N
+	fi
+}
+
+# stamp VAR: stores the time now (as now prints it) in VAR without a
+# subshell, whose fork would be timed too: `stamp t0; CMD; stamp t1`.
+stamp() {
+	if [[ -n ${EPOCHREALTIME:-} ]]; then
+		printf -v "$1" '%s' "${EPOCHREALTIME/,/.}"
+	else
+		printf -v "$1" '%s' "$(date +%s.%N)"
+	fi
+}
 
 # timed CMD...: prints the seconds CMD takes (3 decimals), after a sync;
 # CMD's output goes where the caller's does.
