@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/snapback/snapback/fsutil"
+	"github.com/snapback/snapback/man"
 	"github.com/spf13/cobra"
 )
 
@@ -163,23 +164,16 @@ func completionScript(root *cobra.Command, shell string, d installDirs) (install
 	return f, nil
 }
 
-// manPages are the pages `go generate` puts in man/, made by genMan.
-func manPages(root *cobra.Command, dir string) ([]installFile, error) {
-	tmp, err := os.MkdirTemp("", "snapback-man-")
-	if err != nil {
-		return nil, fmt.Errorf("man pages: %w", err)
-	}
-	defer os.RemoveAll(tmp) // our own temp dir
-	if err := genMan(root, tmp); err != nil {
-		return nil, err
-	}
-	es, err := os.ReadDir(tmp)
+// manPages are the pages `go generate` puts in man/, as this binary
+// holds them (package man).
+func manPages(dir string) ([]installFile, error) {
+	es, err := fs.ReadDir(man.Pages, ".")
 	if err != nil {
 		return nil, fmt.Errorf("man pages: %w", err)
 	}
 	var out []installFile
 	for _, e := range es {
-		b, err := os.ReadFile(filepath.Join(tmp, e.Name()))
+		b, err := fs.ReadFile(man.Pages, e.Name())
 		if err != nil {
 			return nil, fmt.Errorf("man pages: %w", err)
 		}
@@ -231,7 +225,7 @@ func runCompletionInstall(g *globals, root *cobra.Command, shell string, o insta
 	if err != nil {
 		return err
 	}
-	pages, err := manPages(root, d.man)
+	pages, err := manPages(d.man)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,13 @@
 // Command snapback makes a command's changes to a project reversible.
 // See README.md; each verb lives in cmd_<verb>.go.
+//
+// The man pages in man/ are made from the commands by a test (the page
+// writer is not linked into snapback: its markdown library's start-up
+// cost every hook's process about half a millisecond), and
+// TestManPages checks them.
 package main
+
+//go:generate go test -run ^TestManPages$ . -args -write-man ../../man
 
 import (
 	"context"
@@ -183,7 +190,7 @@ func newRootCmd(g *globals) *cobra.Command {
 		newSnapCmd(g), newListCmd(g), newDiffCmd(g), newShowCmd(g), newUndoCmd(g), newRedoCmd(g),
 		newRestoreCmd(g), newGCCmd(g), newRecoverCmd(g), newVersionCmd(g), newRunCmd(g),
 		newStatusCmd(g), newCommitCmd(g), newDiscardCmd(g), newShellCmd(g), newDoctorCmd(g),
-		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newCheckpointCmd(g), newAgentCmd(g), newMCPCmd(g), newManCmd(),
+		newBackendsCmd(g), newArchiveCmd(g), newCheckCmd(g), newCheckpointCmd(g), newAgentCmd(g), newMCPCmd(g),
 	)
 	root.InitDefaultCompletionCmd() // as Execute would: for its examples
 	setExamples(root)
