@@ -161,6 +161,33 @@ func (s *Store) loadPacksLocked() {
 	}
 }
 
+// unreadPacks is what an error saying that content is missing adds when
+// packs could not be read (their contents count as missing): the first
+// such pack by name, why, and what sets it aside; "" when none. The
+// layout check at open does not look at each pack (there is one per
+// turn), so this is where a damaged or planted one is named.
+func (s *Store) unreadPacks() string {
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	if len(s.badPacks) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(s.badPacks))
+	for n := range s.badPacks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	p := s.path(packsDir)
+	if names[0] != packsDir {
+		p = s.path(packsDir, names[0])
+	}
+	more := ""
+	if len(names) > 1 {
+		more = fmt.Sprintf(" (and %d more)", len(names)-1)
+	}
+	return fmt.Sprintf("; %s cannot be read (%v)%s: `snapback check --repair` sets it aside", p, s.badPacks[names[0]], more)
+}
+
 // packNames lists the packs, sorted (nil when there is no packs/).
 func (s *Store) packNames() ([]string, error) {
 	d, err := s.openDir(packsDir)

@@ -151,9 +151,14 @@ func (s *Store) checkTop() error {
 }
 
 // checkLayout checks every directory and small file the store keeps (see
-// above); the objects themselves and the records are checked as they are
-// read. It runs at every open: each part is looked at relative to its
-// directory, held open (a short lookup, not the store's whole path).
+// above); the objects themselves, the records and the packs are checked
+// as they are read (openPack: a pack is only ever read, and a new one
+// renamed into packs/, which replaces rather than follows what is there).
+// It runs at every open, so it looks at nothing whose number grows with
+// the history: every begin of a checkpoint writes a pack, and listing
+// them all cost each verb a stat per turn since the last gc. Each part is
+// looked at relative to its directory, held open (a short lookup, not
+// the store's whole path).
 func (s *Store) checkLayout() error {
 	top, err := s.openDir("")
 	if err != nil {
@@ -172,11 +177,6 @@ func (s *Store) checkLayout() error {
 	}
 	if err := s.checkEach(top, "objects", func(name string) (bool, int64, bool) {
 		return len(name) == 2, 0, true
-	}); err != nil {
-		return err
-	}
-	if err := s.checkEach(top, packsDir, func(name string) (bool, int64, bool) {
-		return false, maxPackFile, validPackName(name)
 	}); err != nil {
 		return err
 	}
