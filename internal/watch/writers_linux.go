@@ -3,8 +3,10 @@ package watch
 import (
 	"bytes"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,8 +28,12 @@ const maxMaps = 16 << 20
 // with the fewest system calls it can: each process's entries relative
 // to its directory, every listing and map into one buffer, and a
 // string made only of what is below the root.
-func Writers(root string) []string {
-	w := writers{seen: map[string]bool{}, buf: make([]byte, 64<<10)}
+func Writers(root string) []string { return writersBelow(root, false) }
+
+// writersBelow is Writers; text reads every map as text, as on a kernel
+// without PROCMAP_QUERY (a test compares the two).
+func writersBelow(root string, text bool) []string {
+	w := writers{seen: map[string]bool{}, buf: make([]byte, 64<<10), noQuery: text}
 	r := filepath.Clean(root)
 	w.roots = [][]byte{[]byte(r + "/")}
 	if real, err := filepath.EvalSymlinks(r); err == nil && real != r {
@@ -72,6 +78,9 @@ type writers struct {
 	buf   []byte // a directory's listing, a process's map
 	ents  []string
 	link  [unix.PathMax]byte
+	// noQuery: the kernel has no PROCMAP_QUERY (before Linux 6.11); maps
+	// are read as text.
+	noQuery bool
 }
 
 // below returns p relative to the root, if it is below it.
@@ -115,6 +124,13 @@ func (w *writers) mappedWritable(dir int) bool {
 		return true
 	}
 	defer unix.Close(fd) // read-only
+	if !w.noQuery {
+		has, ok := w.queryMaps(fd)
+		if ok {
+			return has
+		}
+		w.noQuery = true // an older kernel: the text, from now on
+	}
 	b := w.buf[:0]
 	for len(b) < maxMaps {
 		if len(b) == cap(b) {
@@ -201,4 +217,80 @@ func writable(dir int, name string) bool {
 		}
 	}
 	return false
+}
+
+// procmapQuery is the kernel's struct procmap_query (linux/fs.h).
+type procmapQuery struct {
+	Size        uint64
+	QueryFlags  uint64
+	QueryAddr   uint64
+	VMAStart    uint64
+	VMAEnd      uint64
+	VMAFlags    uint64
+	VMAPageSize uint64
+	VMAOffset   uint64
+	Inode       uint64
+	DevMajor    uint32
+	DevMinor    uint32
+	VMANameSize uint32
+	BuildIDSize uint32
+	VMANameAddr uint64
+	BuildIDAddr uint64
+}
+
+const (
+	// procmapQueryIoctl is PROCMAP_QUERY: _IOWR('f', 17, struct procmap_query).
+	procmapQueryIoctl = 0xC0000000 | uint(unsafe.Sizeof(procmapQuery{}))<<16 | 'f'<<8 | 17
+	procmapWritable   = 0x02
+	procmapShared     = 0x08
+	procmapNext       = 0x10 // the mapping covering the address, or the next one
+	procmapFileBacked = 0x20
+)
+
+// queryMaps adds the files the process maps shared and writable, asking
+// the kernel through the open maps file fd for those mappings alone
+// (PROCMAP_QUERY, Linux 6.11+): where reading the map as text costs a
+// line per mapping, most processes here have no such mapping and cost
+// one call. has is false for a process without memory (a kernel thread,
+// or one exiting); ok is false where the kernel does not know the call.
+func (w *writers) queryMaps(fd int) (has, ok bool) {
+	if len(w.buf) < unix.PathMax+1 {
+		w.buf = make([]byte, 64<<10)
+	}
+	name := w.buf[:unix.PathMax+1]
+	addr := uint64(0)
+	for {
+		q := procmapQuery{
+			Size:        uint64(unsafe.Sizeof(procmapQuery{})),
+			QueryFlags:  procmapNext | procmapWritable | procmapShared | procmapFileBacked,
+			QueryAddr:   addr,
+			VMANameSize: uint32(len(name)),
+			VMANameAddr: uint64(uintptr(unsafe.Pointer(&name[0]))),
+		}
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(procmapQueryIoctl), uintptr(unsafe.Pointer(&q)))
+		runtime.KeepAlive(name)
+		switch e {
+		case 0:
+		case unix.ENOENT:
+			return true, true // no (more) such mapping
+		case unix.ESRCH:
+			return false, true // no memory
+		case unix.ENOTTY, unix.EINVAL, unix.EOPNOTSUPP:
+			return false, false
+		default:
+			return true, true // gone meanwhile, or not ours to look at: as an unreadable map
+		}
+		if q.VMAEnd <= addr {
+			return true, true // (the kernel moves on; this never loops)
+		}
+		addr = q.VMAEnd
+		// The name is the file's path, NUL-terminated (not escaped, as the
+		// text's is); " (deleted)" marks a file that has lost its name.
+		if n := q.VMANameSize; n > 1 && int(n) <= len(name) {
+			p := name[:n-1]
+			if p[0] == '/' && !bytes.HasSuffix(p, []byte(" (deleted)")) {
+				w.add(p)
+			}
+		}
+	}
 }
