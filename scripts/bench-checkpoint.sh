@@ -24,7 +24,10 @@
 # Environment: BENCH_CHECKPOINT_SIZES (default "10000 100000 1000000"),
 # BENCH_REPS (default 5), SNAPBACK (a binary; default: built from this
 # repository), BENCH_DIR (where the work directory goes; default: the
-# repository's parent directory).
+# repository's parent directory), BENCH_REPOS (a directory where the
+# repositories are made once and kept for the next runs, which use them
+# as they find them: a 1,000,000-file one takes minutes to make; default:
+# made in the work directory and removed with it).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh" # now, timed, timed_to
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -187,8 +190,14 @@ run_true() {
 rows=() srows=() wrows=()
 for n in $SIZES; do
 	dir=$WORK/repo$n
-	echo "bench-checkpoint: making a git repository of $n files" >&2
-	make_repo "$dir" "$n"
+	if [[ -n ${BENCH_REPOS:-} ]]; then
+		dir=$BENCH_REPOS/repo$n
+		git -C "$dir" worktree prune 2>/dev/null || true # an earlier run's, removed with its work directory
+	fi
+	if [[ ! -d $dir/.git ]]; then
+		echo "bench-checkpoint: making a git repository of $n files" >&2
+		make_repo "$dir" "$n"
+	fi
 	echo "bench-checkpoint: turns in $n files" >&2
 	turns "$dir" "$n"
 	wmt=$mt wmb=$mb wme=$me
@@ -226,7 +235,7 @@ for n in $SIZES; do
 	# The same in a linked worktree, next to the repository's own tree
 	# (measured again here, in turn, so that both see the same load).
 	echo "bench-checkpoint: adding a linked worktree of $n files" >&2
-	git -C "$dir" worktree add -q -b wt "$WORK/wt$n"
+	git -C "$dir" worktree add -q -b "wt-${WORK##*.}" "$WORK/wt$n" # a branch of its own: BENCH_REPOS keeps the repository
 	git -C "$WORK/wt$n" status --porcelain >/dev/null
 	turns "$dir" "$n"
 	pt=$mt
