@@ -48,6 +48,13 @@ var volumeTestVerbs = map[string]func(args []string) int{
 		<-c
 		return 0
 	},
+	// test-cat: copies stdin to stdout, says how much on stderr, and
+	// exits with status 7 (the client's attach and wait test).
+	"test-cat": func([]string) int {
+		n, err := io.Copy(os.Stdout, os.Stdin)
+		fmt.Fprintf(os.Stderr, "copied %d bytes (%v)\n", n, err)
+		return 7
+	},
 	// test-write DIR: one transaction of the fixture's writer.
 	"test-write": func(args []string) int {
 		if err := volumeWrite(args[0]); err != nil {
