@@ -99,9 +99,16 @@ func testAttach(t *testing.T, img string) {
 	treetest.Must(t, api.ContainerStart(ctx, id))
 	in := make([]byte, 3<<20+17)
 	_, _ = rand.Read(in)
+	// From a file, as a restore feeds the helper: a sendfile on a plain
+	// socket (through Hijacked.SyscallConn), writes through TLS.
+	src := filepath.Join(t.TempDir(), "in")
+	treetest.Must(t, os.WriteFile(src, in, 0o600))
+	f, err := os.Open(src)
+	treetest.Must(t, err)
+	defer f.Close() // read-only
 	werr := make(chan error, 1)
 	go func() {
-		_, err := att.Write(in)
+		_, err := io.Copy(att, f)
 		werr <- errors.Join(err, att.CloseWrite())
 	}()
 	var out, stderr bytes.Buffer

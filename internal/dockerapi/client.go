@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -686,6 +687,16 @@ func (h *Hijacked) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.New("the connection to the daemon cannot be half-closed")
+}
+
+// SyscallConn is the plain socket's (a TLS connection has none), so that
+// copying a file into the container's standard input (io.Copy from an
+// *os.File) is a sendfile, as it was on the SDK's connection.
+func (h *Hijacked) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := h.conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.New("the connection to the daemon is not a plain socket")
 }
 
 // Close closes the connection.
