@@ -135,9 +135,9 @@ func (d *DockerVolume) Available() (bool, string) {
 	return true, ""
 }
 
-// newDockerClient connects as the docker command does (DOCKER_HOST and
-// the rest; see internal/dockerapi, which replaces the Docker SDK for its
-// start-up cost in every snapback process).
+// newDockerClient connects as the Docker SDK's client.FromEnv did
+// (DOCKER_HOST and the rest); internal/dockerapi replaces the SDK, whose
+// package initialisation every snapback process paid.
 func newDockerClient() (*dockerapi.Client, error) { return dockerapi.FromEnv() }
 
 func dockerLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }

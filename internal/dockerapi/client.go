@@ -64,8 +64,7 @@ type Client struct {
 	http     *http.Client
 
 	mu      sync.Mutex
-	version string // negotiated or pinned; empty until then
-	pinned  bool
+	version string // negotiated, or pinned by DOCKER_API_VERSION; empty until then
 }
 
 // FromEnv makes a client from the environment, as the SDK's
@@ -99,7 +98,7 @@ func FromEnv() (*Client, error) {
 		if versionLess(v, MinVersion) {
 			return nil, fmt.Errorf("DOCKER_API_VERSION %s is older than %s, the oldest this client speaks", v, MinVersion)
 		}
-		c.version, c.pinned = v, true
+		c.version = v
 	}
 	if dir := os.Getenv("DOCKER_CERT_PATH"); dir != "" {
 		cfg, err := tlsConfig(dir, os.Getenv("DOCKER_TLS_VERIFY") != "")
@@ -120,8 +119,8 @@ func FromEnv() (*Client, error) {
 	}
 	c.http = &http.Client{
 		Transport: c.tr,
-		// The daemon redirects nothing snapback asks for; a redirect is
-		// answered as it is (an error, below 400 or not).
+		// The daemon redirects nothing snapback asks for: a redirect is
+		// not followed (nor was it by the SDK).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return c, nil
