@@ -18,14 +18,7 @@ import (
 	"sync"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/snapback/snapback/internal/dockerapi"
 )
 
 // DockerVolume snapshots a Docker named volume through the Engine API. No
@@ -136,15 +129,16 @@ func (d *DockerVolume) Available() (bool, string) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
+	if err := cli.Ping(ctx); err != nil {
 		return false, "no Docker daemon answers: " + dockerLine(err)
 	}
 	return true, ""
 }
 
-func newDockerClient() (*client.Client, error) {
-	return client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-}
+// newDockerClient connects as the Docker SDK's client.FromEnv did
+// (DOCKER_HOST and the rest); internal/dockerapi replaces the SDK, whose
+// package initialisation every snapback process paid.
+func newDockerClient() (*dockerapi.Client, error) { return dockerapi.FromEnv() }
 
 func dockerLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
 
@@ -177,7 +171,7 @@ func (d *DockerVolume) helperPath() (string, error) {
 
 // connect opens a client and finds the target's volume: an error naming
 // the target when there is no daemon or no such volume.
-func dockerConnect(ctx context.Context, t Target) (*client.Client, *volume.Volume, error) {
+func dockerConnect(ctx context.Context, t Target) (*dockerapi.Client, *dockerapi.Volume, error) {
 	if t.Volume == "" {
 		return nil, nil, targetErr(t, "no volume")
 	}
@@ -187,7 +181,7 @@ func dockerConnect(ctx context.Context, t Target) (*client.Client, *volume.Volum
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(pctx); err != nil {
+	if err := cli.Ping(pctx); err != nil {
 		cli.Close()
 		return nil, nil, targetErr(t, "no Docker daemon answers at %s: %s", cli.DaemonHost(), dockerLine(err))
 	}
@@ -202,7 +196,7 @@ func dockerConnect(ctx context.Context, t Target) (*client.Client, *volume.Volum
 	return cli, &v, nil
 }
 
-func dockerNotFound(err error) bool { return cerrdefs.IsNotFound(err) }
+func dockerNotFound(err error) bool { return dockerapi.IsNotFound(err) }
 
 // Check implements Backend: the daemon answers, the volume exists, and
 // with stop_containers the containers using it can be inspected.
@@ -231,8 +225,8 @@ func (d *DockerVolume) Check(ctx context.Context, t Target, root string) error {
 
 // volumeUsers lists the containers (running ones unless all) that mount
 // the volume, leaving out the helper's.
-func volumeUsers(ctx context.Context, cli *client.Client, vol string, all bool) ([]string, error) {
-	cs, err := cli.ContainerList(ctx, container.ListOptions{All: all, Filters: filters.NewArgs(filters.Arg("volume", vol))})
+func volumeUsers(ctx context.Context, cli *dockerapi.Client, vol string, all bool) ([]string, error) {
+	cs, err := cli.ContainerList(ctx, all, dockerapi.Filters{"volume": {vol}})
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +242,7 @@ func volumeUsers(ctx context.Context, cli *client.Client, vol string, all bool) 
 // stopUsers stops the running containers using the volume; the returned
 // function starts them again (also those stopped before an error) and
 // is safe to call more than once.
-func stopUsers(ctx context.Context, cli *client.Client, vol string) (func() error, error) {
+func stopUsers(ctx context.Context, cli *dockerapi.Client, vol string) (func() error, error) {
 	var stopped []string
 	var once sync.Once
 	var rerr error
@@ -256,7 +250,7 @@ func stopUsers(ctx context.Context, cli *client.Client, vol string) (func() erro
 		once.Do(func() {
 			ctx := context.WithoutCancel(ctx)
 			for _, id := range stopped {
-				if err := cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil && rerr == nil {
+				if err := cli.ContainerStart(ctx, id); err != nil && rerr == nil {
 					rerr = fmt.Errorf("start container %s again: %w", id[:12], err)
 				}
 			}
@@ -268,7 +262,7 @@ func stopUsers(ctx context.Context, cli *client.Client, vol string) (func() erro
 		return restart, fmt.Errorf("containers using volume %q: %w", vol, err)
 	}
 	for _, id := range ids {
-		if err := cli.ContainerStop(ctx, id, container.StopOptions{}); err != nil {
+		if err := cli.ContainerStop(ctx, id); err != nil {
 			return restart, fmt.Errorf("stop container %s: %w", id[:12], err)
 		}
 		stopped = append(stopped, id)
@@ -282,7 +276,7 @@ var helperImages sync.Map
 
 // HelperImage returns the reference of the helper image, importing it
 // from the helper executable when the daemon does not have it yet.
-func (d *DockerVolume) HelperImage(ctx context.Context, cli *client.Client) (string, error) {
+func (d *DockerVolume) HelperImage(ctx context.Context, cli *dockerapi.Client) (string, error) {
 	p, err := d.helperPath()
 	if err != nil {
 		return "", err
@@ -307,7 +301,7 @@ func (d *DockerVolume) HelperImage(ctx context.Context, cli *client.Client) (str
 		ref = "snapback-helper:" + hex.EncodeToString(h.Sum(nil))[:12]
 		helperImages.Store(key, ref)
 	}
-	if _, err := cli.ImageInspect(ctx, ref.(string)); err == nil {
+	if err := cli.ImageInspect(ctx, ref.(string)); err == nil {
 		return ref.(string), nil
 	} else if !dockerNotFound(err) {
 		return "", fmt.Errorf("inspect helper image: %w", err)
@@ -319,7 +313,7 @@ func (d *DockerVolume) HelperImage(ctx context.Context, cli *client.Client) (str
 }
 
 // importHelper makes an image holding only the executable, as /snapback.
-func importHelper(ctx context.Context, cli *client.Client, p string, size int64, ref string) error {
+func importHelper(ctx context.Context, cli *dockerapi.Client, p string, size int64, ref string) error {
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
@@ -336,20 +330,14 @@ func importHelper(ctx context.Context, cli *client.Client, p string, size int64,
 		}
 		pw.CloseWithError(err)
 	}()
-	body, err := cli.ImageImport(ctx, image.ImportSource{Source: pr, SourceName: "-"}, ref, image.ImportOptions{
-		Changes: []string{`ENTRYPOINT ["/snapback", "` + VolumeHelperVerb + `"]`, `LABEL snapback.helper-image=1`},
-	})
-	if err != nil {
-		pr.CloseWithError(err)
-		return err
-	}
-	out, err := io.ReadAll(body)
-	body.Close() // read to the end
+	err := cli.ImageImport(ctx, pr, ref, []string{`ENTRYPOINT ["/snapback", "` + VolumeHelperVerb + `"]`, `LABEL snapback.helper-image=1`})
+	pr.CloseWithError(err) // stops the tar's writer if the daemon stopped reading first
 	if err != nil {
 		return err
 	}
-	if _, err := cli.ImageInspect(ctx, ref); err != nil {
-		return fmt.Errorf("%w (daemon said: %s)", err, bytes.TrimSpace(out))
+	// The import said it succeeded: the image must be there.
+	if err := cli.ImageInspect(ctx, ref); err != nil {
+		return fmt.Errorf("after the import: %w", err)
 	}
 	return nil
 }
@@ -364,8 +352,8 @@ var errNoBind = errors.New("payload directory not usable in the helper container
 // not empty) at /p (writable when the volume is not), feeding it stdin
 // (when not nil) and copying its stdout; a non-zero exit is an error
 // carrying its stderr.
-func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnly bool, payload string, stdin io.Reader, stdout io.Writer, args ...string) error {
-	cfg := &container.Config{
+func runHelper(ctx context.Context, cli *dockerapi.Client, img, vol string, readOnly bool, payload string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	cfg := &dockerapi.Config{
 		Image:           img,
 		Cmd:             args,
 		Labels:          map[string]string{helperLabel: vol},
@@ -376,16 +364,16 @@ func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnl
 		StdinOnce:       stdin != nil,
 		NetworkDisabled: true,
 	}
-	hc := &container.HostConfig{
+	hc := &dockerapi.HostConfig{
 		NetworkMode: "none",
-		LogConfig:   container.LogConfig{Type: "none"}, // the archive is no log
-		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/v", ReadOnly: readOnly,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true}}},
+		LogConfig:   &dockerapi.LogConfig{Type: "none"}, // the archive is no log
+		Mounts: []dockerapi.Mount{{Type: dockerapi.MountVolume, Source: vol, Target: "/v", ReadOnly: readOnly,
+			VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true}}},
 	}
 	if payload != "" {
-		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: payload, Target: "/p", ReadOnly: !readOnly})
+		hc.Mounts = append(hc.Mounts, dockerapi.Mount{Type: dockerapi.MountBind, Source: payload, Target: "/p", ReadOnly: !readOnly})
 	}
-	c, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, "")
+	id, err := cli.ContainerCreate(ctx, cfg, hc)
 	if err != nil {
 		if payload != "" {
 			return fmt.Errorf("%w: %w", errNoBind, err)
@@ -394,26 +382,27 @@ func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnl
 	}
 	defer func() {
 		// Force: a container cut short by an error is killed as well.
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true}) // a leftover is removed by the next run (removeLeftovers)
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), id, true) // a leftover is removed by the next run (removeLeftovers)
 	}()
-	att, err := cli.ContainerAttach(ctx, c.ID, container.AttachOptions{Stream: true, Stdin: stdin != nil, Stdout: true, Stderr: true})
+	att, err := cli.ContainerAttach(ctx, id, dockerapi.AttachOptions{Stdin: stdin != nil, Stdout: true, Stderr: true})
 	if err != nil {
 		return fmt.Errorf("attach helper container: %w", err)
 	}
 	defer att.Close()
-	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+	// The wait is registered before the start, so the exit is not missed.
+	waitC, errC := cli.ContainerWait(ctx, id, dockerapi.WaitNextExit)
+	if err := cli.ContainerStart(ctx, id); err != nil {
 		return fmt.Errorf("start helper container: %w", err)
 	}
 	if stdin != nil {
 		go func() {
-			_, err := io.Copy(att.Conn, stdin)
+			_, err := io.Copy(att, stdin)
 			_ = err // a short copy shows as the helper's error (a truncated archive)
 			_ = att.CloseWrite()
 		}()
 	}
 	var stderr bytes.Buffer
-	_, cerr := stdcopy.StdCopy(stdout, &stderr, att.Reader)
+	_, cerr := dockerapi.StdCopy(stdout, &stderr, att)
 	select {
 	case res := <-waitC:
 		msg := strings.TrimSpace(stderr.String())
@@ -441,13 +430,13 @@ func runHelper(ctx context.Context, cli *client.Client, img, vol string, readOnl
 // removeLeftovers removes helper containers of the volume that a killed
 // snapback left behind (the store lock lets one call at a time work on a
 // target).
-func removeLeftovers(ctx context.Context, cli *client.Client, vol string) error {
-	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", helperLabel+"="+vol))})
+func removeLeftovers(ctx context.Context, cli *dockerapi.Client, vol string) error {
+	cs, err := cli.ContainerList(ctx, true, dockerapi.Filters{"label": {helperLabel + "=" + vol}})
 	if err != nil {
 		return fmt.Errorf("list helper containers: %w", err)
 	}
 	for _, c := range cs {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !dockerNotFound(err) {
+		if err := cli.ContainerRemove(ctx, c.ID, true); err != nil && !dockerNotFound(err) {
 			return fmt.Errorf("remove leftover helper container %s: %w", c.ID[:12], err)
 		}
 	}
@@ -508,7 +497,7 @@ func (d *DockerVolume) Snapshot(ctx context.Context, t Target, root, dir string)
 // sha256 and size: straight into the file through a bind mount when the
 // daemon runs on this machine (three times faster than the API's stream
 // on dockerd 20.10), else streamed through the API.
-func archiveVolume(ctx context.Context, cli *client.Client, img, vol, dir string, bind bool) (string, int64, error) {
+func archiveVolume(ctx context.Context, cli *dockerapi.Client, img, vol, dir string, bind bool) (string, int64, error) {
 	out := filepath.Join(dir, volumeTar)
 	if abs, err := filepath.Abs(dir); err == nil && bind {
 		var res bytes.Buffer
@@ -549,7 +538,7 @@ func archiveVolume(ctx context.Context, cli *client.Client, img, vol, dir string
 
 // sameHost reports whether the daemon runs on this machine, so that a
 // directory here can be bound into a container as it is.
-func sameHost(ctx context.Context, cli *client.Client) bool {
+func sameHost(ctx context.Context, cli *dockerapi.Client) bool {
 	if !strings.HasPrefix(cli.DaemonHost(), "unix://") {
 		return false
 	}
@@ -598,7 +587,7 @@ func (d *DockerVolume) Restore(ctx context.Context, t Target, root, dir string) 
 		return fmt.Errorf("restore docker volume %q: %w", t.Volume, err)
 	}
 	if v == nil {
-		_, err := cli.VolumeCreate(ctx, volume.CreateOptions{Name: t.Volume, Driver: info.Driver, DriverOpts: info.Options, Labels: info.Labels})
+		_, err := cli.VolumeCreate(ctx, dockerapi.VolumeCreateOptions{Name: t.Volume, Driver: info.Driver, DriverOpts: info.Options, Labels: info.Labels})
 		if err != nil {
 			return fmt.Errorf("restore docker volume %q: create it again: %w", t.Volume, err)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/snapback/snapback/backends"
 	"github.com/snapback/snapback/config"
+	"github.com/snapback/snapback/internal/dockerapi"
 	"github.com/snapback/snapback/internal/treetest"
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +47,13 @@ var volumeTestVerbs = map[string]func(args []string) int{
 		signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
 		<-c
 		return 0
+	},
+	// test-cat: copies stdin to stdout, says how much on stderr, and
+	// exits with status 7 (the client's attach and wait test).
+	"test-cat": func([]string) int {
+		n, err := io.Copy(os.Stdout, os.Stdin)
+		fmt.Fprintf(os.Stderr, "copied %d bytes (%v)\n", n, err)
+		return 7
 	},
 	// test-write DIR: one transaction of the fixture's writer.
 	"test-write": func(args []string) int {
@@ -114,8 +122,13 @@ func testDocker(t *testing.T) *client.Client {
 	return testDockerCli
 }
 
-func helperImage(t *testing.T, cli *client.Client) string {
+// helperImage returns the helper image's reference, importing it if need
+// be (through snapback's own client; the tests' checks use the SDK's).
+func helperImage(t *testing.T) string {
 	t.Helper()
+	cli, err := dockerapi.FromEnv()
+	treetest.Must(t, err)
+	defer cli.Close()
 	ref, err := (&backends.DockerVolume{}).HelperImage(context.Background(), cli)
 	treetest.Must(t, err)
 	return ref
@@ -151,7 +164,7 @@ func mountpoint(t *testing.T, cli *client.Client, vol string) string {
 func startApp(t *testing.T, cli *client.Client, vol string) string {
 	t.Helper()
 	ctx := context.Background()
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: helperImage(t, cli), Cmd: []string{"test-sleep"}},
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: helperImage(t), Cmd: []string{"test-sleep"}},
 		&container.HostConfig{NetworkMode: "none", Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/v"}}},
 		nil, nil, "")
 	treetest.Must(t, err)

@@ -12,6 +12,9 @@ var Rank = map[string]int{
 	"internal/suggest": 0,
 	"internal/gitdiff": 0,
 	"fsutil":           0,
+	// The Docker Engine API client (docker-volume's; in place of the SDK,
+	// whose package initialisation every process paid).
+	"internal/dockerapi": 0,
 	// What reads the tree's own formats, the table of isolation modes
 	// (a tree mode's row holds fsutil's primitives), and the tree's
 	// watcher.
