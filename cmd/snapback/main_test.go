@@ -76,6 +76,13 @@ func TestScript(t *testing.T) {
 			// inside the script's work dir: testscript's HOME, /no-home,
 			// would be made by root.
 			env.Setenv("XDG_STATE_HOME", env.WorkDir+"/.state")
+			// The man pages go generate made (TestManPages checks them
+			// against the commands), for the scripts that install them.
+			man, err := filepath.Abs("../../man")
+			if err != nil {
+				return err
+			}
+			env.Setenv("MANDIR", man)
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {
