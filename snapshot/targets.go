@@ -171,9 +171,16 @@ func (r *Repo) snapTargets(owner string, ts []config.Target) ([]record.TargetSta
 		if err := fsutil.SyncDir(data); err != nil {
 			return fail(err)
 		}
+		if err := fsutil.SyncDir(dir); err != nil { // target.json's rename and data's entry
+			return fail(err)
+		}
 		out = append(out, record.TargetState{Name: TargetName(t), Backend: t.Backend, Payload: rel, Bytes: duBytes(data), Millis: time.Since(start).Milliseconds()})
 	}
 	if err := fsutil.SyncDir(r.targetsDir(owner)); err != nil {
+		return fail(err)
+	}
+	// And the owner's directory's own entry, made by MkdirAll above.
+	if err := fsutil.SyncDir(filepath.Dir(r.targetsDir(owner))); err != nil {
 		return fail(err)
 	}
 	return out, nil
