@@ -393,6 +393,11 @@ type Volume struct {
 // IsNotFound reports.
 func (c *Client) VolumeInspect(ctx context.Context, name string) (Volume, error) {
 	var v Volume
+	if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+		// It goes into the request's path: ".." or a slash would ask
+		// another endpoint (snapback.toml may come with a cloned repository).
+		return v, fmt.Errorf("volume %q: not a Docker volume name", name)
+	}
 	err := c.call(ctx, http.MethodGet, "/volumes/"+name, nil, nil, &v)
 	return v, err
 }

@@ -180,6 +180,13 @@ func TestNoDaemon(t *testing.T) {
 	if _, err := cli.VolumeInspect(context.Background(), "v"); err == nil || !strings.Contains(err.Error(), sock) {
 		t.Errorf("a request to a missing socket: %v", err)
 	}
+	// A name that would change the request's path is refused before
+	// anything is asked.
+	for _, name := range []string{"", "..", "../containers/x/json", "a/b"} {
+		if _, err := cli.VolumeInspect(context.Background(), name); err == nil || !strings.Contains(err.Error(), "not a Docker volume name") {
+			t.Errorf("volume %q: %v", name, err)
+		}
+	}
 	for _, host := range []string{"ssh://me@host", "unix://", "/var/run/docker.sock"} {
 		t.Setenv("DOCKER_HOST", host)
 		if _, err := FromEnv(); err == nil || !strings.Contains(err.Error(), host) {
