@@ -69,7 +69,7 @@ func (s *Store) loadBlock(bl []record.Block, i int) (record.Manifest, error) {
 	if b == nil || sha256.Sum256(b) != k.ID { // the hint is wrong, or the pack gone (a gc repacked it)
 		var err error
 		if b, err = s.readObject(k.ID, maxManifestSize); errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("load manifest block: %w: %s%s", ErrMissingObject, k.ID, s.unreadPacks())
+			return nil, fmt.Errorf("load manifest block: %w", s.missing(k.ID.String()))
 		} else if err != nil {
 			return nil, fmt.Errorf("load manifest block %s: %w: %w", k.ID, record.ErrCorrupt, err)
 		}

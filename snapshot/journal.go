@@ -219,7 +219,7 @@ func (r *Repo) transitionFrom(j *journal, target, cur record.Manifest) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("%s: %w: the contents of %q%s", op, ErrMissingObject, missing, r.unreadPacks())
+		return fmt.Errorf("%s: %w", op, r.missing(fmt.Sprintf("the contents of %q", missing)))
 	}
 	if err := r.checkSpace(j, target, cur); err != nil {
 		return fmt.Errorf("%s: %w", op, err)

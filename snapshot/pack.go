@@ -161,11 +161,17 @@ func (s *Store) loadPacksLocked() {
 	}
 }
 
-// unreadPacks is what an error saying that content is missing adds when
-// packs could not be read (their contents count as missing): the first
-// such pack by name, why, and what sets it aside; "" when none. The
-// layout check at open does not look at each pack (there is one per
-// turn), so this is where a damaged or planted one is named.
+// missing is the error that content is missing from the store
+// (ErrMissingObject): what is missing, and the first pack that could not
+// be read, if any (its contents count as missing), with why and what sets
+// it aside. The layout check at open does not look at each pack (there
+// is one per turn), so this is where a damaged or planted one is named.
+func (s *Store) missing(what string) error {
+	return fmt.Errorf("%w: %s%s", ErrMissingObject, what, s.unreadPacks())
+}
+
+// unreadPacks is missing's account of the packs that could not be read;
+// "" when none.
 func (s *Store) unreadPacks() string {
 	s.packMu.Lock()
 	defer s.packMu.Unlock()

@@ -370,7 +370,7 @@ func (s *Store) OpenObject(id record.ObjectID) (io.ReadCloser, error) {
 		case ok:
 			return io.NopCloser(bytes.NewReader(b)), nil
 		}
-		return nil, fmt.Errorf("%w: %s%s", ErrMissingObject, id, s.unreadPacks())
+		return nil, s.missing(id.String())
 	}
 	if err != nil {
 		return nil, err
@@ -388,7 +388,7 @@ func (s *Store) OpenObject(id record.ObjectID) (io.ReadCloser, error) {
 func (s *Store) ReadObject(id record.ObjectID) ([]byte, error) {
 	b, err := s.readObject(id, maxReadObject)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s%s", ErrMissingObject, id, s.unreadPacks())
+		return nil, s.missing(id.String())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: object %s: %w", record.ErrCorrupt, id, err)
@@ -723,7 +723,7 @@ func (s *Store) LoadManifest(id string) (record.Manifest, error) {
 	}
 	b, err := s.readObject(oid, maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("load manifest: %w: %s%s", ErrMissingObject, oid, s.unreadPacks())
+		return nil, fmt.Errorf("load manifest: %w", s.missing(oid.String()))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load manifest %s: %w: %w", oid, record.ErrCorrupt, err)

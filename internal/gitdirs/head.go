@@ -93,10 +93,8 @@ func (r *Repo) readRef(name string) (oid, symref string, err error) {
 // refDir is where a ref lives: a worktree's own refs (bisect, worktree,
 // rewritten) in its git dir, every other in the common dir.
 func (r *Repo) refDir(name string) string {
-	for _, own := range []string{"refs/bisect/", "refs/worktree/", "refs/rewritten/"} {
-		if strings.HasPrefix(name, own) {
-			return r.GitDir
-		}
+	if worktreeRef(name) {
+		return r.GitDir
 	}
 	return r.CommonDir
 }

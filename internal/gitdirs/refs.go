@@ -158,7 +158,7 @@ func (r *Repo) packedRefs(refs map[string]string) error {
 			continue // the object a tag above peels to
 		}
 		id, name, ok := strings.Cut(line, " ")
-		if !ok || !ValidOID(id) || !gitRefName(name) || r.worktreeRef(name) {
+		if !ok || !ValidOID(id) || !gitRefName(name) || worktreeRef(name) {
 			return fmt.Errorf("%s: %q: %w", p, line, ErrRefsUnsure)
 		}
 		if _, loose := refs[name]; !loose {
@@ -175,7 +175,7 @@ func (r *Repo) packedRefs(refs map[string]string) error {
 }
 
 // worktreeRef reports whether name is one of a worktree's own refs.
-func (r *Repo) worktreeRef(name string) bool {
+func worktreeRef(name string) bool {
 	for _, d := range worktreeRefDirs {
 		if strings.HasPrefix(name, "refs/"+d+"/") {
 			return true

@@ -79,24 +79,22 @@ func TestRefsAsGit(t *testing.T) {
 // object id, a name git may refuse, a symbolic link, a worktree's ref in
 // packed-refs, the reftable format), Refs says so instead of guessing.
 func TestRefsUnsure(t *testing.T) {
-	cases := map[string]func(t *testing.T, gitDir string){
-		"garbage": func(t *testing.T, gd string) {
+	cases := map[string]func(t *testing.T, gitDir, head string){
+		"garbage": func(t *testing.T, gd, _ string) {
 			write(t, filepath.Join(gd, "refs", "heads", "bad"), "not an id\n")
 		},
-		"name ending in a dot": func(t *testing.T, gd string) {
-			head := strings.TrimSpace(readFile(t, filepath.Join(gd, "refs", "heads", "main")))
+		"name ending in a dot": func(t *testing.T, gd, head string) {
 			write(t, filepath.Join(gd, "refs", "heads", "x."), head+"\n")
 		},
-		"symlink": func(t *testing.T, gd string) {
+		"symlink": func(t *testing.T, gd, _ string) {
 			if err := os.Symlink("main", filepath.Join(gd, "refs", "heads", "link")); err != nil {
 				t.Fatal(err)
 			}
 		},
-		"worktree ref packed": func(t *testing.T, gd string) {
-			head := strings.TrimSpace(readFile(t, filepath.Join(gd, "refs", "heads", "main")))
+		"worktree ref packed": func(t *testing.T, gd, head string) {
 			write(t, filepath.Join(gd, "packed-refs"), "# pack-refs with: peeled fully-peeled sorted \n"+head+" refs/bisect/bad\n")
 		},
-		"reftable": func(t *testing.T, gd string) {
+		"reftable": func(t *testing.T, gd, _ string) {
 			if err := os.Mkdir(filepath.Join(gd, "reftable"), 0o755); err != nil {
 				t.Fatal(err)
 			}
@@ -113,19 +111,10 @@ func TestRefsUnsure(t *testing.T) {
 			if _, err := g.Refs(); err != nil {
 				t.Fatalf("before: %v", err)
 			}
-			plant(t, g.GitDir)
+			plant(t, g.GitDir, git(t, dir, "rev-parse", "HEAD"))
 			if _, err := g.Refs(); !errors.Is(err, ErrRefsUnsure) && !errors.Is(err, ErrReftable) {
 				t.Fatalf("Refs = %v, want ErrRefsUnsure or ErrReftable", err)
 			}
 		})
 	}
-}
-
-func readFile(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
