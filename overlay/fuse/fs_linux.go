@@ -53,6 +53,8 @@ type overlayFS struct {
 	upperEmpty atomic.Bool
 
 	warm warmState // a view kept across runs (warm_linux.go)
+
+	statters callers // who stats what it lists (listing_linux.go)
 }
 
 // node is a path of the view. Its layer is decided at lookup and changes
@@ -68,6 +70,9 @@ type node struct {
 	// (the upper layer records the move with an overlay redirect).
 	lower   string
 	lowerOK bool // directories: the children of lower show through
+	// listedBare: a listing of this directory left out the attributes
+	// of some of its entries (listing_linux.go).
+	listedBare atomic.Bool
 
 	detached detachedFile // a file without a name that the kernel may still have open
 }
@@ -367,7 +372,16 @@ func (n *node) childRel(name string) (rel string, ok bool) {
 	return join(prel, name), true
 }
 
+// Lookup answers LOOKUP; a listing's entries are looked up by
+// dirHandle.Lookup.
 func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.listedBare.Load() {
+		n.ov.statters.add(ctx)
+	}
+	return n.lookup(ctx, name, out)
+}
+
+func (n *node) lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if n.IsRoot() && name == storeName {
 		return nil, syscall.ENOENT
 	}
@@ -506,24 +520,23 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	return &dirHandle{fs.NewListDirStream(ents).(fs.FileHandle), n}, gofuse.FOPEN_CACHE_DIR | gofuse.FOPEN_KEEP_CACHE, 0
+	return &dirHandle{FileHandle: fs.NewListDirStream(ents).(fs.FileHandle), n: n}, gofuse.FOPEN_CACHE_DIR | gofuse.FOPEN_KEEP_CACHE, 0
 }
 
 // dirHandle is an open directory: its listing, and fsync.
 type dirHandle struct {
 	fs.FileHandle
-	n *node
+	n    *node
+	last gofuse.DirEntry // the entry Readdirent gave last (listing_linux.go)
 }
 
 var (
 	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileLookuper     = (*dirHandle)(nil)
 	_ fs.FileSeekdirer    = (*dirHandle)(nil)
 	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
 )
 
-func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
-	return d.FileHandle.(fs.FileReaddirenter).Readdirent(ctx)
-}
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return d.FileHandle.(fs.FileSeekdirer).Seekdir(ctx, off)

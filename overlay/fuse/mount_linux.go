@@ -69,7 +69,7 @@ func Mount(lower, upper, work, mnt string) (*Mounted, error) {
 		unix.Unmount(mnt, unix.MNT_DETACH)
 		return nil, err
 	}
-	m := &Mounted{Server: srv, mnt: mnt}
+	m := &Mounted{Server: srv, mnt: mnt, root: root}
 	if startRing(ring, srv, raw, &opts.MountOptions) {
 		m.ring = ring
 	}

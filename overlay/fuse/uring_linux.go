@@ -94,6 +94,7 @@ type Mounted struct {
 	*gofuse.Server
 	mnt  string
 	ring *uring.Transport // nil: the device serves every request
+	root *node
 }
 
 // Ring reports whether the rings serve the view's requests.
