@@ -537,7 +537,6 @@ var (
 	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
 )
 
-
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return d.FileHandle.(fs.FileSeekdirer).Seekdir(ctx, off)
 }
