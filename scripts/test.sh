@@ -248,9 +248,11 @@ step "go vet (darwin)" env GOOS=darwin go vet ./...
 # once. (The backends' suites ran under -race too until the whole script
 # had to fit 15 minutes on a fresh machine: their time is spent waiting
 # on the servers, and their race build alone took minutes.)
-raced=(./fsutil/ ./config/ ./runner/)
+# The fuse view's packages too: over io_uring each CPU's queue serves its
+# requests at once (TestConcurrentRequests).
+raced=(./fsutil/ ./config/ ./runner/ ./overlay/fuse/ ./overlay/fuse/uring/)
 step "go test -race (${raced[*]})" go test -race -count=1 -timeout 10m "${raced[@]}"
-mapfile -t rest < <(go list ./... | grep -v -e '/fsutil$' -e '/config$' -e '/runner$')
+mapfile -t rest < <(go list ./... | grep -v -e '/fsutil$' -e '/config$' -e '/runner$' -e '/overlay/fuse$' -e '/overlay/fuse/uring$')
 # Through testlog.py: the results, every failing test's output, and the
 # slowest tests (where the suite's time goes). pipefail: either failing
 # fails the step.

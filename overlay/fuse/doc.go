@@ -173,22 +173,29 @@
 // (so that nothing can fail between asking the kernel for io_uring and
 // registering, when the kernel holds every request), registered once
 // INIT is answered, and each CPU's queue is served by a thread bound to
-// that CPU; FORGET and INTERRUPT still come through /dev/fuse, read by
-// go-fuse's loop as before. Where the switch is off, or a ring cannot
+// that CPU, the queues at once (two requests in each: a burst of
+// callers, as `git status`'s threads stating the index, is served on
+// both CPUs; the node tree is safe for concurrent requests, and
+// scripts/test.sh runs this package under the race detector); FORGET
+// and INTERRUPT still come through /dev/fuse, read by go-fuse's loop as
+// before. Where the switch is off, or a ring cannot
 // be made or registered, /dev/fuse reads serve everything, as before.
 // The trial says which transport its view used, and doctor shows it. With the kernel sending few requests, what a request
-// costs is mostly the hand-off between processes, so the server answers
-// them one at a time from one goroutine on one P (MaxInflightRequestBytes
+// costs is mostly the hand-off between processes, so over /dev/fuse
+// reads the server answers them one at a time from one goroutine on one P (MaxInflightRequestBytes
 // 1, GOMAXPROCS 1), as fuse-overlayfs does: go-fuse's default of a second
 // reader blocked on the device moved every request between threads. It
 // never splices (a READ is answered with bytes, so go-fuse's attempt only
 // wrote and drained a pipe). While the upper layer is empty and no
 // request that may write has come (a fresh view), lookups and listings
 // do not look at it. SNAPBACK_FUSE_CPUPROFILE=FILE makes a fresh
-// view's server (SNAPBACK_FUSE_KEEP=0) write a CPU profile of its run. What is left per request type,
-// on Go's src/ as a git repository: a fresh `find` sends two READDIRPLUS per directory (the
-// second finds the end), a fresh `git status` one LOOKUP per tracked
-// file (it stats the index's paths before it reads any directory), a
+// view's server (SNAPBACK_FUSE_KEEP=0) write a CPU profile of its run. A listing carries
+// its entries' attributes only where they will likely be used
+// (listing_linux.go). What is left per request type, on Go's src/ as a
+// git repository: a fresh `find` sends two READDIRPLUS per directory
+// (the second finds the end), a fresh `git status` one LOOKUP per
+// tracked file (it stats the index's paths before it reads any
+// directory), a
 // fresh `tar` a READ and a GETATTR per file (GNU tar fstats after
 // reading, and a READ drops the cached atime); each file made by `tar x`
 // costs MKNOD, WRITE, three SETATTR, three GETATTR and two GETXATTR of

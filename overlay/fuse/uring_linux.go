@@ -27,6 +27,12 @@ var ringOff bool
 // back without a word, every run alike).
 var ringErr error
 
+// ringDepth is how many requests each CPU's queue holds at once: a
+// second lets a queue's thread take the next request of a burst (the
+// threads of `git status` stat the index's paths at once) without
+// waiting in the kernel for it. Each entry keeps a buffer of MaxWrite.
+const ringDepth = 2
+
 // prepareRing sets up the rings for the device dev before the kernel's
 // INIT is answered, and then asks for io_uring in mo; nil if the kernel
 // does not offer it or the rings cannot be made (ringErr says why).
@@ -35,7 +41,7 @@ func prepareRing(dev int, mo *gofuse.MountOptions) *uring.Transport {
 	if ok, _ := uring.Enabled(); !ok || ringOff {
 		return nil
 	}
-	t, err := uring.New(dev, mo.MaxWrite, 1)
+	t, err := uring.New(dev, mo.MaxWrite, ringDepth)
 	if err != nil {
 		ringErr = err
 		return nil

@@ -78,11 +78,10 @@ type Transport struct {
 	queues  []*queue
 	payload int
 
-	ps *fuse.ProtocolServer
-	// mu serializes the requests of all queues, as a server reading the
-	// device with one reader would: the file system need not be safe for
-	// concurrent requests.
-	mu       sync.Mutex
+	// ps serves the requests of every queue at once (each queue's
+	// thread calls it): the file system must be safe for concurrent
+	// requests, as under go-fuse's own loop with several readers.
+	ps       *fuse.ProtocolServer
 	logger   func(format string, args ...any)
 	requests atomic.Uint64
 	running  sync.WaitGroup
@@ -362,9 +361,7 @@ func (t *Transport) handle(q *queue, i int) {
 			// must not be overwritten while it may still be read.
 			payload = e.scratch[:copy(e.scratch, payload)]
 		}
-		t.mu.Lock()
 		n, st = t.ps.HandleRequest([][]byte{e.in[:inHeaderSize+opLen], payload}, [][]byte{h[:outHeaderSize], e.payload})
-		t.mu.Unlock()
 	}
 	if !st.Ok() || n < outHeaderSize {
 		if st.Ok() {
