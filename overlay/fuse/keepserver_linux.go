@@ -88,7 +88,7 @@ func Keep(args []string) int {
 	ready := os.NewFile(3, "ready")
 	unix.CloseOnExec(3)
 	unix.Umask(0)
-	runtime.GOMAXPROCS(1) // as Serve: one request at a time
+	runtime.GOMAXPROCS(1) // as Serve: one request at a time over /dev/fuse reads (more Ps for the ring's queues)
 	files, err := keepPaths(a.Root)
 	if err != nil {
 		return fail(err)

@@ -428,9 +428,10 @@ func Serve(args []string) int {
 	// The kernel sends modes with the caller's umask applied: the
 	// server's own must not mask them again.
 	unix.Umask(0)
-	// It serves one request at a time (see options): a second P would
-	// only add thread hand-offs and the runtime's polling of blocked
-	// threads on a machine whose CPUs the command needs.
+	// Over /dev/fuse reads it serves one request at a time (see
+	// options): a second P would only add thread hand-offs and the
+	// runtime's polling of blocked threads on a machine whose CPUs the
+	// command needs. The ring's queues, if it is used, serve at once.
 	runtime.GOMAXPROCS(1)
 	root, err := newRoot(spec.Root, spec.Upper, spec.Work)
 	if err != nil {
@@ -448,8 +449,8 @@ func Serve(args []string) int {
 		return fail(err)
 	}
 	if startRing(ring, srv, raw, &opts.MountOptions) {
-		// The queues' threads (one per CPU, each bound to it) want a P
-		// each, and the device's reader one more.
+		// The queues' threads (one per CPU, each bound to it, serving at
+		// once) want a P each, and the device's reader one more.
 		runtime.GOMAXPROCS(ring.Queues() + 1)
 	}
 	fmt.Fprintln(files[3], "ok")
