@@ -747,13 +747,22 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		if sc.copied != nil {
 			sc.copied(t, bin, proj)
 		}
-		cmd := exec.Command(bin, append([]string{"-C", proj}, op...)...)
+		// A call that hangs fails this scenario in a minute (SIGQUIT, so
+		// it prints where it was) instead of the package's whole time.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, bin, append([]string{"-C", proj}, op...)...)
+		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+		cmd.WaitDelay = 5 * time.Second
 		cmd.Dir = proj
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SNAPBACK_KILL_AT=%d", k))
 		cmd.Stdin = strings.NewReader(sc.stdin)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
+		cancel()
+		if ctx.Err() != nil {
+			t.Fatalf("kill point %d: the operation hung%s: %v\n%s", k, hungWhere(sc), err, out.String())
+		}
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || !ee.Sys().(syscall.WaitStatus).Signaled() {
 			// Past the last state-changing call: the operation completed.
@@ -1002,4 +1011,19 @@ func checkpointScenarios() []killScenario {
 				endUndoRedo(t, bin, proj, beforeTurn, killState(t, proj, true))
 			}},
 	}
+}
+
+// hungWhere says what may have hung a scenario's operation: for a zfs
+// scenario, whether zfs-fuse still answers (a stat of its pool's root
+// within 5 s); it has been seen to stop answering reads for good after
+// many killed operations.
+func hungWhere(sc killScenario) string {
+	if !sc.zfs {
+		return ""
+	}
+	out, err := exec.Command("timeout", "5", "sh", "-c", `stat -c %n "$(zfs list -H -o mountpoint | head -1)"`).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf(" (zfs-fuse does not answer a stat of its pool's root either: %v %s)", err, bytes.TrimSpace(out))
+	}
+	return " (zfs-fuse still answers a stat of its pool's root)"
 }

@@ -25,7 +25,8 @@ import (
 // looks the name up when something asks (fuse_direntplus_link):
 //   - an entry the server already has a node for carries none: the
 //     kernel has it already (or looks it up again);
-//   - a directory always carries them: a walk goes into it next;
+//   - a directory always carries them: a walk goes into it next (so
+//     does an entry whose type the listing does not say);
 //   - any other entry carries them when the caller (the thread that
 //     reads the listing) has been seen looking up a name in a
 //     directory whose listing left attributes out: a caller that stats
@@ -54,8 +55,14 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 	if d.n.GetChild(name) != nil {
 		return nil, errNoAttr
 	}
-	isDir := d.last.Name == name && d.last.Mode&syscall.S_IFMT == syscall.S_IFDIR
-	if !isDir && !d.n.ov.statters.has(ctx) {
+	// The entry's type from the listing: unknown where go-fuse replays
+	// an interrupted listing (without Readdirent) or the layer's
+	// filesystem has no d_type; then it carries attributes.
+	var typ uint32
+	if d.last.Name == name {
+		typ = d.last.Mode & syscall.S_IFMT
+	}
+	if typ != 0 && typ != syscall.S_IFDIR && !d.n.ov.statters.has(ctx) {
 		d.n.listedBare.Store(true)
 		return nil, errNoAttr
 	}
