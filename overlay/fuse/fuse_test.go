@@ -68,6 +68,13 @@ func mmapWrite(p string) error {
 // returns the lower, upper and mount directories.
 func view(t *testing.T, fill func(lower string)) (lower, upper, mnt string, unmount func()) {
 	t.Helper()
+	_, lower, upper, mnt, unmount = mountedView(t, fill)
+	return lower, upper, mnt, unmount
+}
+
+// mountedView is view, with the mounted view itself (its server's nodes).
+func mountedView(t *testing.T, fill func(lower string)) (m *Mounted, lower, upper, mnt string, unmount func()) {
+	t.Helper()
 	ok, why := Available()
 	if !treetest.Require(t, "fuse", ok, why) {
 		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
@@ -93,7 +100,7 @@ func view(t *testing.T, fill func(lower string)) (lower, upper, mnt string, unmo
 		}
 	}
 	t.Cleanup(unmount)
-	return lower, upper, mnt, unmount
+	return srv, lower, upper, mnt, unmount
 }
 
 func big(i int) byte { return byte(i * 7) }

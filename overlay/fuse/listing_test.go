@@ -20,28 +20,18 @@ import (
 // tree either way. The server's nodes tell which entries carried
 // attributes (the kernel made an inode of each).
 func TestListingAttributes(t *testing.T) {
-	ok, why := Available()
-	if !treetest.Require(t, "fuse", ok, why) {
-		t.Skip("SNAPBACK_REQUIRE does not name fuse: " + why)
-	}
-	dir := t.TempDir()
-	lower, upper, work, mnt := filepath.Join(dir, "lower"), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "mnt")
-	for _, d := range []string{lower, upper, work, mnt} {
-		treetest.Must(t, os.Mkdir(d, 0o755))
-	}
 	dirs := []string{"a", "b", "c"}
-	for _, d := range dirs {
-		for i := 0; i < 20; i++ {
-			treetest.Write(t, lower, fmt.Sprintf("%s/f%02d", d, i), fmt.Sprint(d, i), 0o640)
+	m, lower, _, mnt, _ := mountedView(t, func(lower string) {
+		for _, d := range dirs {
+			for i := 0; i < 20; i++ {
+				treetest.Write(t, lower, fmt.Sprintf("%s/f%02d", d, i), fmt.Sprint(d, i), 0o640)
+			}
+			for i := 0; i < 3; i++ {
+				treetest.Must(t, os.Mkdir(filepath.Join(lower, d, fmt.Sprint("s", i)), 0o750))
+			}
+			treetest.Must(t, os.Symlink("f00", filepath.Join(lower, d, "l")))
 		}
-		for i := 0; i < 3; i++ {
-			treetest.Must(t, os.Mkdir(filepath.Join(lower, d, fmt.Sprint("s", i)), 0o750))
-		}
-		treetest.Must(t, os.Symlink("f00", filepath.Join(lower, d, "l")))
-	}
-	m, err := Mount(lower, upper, work, mnt)
-	treetest.Must(t, err)
-	defer func() { treetest.Must(t, m.Unmount()) }()
+	})
 
 	// carried lists d's entries the server has a node for.
 	carried := func(d string) (dirs, others int) {
