@@ -80,34 +80,25 @@ const maxCallers = 4096
 
 // callerOf is the request's caller; 0 stands for every caller outside
 // the PID namespace of the view's mount.
-func callerOf(ctx context.Context) (uint32, bool) {
-	c, ok := ctx.(*gofuse.Context)
-	if !ok {
-		return 0, false
+func callerOf(ctx context.Context) uint32 {
+	if c, ok := ctx.(*gofuse.Context); ok { // go-fuse's bridge passes no other
+		return c.Caller.Pid
 	}
-	return c.Caller.Pid, true
+	return 0
 }
 
 func (c *callers) add(ctx context.Context) {
-	id, ok := callerOf(ctx)
-	if !ok {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ids == nil || len(c.ids) >= maxCallers {
 		c.ids = map[uint32]struct{}{}
 	}
-	c.ids[id] = struct{}{}
+	c.ids[callerOf(ctx)] = struct{}{}
 }
 
 func (c *callers) has(ctx context.Context) bool {
-	id, ok := callerOf(ctx)
-	if !ok {
-		return false
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, has := c.ids[id]
+	_, has := c.ids[callerOf(ctx)]
 	return has
 }

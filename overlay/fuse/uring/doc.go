@@ -3,7 +3,9 @@
 // Documentation/filesystems/fuse-io-uring.rst): requests are fetched and
 // answered through io_uring rings instead of a read(2) and a write(2) on
 // /dev/fuse each, one ring per CPU, each served by a thread bound to its
-// CPU, so a request is taken up where it was issued.
+// CPU, so a request is taken up where it was issued. The queues serve
+// at once: the file system must be safe for concurrent requests (as
+// under go-fuse's own loop with more than one reader).
 //
 // It drives go-fuse's exported request handling (fuse.ProtocolServer)
 // and needs nothing else of go-fuse: the fuse.Server still answers INIT
