@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,20 +47,27 @@ func mountLoopback(t testing.TB, dir, mnt string) *Transport {
 // request.
 func mountLoopbackVia(t testing.TB, dir, mnt string, ring bool) *Transport {
 	t.Helper()
+	root, err := fs.NewLoopbackRoot(dir)
+	treetest.Must(t, err)
+	return mountRaw(t, mnt, fs.NewNodeFS(root, &fs.Options{}), ring, 1)
+}
+
+// mountRaw mounts raw at mnt, served through depth-deep rings or (ring
+// false) through go-fuse's reads of /dev/fuse (the transport is then
+// nil); it is unmounted when the test ends.
+func mountRaw(t testing.TB, mnt string, raw fuse.RawFileSystem, ring bool, depth int) *Transport {
+	t.Helper()
 	dev, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	treetest.Must(t, err)
 	opts := fuse.MountOptions{MaxWrite: 1 << 20}
 	var tr *Transport
 	if ring {
 		opts.ExtraCapabilities = fuse.CAP_OVER_IO_URING
-		tr, err = New(dev, opts.MaxWrite, 1)
+		tr, err = New(dev, opts.MaxWrite, depth)
 		treetest.Must(t, err)
 	}
 	opt := fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0,max_read=%d", dev, opts.MaxWrite)
 	treetest.Must(t, unix.Mount("uringtest", mnt, "fuse.uringtest", 0, opt))
-	root, err := fs.NewLoopbackRoot(dir)
-	treetest.Must(t, err)
-	raw := fs.NewNodeFS(root, &fs.Options{})
 	srv, err := fuse.NewServer(raw, fmt.Sprintf("/dev/fd/%d", dev), &opts)
 	treetest.Must(t, err)
 	if tr != nil {
@@ -107,6 +115,60 @@ func BenchmarkStat(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// nullFS answers every name as the same empty file, from memory, and
+// has the kernel cache nothing: each lstat through it is a LOOKUP that
+// costs the server nothing but its answer.
+type nullFS struct{ fuse.RawFileSystem }
+
+func (nullFS) Lookup(_ <-chan struct{}, _ *fuse.InHeader, _ string, out *fuse.EntryOut) fuse.Status {
+	out.NodeId, out.Generation = 2, 1
+	out.Attr = fuse.Attr{Ino: 2, Mode: unix.S_IFREG | 0o644, Nlink: 1}
+	return fuse.OK
+}
+
+func (nullFS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	out.Attr = fuse.Attr{Ino: 2, Mode: unix.S_IFREG | 0o644, Nlink: 1}
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		out.Attr = fuse.Attr{Ino: 1, Mode: unix.S_IFDIR | 0o755, Nlink: 2}
+	}
+	return fuse.OK
+}
+
+// BenchmarkRoundTrip is the floor of a request here: an lstat that is
+// a LOOKUP the server answers from memory (nullFS), through /dev/fuse
+// reads and through the rings (two entries per queue, as the view
+// has), from one caller and from two at once (each caller's thread
+// may move between CPUs, as a workload's do). Every request a
+// workload sends through a view costs at least this much.
+func BenchmarkRoundTrip(b *testing.B) {
+	requireRing(b)
+	for _, ring := range []bool{false, true} {
+		for _, callers := range []int{1, 2} {
+			name := fmt.Sprintf("%s/callers=%d", map[bool]string{false: "device", true: "ring"}[ring], callers)
+			b.Run(name, func(b *testing.B) {
+				mnt := b.TempDir()
+				mountRaw(b, mnt, nullFS{fuse.NewDefaultRawFileSystem()}, ring, 2)
+				p := filepath.Join(mnt, "f")
+				var wg sync.WaitGroup
+				for c := 0; c < callers; c++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						var st unix.Stat_t
+						for i := c; i < b.N; i += callers {
+							if err := unix.Lstat(p, &st); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		}
 	}
 }
 
