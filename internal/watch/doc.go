@@ -69,8 +69,8 @@
 // handle, and a name in it: the watcher notes each directory's handle
 // as it marks it, so an event maps to a tree path (one of a directory
 // it does not know, moved away, is dropped). Its reader (which owns the
-// group, and looks every 100 ms whether to stop: a second at most while
-// it waits for an exit, below) reads the writer's lineage at once,
+// group, and sleeps until an event, an exit or its stop comes: a second
+// at most while it waits for an exit, below) reads the writer's lineage at once,
 // before handing the event on: the writer's /proc/PID/stat (its parent, its start time), checked
 // to be the pidfd's process after the read (an id is taken again only
 // once its process is gone), then each ancestor's, each started no
@@ -80,7 +80,9 @@
 // short command: rm, sed -i) has no pidfd: the reader also listens to
 // the kernel's process connector (netlink, root, in the initial pid
 // namespace, whose ids it tells), which tells each process's exit, with
-// its parent then. The exiting process tells it itself, just after its
+// its parent then (only exits: the connector filters the rest out; they
+// are read at most every 100 ms, so a busy machine's exits wake the
+// reader at most ten times a second, and an idle machine's not at all). The exiting process tells it itself, just after its
 // parent was told of its exit: the parent may have reaped it, and the
 // event be read, before (a process preempted there, on a busy machine),
 // so an exit not told yet is waited for (up to a second for a batch of

@@ -61,15 +61,18 @@ func openExits() *exits {
 		unix.Close(fd)
 		return nil
 	}
-	msg := make([]byte, unix.SizeofNlMsghdr+cnMsgLen+4)
+	// struct proc_input: listen, to exits only (Linux 6.6+; the watcher's
+	// fanotify needs 6.9): forks, execs and the rest never wake the reader.
+	msg := make([]byte, unix.SizeofNlMsghdr+cnMsgLen+8)
 	binary.LittleEndian.PutUint32(msg[0:], uint32(len(msg)))
 	binary.LittleEndian.PutUint16(msg[4:], unix.NLMSG_DONE)
 	binary.LittleEndian.PutUint32(msg[12:], uint32(os.Getpid()))
 	c := msg[unix.SizeofNlMsghdr:]
 	binary.LittleEndian.PutUint32(c[0:], cnIdxProc)
 	binary.LittleEndian.PutUint32(c[4:], cnValProc)
-	binary.LittleEndian.PutUint16(c[16:], 4)
+	binary.LittleEndian.PutUint16(c[16:], 8)
 	binary.LittleEndian.PutUint32(c[cnMsgLen:], procCnMcastListen)
+	binary.LittleEndian.PutUint32(c[cnMsgLen+4:], procEventExit)
 	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
 		return nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -69,11 +70,15 @@ func fsidOf(st *unix.Statfs_t) [2]int32 { return [2]int32{st.Fsid.Val[0], st.Fsi
 // (not one on the whole filesystem: the events of the rest of the
 // machine would cost a pidfd each) and on the watcher's marks/.
 type fanGroup struct {
-	fd       int           // the group, non-blocking: its reader's, which closes it
-	stopped  atomic.Bool   // the reader is to stop
-	done     chan struct{} // closed with stopped set
-	exits    *exits        // the reader's (nil: none)
-	marksKey string        // marks/'s handle
+	fd      int           // the group, non-blocking: its reader's, which closes it
+	stopped atomic.Bool   // the reader is to stop
+	done    chan struct{} // closed with stopped set
+	// wake is an eventfd stop writes, so that a reader waiting for
+	// events stops at once; closed by the last of stop and the reader.
+	wake     int
+	wakeRefs atomic.Int32
+	exits    *exits // the reader's (nil: none)
+	marksKey string // marks/'s handle
 	rootFsid [2]int32
 	// dirs is each watched directory's path by its handle: written by
 	// the main loop, read by the reader (which resolves the writers of
@@ -103,10 +108,17 @@ func openFan(root string, marksFd int) (*fanGroup, string) {
 	if err != nil {
 		return nil, fmt.Sprintf("fanotify: %v", err)
 	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Sprintf("eventfd: %v", err)
+	}
 	// The exits heard from now on, before any directory is marked.
-	g := &fanGroup{fd: fd, dirs: map[string]string{}, done: make(chan struct{}), exits: openExits()}
+	g := &fanGroup{fd: fd, wake: wake, dirs: map[string]string{}, done: make(chan struct{}), exits: openExits()}
+	g.wakeRefs.Store(2) // stop's and the reader's
 	fail := func(why string) (*fanGroup, string) {
 		unix.Close(fd)
+		unix.Close(wake)
 		g.exits.close()
 		return nil, why
 	}
@@ -167,35 +179,55 @@ func (g *fanGroup) dirPath(k string) (string, bool) {
 	return p, ok
 }
 
-// stop has the reader stop, and close the group (within pollEvery).
+// stop has the reader stop, and close the group.
 func (g *fanGroup) stop() {
 	if !g.stopped.Swap(true) {
 		close(g.done)
+		unix.Write(g.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // cannot fail: the count is far from its maximum
+		g.releaseWake()
 	}
 }
 
-// pollEvery: how long the reader waits for events before it looks
-// whether to stop, and reads the exits told meanwhile.
-const pollEvery = 100 // ms
+// releaseWake closes wake once both stop and the reader are done with it.
+func (g *fanGroup) releaseWake() {
+	if g.wakeRefs.Add(-1) == 0 {
+		unix.Close(g.wake)
+	}
+}
+
+// exitsEvery: the reader reads the exits told at most this often (when
+// the machine's processes exit faster), and at once otherwise; with
+// no event and no exit it sleeps until one comes.
+const exitsEvery = 100 * time.Millisecond
 
 // readFan passes the group's events to the main loop, each with its
 // writer's lineage read at once (see doc.go), until stopped.
 func readFan(g *fanGroup, out chan<- []fanEvent) {
 	defer close(out)
 	defer unix.Close(g.fd)
+	defer g.releaseWake()
 	rv := &resolver{byIno: map[uint64]*lineage{}, exits: g.exits}
 	defer rv.exits.close()
 	buf := make([]byte, 64<<10)
+	var drained time.Time
 	for !g.stopped.Load() {
 		before := monoNow()
 		n, err := unix.Read(g.fd, buf)
 		if errors.Is(err, unix.EAGAIN) {
 			// Empty at before: every write's event of before is read.
+			fds := []unix.PollFd{{Fd: int32(g.fd), Events: unix.POLLIN}, {Fd: int32(g.wake), Events: unix.POLLIN}}
+			timeout := -1
 			if rv.exits != nil {
-				rv.exits.drain()
-				rv.exits.evict(before)
+				if since := time.Since(drained); since >= exitsEvery {
+					rv.exits.drain()
+					rv.exits.evict(before)
+					drained = time.Now()
+					fds = append(fds, unix.PollFd{Fd: int32(rv.exits.fd), Events: unix.POLLIN})
+				} else {
+					timeout = int((exitsEvery - since + time.Millisecond - 1) / time.Millisecond)
+				}
 			}
-			unix.Poll([]unix.PollFd{{Fd: int32(g.fd), Events: unix.POLLIN}}, pollEvery) // woken or not, look again
+			unix.Poll(fds, timeout) // woken or not, look again
 			continue
 		}
 		if errors.Is(err, unix.EINTR) {
