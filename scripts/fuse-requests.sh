@@ -13,14 +13,20 @@
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: fuse-requests.sh CMD [ARG...]" >&2; exit 2; }
 T=/sys/kernel/tracing
-[ -d "$T/events" ] || mount -t tracefs nodev "$T" 2>/dev/null || true
+mounted=
+if [ ! -d "$T/events" ] && mount -t tracefs nodev "$T" 2>/dev/null; then
+	mounted=1
+fi
 ev=$T/events/fuse/fuse_request_send
+unmount() { [ -z "$mounted" ] || umount "$T"; }
 if [ ! -e "$ev/enable" ]; then
 	echo "fuse-requests: no fuse:fuse_request_send tracepoint under $T (Linux 6.14+, root)" >&2
+	unmount
 	exit 2
 fi
 if [ "$(stat -f -c %T .)" != fuseblk ] && ! grep -q " $(stat -c %m .) fuse" /proc/self/mounts; then
 	echo "fuse-requests: $(pwd) is not on a FUSE file system" >&2
+	unmount
 	exit 2
 fi
 # The tracepoint names a connection by its kernel dev_t (major << 20 | minor).
@@ -32,6 +38,7 @@ restore() {
 	echo 0 >"$ev/filter"
 	echo "$was_kb" >"$T/buffer_size_kb"
 	echo "$was_on" >"$T/tracing_on"
+	unmount
 }
 trap restore EXIT
 echo 0 >"$T/tracing_on"
