@@ -82,7 +82,8 @@
 // namespace, whose ids it tells), which tells each process's exit, with
 // its parent then (only exits: the connector filters the rest out; they
 // are read at most every 100 ms, so a busy machine's exits wake the
-// reader at most ten times a second, and an idle machine's not at all). The exiting process tells it itself, just after its
+// reader at most ten times a second, and an idle machine's not at
+// all). The exiting process tells it itself, just after its
 // parent was told of its exit: the parent may have reaped it, and the
 // event be read, before (a process preempted there, on a busy machine),
 // so an exit not told yet is waited for (up to a second for a batch of

@@ -141,8 +141,8 @@ func (nullFS) GetAttr(_ <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) 
 // a LOOKUP the server answers from memory (nullFS), through /dev/fuse
 // reads and through the rings (two entries per queue, as the view
 // has), from one caller and from two at once (each caller's thread
-// may move between CPUs, as a workload's do). Every request a
-// workload sends through a view costs at least this much.
+// may move between CPUs, as a workload's do): what a request costs
+// before the file system does any work.
 func BenchmarkRoundTrip(b *testing.B) {
 	requireRing(b)
 	for _, ring := range []bool{false, true} {
