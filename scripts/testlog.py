@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """testlog.py: read `go test -json` on stdin and print what a person needs
 from it: each package's result line, the whole output of every test that
-failed (and of a package that failed outside any test), and the slowest
+failed (and of a package that failed outside any test), the lines a
+passing test logged as notes (t.Logf("note: ...")), and the slowest
 top-level tests, so that a CI log shows where the time goes. Exit status 1
 when anything failed (go test's own status is checked by the caller too)."""
 import json
@@ -41,6 +42,8 @@ for line in sys.stdin:
     lines = out.pop(key, [])
     if action == "fail":
         print("".join(lines), end="")
+    else:
+        print("".join(f"{test}: {l.strip()}\n" for l in lines if ": note: " in l), end="")
     if "Elapsed" in ev:
         top = test.split("/", 1)[0]
         k = (pkg.rsplit("/", 1)[-1], top)

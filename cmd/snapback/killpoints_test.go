@@ -771,7 +771,7 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 			// and the kill point run again, once per scenario.
 			if stalled := abortStalledZFS(t); len(stalled) > 0 {
 				zfsRetried = true
-				t.Logf("kill point %d: zfs-fuse stopped answering on %s; its connection was aborted, and the kill point is run again. The operation's output:\n%s", k, strings.Join(stalled, ", "), out.String())
+				t.Logf("note: kill point %d: zfs-fuse stopped answering on %s; its connection was aborted, and the kill point is run again. The operation's output:\n%s", k, strings.Join(stalled, ", "), out.String())
 				rctx, rcancel := context.WithTimeout(context.Background(), time.Minute)
 				b, err := exec.CommandContext(rctx, bin, "-C", proj, "recover").CombinedOutput()
 				rcancel()
