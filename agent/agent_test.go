@@ -217,7 +217,7 @@ func TestSettingsKept(t *testing.T) {
 			if _, err := parseSettings(c.New, h.Settings); err != nil {
 				t.Fatalf("%s install wrote what it cannot read: %v\n%s", h.Name, err, c.New)
 			}
-			if strings.Contains(user, "\r") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
+			if strings.Contains(user, "\r\n") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
 				t.Errorf("%s install mixed line ends into a CR LF file:\n%q", h.Name, c.New)
 			}
 			back, err := h.change(h.Settings, c.New, h.uninstall)
@@ -434,6 +434,9 @@ func TestSettingsJSONC(t *testing.T) {
 `,
 		"only comments inside": "{ /* nothing yet */ }\n",
 		"crlf":                 "{\r\n  // a comment\r\n  \"a\": 1, // one\r\n}\r\n",
+		// A lone CR does not end a // comment for Gemini CLI: "b" is
+		// in the comment, and the hooks must go after it.
+		"a CR inside a comment": "{\n  \"hooks\": { // a\rb\n  }\n}\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := GeminiCLI.change(GeminiCLI.Settings, []byte(user), GeminiCLI.install)
@@ -452,7 +455,7 @@ func TestSettingsJSONC(t *testing.T) {
 			if n := len(doc.get("hooks").get("BeforeTool").elems); n == 0 {
 				t.Fatalf("no BeforeTool hook after install:\n%s", c.New)
 			}
-			if strings.Contains(user, "\r") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
+			if strings.Contains(user, "\r\n") && strings.Count(string(c.New), "\n") != strings.Count(string(c.New), "\r\n") {
 				t.Errorf("install mixed line ends into a CR LF file:\n%q", c.New)
 			}
 			if again, err := GeminiCLI.change(GeminiCLI.Settings, c.New, GeminiCLI.install); err != nil || again.Changed() {
@@ -466,6 +469,11 @@ func TestSettingsJSONC(t *testing.T) {
 	}
 	if _, err := ClaudeCode.change(ClaudeCode.Settings, []byte("{\n  // no\n}\n"), ClaudeCode.install); err == nil || !strings.HasPrefix(err.Error(), ".claude/settings.json:2: ") {
 		t.Errorf("Claude Code's settings with a comment: %v", err)
+	}
+	// To Gemini CLI the comment runs on over the CR and the "}" to the
+	// line's end, and the document ends inside the outer object.
+	if _, err := GeminiCLI.change(GeminiCLI.Settings, []byte("{\"hooks\": { // n\r},\n}\n"), GeminiCLI.install); err == nil || !strings.HasPrefix(err.Error(), ".gemini/settings.json:") {
+		t.Errorf("a comment that a CR does not end: %v", err)
 	}
 	if _, err := GeminiCLI.change(GeminiCLI.Settings, []byte("// nothing but this\n"), GeminiCLI.install); err == nil || err.Error() != ".gemini/settings.json: holds only comments: write {} after them, then install again" {
 		t.Errorf("a file of comments only: %v", err)

@@ -6,15 +6,19 @@ import (
 )
 
 // Gemini CLI reads its settings as JSONC: JSON with // and /* */
-// comments and trailing commas. Install and uninstall parse such a file
-// through a copy of the same length with those blanked out (each value
-// is then at its place in the file), and change only the file's own
-// bytes: every comment stays where it was.
+// comments (strip-json-comments, then JSON.parse). A // comment runs to
+// the next \n there, and here: a lone \r does not end it, or hooks
+// written after one would be a comment to Gemini CLI. Trailing commas are
+// taken too (Gemini CLI refuses them, so such a file is not in use yet).
+// Install and uninstall parse such a file through a copy of the same
+// length with those blanked out (each value is then at its place in the
+// file), and change only the file's own bytes: every comment stays where
+// it was.
 
 // blankJSONC returns data with each comment's bytes, and each trailing
 // comma (one that only blanks and comments part from a closing } or ]),
-// made spaces; a comment's line ends (\n, \r) stay, so that lines keep
-// their numbers. Strings are left as they are.
+// made spaces; the \n and \r in a comment stay, so that lines keep
+// their numbers and their ends. Strings are left as they are.
 func blankJSONC(data []byte) []byte {
 	out := bytes.Clone(data)
 	comma := -1   // a comma after a value, not yet followed by anything but blanks and comments
@@ -30,8 +34,10 @@ func blankJSONC(data []byte) []byte {
 				}
 			}
 		case c == '/' && i+1 < len(out) && out[i+1] == '/':
-			for ; i < len(out) && out[i] != '\n' && out[i] != '\r'; i++ {
-				out[i] = ' '
+			for ; i < len(out) && out[i] != '\n'; i++ {
+				if out[i] != '\r' {
+					out[i] = ' '
+				}
 			}
 			continue // the line end, a blank, is passed over
 		case c == '/' && i+1 < len(out) && out[i+1] == '*':
