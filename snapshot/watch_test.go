@@ -344,7 +344,7 @@ func TestWatchOverflowReadsWhole(t *testing.T) {
 	m, _, err = r.BeginCheckpoint("", "overflows")
 	treetest.Must(t, err)
 	pid := watch.Pid(r.Dir)
-	treetest.Must(t, syscall.Kill(pid, syscall.SIGSTOP))
+	treetest.Stop(t, pid)
 	for i := 0; i < 20; i++ {
 		treetest.Write(t, root, fmt.Sprintf("d/f%02d", i), "turn\n", 0o644)
 	}

@@ -243,7 +243,7 @@ func TestAgentWritersGone(t *testing.T) {
 	a.exec("printf A > a.txt", true)
 	b.exec("printf B > b.txt", true)
 	w := watch.Pid(testStore(t, p.root))
-	treetest.Must(t, syscall.Kill(w, syscall.SIGSTOP))
+	treetest.Stop(t, w)
 	a.run(fmt.Sprintf("(cd %s && exec sh -c 'printf A > c.txt')", p.root)) // gone, and reaped
 	treetest.Must(t, syscall.Kill(w, syscall.SIGCONT))
 	// The daemon waits until its parent is gone (it has another then)

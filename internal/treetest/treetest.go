@@ -384,3 +384,36 @@ func SmallFS(t testing.TB, sizeKB int) string {
 	})
 	return mnt
 }
+
+// Stop stops the process pid (SIGSTOP) and returns once every one of its
+// threads is stopped. kill returns before they are: a thread that was in
+// a system call, or waiting for a CPU, goes on until it returns to user
+// space, and a reader in the kernel may drain its whole event queue by
+// then. Resume it with SIGCONT.
+func Stop(t testing.TB, pid int) {
+	t.Helper()
+	Must(t, unix.Kill(pid, unix.SIGSTOP))
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(dir)
+		Must(t, err)
+		running := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			if err != nil {
+				continue // a thread gone
+			}
+			// The state follows the command's closing parenthesis.
+			i := strings.LastIndexByte(string(b), ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' && b[i+2] != 't' {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: %d threads not stopped 10 s after SIGSTOP", pid, running)
+		}
+	}
+}

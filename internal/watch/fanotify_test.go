@@ -120,7 +120,7 @@ func TestWrittenByGone(t *testing.T) {
 	root, store, tok := fanWatcher(t)
 	_, a := agentProc(t, root, `exec sleep 60`)
 	w := Pid(store)
-	treetest.Must(t, syscall.Kill(w, syscall.SIGSTOP))
+	treetest.Stop(t, w)
 	cont := func() { syscall.Kill(w, syscall.SIGCONT) }
 	defer cont()
 	// Gone and reaped before the watcher reads its events: its pid
