@@ -38,8 +38,10 @@ import (
 // saved (it vouches for contents): so before any record names what it
 // holds. A pack is complete under its name or absent, and never changed:
 // gc writes the live contents of a pack that holds dead ones into a new
-// pack and then removes the old one (a crash between leaves both, and a
-// content in two packs is read from either).
+// pack and then removes the old one (a crash between leaves both). A
+// content in two packs is read from the first by name, or from another
+// when the first does not match its hash; gc keeps one copy of it, an
+// intact one if any pack has one.
 //
 // A pack is input from outside. Its index is checked against the file
 // (size bounded, every entry inside the contents, none larger than
@@ -139,7 +141,7 @@ func (s *Store) loadPacksLocked() {
 	if s.packed != nil {
 		return
 	}
-	s.packed, s.badPacks = map[record.ObjectID]packLoc{}, map[string]error{}
+	s.packed, s.copies, s.badPacks = map[record.ObjectID]packLoc{}, map[record.ObjectID][]packLoc{}, map[string]error{}
 	names, err := s.packNames()
 	if err != nil {
 		s.badPacks[packsDir] = err
@@ -154,8 +156,11 @@ func (s *Store) loadPacksLocked() {
 			continue
 		}
 		for _, e := range ents {
-			if _, dup := s.packed[e.id]; !dup {
-				s.packed[e.id] = packLoc{pack: name, off: e.off, len: e.len}
+			loc := packLoc{pack: name, off: e.off, len: e.len}
+			if _, dup := s.packed[e.id]; dup {
+				s.copies[e.id] = append(s.copies[e.id], loc)
+			} else {
+				s.packed[e.id] = loc
 			}
 		}
 	}
@@ -474,6 +479,15 @@ func (s *Store) readPackedOnce(id record.ObjectID) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	b, err := s.readAtLocked(loc.pack, loc.off, loc.len)
+	if copies := s.copies[id]; len(copies) > 0 && (err != nil || sha256.Sum256(b) != id) {
+		// Packed more than once (a watched checkpoint packs blind, and a
+		// crash in gc leaves both): another copy may be intact.
+		for _, c := range copies {
+			if cb, cerr := s.readAtLocked(c.pack, c.off, c.len); cerr == nil && sha256.Sum256(cb) == id {
+				return cb, true, nil
+			}
+		}
+	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		err = fmt.Errorf("%w: object %s in pack %s: %w", record.ErrCorrupt, id, loc.pack, err)
 	}
@@ -515,7 +529,7 @@ func (s *Store) forgetPacks() {
 	for _, f := range s.packFiles {
 		f.Close() // read-only
 	}
-	s.packFiles, s.packed, s.badPacks = nil, nil, nil
+	s.packFiles, s.packed, s.copies, s.badPacks = nil, nil, nil, nil
 }
 
 // packIndex reads and checks the index of the pack name.
@@ -542,6 +556,19 @@ func (s *Store) repack(from []string, keep func(id record.ObjectID, b []byte) bo
 	var p packBuf
 	dropped, bytesDropped := 0, int64(0)
 	made := map[string]bool{} // a new pack may be byte for byte an old one
+	put := map[record.ObjectID]bool{}
+	// A content packed twice is kept once, from an intact copy if one
+	// of the packs has it: a damaged copy only when no other comes.
+	damaged := map[record.ObjectID][]byte{}
+	var damagedOrder []record.ObjectID
+	add := func(id record.ObjectID, b []byte) error {
+		put[id] = true
+		p.add(id, b)
+		if p.full() {
+			return s.writePack(&p, made)
+		}
+		return nil
+	}
 	for _, name := range from {
 		ents, err := s.packIndex(name)
 		if err != nil {
@@ -552,16 +579,34 @@ func (s *Store) repack(from []string, keep func(id record.ObjectID, b []byte) bo
 			if err != nil {
 				return nil, 0, 0, fmt.Errorf("repack %s: %w", name, err)
 			}
-			if p.has(e.id) || !keep(e.id, b) {
-				dropped++
-				bytesDropped += e.len
-				continue
-			}
-			p.add(e.id, b)
-			if p.full() {
-				if err := s.writePack(&p, made); err != nil {
+			_, seen := damaged[e.id]
+			switch {
+			case put[e.id] || !keep(e.id, b):
+			case sha256.Sum256(b) != e.id:
+				if !seen {
+					damaged[e.id] = b
+					damagedOrder = append(damagedOrder, e.id)
+					continue
+				}
+			default:
+				if seen {
+					dropped++ // the damaged copy seen before
+					bytesDropped += int64(len(damaged[e.id]))
+					delete(damaged, e.id)
+				}
+				if err := add(e.id, b); err != nil {
 					return nil, 0, 0, err
 				}
+				continue
+			}
+			dropped++
+			bytesDropped += e.len
+		}
+	}
+	for _, id := range damagedOrder {
+		if b, ok := damaged[id]; ok {
+			if err := add(id, b); err != nil {
+				return nil, 0, 0, err
 			}
 		}
 	}

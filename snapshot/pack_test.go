@@ -169,6 +169,52 @@ func TestPackDamaged(t *testing.T) {
 	undoBringsBack(t, r, root, files)
 }
 
+// A content packed twice (a watched checkpoint packs blind, a crash in
+// gc leaves both), its copy in the pack first by name damaged: an undo
+// reads the intact copy, and gc, merging the two packs, keeps the intact
+// copy and drops the damaged one (it kept the first it met).
+func TestPackTwiceOneDamaged(t *testing.T) {
+	root := t.TempDir()
+	files := packTree(t, root, 10)
+	r := openRepo(t, root)
+	_, err := r.Snap(record.KindSnap, "one")
+	treetest.Must(t, err)
+	victim := "d3/f003.txt"
+	id := record.ObjectID(sha256.Sum256(files[victim]))
+	pack, off, ok := snapshot.PackedAt(r.Store, id)
+	if !ok {
+		t.Fatalf("%s is not packed", victim)
+	}
+	b, err := os.ReadFile(pack)
+	treetest.Must(t, err)
+	first := filepath.Join(filepath.Dir(pack), strings.Repeat("0", 64)+".pack")
+	treetest.Must(t, os.WriteFile(first, b, 0o444))
+	flipAt(t, first, off)
+	r.Close()
+	r = openRepo(t, root)
+	if at, _, _ := snapshot.PackedAt(r.Store, id); at != first {
+		t.Fatalf("%s is read from %s first, want the damaged copy in %s", victim, at, first)
+	}
+	undoBringsBack(t, r, root, files)
+
+	// A new version of one file, then gc of the old: both packs hold
+	// the old content, so both are written again, merged.
+	files["d0/f000.txt"] = []byte("version 2\n")
+	treetest.Write(t, root, "d0/f000.txt", "version 2\n", 0o644)
+	_, err = r.Snap(record.KindSnap, "two")
+	treetest.Must(t, err)
+	_, err = r.GC(1, nil)
+	treetest.Must(t, err)
+	if _, err := os.Lstat(first); err == nil {
+		t.Fatalf("gc left %s", first)
+	}
+	if _, err := r.Store.ReadObject(id); err != nil {
+		t.Fatalf("after gc: %v", err)
+	}
+	cleanCheck(t, r)
+	undoBringsBack(t, r, root, files)
+}
+
 // A pack whose index cannot be read: its contents are missing (named by
 // check), --repair sets it aside and stores them again from the tree.
 func TestPackUnreadable(t *testing.T) {

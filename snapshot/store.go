@@ -118,10 +118,13 @@ type Store struct {
 	// Small contents are packed (pack.go): packMu guards the rest.
 	packMu sync.Mutex
 	packed map[record.ObjectID]packLoc // every pack's index; nil until read
+	// copies: the other packs that hold a content packed more than once
+	// (the first, in packed, is read; these when it does not match).
+	copies map[record.ObjectID][]packLoc
 	// PackBlind: a small content is packed without reading the packs'
 	// indexes first, unless read already; a content some pack holds
-	// already is then packed again (a content in two packs is read from
-	// either). For the few contents a watched
+	// already is then packed again (pack.go: a content in two packs is
+	// read from an intact one). For the few contents a watched
 	// checkpoint reads, mostly new ones: reading every pack's index cost
 	// more than the rest of its end (20 ms at 100,000 files).
 	PackBlind bool

@@ -1323,6 +1323,13 @@ func (m *model) stored(c string) (storedObject, bool) {
 	return o, ok
 }
 
+// intact says whether the store still holds a copy of the content c
+// that matches its hash (a content may be packed twice: a damaged copy
+// does not stop a verb that can read another).
+func (m *model) intact(c string) bool {
+	return intactCopy(filepath.Join(m.root, ".snapback"), fmt.Sprintf("%x", sha256.Sum256([]byte(c))))
+}
+
 // fileContent is the content of a file entry of the model's tree.
 func fileContent(e string) (string, bool) {
 	f := strings.SplitN(e, " ", 3)
@@ -1415,7 +1422,7 @@ func (m *model) needsDamaged(o outcome, links map[string]bool) outcome {
 	}
 	for _, p := range changed(m.tree, o.want) {
 		c, ok := fileContent(o.want[p])
-		if !ok || m.damaged[c] == nil || held[c] {
+		if !ok || m.damaged[c] == nil || held[c] || m.intact(c) {
 			continue
 		}
 		if have, ok := fileContent(m.tree[p]); ok && have == c {

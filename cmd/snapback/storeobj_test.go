@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -64,6 +65,41 @@ func findObject(dir, id string) (storedObject, bool, error) {
 		}
 	}
 	return storedObject{}, false, nil
+}
+
+// intactCopy reports whether some copy of the content id in the store at
+// dir (loose, or in any pack: a content may be packed twice) still
+// matches its hash: snapback reads that one.
+func intactCopy(dir, id string) bool {
+	want, err := hex.DecodeString(id)
+	if err != nil || len(want) != 32 {
+		return false
+	}
+	ok := func(b []byte) bool { s := sha256.Sum256(b); return bytes.Equal(s[:], want) }
+	if b, err := os.ReadFile(filepath.Join(dir, "objects", id[:2], id[2:])); err == nil && ok(b) {
+		return true
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "packs", "*.pack"))
+	for _, p := range names {
+		b, err := os.ReadFile(p)
+		if err != nil || len(b) < 48 || !bytes.HasSuffix(b, []byte("snapback-index/1")) {
+			continue
+		}
+		tr := b[len(b)-32:]
+		n, idx := binary.BigEndian.Uint64(tr[0:8]), binary.BigEndian.Uint64(tr[8:16])
+		for i := uint64(0); i < n; i++ {
+			at := idx + i*48
+			if at+48 > uint64(len(b)) {
+				break
+			}
+			e := b[at : at+48]
+			off, l := binary.BigEndian.Uint64(e[32:40]), binary.BigEndian.Uint64(e[40:48])
+			if bytes.Equal(e[:32], want) && off+l <= uint64(len(b)) && ok(b[off:off+l]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // damageStored acts on the stored content id: "flip" writes an X over its
