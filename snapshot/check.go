@@ -139,7 +139,11 @@ type checker struct {
 	packOf    map[record.ObjectID]string // the pack a content is read from (not loose)
 	packAside map[string]string          // packs --repair set aside, and where
 	damaged   map[record.ObjectID]string // objects whose content is not their name, and why
-	reported  map[record.ObjectID]bool   // damaged objects already reported (as a manifest)
+	// badCopy: contents packed twice whose copy in the pack named is damaged
+	// while a later pack's is intact (the one read): no state is lost,
+	// but the damaged copy is reported, and --repair sets its pack aside.
+	badCopy  map[record.ObjectID]string
+	reported map[record.ObjectID]bool // damaged objects already reported (as a manifest)
 	// moveRecords: records --repair moves aside because the state they
 	// return to is gone (their manifest missing or damaged).
 	moveRecords map[string]bool
@@ -235,8 +239,9 @@ func (c *checker) objects(readData bool) error {
 }
 
 // packs lists the contents of every pack (those a loose object or an
-// earlier pack holds too are never read from it) and, with readData,
-// hashes each; a pack whose index cannot be read is damage.
+// earlier pack holds too are not read from it, unless the earlier pack's
+// copy is damaged: the store reads an intact copy then) and, with
+// readData, hashes each; a pack whose index cannot be read is damage.
 func (c *checker) packs(readData bool) error {
 	c.packOf = map[record.ObjectID]string{}
 	r := c.r
@@ -251,18 +256,33 @@ func (c *checker) packs(readData bool) error {
 			continue
 		}
 		for _, e := range ents {
-			if c.present[e.id] {
-				continue
+			again := c.present[e.id]
+			if again && (!readData || c.packOf[e.id] == "" || c.damaged[e.id] == "") {
+				continue // read from where it was met first
 			}
-			c.present[e.id] = true
-			c.packOf[e.id] = name
-			c.rep.ObjectsChecked++
+			if !again {
+				c.present[e.id] = true
+				c.packOf[e.id] = name
+				c.rep.ObjectsChecked++
+			}
 			if !readData {
 				continue
 			}
 			b, err := r.readEntry(name, e)
 			c.rep.BytesRead += int64(len(b))
 			switch {
+			case again:
+				// The copy first met is damaged: the store reads this one
+				// when it is intact.
+				if err == nil && sha256.Sum256(b) == e.id {
+					if c.badCopy == nil {
+						c.badCopy = map[record.ObjectID]string{}
+					}
+					c.badCopy[e.id] = c.packOf[e.id]
+					c.add(Damage{Kind: DamageObject, ID: e.id.String(), Problem: fmt.Sprintf("%s; pack %s holds an intact copy, which is read", c.damaged[e.id], name), Snapshots: []string{}})
+					delete(c.damaged, e.id)
+					c.packOf[e.id] = name
+				}
 			case err != nil:
 				c.damaged[e.id] = fmt.Sprintf("pack %s: %v", name, err)
 			case sha256.Sum256(b) != e.id:
@@ -522,6 +542,14 @@ func (c *checker) repair(r *Repo) error {
 			d.Repair = strings.Join(notes, "; ")
 		case DamageObject:
 			oid, _ := record.ParseObjectID(d.ID)
+			if pack, ok := c.badCopy[oid]; ok {
+				to, err := c.setAsidePack(pack)
+				if err != nil {
+					return err
+				}
+				d.Repair = "moved to " + to
+				continue
+			}
 			d.Repair = "missing"
 			if c.present[oid] {
 				// Aside, it no longer passes for the content: the next
@@ -581,6 +609,12 @@ func (c *checker) setAside(oid record.ObjectID) (string, error) {
 	if pack == "" {
 		return c.r.moveAside(c.r.objectPath(oid), "object-"+oid.String())
 	}
+	return c.setAsidePack(pack)
+}
+
+// setAsidePack moves the pack that holds a damaged content into damaged/,
+// once its intact contents are packed again, and says where it went.
+func (c *checker) setAsidePack(pack string) (string, error) {
 	if to, ok := c.packAside[pack]; ok {
 		return to, nil
 	}

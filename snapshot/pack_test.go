@@ -215,6 +215,46 @@ func TestPackTwiceOneDamaged(t *testing.T) {
 	undoBringsBack(t, r, root, files)
 }
 
+// check reports the damaged copy of a content packed twice, affecting
+// no snapshot (the intact copy is read), and --repair sets its pack
+// aside, the pack's intact contents packed again.
+func TestPackTwiceCheck(t *testing.T) {
+	root := t.TempDir()
+	files := packTree(t, root, 10)
+	r := openRepo(t, root)
+	_, err := r.Snap(record.KindSnap, "one")
+	treetest.Must(t, err)
+	id := record.ObjectID(sha256.Sum256(files["d3/f003.txt"]))
+	pack, off, _ := snapshot.PackedAt(r.Store, id)
+	b, err := os.ReadFile(pack)
+	treetest.Must(t, err)
+	first := filepath.Join(filepath.Dir(pack), strings.Repeat("0", 64)+".pack")
+	treetest.Must(t, os.WriteFile(first, b, 0o444))
+	flipAt(t, first, off)
+	r.Close()
+	r = openRepo(t, root)
+	for _, repair := range []bool{false, true} {
+		check := r.Check
+		if repair {
+			check = r.Repair
+		}
+		rep, err := check(snapshot.CheckOptions{ReadData: true})
+		treetest.Must(t, err)
+		if len(rep.Damaged) != 1 || rep.Damaged[0].ID != id.String() || len(rep.Damaged[0].Snapshots) != 0 ||
+			!strings.Contains(rep.Damaged[0].Problem, "intact copy") {
+			t.Fatalf("check (repair %v): %+v", repair, rep.Damaged)
+		}
+		if repair && !strings.Contains(rep.Damaged[0].Repair, filepath.Base(first)) {
+			t.Fatalf("repair: %q, want the damaged copy's pack set aside", rep.Damaged[0].Repair)
+		}
+	}
+	if _, err := os.Lstat(first); err == nil {
+		t.Fatalf("--repair left %s", first)
+	}
+	cleanCheck(t, r)
+	undoBringsBack(t, r, root, files)
+}
+
 // A pack whose index cannot be read: its contents are missing (named by
 // check), --repair sets it aside and stores them again from the tree.
 func TestPackUnreadable(t *testing.T) {
