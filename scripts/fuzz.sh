@@ -21,7 +21,7 @@
 # RAPID_SHRINKTIME (default 5m) to shrink a failing sequence. A failure
 # prints the sequence as a shell script and leaves it in
 # cmd/snapback/testdata/rapid/TestModel/, which every later `go test`
-# replays first until the fix (after it the file no longer replays: pin
+# replays first until the fix (after it the file may no longer replay: pin
 # what it found as a script in testdata/script/, and remove the file;
 # docs/testing.md). As root it also drives the overlayfs and fuse modes.
 #
