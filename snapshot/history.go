@@ -17,8 +17,11 @@ type History struct {
 }
 
 // History reads the records and derives undo state: a pre-undo undoes its
-// target, a pre-redo reapplies the latest undo, and any new snap or run
-// ends what redo can reach (as in an editor).
+// target, a pre-redo reapplies the latest undo, and any new step (a snap,
+// a run or checkpoint once done) ends what redo can reach (as in an
+// editor). A run or checkpoint not done yet does not: it may end having
+// changed nothing (a discarded run, a checkpoint's turn that wrote
+// nothing leave no record), and until it ends, gc keeps what redo needs.
 func (r *Reader) History() (*History, error) {
 	all, err := r.List()
 	if err != nil {
@@ -55,7 +58,9 @@ func historyOf(all []*record.Meta) *History {
 				h.Redo = h.Redo[:n-1]
 			}
 		default:
-			h.Redo = nil
+			if !m.InProgress() && m.State != record.StatePending {
+				h.Redo = nil
+			}
 		}
 	}
 	return h

@@ -159,3 +159,74 @@ func TestRetainLooksPastAnOpenCheckpoint(t *testing.T) {
 		})
 	}
 }
+
+// Nor does an open checkpoint end the redo chain: it may close having
+// changed nothing, and then redo takes the undos back in order. Found by
+// TestModel (cmd/snapback): keep = 1 with a checkpoint open deleted the
+// newest undo and the step it undid (an open checkpoint counted as a new
+// step), and once the checkpoint closed empty, redo reapplied an older
+// undo first.
+func TestRetainKeepsTheRedoChainPastAnOpenCheckpoint(t *testing.T) {
+	for _, gc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gc=%v", gc), func(t *testing.T) {
+			root := t.TempDir()
+			r := openRepo(t, root)
+			var states []treetest.State // after each of three steps
+			for i := 0; i < 3; i++ {
+				_, _, err := r.BeginCheckpoint("", "")
+				treetest.Must(t, err)
+				treetest.Write(t, root, fmt.Sprintf("f%d", i), "step\n", 0o644)
+				_, _, err = r.EndCheckpoint("")
+				treetest.Must(t, err)
+				states = append(states, capture(t, root))
+			}
+			for i := 0; i < 2; i++ { // the 3rd step, then the 2nd undone
+				_, _, err := r.Undo("", false)
+				treetest.Must(t, err)
+			}
+			treetest.Equal(t, "two undos", states[0], capture(t, root))
+			_, opened, err := r.BeginCheckpoint("", "")
+			treetest.Must(t, err)
+			if !opened {
+				t.Fatal("no checkpoint opened")
+			}
+			if gc {
+				_, err = r.GC(1, nil)
+			} else {
+				_, err = r.Retain(snapshot.Retention{Keep: 1})
+			}
+			treetest.Must(t, err)
+			_, dropped, err := r.EndCheckpoint("")
+			treetest.Must(t, err)
+			if !dropped {
+				t.Fatal("a checkpoint that changed nothing left a step")
+			}
+			for _, want := range []int{1, 2} { // redo takes the 2nd, then the 3rd
+				_, _, err = r.Redo(false)
+				treetest.Must(t, err)
+				treetest.Equal(t, fmt.Sprintf("redo of step %d after retention with a checkpoint open", want+1), states[want], capture(t, root))
+			}
+		})
+	}
+}
+
+// A checkpoint that ends having changed something is a new step: redo has
+// nothing left to reapply.
+func TestCheckpointEndsTheRedoChain(t *testing.T) {
+	root := t.TempDir()
+	r := openRepo(t, root)
+	snaps(t, r, root, 2)
+	_, _, err := r.Undo("", false)
+	treetest.Must(t, err)
+	_, _, err = r.BeginCheckpoint("", "")
+	treetest.Must(t, err)
+	treetest.Write(t, root, "g", "new\n", 0o644)
+	_, dropped, err := r.EndCheckpoint("")
+	treetest.Must(t, err)
+	if dropped {
+		t.Fatal("a checkpoint that changed g left no step")
+	}
+	if _, _, err := r.Redo(false); err != snapshot.ErrNothingToRedo {
+		t.Fatalf("redo after a new step: %v, want nothing to redo", err)
+	}
+}
