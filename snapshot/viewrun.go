@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -513,6 +514,13 @@ func (r *Repo) changedSince(p *ViewRun, target, cur record.Manifest) ([]string, 
 	start := p.StartedAt.UnixNano()
 	for i := range cur {
 		c := &cur[i]
+		if !governs(target, c.Path) {
+			// Another name of a file the commit replaces, read so that
+			// the saved state keeps the link (current): the commit
+			// writes a new file at the path and leaves this name as it
+			// is. (A change through it changed the file's own ctime.)
+			continue
+		}
 		if c.Type == record.Absent {
 			// Deleted since the run started, if the run noted it there:
 			// the commit would bring it back. (One deleted before the
@@ -549,6 +557,21 @@ func (r *Repo) changedSince(p *ViewRun, target, cur record.Manifest) ([]string, 
 		conflicts = append(conflicts, c.Path)
 	}
 	return conflicts, nil
+}
+
+// governs reports whether target holds p or a directory above it: what a
+// commit of target writes or replaces.
+func governs(target record.Manifest, p string) bool {
+	for {
+		if target.Find(p) != nil {
+			return true
+		}
+		i := strings.LastIndexByte(p, '/')
+		if i < 0 {
+			return false
+		}
+		p = p[:i]
+	}
 }
 
 // sameAsGitIndexCopy reports whether the project's git index stages what
