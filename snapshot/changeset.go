@@ -64,15 +64,24 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 // equals the tree (a copy-up that wrote nothing, say) is not a change.
 // Paths the ignore rules match are left out: they write through.
 func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
+	out, _, err := r.changeset(upper)
+	return out, err
+}
+
+// changeset is [Reader.Changeset], and the paths of the layer's files
+// that the tree holds as they are (a copy-up that wrote nothing back
+// the same bytes, mode and times): not changes while the tree keeps
+// them, but the layer's all the same, should the tree lose them.
+func (r *Reader) changeset(upper *fsutil.Dir) (record.Manifest, []string, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
 	inLayer, err := sc.scanTree()
 	if err != nil {
-		return nil, fmt.Errorf("read upper layer: %w", err)
+		return nil, nil, fmt.Errorf("read upper layer: %w", err)
 	}
 	if len(sc.redirect) > 0 {
 		if inLayer, err = r.followRedirects(inLayer, sc); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// What the layer hides of the tree: everything below a whiteout, a
@@ -87,15 +96,16 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 	paths := inLayer.Paths()
 	real, err := r.ScanPaths(paths, true, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var below record.Manifest
 	if len(hidden) > 0 {
 		if below, err = r.ScanPaths(hidden, true, true); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var out record.Manifest
+	var same []string
 	for i := range below {
 		b := &below[i]
 		if b.Type != record.Absent && inLayer.Find(b.Path) == nil {
@@ -109,6 +119,9 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 			t = &record.Entry{Path: e.Path, Type: record.Absent}
 		}
 		if e.Type == t.Type && (e.Type == record.Absent || e.SameContent(t) && e.SameMeta(t)) && !sc.opaque[e.Path] {
+			if e.Type != record.Absent && e.Type != record.Dir {
+				same = append(same, e.Path)
+			}
 			continue // no change (a copy-up that wrote nothing; a directory passed through)
 		}
 		// A directory whose mtime alone moved (a child changed) stays in:
@@ -123,7 +136,7 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 			out[i].Link = ""
 		}
 	}
-	return out, nil
+	return out, same, nil
 }
 
 // followRedirects adds to the layer what renamed directories show of the

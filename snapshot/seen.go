@@ -42,13 +42,14 @@ func (r *Repo) loadSeen(id string) (record.Manifest, error) {
 }
 
 // noteSeen adds to the run's seen record the start state of each path
-// its layer changed that the record lacks and the tree still shows.
+// its layer changed, or holds as the tree does, that the record lacks and
+// the tree still shows.
 func (r *Repo) noteSeen(p *ViewRun) error {
 	upper, err := fsutil.OpenRoot(r.UpperDir(p.ID))
 	if err != nil {
 		return err
 	}
-	target, err := r.Changeset(upper)
+	target, same, err := r.changeset(upper)
 	upper.Close()
 	if err != nil {
 		return err
@@ -56,6 +57,13 @@ func (r *Repo) noteSeen(p *ViewRun) error {
 	seen, err := r.loadSeen(p.ID)
 	if err != nil {
 		return err
+	}
+	// The layer's files the tree holds as they are are noted too: should
+	// someone remove one before the commit, the commit would bring it
+	// back (it is a change then), and only its note makes that a
+	// conflict rather than a silent write.
+	for _, q := range same {
+		target = append(target, record.Entry{Path: q})
 	}
 	var paths []string
 	for i := range target {
