@@ -169,39 +169,47 @@ func TestPackDamaged(t *testing.T) {
 	undoBringsBack(t, r, root, files)
 }
 
-// A content packed twice (a watched checkpoint packs blind, a crash in
-// gc leaves both), its copy in the pack first by name damaged: an undo
-// reads the intact copy, and gc, merging the two packs, keeps the intact
-// copy and drops the damaged one (it kept the first it met).
-func TestPackTwiceOneDamaged(t *testing.T) {
-	root := t.TempDir()
-	files := packTree(t, root, 10)
-	r := openRepo(t, root)
+// packedTwice snaps a tree of small files and packs one content, id,
+// twice: its pack copied under a name that sorts first (first), the
+// copy there damaged. It returns the repository opened again.
+func packedTwice(t *testing.T) (r *snapshot.Repo, root string, files map[string][]byte, id record.ObjectID, first string) {
+	t.Helper()
+	root = t.TempDir()
+	files = packTree(t, root, 10)
+	r = openRepo(t, root)
 	_, err := r.Snap(record.KindSnap, "one")
 	treetest.Must(t, err)
-	victim := "d3/f003.txt"
-	id := record.ObjectID(sha256.Sum256(files[victim]))
+	id = record.ObjectID(sha256.Sum256(files["d3/f003.txt"]))
 	pack, off, ok := snapshot.PackedAt(r.Store, id)
 	if !ok {
-		t.Fatalf("%s is not packed", victim)
+		t.Fatal("d3/f003.txt is not packed")
 	}
 	b, err := os.ReadFile(pack)
 	treetest.Must(t, err)
-	first := filepath.Join(filepath.Dir(pack), strings.Repeat("0", 64)+".pack")
+	first = filepath.Join(filepath.Dir(pack), strings.Repeat("0", 64)+".pack")
 	treetest.Must(t, os.WriteFile(first, b, 0o444))
 	flipAt(t, first, off)
 	r.Close()
 	r = openRepo(t, root)
 	if at, _, _ := snapshot.PackedAt(r.Store, id); at != first {
-		t.Fatalf("%s is read from %s first, want the damaged copy in %s", victim, at, first)
+		t.Fatalf("d3/f003.txt is read from %s first, want the damaged copy in %s", at, first)
 	}
+	return r, root, files, id, first
+}
+
+// A content packed twice (a watched checkpoint packs blind, a crash in
+// gc leaves both), its copy in the pack first by name damaged: an undo
+// reads the intact copy, and gc, merging the two packs, keeps the intact
+// copy and drops the damaged one (it kept the first it met).
+func TestPackTwiceOneDamaged(t *testing.T) {
+	r, root, files, id, first := packedTwice(t)
 	undoBringsBack(t, r, root, files)
 
 	// A new version of one file, then gc of the old: both packs hold
 	// the old content, so both are written again, merged.
 	files["d0/f000.txt"] = []byte("version 2\n")
 	treetest.Write(t, root, "d0/f000.txt", "version 2\n", 0o644)
-	_, err = r.Snap(record.KindSnap, "two")
+	_, err := r.Snap(record.KindSnap, "two")
 	treetest.Must(t, err)
 	_, err = r.GC(1, nil)
 	treetest.Must(t, err)
@@ -219,20 +227,7 @@ func TestPackTwiceOneDamaged(t *testing.T) {
 // no snapshot (the intact copy is read), and --repair sets its pack
 // aside, the pack's intact contents packed again.
 func TestPackTwiceCheck(t *testing.T) {
-	root := t.TempDir()
-	files := packTree(t, root, 10)
-	r := openRepo(t, root)
-	_, err := r.Snap(record.KindSnap, "one")
-	treetest.Must(t, err)
-	id := record.ObjectID(sha256.Sum256(files["d3/f003.txt"]))
-	pack, off, _ := snapshot.PackedAt(r.Store, id)
-	b, err := os.ReadFile(pack)
-	treetest.Must(t, err)
-	first := filepath.Join(filepath.Dir(pack), strings.Repeat("0", 64)+".pack")
-	treetest.Must(t, os.WriteFile(first, b, 0o444))
-	flipAt(t, first, off)
-	r.Close()
-	r = openRepo(t, root)
+	r, root, files, id, first := packedTwice(t)
 	for _, repair := range []bool{false, true} {
 		check := r.Check
 		if repair {

@@ -29,23 +29,36 @@ type storedObject struct {
 	idxEntry int64 // the offset of its index entry in the pack
 }
 
-// findObject finds the content id in the store at dir; ok is false when
-// neither a loose object nor a pack holds it.
+// findObject finds the content id in the store at dir (the copy the
+// store reads first); ok is false when neither a loose object nor a pack
+// holds it.
 func findObject(dir, id string) (storedObject, bool, error) {
+	all, err := copiesOf(dir, id)
+	if err != nil || len(all) == 0 {
+		return storedObject{}, false, err
+	}
+	return all[0], true, nil
+}
+
+// copiesOf lists every copy of the content id in the store at dir: the
+// loose object, then each pack's entry, the packs by name (a content may
+// be packed twice).
+func copiesOf(dir, id string) ([]storedObject, error) {
+	var out []storedObject
 	loose := filepath.Join(dir, "objects", id[:2], id[2:])
 	if st, err := os.Lstat(loose); err == nil {
-		return storedObject{path: loose, len: st.Size()}, true, nil
+		out = append(out, storedObject{path: loose, len: st.Size()})
 	}
 	want, err := hex.DecodeString(id)
 	if err != nil || len(want) != 32 {
-		return storedObject{}, false, fmt.Errorf("bad object id %q", id)
+		return nil, fmt.Errorf("bad object id %q", id)
 	}
 	names, _ := filepath.Glob(filepath.Join(dir, "packs", "*.pack"))
 	sort.Strings(names)
 	for _, p := range names {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return storedObject{}, false, err
+			return nil, err
 		}
 		if len(b) < 48 || !bytes.HasSuffix(b, []byte("snapback-index/1")) {
 			continue // damaged by the test: not readable
@@ -59,44 +72,25 @@ func findObject(dir, id string) (storedObject, bool, error) {
 			}
 			e := b[at : at+48]
 			if bytes.Equal(e[:32], want) {
-				return storedObject{path: p, packed: true, idxEntry: int64(at),
-					off: int64(binary.BigEndian.Uint64(e[32:40])), len: int64(binary.BigEndian.Uint64(e[40:48]))}, true, nil
+				out = append(out, storedObject{path: p, packed: true, idxEntry: int64(at),
+					off: int64(binary.BigEndian.Uint64(e[32:40])), len: int64(binary.BigEndian.Uint64(e[40:48]))})
 			}
 		}
 	}
-	return storedObject{}, false, nil
+	return out, nil
 }
 
 // intactCopy reports whether some copy of the content id in the store at
-// dir (loose, or in any pack: a content may be packed twice) still
-// matches its hash: snapback reads that one.
+// dir still matches its hash: snapback reads that one.
 func intactCopy(dir, id string) bool {
-	want, err := hex.DecodeString(id)
-	if err != nil || len(want) != 32 {
-		return false
-	}
-	ok := func(b []byte) bool { s := sha256.Sum256(b); return bytes.Equal(s[:], want) }
-	if b, err := os.ReadFile(filepath.Join(dir, "objects", id[:2], id[2:])); err == nil && ok(b) {
-		return true
-	}
-	names, _ := filepath.Glob(filepath.Join(dir, "packs", "*.pack"))
-	for _, p := range names {
-		b, err := os.ReadFile(p)
-		if err != nil || len(b) < 48 || !bytes.HasSuffix(b, []byte("snapback-index/1")) {
+	all, _ := copiesOf(dir, id)
+	for _, o := range all {
+		b, err := os.ReadFile(o.path)
+		if err != nil || o.off+o.len > int64(len(b)) {
 			continue
 		}
-		tr := b[len(b)-32:]
-		n, idx := binary.BigEndian.Uint64(tr[0:8]), binary.BigEndian.Uint64(tr[8:16])
-		for i := uint64(0); i < n; i++ {
-			at := idx + i*48
-			if at+48 > uint64(len(b)) {
-				break
-			}
-			e := b[at : at+48]
-			off, l := binary.BigEndian.Uint64(e[32:40]), binary.BigEndian.Uint64(e[40:48])
-			if bytes.Equal(e[:32], want) && off+l <= uint64(len(b)) && ok(b[off:off+l]) {
-				return true
-			}
+		if sum := sha256.Sum256(b[o.off : o.off+o.len]); hex.EncodeToString(sum[:]) == id {
+			return true
 		}
 	}
 	return false
