@@ -388,8 +388,15 @@ func (e *editor) add(c *node, keys []string, vals []*node) {
 	}
 	// Children on lines of their own: the new ones too, at their
 	// indentation; children side by side: the new one beside them.
+	// The indentation is the separator's last line without what is not
+	// blank in it (the comma of a file that puts commas first).
 	nl := strings.LastIndexByte(sep, '\n')
-	indent, compact := sep[nl+1:], e.compact || nl < 0
+	indent, compact := strings.Map(func(r rune) rune {
+		if r == ' ' || r == '\t' {
+			return r
+		}
+		return -1
+	}, sep[nl+1:]), e.compact || nl < 0
 	var b strings.Builder
 	for i, v := range vals {
 		b.WriteString(sep)
