@@ -69,9 +69,9 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 }
 
 // changeset is [Reader.Changeset], and the paths of the layer's files
-// that the tree holds as they are (a copy-up that wrote nothing back
-// the same bytes, mode and times): not changes while the tree keeps
-// them, but the layer's all the same, should the tree lose them.
+// that the tree holds as they are (a copy-up rewritten with the same
+// bytes, mode and times): no changes while the tree keeps them, but
+// changes should the tree lose them.
 func (r *Reader) changeset(upper *fsutil.Dir) (record.Manifest, []string, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}

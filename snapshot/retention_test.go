@@ -126,6 +126,29 @@ func TestGCKeepsTheRedoChainsSnapshots(t *testing.T) {
 	}
 }
 
+// collectWithCheckpointOpen opens a checkpoint, collects with keep = 1
+// (gc, or the retention a snap or run applies) while it is open, and
+// closes it having changed nothing, so that it leaves no step.
+func collectWithCheckpointOpen(t *testing.T, r *snapshot.Repo, gc bool) {
+	t.Helper()
+	_, opened, err := r.BeginCheckpoint("", "")
+	treetest.Must(t, err)
+	if !opened {
+		t.Fatal("no checkpoint opened")
+	}
+	if gc {
+		_, err = r.GC(1, nil)
+	} else {
+		_, err = r.Retain(snapshot.Retention{Keep: 1})
+	}
+	treetest.Must(t, err)
+	_, dropped, err := r.EndCheckpoint("")
+	treetest.Must(t, err)
+	if !dropped {
+		t.Fatal("a checkpoint that changed nothing left a step")
+	}
+}
+
 // An open checkpoint is no step yet: retention neither counts it against
 // keep nor takes it for what undo reverts next. Found by TestModel
 // (cmd/snapback): keep = 1 with a checkpoint open deleted the only snap,
@@ -136,24 +159,9 @@ func TestRetainLooksPastAnOpenCheckpoint(t *testing.T) {
 			root := t.TempDir()
 			r := openRepo(t, root)
 			states := snaps(t, r, root, 2)
-			_, opened, err := r.BeginCheckpoint("", "")
-			treetest.Must(t, err)
-			if !opened {
-				t.Fatal("no checkpoint opened")
-			}
-			if gc {
-				_, err = r.GC(1, nil)
-			} else {
-				_, err = r.Retain(snapshot.Retention{Keep: 1})
-			}
-			treetest.Must(t, err)
-			_, dropped, err := r.EndCheckpoint("")
-			treetest.Must(t, err)
-			if !dropped {
-				t.Fatal("a checkpoint that changed nothing left a step")
-			}
+			collectWithCheckpointOpen(t, r, gc)
 			treetest.Write(t, root, "f", "later\n", 0o644)
-			_, _, err = r.Undo("", false)
+			_, _, err := r.Undo("", false)
 			treetest.Must(t, err)
 			treetest.Equal(t, "undo after retention with a checkpoint open", states[1], capture(t, root))
 		})
@@ -185,24 +193,9 @@ func TestRetainKeepsTheRedoChainPastAnOpenCheckpoint(t *testing.T) {
 				treetest.Must(t, err)
 			}
 			treetest.Equal(t, "two undos", states[0], capture(t, root))
-			_, opened, err := r.BeginCheckpoint("", "")
-			treetest.Must(t, err)
-			if !opened {
-				t.Fatal("no checkpoint opened")
-			}
-			if gc {
-				_, err = r.GC(1, nil)
-			} else {
-				_, err = r.Retain(snapshot.Retention{Keep: 1})
-			}
-			treetest.Must(t, err)
-			_, dropped, err := r.EndCheckpoint("")
-			treetest.Must(t, err)
-			if !dropped {
-				t.Fatal("a checkpoint that changed nothing left a step")
-			}
+			collectWithCheckpointOpen(t, r, gc)
 			for _, want := range []int{1, 2} { // redo takes the 2nd, then the 3rd
-				_, _, err = r.Redo(false)
+				_, _, err := r.Redo(false)
 				treetest.Must(t, err)
 				treetest.Equal(t, fmt.Sprintf("redo of step %d after retention with a checkpoint open", want+1), states[want], capture(t, root))
 			}

@@ -16,10 +16,10 @@ import (
 // unchanged, but a newer one proves nothing (touch, chmod to the same
 // mode, a rewrite of the same bytes, an undo putting it back). So each
 // step of a run notes, as it ends, what the tree held at the start at
-// each path the run changed — runs/<id>/seen, a manifest — wherever it
-// can still tell: a path whose ctime is older than the start, an absent
-// one whose nearest existing ancestor's is (nothing was added or removed
-// in it since). A path changed before it was noted has no entry and is
+// each path the run changed, or rewrote as it was — runs/<id>/seen, a
+// manifest — wherever it can still tell: a path whose ctime is older
+// than the start, an absent one whose nearest existing ancestor's is
+// (nothing was added or removed in it since). A path changed before it was noted has no entry and is
 // judged by its ctime, as before: a conflict, never a missed one.
 
 // seenPath is the run's record of the start state of its paths.

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -562,15 +561,13 @@ func (r *Repo) changedSince(p *ViewRun, target, cur record.Manifest) ([]string, 
 // governs reports whether target holds p or a directory above it: what a
 // commit of target writes or replaces.
 func governs(target record.Manifest, p string) bool {
-	for {
-		if target.Find(p) != nil {
+	for q := p; ; q = record.Parent(q) {
+		if target.Find(q) != nil {
 			return true
 		}
-		i := strings.LastIndexByte(p, '/')
-		if i < 0 {
+		if q == "" {
 			return false
 		}
-		p = p[:i]
 	}
 }
 
