@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/snapback/snapback/fsutil"
@@ -175,6 +176,20 @@ func (r *Repo) SaveViewRun(p *ViewRun) error {
 	return fsutil.WriteFileAtomic(r.pendingPath(p.ID), b, 0o600)
 }
 
+// IsPending reports whether run id is still pending (or running).
+func (r *Reader) IsPending(id string) bool {
+	runs, err := r.PendingRuns()
+	if err != nil {
+		return true // (unknown: said so)
+	}
+	for _, p := range runs {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // PendingRuns lists overlay runs not yet committed or discarded, oldest
 // first. A run whose process died while running is reported pending.
 func (r *Reader) PendingRuns() ([]*ViewRun, error) {
@@ -243,7 +258,9 @@ func (r *Reader) PendingChanges(p *ViewRun) (target, cur record.Manifest, err er
 
 // CommitViewRun moves a pending run's changes into the tree (a run that
 // changed nothing is dropped and yields no snapshot: nil) (only those
-// at or below the given paths, when any are given) as one crash-safe
+// at or below the given paths, when any are given: nil too when the
+// tree holds what the run left there already, and the run stays
+// pending unless that was all it changed) as one crash-safe
 // step, first saving what they replace as a run snapshot that `undo`
 // reverts. A path changed in the tree since the run started is a conflict:
 // nothing is changed and the run stays pending, unless force is set.
@@ -253,8 +270,22 @@ func (r *Repo) CommitViewRun(p *ViewRun, only []string, force bool) (*record.Met
 		return nil, err
 	}
 	if len(only) > 0 {
-		if target, _, err = r.selectPaths(p, target, only); err != nil {
+		all := target
+		var excl []string
+		if target, excl, err = r.selectPaths(p, target, only); err != nil {
 			return nil, err
+		}
+		if len(target) == 0 && len(excl) == 0 {
+			// What the run changed there, the tree holds so already:
+			// nothing to write. The rest stays pending; a run with no
+			// rest ends, as one that changed nothing does.
+			if len(all) > 0 || !r.UnchangedGitOnly(p.Targets) {
+				return nil, nil
+			}
+			if excl, err = r.ExcludedIn(p, nil); err != nil || len(excl) > 0 {
+				return nil, err
+			}
+			only = nil
 		}
 	}
 	if len(target) == 0 && len(only) == 0 && r.UnchangedGitOnly(p.Targets) {
@@ -416,7 +447,14 @@ func (r *Repo) selectPaths(p *ViewRun, target record.Manifest, only []string) (r
 			return nil, nil, err
 		}
 		if len(x) == 0 {
-			return nil, nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+			in, err := r.inLayer(p.ID, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			if !in {
+				return nil, nil, fmt.Errorf("commit %s: %w: the run did not change %q", p.ID, ErrNotFound, o)
+			}
+			continue // changed by the run, and the tree holds it so already: nothing to write
 		}
 		excl = append(excl, x...)
 	}
@@ -437,6 +475,43 @@ func (r *Repo) selectPaths(p *ViewRun, target record.Manifest, only []string) (r
 		}
 	}
 	return out, excl, nil
+}
+
+// inLayer reports whether run id's layer holds path, or a file, a
+// symbolic link or a whiteout above it: the run changed it (a path the
+// tree holds as the run left it is no change, and no part of the
+// changeset). Each name is looked at without following it.
+func (r *Repo) inLayer(id, path string) (bool, error) {
+	upper, err := fsutil.OpenRoot(r.UpperDir(id))
+	if err != nil {
+		return false, err
+	}
+	defer upper.Close()
+	d := upper
+	for _, name := range strings.Split(path, "/") {
+		st, err := d.Lstat(name)
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return true, nil
+		}
+		next, err := d.OpenDir(name)
+		if err != nil {
+			return false, err
+		}
+		if d != upper {
+			d.Close()
+		}
+		d = next
+	}
+	if d != upper {
+		d.Close()
+	}
+	return true, nil
 }
 
 // excludedWalk walks a run's layer for the excluded paths at or below

@@ -80,6 +80,13 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if err != nil {
 		return err
 	}
+	if rec == nil && len(rel) > 0 && repo.IsPending(p.ID) {
+		if g.json {
+			return g.printJSON(commitJSON{Run: p.ID, Partial: true, Skipped: nonNil(skipped)})
+		}
+		fmt.Fprintf(g.stdout, "nothing to commit: the tree already holds what run %s left there; the run stays pending\n", p.ID)
+		return nil
+	}
 	if rec == nil {
 		if g.json {
 			return g.printJSON(commitJSON{Run: p.ID, Skipped: nonNil(skipped)})

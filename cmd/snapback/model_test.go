@@ -255,6 +255,11 @@ type step struct {
 	// made: a checkpoint's when it began (one that began before another
 	// session's and ended after it is the older step).
 	seq int
+	// dirs: the directories the step added an entry to or removed one
+	// from (it records them, for their times), as the step left them;
+	// undoDirs: the same as its undo left them. One changed since (its
+	// mode, or gone) may make the undo or the redo refuse.
+	dirs, undoDirs tree
 }
 
 type pendingRun struct {
@@ -548,6 +553,9 @@ func (m *model) newStep(s *step) { m.maybeStep(true, s) }
 // maybeStep records s if the store made a record for it; must says it
 // has to have.
 func (m *model) maybeStep(must bool, s *step) {
+	if !s.whole {
+		s.dirs = m.entryDirs(s)
+	}
 	var list struct {
 		Snapshots []struct{ ID, Kind, State string }
 	}
@@ -607,6 +615,32 @@ func (m *model) snap(t *rapid.T) {
 	}
 }
 
+// entryDirs is each directory of the tree that a path s made or
+// removed is in, as the tree has it now.
+func (m *model) entryDirs(s *step) tree {
+	out := tree{}
+	for _, tr := range []tree{s.before, s.after} {
+		for p := range tr {
+			if (s.before[p] == absent) != (s.after[p] == absent) {
+				if q := filepath.Dir(p); q != "." {
+					out[q] = m.tree[q]
+				}
+			}
+		}
+	}
+	return out
+}
+
+// dirsMoved reports whether a directory of dirs differs in the tree now.
+func (m *model) dirsMoved(dirs tree) bool {
+	for q, e := range dirs {
+		if m.tree[q] != e {
+			return true
+		}
+	}
+	return false
+}
+
 // target is the step undo reverts: the newest not undone.
 func (m *model) target() *step {
 	for i := len(m.hist) - 1; i >= 0; i-- {
@@ -622,12 +656,29 @@ func (m *model) target() *step {
 // or when a path the write would remove holds what vals does not name.
 // A path already as vals has it is none: for undo and redo (put back
 // by hand, README), any value; for a commit (commit set), only a path
-// the run deleted too.
+// the run deleted too. Undo and redo also refuse to write a path below a
+// directory that is gone or no longer a directory.
 func (m *model) pathsOutcome(from, vals tree, commit bool) outcome {
 	for p, e := range from {
 		v, named := vals[p]
 		if m.tree[p] != e && !(named && m.tree[p] == v && (!commit || v == absent)) {
 			return refuse(1)
+		}
+	}
+	if !commit {
+		// Undo and redo write a path into the directories it was in,
+		// which they record (for their times): one removed since by
+		// someone else, or made something else, is changed since, and
+		// the write would bring it back.
+		for p, v := range vals {
+			if v == absent {
+				continue
+			}
+			for q := filepath.Dir(p); q != "."; q = filepath.Dir(q) {
+				if !m.tree.isDir(q) && !vals.isDir(q) {
+					return refuse(1)
+				}
+			}
 		}
 	}
 	if len(foreign(m.tree, vals)) > 0 {
@@ -662,7 +713,7 @@ func (m *model) undo(t *rapid.T) {
 		o = outcome{want: s.state}
 	default:
 		o = m.pathsOutcome(s.after, s.before, false)
-		if s.unknown && !o.refuse {
+		if (s.unknown || m.dirsMoved(s.dirs)) && !o.refuse {
 			o.either = true
 		}
 	}
@@ -673,6 +724,10 @@ func (m *model) undo(t *rapid.T) {
 	if m.verb(o, kill, "undo") {
 		m.tree = o.want
 		s.undone, s.saved, s.savedLinked = true, old, oldLinked
+		s.undoDirs = tree{}
+		for q := range s.dirs {
+			s.undoDirs[q] = m.tree[q]
+		}
 		m.redoStack = append(m.redoStack, s)
 	}
 }
@@ -693,7 +748,7 @@ func (m *model) redo(t *rapid.T) {
 		o = outcome{want: s.saved}
 	default:
 		o = m.pathsOutcome(s.before, s.redoState(), false)
-		if s.unknown && !o.refuse {
+		if (s.unknown || m.dirsMoved(s.undoDirs)) && !o.refuse {
 			o.either = true
 		}
 	}
@@ -1034,8 +1089,13 @@ func (m *model) commit(t *rapid.T) {
 	}
 	m.tree = o.want
 	// (A run that changed only times commits a step the model cannot
-	// see coming.)
-	m.maybeStep(len(judged) > 0, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged), linked: p.multi})
+	// see coming. Paths the tree holds as the run left them already are
+	// nothing to write: a commit of only those makes no step.)
+	writes := len(subTimes) > 0
+	for _, q := range sub {
+		writes = writes || before[q] != p.view[q]
+	}
+	m.maybeStep(writes, &step{kind: "run", before: pick(before, judged), after: pick(p.view, judged), linked: p.multi})
 	p.left, p.timeOnly, p.dirTimes = without(p.left, sub), without(p.timeOnly, subTimes), without(p.dirTimes, dirs)
 	// A deletion left pending whose path is gone from the tree since is
 	// no change any more (the layer's whiteout matches the tree): a
