@@ -19,13 +19,23 @@ import (
 	"github.com/snapback/snapback/internal/treetest"
 )
 
+// zfsCmd runs zfs as snapback does: a command that may mount runs under
+// the zfs mount lock, and one that changes the pool is retried while
+// zfs-fuse says a dataset is busy (fsutil.ZFSChange; a mount namespace
+// another test made meanwhile holds a copy of every mount).
 func zfsCmd(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command("zfs", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("zfs %s: %v\n%s", strings.Join(args, " "), err, out)
+	run := fsutil.ZFS
+	if args[0] != "list" && args[0] != "get" {
+		run = func(ctx context.Context, args ...string) (string, error) {
+			return fsutil.ZFSChange(ctx, 30*time.Second, args...)
+		}
 	}
-	return strings.TrimSpace(string(out))
+	out, err := run(context.Background(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func zfsMountpoint(t *testing.T, ds string) string {

@@ -95,10 +95,18 @@ dockerd_pid=
 rest_server_pid=
 rest_server_dir=
 zfs_pid=
+zfs_watch_pid=
 zfs_dir=
 zfs_pool=
 stop_services() {
 	local i
+	if [ -n "$zfs_watch_pid" ]; then
+		kill "$zfs_watch_pid" 2>/dev/null || true
+		wait "$zfs_watch_pid" 2>/dev/null || true
+	fi
+	if [ -n "$zfs_dir" ] && [ -s "$zfs_dir/stall" ]; then
+		cat "$zfs_dir/stall"
+	fi
 	if [ -n "$zfs_pool" ]; then
 		# zfs-fuse answers "pool is busy" for a moment after the tests'
 		# last unmount. Each call is bounded: a zfs-fuse that stopped
@@ -175,6 +183,38 @@ if ! "${sudo[@]}" zfs list >/dev/null 2>&1 && command -v zfs-fuse >/dev/null; th
 		sleep 0.25
 	done
 fi
+# zfs_watch: every 15 s, whether zfs-fuse answers (zfs list, and a statfs
+# of each of its mounts, 10 s each). The first time it does not, three
+# times running, where its threads and the processes waiting on it are
+# is written down, and printed at the end: a stall is otherwise seen only
+# as tests timing out, with no clue to its cause.
+zfs_watch() {
+	local misses=0 m bad t
+	while sleep 15; do
+		bad=
+		"${sudo[@]}" timeout -s KILL 10 zfs list -H -o name >/dev/null 2>&1
+		[ $? -eq 137 ] && bad="zfs list"
+		while read -r m; do
+			timeout -s KILL 10 stat -f -c %i "$(printf '%b' "$m")" >/dev/null 2>&1
+			[ $? -eq 137 ] && bad+=" statfs:$m"
+		done < <(awk '$3 == "fuse.zfs" {print $2}' /proc/self/mounts)
+		if [ -z "$bad" ]; then
+			misses=0
+			continue
+		fi
+		misses=$((misses + 1))
+		[ $misses -lt 3 ] && continue
+		{
+			echo "zfs-fuse stopped answering at $(date +%T):$bad"
+			for t in /proc/"$zfs_pid"/task/*; do
+				echo "thread $(basename "$t") $(cat "$t/wchan") syscall: $(cat "$t/syscall")"
+			done | sort -k3 | uniq -c -f2 | sort -rn | head -20
+			for c in /sys/fs/fuse/connections/*/waiting; do echo "$c: $(cat "$c")"; done
+			ps -eo pid,stat,wchan:24,args | awk '$2 ~ /D/' | cut -c1-200 | head -20
+		} >"$zfs_dir/stall" 2>&1
+		return
+	done
+}
 if [ -z "${SNAPBACK_TEST_ZFS:-}" ] && "${sudo[@]}" zfs list >/dev/null 2>&1; then
 	zfs_dir=$(mktemp -d)
 	truncate -s 2G "$zfs_dir/pool.img"
@@ -182,6 +222,10 @@ if [ -z "${SNAPBACK_TEST_ZFS:-}" ] && "${sudo[@]}" zfs list >/dev/null 2>&1; the
 		zfs_pool=snapback-test-$$
 		echo "== zfs pool $zfs_pool"
 		export SNAPBACK_TEST_ZFS=$zfs_pool
+		if [ -n "$zfs_pid" ]; then
+			zfs_watch &
+			zfs_watch_pid=$!
+		fi
 	else
 		echo "warning: zpool create failed (the zfs tests will fail)" >&2
 	fi

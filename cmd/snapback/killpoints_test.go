@@ -764,11 +764,14 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		cancel()
 		if hung && sc.zfs && !zfsRetried {
 			// zfs-fuse has been seen to stop reading one mount's requests
-			// for good after many killed operations (its threads idle, the
-			// request unread, its other mounts answering): not snapback's
-			// doing, and nothing a retry of snapback could mend. That
-			// mount's connection is aborted, the run's leftovers recovered,
-			// and the kill point run again, once per scenario.
+			// for good (its threads idle, the request unread, its other
+			// mounts answering): a mount it lost when two were made at
+			// once (docs/modes.md), which the zfs mount lock now keeps
+			// from happening among snapback's and its tests' mounts.
+			// Should it happen still, it is nothing a retry of snapback
+			// could mend: that mount's connection is aborted, the run's
+			// leftovers recovered, and the kill point run again, once per
+			// scenario, said in the log.
 			if stalled := abortStalledZFS(t); len(stalled) > 0 {
 				zfsRetried = true
 				t.Logf("note: kill point %d: zfs-fuse stopped answering on %s; its connection was aborted, and the kill point is run again. The operation's output:\n%s", k, strings.Join(stalled, ", "), out.String())

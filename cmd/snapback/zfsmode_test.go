@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/snapback/snapback/fsutil"
 	"github.com/snapback/snapback/internal/treetest"
 	"github.com/snapback/snapback/snapshot"
 )
@@ -94,8 +96,8 @@ func TestZFSMode(t *testing.T) {
 	}
 	// A dataset of its own below the root: not in the clone.
 	child := filepath.Join(root, "child")
-	if out, err := exec.Command("zfs", "create", "-o", "mountpoint="+child, filepath.Dir(ds)+"/child").CombinedOutput(); err != nil {
-		t.Fatalf("zfs create: %v\n%s", err, out)
+	if _, err := fsutil.ZFS(context.Background(), "create", "-o", "mountpoint="+child, filepath.Dir(ds)+"/child"); err != nil {
+		t.Fatal(err) // (under the zfs mount lock, as every mount here)
 	}
 	t.Cleanup(func() { // before the dataset it is mounted in
 		var out []byte

@@ -5,6 +5,7 @@
 package treetest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -336,8 +337,10 @@ func ZFS(t testing.TB) string {
 		t.Skipf("SNAPBACK_REQUIRE does not name zfs: %s", why)
 	}
 	parent := fmt.Sprintf("%s/sbtest-%d-%d", pool, os.Getpid(), zfsSeq.Add(1))
-	if out, err := exec.Command("zfs", "create", "-p", parent+"/data").CombinedOutput(); err != nil {
-		t.Fatalf("zfs create: %v\n%s", err, out)
+	// Under the zfs mount lock, as snapback's own mounts (fsutil.ZFS):
+	// zfs-fuse loses every mount when two are made at once.
+	if _, err := fsutil.ZFS(context.Background(), "create", "-p", parent+"/data"); err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// zfs-fuse can answer "dataset is busy" for a moment after an
