@@ -69,9 +69,10 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 }
 
 // changeset is [Reader.Changeset], and the paths of the layer's files
-// that the tree holds as they are (a copy-up rewritten with the same
-// bytes, mode and times): no changes while the tree keeps them, but
-// changes should the tree lose them.
+// and directories that the tree holds as they are (a copy-up rewritten
+// with the same bytes, mode and times; a directory passed through): no
+// changes while the tree keeps them, but changes should the tree lose
+// them.
 func (r *Reader) changeset(upper *fsutil.Dir) (record.Manifest, []string, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
@@ -119,7 +120,7 @@ func (r *Reader) changeset(upper *fsutil.Dir) (record.Manifest, []string, error)
 			t = &record.Entry{Path: e.Path, Type: record.Absent}
 		}
 		if e.Type == t.Type && (e.Type == record.Absent || e.SameContent(t) && e.SameMeta(t)) && !sc.opaque[e.Path] {
-			if e.Type != record.Absent && e.Type != record.Dir {
+			if e.Type != record.Absent && e.Path != "" {
 				same = append(same, e.Path)
 			}
 			continue // no change (a copy-up that wrote nothing; a directory passed through)

@@ -16,17 +16,17 @@ import (
 // unchanged, but a newer one proves nothing (touch, chmod to the same
 // mode, a rewrite of the same bytes, an undo putting it back). So each
 // step of a run notes, as it ends, what the tree held at the start at
-// each path the run changed, or rewrote as it was — runs/<id>/seen, a
-// manifest — wherever it can still tell: a path whose ctime is older
+// each path the run changed, or rewrote or passed through as it was —
+// runs/<id>/seen, a manifest — wherever it can still tell: a path whose ctime is older
 // than the start, an absent one whose nearest existing ancestor's is
 // (nothing was added or removed in it since). A path changed before it was noted has no entry and is
 // judged by its ctime, as before: a conflict, never a missed one.
 
 // seenPath is the run's record of the start state of its paths.
-func (r *Repo) seenPath(id string) string { return r.path("runs", id, "seen") }
+func (r *Reader) seenPath(id string) string { return r.path("runs", id, "seen") }
 
 // loadSeen reads the run's seen record (none: an empty one).
-func (r *Repo) loadSeen(id string) (record.Manifest, error) {
+func (r *Reader) loadSeen(id string) (record.Manifest, error) {
 	b, err := r.readFile(r.seenPath(id), maxManifestSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -58,10 +58,10 @@ func (r *Repo) noteSeen(p *ViewRun) error {
 	if err != nil {
 		return err
 	}
-	// The layer's files the tree holds as they are are noted too: should
-	// someone remove one before the commit, the commit would bring it
-	// back (it is a change then), and only its note makes that a
-	// conflict rather than a silent write.
+	// What the layer holds as the tree does is noted too: should someone
+	// remove it before the commit, the commit would bring it back (it is
+	// a change then), and only its note tells that the run left it as it
+	// found it (the commit leaves the tree's: dropUnchanged).
 	for _, q := range same {
 		target = append(target, record.Entry{Path: q})
 	}
@@ -142,4 +142,62 @@ func sameAsSeen(seen, cur record.Manifest, c *record.Entry) (same, ok bool) {
 		return c.Target == s.Target, true
 	}
 	return true, true
+}
+
+// dropUnchanged leaves out of target (what a commit of run p writes)
+// each path that the run left as it found it and someone else changed
+// since (the tree differs from what seen noted at the start; the layer
+// does not): writing it would undo their change for nothing the run did,
+// so the commit leaves the tree's (--force writes it all the same). A
+// directory goes only with all of target below it.
+func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manifest, error) {
+	seen, err := r.loadSeen(p.ID)
+	if err != nil || len(seen) == 0 || len(target) == 0 {
+		return target, err
+	}
+	cur, err := r.ScanPaths(target.Paths(), false, false)
+	if err != nil {
+		return nil, err
+	}
+	drop := map[string]bool{}
+	kept := map[string]bool{} // directories with something kept below
+	for i := len(target) - 1; i >= 0; i-- { // children before their directories
+		e := &target[i]
+		s := seen.Find(e.Path)
+		c := cur.Find(e.Path)
+		if c == nil {
+			c = &record.Entry{Path: e.Path, Type: record.Absent}
+		}
+		layer := *e
+		if l := target.Find(e.Link); e.Link != "" && l != nil && layer.Object.IsZero() {
+			layer.Object = l.Object
+		}
+		if s != nil && sameState(s, &layer) && !sameState(s, c) && !(e.Type == record.Dir && kept[e.Path]) {
+			drop[e.Path] = true
+			continue
+		}
+		for q := record.Parent(e.Path); q != ""; q = record.Parent(q) {
+			kept[q] = true
+		}
+	}
+	if len(drop) == 0 {
+		return target, nil
+	}
+	out := make(record.Manifest, 0, len(target)-len(drop))
+	for i := range target {
+		if !drop[target[i].Path] {
+			out = append(out, target[i])
+		}
+	}
+	for i := range out {
+		if out[i].Link != "" && out.Find(out[i].Link) == nil {
+			// Its partner stays the tree's: a file of its own, of the
+			// content the run left.
+			if l := target.Find(out[i].Link); l != nil && out[i].Object.IsZero() {
+				out[i].Object, out[i].Size = l.Object, l.Size
+			}
+			out[i].Link = ""
+		}
+	}
+	return out, nil
 }

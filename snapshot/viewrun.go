@@ -236,6 +236,11 @@ func (r *Reader) PendingChanges(p *ViewRun) (target, cur record.Manifest, err er
 	if target, err = r.Changeset(upper); err != nil {
 		return nil, nil, err
 	}
+	// What a commit would leave as the tree has it is no change of the
+	// run's to show.
+	if target, err = r.dropUnchanged(p, target); err != nil {
+		return nil, nil, err
+	}
 	if cur, err = r.current(target, record.ScopePaths, false); err != nil {
 		return nil, nil, err
 	}
@@ -268,6 +273,11 @@ func (r *Repo) CommitViewRun(p *ViewRun, only []string, force bool) (*record.Met
 	target, err := r.commitable(p)
 	if err != nil {
 		return nil, err
+	}
+	if !force {
+		if target, err = r.dropUnchanged(p, target); err != nil {
+			return nil, err
+		}
 	}
 	if len(only) > 0 {
 		all := target

@@ -1067,16 +1067,23 @@ func (m *model) commit(t *rapid.T) {
 		dirs = within(p.dirTimes)
 		args = append(args, top)
 	}
-	// The paths the commit judges: what it writes, and what the run
-	// changed the times of alone (in its changeset too).
-	judged := append(append([]string{}, sub...), subTimes...)
+	// The paths the commit judges: what it writes. What the run changed
+	// the times of alone is in its changeset too, but the run left what
+	// it holds as it found it: changed since by someone else, the commit
+	// leaves it; else it writes the times (the step's paths).
+	judged := append([]string{}, sub...)
+	for _, q := range subTimes {
+		if m.tree[q] == p.base[q] {
+			judged = append(judged, q)
+		}
+	}
 	kill := rapid.IntRange(0, 2).Draw(t, "kill") == 0
 	var o outcome
 	if len(m.cps) > 0 {
 		o = refuse(2)
 	} else {
-		o = m.pathsOutcome(pick(p.base, judged), pick(p.view, sub), true)
-		if !o.refuse && deletedSince(m.tree, p, sub, dirs) {
+		o = m.pathsOutcome(pick(p.base, sub), pick(p.view, sub), true)
+		if !o.refuse && deletedSince(m.tree, p, sub) {
 			o = refuse(1)
 		}
 		if o.want != nil {
@@ -1091,7 +1098,7 @@ func (m *model) commit(t *rapid.T) {
 	// (A run that changed only times commits a step the model cannot
 	// see coming. Paths the tree holds as the run left them already are
 	// nothing to write: a commit of only those makes no step.)
-	writes := len(subTimes) > 0
+	writes := len(judged) > len(sub)
 	for _, q := range sub {
 		writes = writes || before[q] != p.view[q]
 	}
@@ -1115,16 +1122,12 @@ func (m *model) commit(t *rapid.T) {
 }
 
 // deletedSince says whether the tree lost, since the run started, a
-// directory the run wrote below or changed the times of: the run's
-// entry of it (its times moved with the write) or of the path below,
-// noted when the command ended, makes that a conflict, as any deletion
-// of a path the run changed.
-func deletedSince(cur tree, p *pendingRun, sub, dirs []string) bool {
-	for _, d := range dirs {
-		if cur[d] == absent {
-			return true
-		}
-	}
+// directory the run writes below: the run's entry of it, noted when the
+// command ended, makes that a conflict, as any deletion of a path the
+// run changed. (One whose times alone the run changed, with nothing
+// written below, is none: the run left it as it found it, and the
+// commit leaves the tree's.)
+func deletedSince(cur tree, p *pendingRun, sub []string) bool {
 	for _, q := range sub {
 		if p.view[q] == absent {
 			continue
