@@ -160,7 +160,7 @@ func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manif
 		return nil, err
 	}
 	drop := map[string]bool{}
-	kept := map[string]bool{} // directories with something kept below
+	kept := map[string]bool{}               // directories with something kept below
 	for i := len(target) - 1; i >= 0; i-- { // children before their directories
 		e := &target[i]
 		s := seen.Find(e.Path)
