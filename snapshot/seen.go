@@ -160,8 +160,9 @@ func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manif
 		return nil, err
 	}
 	drop := map[string]bool{}
-	kept := map[string]bool{}               // directories with something kept below
-	for i := len(target) - 1; i >= 0; i-- { // children before their directories
+	kept := map[string]bool{} // directories with something kept below
+	// Children before their directories (target is sorted).
+	for i := len(target) - 1; i >= 0; i-- {
 		e := &target[i]
 		s := seen.Find(e.Path)
 		c := cur.Find(e.Path)
