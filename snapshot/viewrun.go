@@ -177,17 +177,17 @@ func (r *Repo) SaveViewRun(p *ViewRun) error {
 }
 
 // IsPending reports whether run id is still pending (or running).
-func (r *Reader) IsPending(id string) bool {
+func (r *Reader) IsPending(id string) (bool, error) {
 	runs, err := r.PendingRuns()
 	if err != nil {
-		return true // (unknown: said so)
+		return false, err
 	}
 	for _, p := range runs {
 		if p.ID == id {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // PendingRuns lists overlay runs not yet committed or discarded, oldest

@@ -80,12 +80,18 @@ func runCommit(g *globals, o commitOptions, args []string) error {
 	if err != nil {
 		return err
 	}
-	if rec == nil && len(rel) > 0 && repo.IsPending(p.ID) {
-		if g.json {
-			return g.printJSON(commitJSON{Run: p.ID, Partial: true, Skipped: nonNil(skipped)})
+	if rec == nil && len(rel) > 0 {
+		pending, err := repo.IsPending(p.ID)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(g.stdout, "nothing to commit: the tree already holds what run %s left there; the run stays pending\n", p.ID)
-		return nil
+		if pending {
+			if g.json {
+				return g.printJSON(commitJSON{Run: p.ID, Partial: true, Skipped: nonNil(skipped)})
+			}
+			fmt.Fprintf(g.stdout, "nothing to commit: run %s changed nothing there that the tree does not hold already; the run stays pending\n", p.ID)
+			return nil
+		}
 	}
 	if rec == nil {
 		if g.json {
