@@ -206,7 +206,7 @@ zfs_watch() {
 		[ $misses -lt 3 ] && continue
 		{
 			echo "zfs-fuse stopped answering at $(date +%T):$bad"
-			for t in /proc/"$zfs_pid"/task/*; do
+			for t in /proc/"$(pgrep -x zfs-fuse | head -1)"/task/*; do
 				echo "thread $(basename "$t") $(cat "$t/wchan") syscall: $(cat "$t/syscall")"
 			done | sort -k3 | uniq -c -f2 | sort -rn | head -20
 			for c in /sys/fs/fuse/connections/*/waiting; do echo "$c: $(cat "$c")"; done

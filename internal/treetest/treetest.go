@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -336,6 +337,7 @@ func ZFS(t testing.TB) string {
 	if !Require(t, "zfs", why == "", why) {
 		t.Skipf("SNAPBACK_REQUIRE does not name zfs: %s", why)
 	}
+	holdZFSTests(t)
 	parent := fmt.Sprintf("%s/sbtest-%d-%d", pool, os.Getpid(), zfsSeq.Add(1))
 	// Under the zfs mount lock, as snapback's own mounts (fsutil.ZFS):
 	// zfs-fuse loses every mount when two are made at once.
@@ -356,6 +358,51 @@ func ZFS(t testing.TB) string {
 		t.Errorf("zfs destroy -r -R %s: %v\n%s", parent, err, out)
 	})
 	return parent + "/data"
+}
+
+// zfsTests is this process's hold of the zfs tests' lock: the tests of
+// one package process may use zfs-fuse side by side, those of two may not.
+// zfs-fuse 0.7 does not stand many clients at once: beside the mount race
+// snapback's own lock avoids (fsutil.ZFSMountLock), under the kill test's
+// hundreds of killed zfs runs with another package's zfs tests alongside
+// it has been seen to abort, and to leave a request on a clone unanswered
+// for a minute while its other mounts answered. Each test that makes a
+// dataset holds the lock until its dataset is destroyed.
+var zfsTests struct {
+	sync.Mutex
+	n int
+	f *os.File
+}
+
+// zfsTestsLock is the file the zfs tests of every process lock.
+var zfsTestsLock = filepath.Join(os.TempDir(), "snapback-zfs-tests.lock")
+
+// holdZFSTests takes the zfs tests' lock for t (waiting while another
+// process holds it) and lets it go when t and this process's other
+// holders are done.
+func holdZFSTests(t testing.TB) {
+	t.Helper()
+	zfsTests.Lock()
+	defer zfsTests.Unlock()
+	if zfsTests.n == 0 {
+		f, err := os.OpenFile(zfsTestsLock, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			t.Fatalf("zfs tests' lock: %v", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			t.Fatalf("zfs tests' lock %s: %v", zfsTestsLock, err)
+		}
+		zfsTests.f = f
+	}
+	zfsTests.n++
+	t.Cleanup(func() { // (registered first: runs after the dataset's destroy)
+		zfsTests.Lock()
+		defer zfsTests.Unlock()
+		if zfsTests.n--; zfsTests.n == 0 {
+			zfsTests.f.Close()
+		}
+	})
 }
 
 // ZFSMount is where the dataset ds is mounted.
