@@ -518,6 +518,12 @@ func shmDir() string {
 	return ""
 }
 
+// hungAfter is how long the kill test lets one call of snapback take
+// before it takes it for hung: seconds at most here, but zfs-fuse, with
+// the machine busy, has been seen to leave a request unanswered for a
+// minute and then answer it.
+const hungAfter = 3 * time.Minute
+
 // sbT runs snapback like sb, but a call that hangs is ended (SIGQUIT, so
 // it prints where it was) and fails the test.
 func sbT(t *testing.T, bin, root string, args ...string) string {
@@ -528,7 +534,7 @@ func sbT(t *testing.T, bin, root string, args ...string) string {
 // sbTIn is sbT with stdin.
 func sbTIn(t *testing.T, bin, root, stdin string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hungAfter)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"-C", root}, args...)...)
 	cmd.Dir = root // a run's command runs where snapback is started
@@ -748,9 +754,9 @@ func killScenarioTest(t *testing.T, bin string, sc killScenario) {
 		if sc.copied != nil {
 			sc.copied(t, bin, proj)
 		}
-		// A call that hangs fails this scenario in a minute (SIGQUIT, so
+		// A call that hangs fails this scenario in hungAfter (SIGQUIT, so
 		// it prints where it was) instead of the package's whole time.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), hungAfter)
 		cmd := exec.CommandContext(ctx, bin, append([]string{"-C", proj}, op...)...)
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 		cmd.WaitDelay = 5 * time.Second
