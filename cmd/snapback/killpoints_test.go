@@ -520,8 +520,8 @@ func shmDir() string {
 
 // hungAfter is how long the kill test lets one call of snapback take
 // before it takes it for hung: seconds at most here, but zfs-fuse, with
-// the machine busy, has been seen to leave a request unanswered for a
-// minute and then answer it.
+// the machine busy, has been seen to leave a request unanswered for over
+// 30 s and then answer it.
 const hungAfter = 3 * time.Minute
 
 // sbT runs snapback like sb, but a call that hangs is ended (SIGQUIT, so
