@@ -146,8 +146,8 @@ func sameAsSeen(seen, cur record.Manifest, c *record.Entry) (same, ok bool) {
 
 // dropUnchanged leaves out of target (what a commit of run p writes)
 // each path that the run left as it found it and someone else changed
-// since (the tree differs from what seen noted at the start; the layer
-// does not): writing it would undo their change for nothing the run did,
+// since (the tree differs from what seen noted at the start, and not by
+// the run's own earlier commit; the layer does not): writing it would undo their change for nothing the run did,
 // so the commit leaves the tree's (--force writes it all the same). A
 // directory goes only with all of target below it.
 func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manifest, error) {
@@ -173,7 +173,9 @@ func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manif
 		if l := target.Find(e.Link); e.Link != "" && l != nil && layer.Object.IsZero() {
 			layer.Object = l.Object
 		}
-		if s != nil && sameState(s, &layer) && !sameState(s, c) && !(e.Type == record.Dir && kept[e.Path]) {
+		at, committed := p.Committed[e.Path]
+		ownCommit := committed && c.Ctime == at // the tree holds the run's own earlier commit there
+		if s != nil && sameState(s, &layer) && !sameState(s, c) && !ownCommit && !(e.Type == record.Dir && kept[e.Path]) {
 			drop[e.Path] = true
 			continue
 		}
