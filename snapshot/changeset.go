@@ -64,7 +64,17 @@ func (sc *scanner) overlayXattrs(path string, xs []fsutil.Xattr) []fsutil.Xattr 
 // equals the tree (a copy-up that wrote nothing, say) is not a change.
 // Paths the ignore rules match are left out: they write through.
 func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
-	out, _, err := r.changeset(upper)
+	out, _, err := r.changeset(upper, nil)
+	return out, err
+}
+
+// RunChangeset is [Reader.Changeset] of run p's layer. A path the run
+// committed itself (a commit of PATHs, or of hunks, moves it out of the
+// layer) is not taken for one the layer hides: below a directory the run
+// made, the tree's copy of it would read as deleted, and a commit of the
+// rest deleted it.
+func (r *Reader) RunChangeset(p *ViewRun, upper *fsutil.Dir) (record.Manifest, error) {
+	out, _, err := r.changeset(upper, p.Committed)
 	return out, err
 }
 
@@ -73,7 +83,7 @@ func (r *Reader) Changeset(upper *fsutil.Dir) (record.Manifest, error) {
 // with the same bytes, mode and times; a directory passed through): no
 // changes while the tree keeps them, but changes should the tree lose
 // them.
-func (r *Reader) changeset(upper *fsutil.Dir) (record.Manifest, []string, error) {
+func (r *Reader) changeset(upper *fsutil.Dir, committed map[string]int64) (record.Manifest, []string, error) {
 	sc := r.newScanner(upper, r.ign, false)
 	sc.noCache, sc.upper, sc.opaque, sc.redirect = true, true, map[string]bool{}, map[string]string{}
 	inLayer, err := sc.scanTree()
@@ -109,6 +119,9 @@ func (r *Reader) changeset(upper *fsutil.Dir) (record.Manifest, []string, error)
 	var same []string
 	for i := range below {
 		b := &below[i]
+		if _, own := committed[b.Path]; own {
+			continue // committed by the run: out of the layer, not hidden by it
+		}
 		if b.Type != record.Absent && inLayer.Find(b.Path) == nil {
 			out = append(out, record.Entry{Path: b.Path, Type: record.Absent})
 		}

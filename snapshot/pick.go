@@ -48,9 +48,20 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*record.Meta, erro
 	if err != nil {
 		return nil, err
 	}
-	// Each directory of the changeset holding a picked path that the
-	// tree does not have (the apply makes no directory its target does
-	// not name); a directory the tree has keeps its own changes pending.
+	if sel, err = r.withNewDirs(all, sel); err != nil {
+		return nil, err
+	}
+	if len(sel) == 0 {
+		return nil, fmt.Errorf("commit %s: nothing picked", p.ID)
+	}
+	return r.commitSelected(p, sel, nil, bases, force)
+}
+
+// withNewDirs adds to sel, a part of the changeset all, each directory of
+// all above a path of sel that the tree does not have (the apply makes no
+// directory its target does not name); a directory the tree has keeps its
+// own changes pending.
+func (r *Reader) withNewDirs(all, sel record.Manifest) (record.Manifest, error) {
 	var dirs []string
 	for i := range sel {
 		for d := record.Parent(sel[i].Path); d != ""; d = record.Parent(d) {
@@ -58,6 +69,10 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*record.Meta, erro
 				dirs = append(dirs, d)
 			}
 		}
+	}
+	if len(dirs) == 0 {
+		sel.Sort()
+		return sel, nil
 	}
 	tree, err := r.ScanPaths(dirs, false, false)
 	if err != nil {
@@ -69,10 +84,7 @@ func (r *Repo) CommitPick(p *ViewRun, pick Pick, force bool) (*record.Meta, erro
 		}
 	}
 	sel.Sort()
-	if len(sel) == 0 {
-		return nil, fmt.Errorf("commit %s: nothing picked", p.ID)
-	}
-	return r.commitSelected(p, sel, nil, bases, force)
+	return sel, nil
 }
 
 // picked is the part of the changeset all that pick takes: its whole
@@ -149,7 +161,7 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 		return err
 	}
 	defer upper.Close()
-	all, err := r.Changeset(upper)
+	all, err := r.RunChangeset(p, upper)
 	if err != nil {
 		return err
 	}
@@ -201,7 +213,7 @@ func (r *Repo) DiscardPick(p *ViewRun, pick Pick) error {
 	if err := r.dropEmptied(upper, all, paths); err != nil {
 		return fmt.Errorf("discard %s: %w", p.ID, err)
 	}
-	left, err := r.Changeset(upper)
+	left, err := r.RunChangeset(p, upper)
 	if err != nil {
 		return err
 	}

@@ -49,7 +49,7 @@ func (r *Repo) noteSeen(p *ViewRun) error {
 	if err != nil {
 		return err
 	}
-	target, same, err := r.changeset(upper)
+	target, same, err := r.changeset(upper, p.Committed)
 	upper.Close()
 	if err != nil {
 		return err

@@ -233,7 +233,7 @@ func (r *Reader) PendingChanges(p *ViewRun) (target, cur record.Manifest, err er
 		return nil, nil, err
 	}
 	defer upper.Close()
-	if target, err = r.Changeset(upper); err != nil {
+	if target, err = r.RunChangeset(p, upper); err != nil {
 		return nil, nil, err
 	}
 	// What a commit would leave as the tree has it is no change of the
@@ -327,7 +327,7 @@ func (r *Repo) commitable(p *ViewRun) (record.Manifest, error) {
 		return nil, err
 	}
 	defer upper.Close()
-	return r.Changeset(upper)
+	return r.RunChangeset(p, upper)
 }
 
 // commitSelected commits target, the part of p's changeset chosen (all
@@ -474,6 +474,13 @@ func (r *Repo) selectPaths(p *ViewRun, target record.Manifest, only []string) (r
 		if len(out) == 0 || out[len(out)-1].Path != sel[i].Path {
 			out = append(out, sel[i])
 		}
+	}
+	// A path in a directory the run made comes with the directory (and
+	// those above it the tree lacks): the commit wrote the path into a
+	// directory that was not there, and stopped half-way for good.
+	out, err := r.withNewDirs(target, out)
+	if err != nil {
+		return nil, nil, err
 	}
 	// A hard link must name a path of the selection, as in a changeset
 	// (the manifest rule): the partner left pending, the entry stands
@@ -706,7 +713,7 @@ func (r *Repo) afterPartialCommit(p *ViewRun, done record.Manifest, parts map[st
 	}
 	// A commit of PATHs that took the last changes ends the run, as a
 	// whole commit does: an empty pending run would make `undo` refuse.
-	left, err := r.Changeset(upper)
+	left, err := r.RunChangeset(p, upper)
 	if err != nil {
 		return err
 	}
