@@ -221,6 +221,9 @@ func (r *Repo) transitionFrom(j *journal, target, cur record.Manifest) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%s: %w", op, r.missing(fmt.Sprintf("the contents of %q", missing)))
 	}
+	if err := r.parentsThere(target); err != nil {
+		return fmt.Errorf("%s: %w (nothing was changed)", op, err)
+	}
 	if err := r.checkSpace(j, target, cur); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -244,6 +247,35 @@ func (r *Repo) transitionFrom(j *journal, target, cur record.Manifest) error {
 		return err
 	}
 	return r.finish(j, target, cur)
+}
+
+// parentsThere checks, before the journal is written, that each path
+// target puts in place has its directory: in target, or in the tree (not
+// through a symbolic link). The apply makes no other directory, so a
+// target that lacked one stopped half-way, and recover, finishing it,
+// stopped at the same place for ever: every verb refused after.
+func (r *Repo) parentsThere(target record.Manifest) error {
+	seen := map[string]bool{"": true}
+	for i := range target {
+		t := &target[i]
+		d := record.Parent(t.Path)
+		if t.Type == record.Absent || seen[d] {
+			continue
+		}
+		seen[d] = true
+		if e := target.Find(d); e != nil {
+			if e.Type != record.Dir {
+				return fmt.Errorf("%s: its directory %s is made a %s by the same change", t.Path, d, e.Type)
+			}
+			continue
+		}
+		dir, err := r.treeDir.OpenDir(d) // following no symlink
+		if err != nil {
+			return fmt.Errorf("%s: its directory is neither in the tree nor made by the change: %w", t.Path, err)
+		}
+		dir.Close()
+	}
+	return nil
 }
 
 // layerHolds reports whether an upper layer holds a regular file at
