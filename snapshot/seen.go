@@ -17,10 +17,11 @@ import (
 // mode, a rewrite of the same bytes, an undo putting it back). So each
 // step of a run notes, as it ends, what the tree held at the start at
 // each path the run changed, or rewrote or passed through as it was —
-// runs/<id>/seen, a manifest — wherever it can still tell: a path whose ctime is older
-// than the start, an absent one whose nearest existing ancestor's is
-// (nothing was added or removed in it since). A path changed before it was noted has no entry and is
-// judged by its ctime, as before: a conflict, never a missed one.
+// runs/<id>/seen, a manifest — wherever it can still tell: a path whose
+// ctime is older than the start, an absent one whose nearest existing
+// ancestor's is (nothing was added or removed in it since). A path
+// changed before it was noted has no entry and is judged by its ctime,
+// as before: a conflict, never a missed one.
 
 // seenPath is the run's record of the start state of its paths.
 func (r *Reader) seenPath(id string) string { return r.path("runs", id, "seen") }
@@ -147,9 +148,10 @@ func sameAsSeen(seen, cur record.Manifest, c *record.Entry) (same, ok bool) {
 // dropUnchanged leaves out of target (what a commit of run p writes)
 // each path that the run left as it found it and someone else changed
 // since (the tree differs from what seen noted at the start, and not by
-// the run's own earlier commit; the layer does not): writing it would undo their change for nothing the run did,
-// so the commit leaves the tree's (--force writes it all the same). A
-// directory goes only with all of target below it.
+// the run's own earlier commit; the layer does not): writing it would
+// undo their change for nothing the run did, so the commit leaves the
+// tree's (--force writes it all the same). A directory goes only with
+// all of target below it.
 func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manifest, error) {
 	seen, err := r.loadSeen(p.ID)
 	if err != nil || len(seen) == 0 || len(target) == 0 {
