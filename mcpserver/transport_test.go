@@ -43,11 +43,39 @@ func serveWire(t testing.TB) *wire {
 		w.done <- ss.Wait()
 		outW.Close()
 	}()
+	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(outR)
 		sc.Buffer(nil, 64<<20)
 		for sc.Scan() {
-			w.out <- sc.Text()
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// The server answers each line as it reads it and reads on only as
+	// its answers are taken, like any server on a pipe: they are queued
+	// here without bound, so a test may write all its lines first. (With
+	// w.out alone, more than its 64 bad lines in one write hung the test,
+	// and CI's fuzz step with it.)
+	go func() {
+		var q []string
+		in := lines
+		for in != nil || len(q) > 0 {
+			var out chan string
+			var head string
+			if len(q) > 0 {
+				out, head = w.out, q[0]
+			}
+			select {
+			case l, ok := <-in:
+				if !ok {
+					in = nil
+					continue
+				}
+				q = append(q, l)
+			case out <- head:
+				q = q[1:]
+			}
 		}
 		close(w.out)
 	}()
