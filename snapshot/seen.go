@@ -157,7 +157,24 @@ func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manif
 	if err != nil || len(seen) == 0 || len(target) == 0 {
 		return target, err
 	}
-	cur, err := r.ScanPaths(target.Paths(), false, false)
+	// The paths the layer holds as they were at the start: only those are
+	// read in the tree (a commit reads the rest once, later).
+	asFound := map[string]bool{}
+	var paths []string
+	for i := range target {
+		e := target[i]
+		if l := target.Find(e.Link); e.Link != "" && l != nil && e.Object.IsZero() {
+			e.Object = l.Object
+		}
+		if s := seen.Find(e.Path); s != nil && sameState(s, &e) {
+			asFound[e.Path] = true
+			paths = append(paths, e.Path)
+		}
+	}
+	if len(paths) == 0 {
+		return target, nil
+	}
+	cur, err := r.ScanPaths(paths, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -166,20 +183,17 @@ func (r *Reader) dropUnchanged(p *ViewRun, target record.Manifest) (record.Manif
 	// Children before their directories (target is sorted).
 	for i := len(target) - 1; i >= 0; i-- {
 		e := &target[i]
-		s := seen.Find(e.Path)
-		c := cur.Find(e.Path)
-		if c == nil {
-			c = &record.Entry{Path: e.Path, Type: record.Absent}
-		}
-		layer := *e
-		if l := target.Find(e.Link); e.Link != "" && l != nil && layer.Object.IsZero() {
-			layer.Object = l.Object
-		}
-		at, committed := p.Committed[e.Path]
-		ownCommit := committed && c.Ctime == at // the tree holds the run's own earlier commit there
-		if s != nil && sameState(s, &layer) && !sameState(s, c) && !ownCommit && !(e.Type == record.Dir && kept[e.Path]) {
-			drop[e.Path] = true
-			continue
+		if asFound[e.Path] {
+			c := cur.Find(e.Path)
+			if c == nil {
+				c = &record.Entry{Path: e.Path, Type: record.Absent}
+			}
+			at, committed := p.Committed[e.Path]
+			ownCommit := committed && c.Ctime == at // the tree holds the run's own earlier commit there
+			if !sameState(seen.Find(e.Path), c) && !ownCommit && !(e.Type == record.Dir && kept[e.Path]) {
+				drop[e.Path] = true
+				continue
+			}
 		}
 		for q := record.Parent(e.Path); q != ""; q = record.Parent(q) {
 			kept[q] = true
